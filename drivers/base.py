@@ -1,0 +1,170 @@
+"""The driver interface: the only calls the orchestrator makes to touch hosts and VMs.
+
+Both implementations (simulated, libvirt) must behave the same for every call; `tests/test_driver_contract.py`
+runs one suite against both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """Capacity and versions of one host, as the driver sees it now."""
+
+    name: str
+    uri: str
+    vcpus: int
+    memory_mib: int
+    domain_type: str                 # "kvm" or "qemu" (TCG)
+    hypervisor: str = ""             # e.g. "QEMU 7.2.0"
+    libvirt_version: str = ""        # e.g. "9.0.0"
+    reachable: bool = True
+    error: str = ""                  # why it is unreachable
+
+
+@dataclass(frozen=True)
+class VMSpec:
+    """Everything needed to define and start one VM; rendered to domain XML in one place."""
+
+    name: str
+    vcpus: int
+    memory_mib: int
+    disk_image: str | None = None    # path of a qcow2/raw disk (on storage the hosts share)
+    kernel: str | None = None        # direct kernel boot (the lab's tiny guest)
+    initrd: str | None = None
+    cmdline: str | None = None
+    network: str | None = None       # libvirt network name or bridge; None = no NIC
+    lease_id: str | None = None      # recorded in the domain's metadata so a restart can adopt it
+
+
+VMStateName = Literal["running", "paused", "shutoff", "saved", "crashed", "other"]
+
+
+@dataclass(frozen=True)
+class VMInfo:
+    name: str
+    host: str
+    state: VMStateName
+    vcpus: int
+    memory_mib: int
+    lease_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OperationReport:
+    """Measured cost of an operation: used to calibrate the scheduler's suspend/resume rates."""
+
+    operation: str                   # start, stop, suspend, resume, move_state
+    vm: str
+    host: str
+    wall_seconds: float
+    bytes: int = 0                   # size of the saved memory image / bytes copied
+
+
+@dataclass(frozen=True)
+class MigrationProgress:
+    """One sample of a running live migration, fed to the progress callback."""
+
+    elapsed_seconds: float
+    memory_total: int                # bytes
+    memory_processed: int
+    memory_remaining: int
+    dirty_rate_bytes_s: float
+    iteration: int
+    max_downtime_ms: float           # the value in force (Nova-style steps raise it)
+
+    @property
+    def percent(self) -> float:
+        if self.memory_total <= 0:
+            return 100.0
+        return min(100.0, 100.0 * self.memory_processed / self.memory_total)
+
+
+OnTimeout = Literal["abort", "force"]
+
+
+@dataclass(frozen=True)
+class MigrationReport:
+    vm: str
+    source: str
+    destination: str
+    success: bool
+    total_seconds: float
+    downtime_ms: float
+    iterations: int
+    bytes_transferred: int
+    memory_total: int = 0
+    outcome: Literal["completed", "forced", "aborted", "failed"] = "completed"
+    error: str = ""
+    samples: tuple[MigrationProgress, ...] = field(default=(), repr=False)
+
+
+ProgressCallback = Callable[[MigrationProgress], None]
+
+
+class Driver(ABC):
+    """Manages named hosts and the VMs of leases on them."""
+
+    name: str = "abstract"
+
+    @abstractmethod
+    def hosts(self) -> list[str]:
+        """Names of the hosts this driver manages."""
+
+    @abstractmethod
+    def host_info(self, host: str) -> HostInfo:
+        """Capacity and versions; an unreachable host gives `reachable=False` rather than raising."""
+
+    @abstractmethod
+    def start(self, spec: VMSpec, host: str) -> OperationReport:
+        """Define and start a VM; `VMAlreadyExists` if a VM of that name exists on the host."""
+
+    @abstractmethod
+    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
+        """Graceful shutdown, then destroy after `graceful_timeout` seconds; undefines the VM."""
+
+    @abstractmethod
+    def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:
+        """Save the VM's memory to `state_path` on its host and stop it (libvirt `save`)."""
+
+    @abstractmethod
+    def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
+        """Restore a VM saved at `state_path` on `host` (libvirt `restore`)."""
+
+    @abstractmethod
+    def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
+        """Copy a saved memory image between hosts (SFTP); no copy when both see the same storage."""
+
+    @abstractmethod
+    def migrate(
+        self,
+        vm: str,
+        dst_host: str,
+        max_downtime_ms: float = 300.0,
+        bandwidth_mib_s: float | None = None,
+        timeout_s: float = 600.0,
+        on_timeout: OnTimeout = "abort",
+        progress: ProgressCallback | None = None,
+    ) -> MigrationReport:
+        """Pre-copy live migration. Raises `MigrationFailed` (VM still running on the source) on failure."""
+
+    @abstractmethod
+    def list_vms(self, host: str) -> list[VMInfo]:
+        """What really exists on the host (for reconciliation after a restart)."""
+
+    def locate(self, vm: str) -> str | None:
+        """The host a VM runs (or is defined) on, or None."""
+        for host in self.hosts():
+            try:
+                if any(info.name == vm for info in self.list_vms(host)):
+                    return host
+            except Exception:  # an unreachable host cannot be where we find it
+                continue
+        return None
+
+    def close(self) -> None:
+        """Release connections."""

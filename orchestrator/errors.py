@@ -1,0 +1,48 @@
+"""One exception hierarchy for the planning side, so the CLI can turn any of them into one clear line.
+
+Every error that comes from bad input names the field it is about; `str(exc)` is the one-line message
+shown to the user.
+"""
+
+from __future__ import annotations
+
+
+class LeasewiseError(Exception):
+    """Base of every error leasewise raises on purpose."""
+
+
+class InvalidRequest(LeasewiseError, ValueError):
+    """A request, workload entry or argument is malformed; names the field and the problem."""
+
+    def __init__(self, field: str, problem: str, *, where: str | None = None):
+        self.field = field
+        self.problem = problem
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{field}: {problem}")
+
+
+class ConfigError(InvalidRequest):
+    """A configuration key is unknown or has a bad value."""
+
+
+class WorkloadError(InvalidRequest):
+    """A workload file (LWF or SWF) is malformed."""
+
+
+class IllegalTransition(LeasewiseError):
+    """A lease was asked to move between two states the state table does not connect."""
+
+    def __init__(self, lease_id: object, current: object, target: object):
+        self.lease_id = lease_id
+        self.current = current
+        self.target = target
+        super().__init__(f"lease {lease_id}: illegal state transition {current} -> {target}")
+
+
+class NotSchedulable(LeasewiseError):
+    """The scheduler could not find room for a lease (the reason is the message)."""
+
+
+class InconsistentSchedule(LeasewiseError):
+    """An internal invariant of the plan broke: a bug, never bad input."""
