@@ -51,9 +51,10 @@ TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.SUSPENDED_QUEUED: frozenset({S.SUSPENDED_SCHEDULED, S.CANCELLED, S.FAILED}),
     S.SUSPENDED_SCHEDULED: frozenset({S.SUSPENDED_QUEUED, S.SUSPENDED_SCHEDULED, S.MIGRATING, S.RESUMING,
                                       S.CANCELLED, S.FAILED}),
-    S.MIGRATING: frozenset({S.SUSPENDED_SCHEDULED, S.RESUMING, S.CANCELLED, S.FAILED}),
-    S.RESUMING: frozenset({S.RESUMED_READY, S.ACTIVE, S.CANCELLED, S.FAILED}),
-    S.RESUMED_READY: frozenset({S.ACTIVE, S.CANCELLED, S.FAILED}),
+    # migrating / resuming -> queued states: preempted by an AR mid-way (images kept / VMs killed)
+    S.MIGRATING: frozenset({S.SUSPENDED_SCHEDULED, S.SUSPENDED_QUEUED, S.RESUMING, S.CANCELLED, S.FAILED}),
+    S.RESUMING: frozenset({S.RESUMED_READY, S.ACTIVE, S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.RESUMED_READY: frozenset({S.ACTIVE, S.QUEUED, S.CANCELLED, S.FAILED}),
     S.DONE: frozenset(),
     S.REJECTED: frozenset(),
     S.CANCELLED: frozenset(),

@@ -1,0 +1,155 @@
+"""The mapper: places a lease's virtual nodes on hosts for [start, end), preempting if it must.
+
+Stages, as in the Kubernetes scheduler framework: *filter* (hosts where the smallest node fits at the
+start), *score* (the host-selection policy orders them), *reserve* (nodes assigned greedily in that
+order, packing or spreading per the policy). *Bind* is the scheduler's job: it turns the mapping into
+reservations. With `strict_end` off the mapping may end early (the latest end that fits on every host
+used), for leases that will be suspended. With preemption allowed, victim leases are added one at a
+time, the most preemptable first, until the lease fits; victims that turned out not to be needed are
+dropped again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .lease import Lease
+from .policies import HostSelectionPolicy, PreemptionPolicy
+from .reservations import Reservation
+from .resources import NOTHING, Resources, add, fits
+from .slottable import SlotTable
+
+
+@dataclass
+class Mapping:
+    """Where each virtual node goes, until when the placement holds, and which leases must give way."""
+
+    nodes: dict[int, str]
+    end: datetime
+    victims: list[Lease] = field(default_factory=list)
+
+    def per_host(self, lease: Lease) -> dict[str, Resources]:
+        """Total resources held on each host by this mapping."""
+        held: dict[str, Resources] = {}
+        for vnode, host in self.nodes.items():
+            held[host] = add(held.get(host, NOTHING), lease.request.nodes[vnode])
+        return held
+
+
+class Mapper:
+    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy):
+        self.table = table
+        self.host_selection = host_selection
+        self.preemption = preemption
+
+    def map(
+        self,
+        lease: Lease,
+        start: datetime,
+        end: datetime,
+        *,
+        strict_end: bool = True,
+        only_hosts: Collection[str] | None = None,
+        allow_preemption: bool = False,
+        lease_of: Callable[[int], Lease] | None = None,
+    ) -> Mapping | None:
+        """A mapping of every node of `lease` over [start, end) (or [start, earlier end) when not
+        strict), or None. `lease_of` resolves reservation lease ids, needed for preemption."""
+        hosts = list(self.table.hosts) if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
+        vnodes = sorted(range(lease.numnodes), key=lambda v: lease.request.nodes[v], reverse=True)
+        mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
+        if mapping is not None or not allow_preemption or lease_of is None:
+            return mapping
+        return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)
+
+    # -- filter, score, reserve ---------------------------------------------------------------------------
+    def _place(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime, end: datetime,
+               strict_end: bool, excluding: Collection[Reservation]) -> Mapping | None:
+        table = self.table
+        requests = lease.request.nodes
+        smallest = min((requests[v] for v in vnodes), key=lambda r: (r.memory, r.cpu))
+        candidates = [h for h in hosts if fits(table.usage_at(h, start, excluding), smallest, table.capacity(h))]
+        if not candidates:
+            return None
+        ordered = self.host_selection.order(table, candidates, start, excluding)
+        remaining = list(vnodes)
+        nodes: dict[int, str] = {}
+        held: dict[str, Resources] = {}
+        until: dict[str, datetime] = {}
+
+        def try_add(host: str, vnode: int) -> bool:
+            trial = add(held.get(host, NOTHING), requests[vnode])
+            if strict_end:
+                if not table.fits(host, trial, start, end, excluding):
+                    return False
+                until[host] = end
+            else:
+                fit_end = table.latest_fit(host, trial, start, end, excluding)
+                if fit_end is None or fit_end <= start:
+                    return False
+                until[host] = fit_end
+            held[host] = trial
+            nodes[vnode] = host
+            return True
+
+        if self.host_selection.packs:
+            for host in ordered:
+                while remaining and try_add(host, remaining[0]):
+                    remaining.pop(0)
+                if not remaining:
+                    break
+        else:
+            active = list(ordered)
+            while remaining and active:
+                still = []
+                for host in active:
+                    if not remaining:
+                        break
+                    if try_add(host, remaining[0]):
+                        remaining.pop(0)
+                        still.append(host)
+                active = still
+        if remaining:
+            return None
+        return Mapping(nodes=nodes, end=min(until[h] for h in held))
+
+    # -- preemption -------------------------------------------------------------------------------------
+    def _place_with_preemption(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime,
+                               end: datetime, strict_end: bool, lease_of: Callable[[int], Lease]) -> Mapping | None:
+        table = self.table
+        host_set = set(hosts)
+        scored: dict[int, tuple[float, Lease]] = {}
+        for rr in table.reservations_overlapping(start, end, host_set):
+            if rr.lease_id in scored or rr.lease_id == lease.id:
+                continue
+            other = lease_of(rr.lease_id)
+            score = self.preemption.score(lease, other, start)
+            if score is not None:
+                scored[rr.lease_id] = (score, other)
+        # most preemptable first (the reference sorted one way and popped from the other end)
+        candidates = [other for _, other in sorted(scored.values(), key=lambda so: (-so[0], so[1].id))]
+        victims: list[Lease] = []
+        held_by: dict[int, list[Reservation]] = {}
+        for victim in candidates:
+            victims.append(victim)
+            held_by[victim.id] = [r for r in table.reservations_of(victim.id) if r.end > start]
+            excluding = [r for v in victims for r in held_by[v.id]]
+            mapping = self._place(lease, vnodes, hosts, start, end, strict_end, excluding)
+            if mapping is not None:
+                return self._drop_unneeded(lease, vnodes, hosts, start, end, strict_end, victims, held_by, mapping)
+        return None
+
+    def _drop_unneeded(self, lease, vnodes, hosts, start, end, strict_end, victims, held_by, mapping) -> Mapping:
+        """Give back victims the mapping does not need, least preemptable (last added) first."""
+        used_hosts = set(mapping.nodes.values())
+        needed = [v for v in victims if any(h in used_hosts for r in held_by[v.id] for h in r.resources)]
+        for victim in reversed(list(needed)):
+            trial = [v for v in needed if v is not victim]
+            excluding = [r for v in trial for r in held_by[v.id]]
+            alternative = self._place(lease, vnodes, hosts, start, end, strict_end, excluding)
+            if alternative is not None:
+                needed, mapping = trial, alternative
+        mapping.victims = needed
+        return mapping
