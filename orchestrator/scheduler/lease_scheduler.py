@@ -1,0 +1,523 @@
+"""The lease scheduler: admission, the best-effort queue, preemption, and reacting to reservation events.
+
+Advance reservations and immediate leases are scheduled (or rejected) as they arrive; best-effort leases
+wait in a queue processed in submit order (stopping at the first failure when backfilling is off). An AR
+that needs capacity held by preemptible best-effort leases suspends them so that the suspension is done by
+its start, or, when that is impossible or too short to be worth it, cancels and requeues them. Suspended
+leases are requeued and resumed later, possibly on other hosts (their memory images migrated first).
+When a lease ends early or is cancelled, the best-effort leases planned in the future are re-planned so
+the freed capacity is used.
+
+Events (a reservation starting or ending, a VM ending early) come from one heap; `process_events(now)`
+handles every event due at `now`; `next_event_time()` says when the next one is due. The clock that
+drives it (simulated or real) is the caller's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+from datetime import datetime
+
+from ..config import SchedulingConfig
+from ..errors import InconsistentSchedule, InvalidRequest, NotSchedulable
+from ..lease import Lease, LeaseRequest, LeaseType
+from ..mapper import Mapper
+from ..policies import ADMISSION, HOST_SELECTION, PREEMPTION
+from ..reservations import Reservation, ReservationKind, ReservationState
+from ..resources import Resources, fits
+from ..slottable import SlotTable
+from ..states import LeaseState as S
+from ..timeutil import ZERO
+from .enactment import EnactmentError, Enactor, NullEnactor
+from .vm_scheduler import VMScheduler
+
+log = logging.getLogger(__name__)
+
+_PREMATURE, _END, _START = 0, 1, 2
+
+
+class LeaseScheduler:
+    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None):
+        self.table = table
+        self.config = config
+        self.enactor: Enactor = enactor or NullEnactor()
+        self.admission = ADMISSION.create(config.policy_admission)
+        self.preemption = PREEMPTION.create(config.policy_preemption)
+        self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
+        self.mapper = Mapper(table, self.host_selection, self.preemption)
+        self.vm = VMScheduler(table, self.mapper, config, self.lease)
+        self.leases: dict[int, Lease] = {}
+        self.pending: list[Lease] = []
+        self.queue: list[Lease] = []
+        self._queue_keys: list[tuple] = []
+        self._events: list[tuple] = []
+        self._seq = 0
+        self._next_id = 1
+        self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "premature_ends": 0}
+
+    # -- leases -------------------------------------------------------------------------------------------
+    def lease(self, lease_id: int) -> Lease:
+        try:
+            return self.leases[lease_id]
+        except KeyError:
+            raise InvalidRequest("lease", f"no lease with id {lease_id}") from None
+
+    def submit(self, request: LeaseRequest, now: datetime, lease_id: int | None = None) -> Lease:
+        """Admit a request: it becomes pending (scheduled at the next `schedule`) or rejected at once."""
+        if lease_id is None:
+            lease_id = self._next_id
+        if lease_id in self.leases:
+            raise InvalidRequest("lease", f"id {lease_id} is already taken")
+        self._next_id = max(self._next_id, lease_id + 1)
+        lease = Lease(id=lease_id, request=request)
+        lease.history.append((now, S.NEW))
+        self.leases[lease.id] = lease
+        reason = self.admission.reject_reason(lease) or self._site_misfit(lease)
+        if reason:
+            self._reject(lease, reason, now)
+        else:
+            lease.set_state(S.PENDING, now)
+            self.pending.append(lease)
+        return lease
+
+    def _site_misfit(self, lease: Lease) -> str | None:
+        """A lease that could not run even on an empty site is rejected now rather than queued forever."""
+        caps = [self.table.capacity(h) for h in self.table.hosts]
+        largest = self.table.largest_capacity()
+        for i, node in enumerate(lease.request.nodes):
+            for field in ("cpu", "memory", "disk", "net_in", "net_out"):
+                if getattr(node, field) > getattr(largest, field) + 1e-9:
+                    return (f"nodes[{i}].{field}: {getattr(node, field):g} is more than any host has "
+                            f"({getattr(largest, field):g})")
+        placed = 0
+        for cap in caps:
+            free = cap
+            for node in lease.request.nodes[placed:]:
+                if not fits(Resources(), node, free):
+                    break
+                free = Resources(*(f - n for f, n in zip(free, node)))
+                placed += 1
+            if placed == lease.numnodes:
+                return None
+        return f"nodes: {lease.numnodes} nodes do not fit on the site even when it is empty"
+
+    def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
+        lease.reason = reason
+        lease.set_state(S.REJECTED, now)
+        log.info("lease %s rejected: %s", lease.id, reason)
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def nexttime(self, now: datetime) -> datetime:
+        return now + self.config.non_schedulable_interval
+
+    def schedule(self, now: datetime) -> None:
+        """Place what arrived: immediate leases, then advance reservations, then the best-effort queue."""
+        nexttime = self.nexttime(now)
+        pending, self.pending = self.pending, []
+        for kind in (LeaseType.IMMEDIATE, LeaseType.ADVANCE_RESERVATION):
+            for lease in pending:
+                if lease.type is kind:
+                    try:
+                        self._schedule_lease(lease, nexttime, now)
+                    except NotSchedulable as exc:
+                        self._reject(lease, str(exc), now)
+        for lease in pending:
+            if lease.type is LeaseType.BEST_EFFORT:
+                lease.set_state(S.QUEUED, now)
+                self._enqueue(lease)
+        self._process_queue(nexttime, now)
+
+    def _enqueue(self, lease: Lease) -> None:
+        key = (lease.submit_time, lease.id)
+        i = bisect.bisect(self._queue_keys, key)
+        self._queue_keys.insert(i, key)
+        self.queue.insert(i, lease)
+
+    def _process_queue(self, nexttime: datetime, now: datetime) -> None:
+        if not self.queue:
+            return
+        queue, keys = self.queue, self._queue_keys
+        self.queue, self._queue_keys = [], []
+        kept: list[Lease] = []
+        stop = False
+        memo = _FailureMemo()
+        full = None
+        for lease in queue:
+            if stop:
+                kept.append(lease)
+                continue
+            if not self.vm.can_schedule_in_future():
+                if full is None:
+                    full = self._site_full(nexttime)
+                if full or memo.rules_out(lease):
+                    kept.append(lease)
+                    if self.config.max_in_future == 0:
+                        stop = True
+                    continue
+            try:
+                self._schedule_lease(lease, nexttime, now)
+                full = None
+            except NotSchedulable as exc:
+                kept.append(lease)
+                memo.record(lease, getattr(exc, "kind", None))
+                if self.config.max_in_future == 0:
+                    stop = True
+        for lease in kept:
+            self._enqueue(lease)
+
+    def _site_full(self, t: datetime) -> bool:
+        """No host has a free CPU at t: nothing can start now (the reference's shortcut)."""
+        table = self.table
+        return all(table.free_at(h, t).cpu <= 1e-9 for h in table.hosts)
+
+    def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
+        """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
+        resuming = lease.state is S.SUSPENDED_QUEUED
+        at = nexttime
+        for _ in range(8):
+            placement = self.vm.schedule(lease, at)
+            migrations = []
+            if resuming and self.config.migration != "no":
+                migrations = self.vm.plan_migration(lease, placement.vm, nexttime)
+                if migrations and migrations[-1].end > placement.vm.first_start:
+                    at = migrations[-1].end  # transfers take longer than estimated: look again later
+                    continue
+            break
+        else:
+            raise NotSchedulable("memory-image transfers could not be fitted before resumption")
+        for victim in placement.victims:
+            self._preempt(victim, placement.vm.start, now)
+        vm = placement.vm
+        vm.pre = migrations + vm.pre
+        for rr in vm.pre + vm.post:
+            rr.vm = vm
+        self._set_premature_end(lease, vm)
+        lease.reservations.append(vm)
+        for rr in vm.all_parts():
+            self._commit(rr)
+        if placement.in_future:
+            self.vm.future_leases.add(lease.id)
+        if resuming:
+            lease.set_state(S.SUSPENDED_SCHEDULED, now)
+        else:
+            lease.set_state(S.SCHEDULED, now)
+        log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+
+    def _set_premature_end(self, lease: Lease, vm: Reservation) -> None:
+        remaining = lease.remaining_real
+        vm.premature_end = None
+        if remaining is not None and remaining < vm.end - vm.start:
+            vm.premature_end = vm.start + max(remaining, ZERO)
+
+    # -- preemption ------------------------------------------------------------------------------------------
+    def _preempt(self, lease: Lease, at: datetime, now: datetime) -> None:
+        """Make `lease` give way from `at`: suspend it to be done by then, or cancel and requeue it."""
+        vm = lease.last_vm
+        if vm is None or vm not in self.table:
+            raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
+        suspension = self.config.suspension
+        requeue = (
+            (vm.state is ReservationState.SCHEDULED and vm.start >= at)
+            or suspension == "none"
+            or (suspension == "serial" and lease.numnodes > 1)
+            or lease.state not in (S.ACTIVE, S.SCHEDULED, S.RESUMED_READY)
+            or not self.vm.can_suspend_by(lease, vm, min(vm.end, at), now)
+        )
+        log.info("lease %s preempted at %s (%s)", lease.id, at, "requeue" if requeue else "suspend")
+        if requeue:
+            self._requeue(lease, now)
+            return
+        for rr in vm.post:
+            self._uncommit(rr)
+        self._uncommit(vm)
+        self.vm.plan_suspension(lease, vm, min(vm.end, at))
+        self._set_premature_end(lease, vm)
+        self._commit(vm)
+        for rr in vm.post:
+            self._commit(rr)
+
+    def _requeue(self, lease: Lease, now: datetime) -> None:
+        """Drop the lease's plan and put it back in the queue; running VMs are killed (their work lost)."""
+        running = lease.state in (S.ACTIVE, S.RESUMING, S.RESUMED_READY)
+        vm = lease.last_vm
+        self._drop_plan(lease, now)
+        if running:
+            self._enact("kill_vms", lease, vm)
+            lease.accumulated = ZERO
+            lease.set_state(S.QUEUED, now)
+        elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+            lease.set_state(S.SUSPENDED_QUEUED, now)
+        else:
+            lease.set_state(S.QUEUED, now)
+        lease.requeues += 1
+        self.counters["requeues"] += 1
+        self._enqueue(lease)
+
+    def _drop_plan(self, lease: Lease, now: datetime) -> None:
+        """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
+        self.vm.future_leases.discard(lease.id)
+        vm = lease.last_vm
+        if vm is None:
+            return
+        for rr in vm.all_parts():
+            if rr in self.table:
+                self._uncommit(rr)
+        if vm.state is ReservationState.ACTIVE:
+            vm.end = now
+            vm.post = []
+            vm.state = ReservationState.DONE
+        elif vm.state is ReservationState.SCHEDULED:
+            lease.reservations.pop()
+            if lease.reservations and lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+                pass  # the previous VM reservation (before suspension) stays in the history
+
+    # -- cancel / re-plan ----------------------------------------------------------------------------------------
+    def cancel(self, lease_id: int, now: datetime) -> Lease:
+        lease = self.lease(lease_id)
+        if lease.is_final:
+            raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+        running = lease.state in (S.ACTIVE, S.SUSPENDING, S.RESUMING, S.RESUMED_READY)
+        vm = lease.last_vm
+        if lease in self.pending:
+            self.pending.remove(lease)
+        if lease in self.queue:
+            i = self.queue.index(lease)
+            del self.queue[i], self._queue_keys[i]
+        self._drop_plan(lease, now)
+        if running and vm is not None:
+            self._enact("kill_vms", lease, vm)
+        lease.set_state(S.CANCELLED, now)
+        self.reevaluate(now)
+        return lease
+
+    def reevaluate(self, now: datetime) -> None:
+        """Re-plan best-effort leases planned in the future, so capacity freed early is used."""
+        nexttime = self.nexttime(now)
+        future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
+        for lease in future:
+            vm = lease.last_vm
+            if vm is None or any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts()):
+                continue
+            if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
+                continue
+            self._drop_plan(lease, now)
+            lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+            try:
+                self._schedule_lease(lease, nexttime, now)
+            except NotSchedulable:
+                self._enqueue(lease)
+
+    # -- events ------------------------------------------------------------------------------------------------
+    def _commit(self, rr: Reservation) -> None:
+        self.table.add(rr)
+        self._push(rr.start, _START, rr)
+        self._push(rr.end, _END, rr)
+        if rr.premature_end is not None:
+            self._push(rr.premature_end, _PREMATURE, rr)
+
+    def _uncommit(self, rr: Reservation) -> None:
+        self.table.remove(rr)
+
+    def _push(self, t: datetime, phase: int, rr: Reservation) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, phase, self._seq, rr))
+
+    def _is_due(self, t: datetime, phase: int, rr: Reservation) -> bool:
+        if rr not in self.table:
+            return False
+        if phase == _START:
+            return rr.state is ReservationState.SCHEDULED and rr.start == t
+        if phase == _END:
+            return rr.state is ReservationState.ACTIVE and rr.end == t
+        return rr.state is ReservationState.ACTIVE and rr.premature_end == t and rr.kind is ReservationKind.VM
+
+    def next_event_time(self) -> datetime | None:
+        events = self._events
+        while events:
+            t, phase, _, rr = events[0]
+            if self._is_due(t, phase, rr) or (phase != _START and rr in self.table
+                                              and rr.state is ReservationState.SCHEDULED):
+                return t
+            heapq.heappop(events)
+        return None
+
+    def process_events(self, now: datetime) -> bool:
+        """Handle every event due at or before `now`; True if any was handled."""
+        handled = False
+        events = self._events
+        while events and events[0][0] <= now:
+            t, phase, _, rr = heapq.heappop(events)
+            if not self._is_due(t, phase, rr):
+                continue
+            handled = True
+            if phase == _PREMATURE:
+                self._handle_premature_end(rr, now)
+            elif phase == _END:
+                self._handle_end(rr, now)
+            else:
+                self._handle_start(rr, now)
+        return handled
+
+    def _lease_of(self, rr: Reservation) -> Lease:
+        return self.leases[rr.lease_id]
+
+    def _handle_start(self, rr: Reservation, now: datetime) -> None:
+        lease = self._lease_of(rr)
+        rr.state = ReservationState.ACTIVE
+        kind = rr.kind
+        vm = rr.vm
+        if kind is ReservationKind.VM:
+            self.vm.future_leases.discard(lease.id)
+            if lease.state is S.RESUMED_READY:
+                lease.set_state(S.ACTIVE, now)
+            else:
+                lease.set_state(S.ACTIVE, now)
+                if lease.start_time is None:
+                    lease.start_time = now
+                if not self._enact("start_vms", lease, rr):
+                    return
+        elif kind is ReservationKind.SHUTDOWN:
+            if not self._enact("stop_vms", lease, rr):
+                return
+        elif kind is ReservationKind.SUSPEND:
+            if vm is not None and rr is vm.post[0]:
+                lease.set_state(S.SUSPENDING, now)
+            if not self._enact("suspend_vms", lease, rr):
+                return
+        elif kind is ReservationKind.RESUME:
+            if lease.state is not S.RESUMING:
+                lease.set_state(S.RESUMING, now)
+            if not self._enact("resume_vms", lease, rr):
+                return
+        elif kind is ReservationKind.MIGRATE:
+            if lease.state is not S.MIGRATING:
+                lease.set_state(S.MIGRATING, now)
+            self.vm.future_leases.discard(lease.id)
+            if not self._enact("migrate_images", lease, rr):
+                return
+        if rr.end <= now and rr in self.table:
+            self._handle_end(rr, now)
+
+    def _handle_end(self, rr: Reservation, now: datetime) -> None:
+        lease = self._lease_of(rr)
+        rr.state = ReservationState.DONE
+        self._uncommit(rr)
+        kind = rr.kind
+        vm = rr.vm
+        if kind is ReservationKind.VM:
+            lease.accumulated += now - rr.start
+        elif kind is ReservationKind.SHUTDOWN:
+            self._finish(lease, now)
+        elif kind is ReservationKind.SUSPEND:
+            if vm is not None and rr is vm.post[-1]:
+                lease.set_state(S.SUSPENDED_PENDING, now)
+                lease.suspensions += 1
+                self.counters["suspensions"] += 1
+                lease.set_state(S.SUSPENDED_QUEUED, now)
+                self._enqueue(lease)
+        elif kind is ReservationKind.RESUME:
+            if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
+                lease.set_state(S.RESUMED_READY, now)
+        elif kind is ReservationKind.MIGRATE:
+            if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
+                lease.set_state(S.SUSPENDED_SCHEDULED, now)
+                lease.migrations += len(rr.transfers)
+                self.counters["migrations"] += 1
+
+    def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
+        """The lease's work finished before its VM reservation did: stop it now, free the rest."""
+        lease = self._lease_of(vm)
+        for rr in vm.post:
+            if rr in self.table:
+                self._uncommit(rr)
+        vm.post = []
+        self._uncommit(vm)
+        vm.end = now
+        vm.premature_end = None
+        self.table.add(vm)
+        self.counters["premature_ends"] += 1
+        self._handle_end(vm, now)
+        self._enact("stop_vms", lease, vm)
+        if not lease.is_final:
+            self._finish(lease, now)
+        self.reevaluate(now)
+
+    def _finish(self, lease: Lease, now: datetime) -> None:
+        self.vm.future_leases.discard(lease.id)
+        lease.set_state(S.DONE, now)
+
+    # -- enactment ------------------------------------------------------------------------------------------
+    def _enact(self, operation: str, lease: Lease, rr: Reservation | None) -> bool:
+        """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went."""
+        if rr is None:
+            return True
+        try:
+            getattr(self.enactor, operation)(lease, rr)
+            return True
+        except EnactmentError as exc:
+            if self.config.on_enactment_error == "stop":
+                raise
+            log.error("lease %s: %s failed: %s", lease.id, operation, exc)
+            now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
+            self._fail(lease, f"{operation}: {exc}", now)
+            return False
+
+    def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
+        vm = lease.last_vm
+        if vm is not None:
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+        self.vm.future_leases.discard(lease.id)
+        if lease in self.queue:
+            i = self.queue.index(lease)
+            del self.queue[i], self._queue_keys[i]
+        lease.reason = reason
+        if not lease.is_final:
+            lease.set_state(S.FAILED, now)
+
+    # -- introspection -----------------------------------------------------------------------------------------
+    def active_leases(self) -> list[Lease]:
+        return [l for l in self.leases.values() if not l.is_final]
+
+    def idle(self) -> bool:
+        """Nothing pending, queued or planned."""
+        return not self.pending and not self.queue and len(self.table) == 0
+
+
+class _FailureMemo:
+    """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
+
+    Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
+    and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
+    size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
+    ("instant"), no larger lease does, whatever its duration. A lease that was placed but for too short
+    a run ("short") says nothing about larger ones and is not recorded.
+    """
+
+    def __init__(self):
+        self._failed: list[tuple[int, Resources, object, str]] = []
+
+    @staticmethod
+    def _shape(lease: Lease):
+        nodes = lease.request.nodes
+        if lease.state is not S.QUEUED or any(n != nodes[0] for n in nodes):
+            return None
+        return lease.numnodes, nodes[0], lease.remaining
+
+    def record(self, lease: Lease, kind: str | None) -> None:
+        shape = self._shape(lease)
+        if shape is not None and kind in ("strict", "instant"):
+            self._failed.append((*shape, kind))
+
+    def rules_out(self, lease: Lease) -> bool:
+        shape = self._shape(lease)
+        if shape is None:
+            return False
+        n, r, d = shape
+        for fn, fr, fd, kind in self._failed:
+            if n >= fn and (kind == "instant" or d >= fd) and all(a >= b for a, b in zip(r, fr)):
+                return True
+        return False

@@ -1,0 +1,231 @@
+"""The VM scheduler: finds when and where a lease's VMs run, and builds its reservations.
+
+It plans but does not commit: `schedule` returns the VM reservation with its overheads attached (`pre`:
+resumptions; `post`: shutdown or suspensions) and the leases that must be preempted for it; the lease
+scheduler preempts them and then puts the reservations in the slot table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..config import SchedulingConfig
+from ..errors import InconsistentSchedule, NotSchedulable
+from ..lease import Lease, LeaseType
+from ..mapper import Mapper, Mapping
+from ..reservations import Reservation, ReservationKind
+from ..resources import NOTHING, Resources, add
+from ..slottable import SlotTable
+from ..states import SUSPENDED_STATES
+from .overheads import Overheads
+
+
+@dataclass
+class Placement:
+    """A planned VM reservation (overheads attached) and the leases that must make way for it."""
+
+    vm: Reservation
+    victims: list[Lease]
+    in_future: bool = False
+    migrations: list[Reservation] | None = None
+
+
+class VMScheduler:
+    def __init__(self, table: SlotTable, mapper: Mapper, config: SchedulingConfig, lease_of: Callable[[int], Lease]):
+        self.table = table
+        self.mapper = mapper
+        self.config = config
+        self.overheads = Overheads(config)
+        self.lease_of = lease_of
+        #: best-effort leases planned in the future by backfilling (at most `max_in_future` of them)
+        self.future_leases: set[int] = set()
+
+    # -- entry point -------------------------------------------------------------------------------------
+    def can_schedule_in_future(self) -> bool:
+        limit = self.config.max_in_future
+        return limit == -1 or len(self.future_leases) < limit
+
+    def schedule(self, lease: Lease, nexttime: datetime) -> Placement:
+        if lease.type is LeaseType.ADVANCE_RESERVATION:
+            return self._schedule_exact(lease, nexttime)
+        if lease.type is LeaseType.IMMEDIATE:
+            return self._schedule_asap(lease, nexttime, allow_future=False)
+        return self._schedule_asap(lease, nexttime, allow_future=self.can_schedule_in_future())
+
+    # -- advance reservations ------------------------------------------------------------------------------------
+    def _schedule_exact(self, lease: Lease, nexttime: datetime) -> Placement:
+        start = lease.request.start
+        assert start is not None
+        if start < nexttime:
+            raise NotSchedulable(f"start {start.isoformat()} is in the past (now {nexttime.isoformat()})")
+        end = start + lease.request.duration
+        mapping = self.mapper.map(lease, start, end, strict_end=True, allow_preemption=True, lease_of=self.lease_of)
+        if mapping is None:
+            raise NotSchedulable("not enough resources in the requested interval")
+        vm = self._vm_reservation(lease, start, end, mapping)
+        self._plan_shutdown(lease, vm)
+        return Placement(vm=vm, victims=mapping.victims)
+
+    # -- as soon as possible ------------------------------------------------------------------------------------
+    def _schedule_asap(self, lease: Lease, nexttime: datetime, allow_future: bool) -> Placement:
+        resuming = lease.state in SUSPENDED_STATES
+        remaining = lease.remaining
+        shutdown = self.overheads.shutdown_time(lease)
+        min_duration = self.overheads.scheduling_threshold(lease, resuming)
+        only_hosts = None
+        earliest = nexttime
+        if resuming:
+            last = lease.last_vm
+            assert last is not None
+            if self.config.migration == "no":
+                only_hosts = set(last.nodes.values())
+            else:
+                earliest = nexttime + self.overheads.estimate_migration(lease, last.nodes)
+        duration = remaining + shutdown
+        if resuming:
+            duration += self.overheads.estimate_resume(lease)
+
+        strict_end = self.config.suspension == "none" or (self.config.suspension == "serial" and lease.numnodes > 1)
+        found, too_short = self._fit_at(lease, [earliest], duration, min_duration, strict_end, only_hosts)
+        in_future = False
+        if found is None and allow_future:
+            found, _ = self._fit_at(lease, self._future_points(earliest), duration, min_duration, strict_end,
+                                    only_hosts)
+            in_future = True
+            if found is None:
+                raise NotSchedulable("the lease does not fit even on an empty site")
+        if found is None:
+            exc = NotSchedulable("not enough resources available now")
+            # why, for the queue's failure memo: "short" (placed, but not for long enough) is not monotone
+            exc.kind = "short" if too_short else ("strict" if strict_end else "instant")
+            raise exc
+        start, mapping = found
+        vm = self._vm_reservation(lease, start, mapping.end, mapping)
+        if resuming:
+            self._plan_resumption(lease, vm, start)
+        if vm.end - vm.start < remaining + shutdown:
+            self.plan_suspension(lease, vm, vm.end)
+        else:
+            if vm.end - vm.start > remaining + shutdown:
+                vm.end = vm.start + remaining + shutdown
+            self._plan_shutdown(lease, vm)
+        return Placement(vm=vm, victims=[], in_future=in_future)
+
+    def _fit_at(self, lease: Lease, points: list[datetime], duration, min_duration, strict_end: bool,
+                only_hosts) -> tuple[tuple[datetime, Mapping] | None, bool]:
+        """The first point at which the lease maps for its duration (or at least `min_duration` when it
+        may be suspended), and whether some mapping was refused only for being too short."""
+        too_short = False
+        for start in points:
+            end = start + duration
+            mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts)
+            if mapping is None:
+                continue
+            if mapping.end < end and mapping.end - start < min_duration:
+                too_short = True
+                continue
+            return (start, mapping), too_short
+        return None, too_short
+
+    def _future_points(self, after: datetime) -> list[datetime]:
+        """Times after `after` at which VM reservations (with their shutdown or suspension) end."""
+        points = set()
+        for rr in self.table.reservations_ending_after(after):
+            if rr.kind is ReservationKind.VM:
+                points.add(rr.final_end)
+            elif rr.kind in (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND):
+                points.add(rr.end)
+        return sorted(p for p in points if p > after)
+
+    # -- building reservations ---------------------------------------------------------------------------------
+    def _vm_reservation(self, lease: Lease, start: datetime, end: datetime, mapping: Mapping) -> Reservation:
+        return Reservation(lease_id=lease.id, kind=ReservationKind.VM, start=start, end=end,
+                           resources=mapping.per_host(lease), nodes=dict(mapping.nodes))
+
+    def _held(self, lease: Lease, steps_nodes: dict[str, list[int]], with_image: bool) -> dict[str, Resources]:
+        """What a suspend/resume step holds per host: the VMs concerned (and disk for their images)."""
+        held = {}
+        for host, vnodes in steps_nodes.items():
+            amount = NOTHING
+            for v in vnodes:
+                node = lease.request.nodes[v]
+                amount = add(amount, Resources(node.cpu, node.memory, node.memory if with_image else 0, 0, 0))
+            held[host] = self._metered(host, amount)
+        return held
+
+    def _metered(self, host: str, amount: Resources) -> Resources:
+        """Drop amounts of resources the host does not meter (declared capacity 0), e.g. disk or network
+        on a site described only by CPU and memory."""
+        cap = self.table.capacity(host)
+        return Resources(*(a if c > 0 else 0 for a, c in zip(amount, cap)))
+
+    def _plan_shutdown(self, lease: Lease, vm: Reservation) -> None:
+        shutdown = self.overheads.shutdown_time(lease)
+        start = vm.end - shutdown
+        rr = Reservation(lease_id=lease.id, kind=ReservationKind.SHUTDOWN, start=start, end=vm.end,
+                         resources=dict(vm.resources), nodes=dict(vm.nodes), vm=vm)
+        vm.end = start
+        vm.post = [rr]
+
+    def plan_suspension(self, lease: Lease, vm: Reservation, by: datetime) -> None:
+        """Replace the VM reservation's post-overheads with suspensions that end by `by`."""
+        if by < vm.start or by > vm.final_end:
+            raise InconsistentSchedule(f"lease {lease.id}: suspension by {by} outside its VM reservation "
+                                       f"({vm.start}-{vm.final_end})")
+        steps = self.overheads.suspend_layout(lease, vm.nodes, by)
+        rrs = [Reservation(lease_id=lease.id, kind=ReservationKind.SUSPEND, start=s, end=e,
+                           resources=self._held(lease, hosts, with_image=True),
+                           nodes={v: h for h, vs in hosts.items() for v in vs}, vm=vm)
+               for s, e, hosts in steps]
+        if rrs[0].start < vm.start:
+            raise InconsistentSchedule(f"lease {lease.id}: suspension would start at {rrs[0].start}, "
+                                       f"before its VM reservation starts ({vm.start})")
+        vm.end = rrs[0].start
+        vm.post = rrs
+
+    def _plan_resumption(self, lease: Lease, vm: Reservation, at: datetime) -> None:
+        steps = self.overheads.resume_layout(lease, vm.nodes, at)
+        rrs = [Reservation(lease_id=lease.id, kind=ReservationKind.RESUME, start=s, end=e,
+                           resources=self._held(lease, hosts, with_image=False),
+                           nodes={v: h for h, vs in hosts.items() for v in vs}, vm=vm)
+               for s, e, hosts in steps]
+        if rrs[-1].end > vm.end:
+            raise InconsistentSchedule(f"lease {lease.id}: resumption would end at {rrs[-1].end}, after its VM "
+                                       f"reservation ends ({vm.end})")
+        vm.start = rrs[-1].end
+        vm.pre = rrs
+
+    def plan_migration(self, lease: Lease, vm: Reservation, nexttime: datetime) -> list[Reservation]:
+        """Memory-image transfers for a suspended lease resuming on other hosts, before `vm` resumes."""
+        last = lease.last_vm
+        assert last is not None
+        moves = {v: (last.nodes[v], vm.nodes[v]) for v in vm.nodes if last.nodes[v] != vm.nodes[v]}
+        if not moves:
+            return []
+        start = max(last.final_end, nexttime)
+        if self.config.migration == "yes-notransfer":
+            return [Reservation(lease_id=lease.id, kind=ReservationKind.MIGRATE, start=start, end=start,
+                                resources={}, transfers=moves, vm=vm)]
+        bandwidth = self.config.migration_bandwidth
+        rrs = []
+        for moves_now in self.overheads.migration_rounds(lease, moves):
+            length = self.overheads.transfer_time(max(lease.request.nodes[v].memory for v in moves_now))
+            held: dict[str, Resources] = {}
+            for src, dst in moves_now.values():
+                held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))
+                held[dst] = add(held.get(dst, NOTHING), self._metered(dst, Resources(0, 0, 0, bandwidth, 0)))
+            held = {h: r for h, r in held.items() if r != NOTHING}
+            rrs.append(Reservation(lease_id=lease.id, kind=ReservationKind.MIGRATE, start=start,
+                                   end=start + length, resources=held, transfers=dict(moves_now), vm=vm))
+            start += length
+        return rrs
+
+    # -- preemption ----------------------------------------------------------------------------------------
+    def can_suspend_by(self, lease: Lease, vm: Reservation, by: datetime, now: datetime) -> bool:
+        """Enough run before `by` to be worth it, and the suspension would not have to start in the past."""
+        if by - vm.start < self.overheads.scheduling_threshold(lease, resuming=False):
+            return False
+        first = self.overheads.suspend_layout(lease, vm.nodes, by)[0][0]
+        return first >= now and first >= vm.start
