@@ -60,11 +60,21 @@ class LeaseRequest:
     name: str = ""
     dirty_rate_mib_s: float | None = None   # per-lease memory dirty rate for live-migration predictions
 
+    #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
+    #: every node is alike (None otherwise)
+    total: Resources = field(default=Resources(), init=False, repr=False, compare=False)
+    uniform: Resources | None = field(default=None, init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if not self.nodes:
             raise InvalidRequest("nodes", "a lease needs at least one node")
+        checked = set()
         for i, node in enumerate(self.nodes):
-            node.validate(f"nodes[{i}]")
+            if node not in checked:   # a 64-node lease usually has one node size: check it once
+                node.validate(f"nodes[{i}]")
+                checked.add(node)
+        object.__setattr__(self, "total", Resources(*(sum(n[i] for n in self.nodes) for i in range(5))))
+        object.__setattr__(self, "uniform", self.nodes[0] if len(checked) == 1 else None)
         if self.duration <= ZERO:
             raise InvalidRequest("duration", f"must be positive (got {self.duration})")
         object.__setattr__(self, "submit_time", as_utc(self.submit_time, "submit_time"))
@@ -81,6 +91,7 @@ class LeaseRequest:
     @property
     def numnodes(self) -> int:
         return len(self.nodes)
+
 
     @property
     def end(self) -> datetime | None:
@@ -120,6 +131,10 @@ class Lease:
     @property
     def submit_time(self) -> datetime:
         return self.request.submit_time
+
+    @property
+    def total_request(self) -> Resources:
+        return self.request.total
 
     @property
     def remaining(self) -> timedelta:

@@ -69,11 +69,18 @@ class Mapper:
                strict_end: bool, excluding: Collection[Reservation]) -> Mapping | None:
         table = self.table
         requests = lease.request.nodes
-        smallest = min((requests[v] for v in vnodes), key=lambda r: (r.memory, r.cpu))
-        candidates = [h for h in hosts if fits(table.usage_at(h, start, excluding), smallest, table.capacity(h))]
+        # per resource, the least any node asks: a host where even that does not fit can hold no node
+        # (the node with the least memory is not enough: it may need more CPU than another node)
+        smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
+        if not excluding and len(hosts) == len(table.hosts):
+            states = table.all_host_states(start)   # cached until the table changes
+        else:
+            states = table.host_states(hosts, start, excluding)
+        candidates = [st for st in states if fits(st[1], smallest, st[2])]
         if not candidates:
             return None
-        ordered = self.host_selection.order(table, candidates, start, excluding)
+        ordered = self.host_selection.rank(candidates)
+        at_start = {st[0]: st for st in candidates}
         remaining = list(vnodes)
         nodes: dict[int, str] = {}
         held: dict[str, Resources] = {}
@@ -81,6 +88,9 @@ class Mapper:
 
         def try_add(host: str, vnode: int) -> bool:
             trial = add(held.get(host, NOTHING), requests[vnode])
+            _, used, cap, _ = at_start[host]
+            if not fits(used, trial, cap):   # not even at the start: no need to walk the timeline
+                return False
             if strict_end:
                 if not table.fits(host, trial, start, end, excluding):
                     return False
@@ -94,10 +104,29 @@ class Mapper:
             nodes[vnode] = host
             return True
 
+        uniform = lease.request.uniform is not None
+
+        def take_first_fitting(host: str) -> bool:
+            if uniform:   # all nodes alike: the first one stands for any
+                if try_add(host, remaining[0]):
+                    del remaining[0]
+                    return True
+                return False
+            # first fit, largest node first: a node that does not fit must not stop a smaller one
+            failed: set[Resources] = set()   # identical nodes need not be tried twice
+            for i, vnode in enumerate(remaining):
+                if requests[vnode] in failed:
+                    continue
+                if try_add(host, vnode):
+                    del remaining[i]
+                    return True
+                failed.add(requests[vnode])
+            return False
+
         if self.host_selection.packs:
             for host in ordered:
-                while remaining and try_add(host, remaining[0]):
-                    remaining.pop(0)
+                while remaining and take_first_fitting(host):
+                    pass
                 if not remaining:
                     break
         else:
@@ -107,8 +136,7 @@ class Mapper:
                 for host in active:
                     if not remaining:
                         break
-                    if try_add(host, remaining[0]):
-                        remaining.pop(0)
+                    if take_first_fitting(host):
                         still.append(host)
                 active = still
         if remaining:

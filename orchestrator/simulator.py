@@ -189,6 +189,9 @@ def check_invariants(sched: LeaseScheduler, now: datetime) -> None:
                 raise AssertionError(f"AR lease {lease.id} started at {lease.start_time}, asked {lease.request.start}")
         if lease.state is LeaseState.DONE:
             expected = lease.request.duration
+            if lease.type is LeaseType.ADVANCE_RESERVATION:
+                # an AR's slot is exact: its shutdown is carved from the end of the slot
+                expected -= sched.vm.overheads.shutdown_time(lease)
             if lease.request.real_duration is not None:
                 expected = min(expected, lease.request.real_duration)
             if lease.accumulated != expected:

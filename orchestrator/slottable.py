@@ -21,6 +21,7 @@ preempted" without touching the table.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 
@@ -93,15 +94,37 @@ class HostTimeline:
         self._unsplit(end)
 
     # -- queries --------------------------------------------------------------------------------------
-    def usage_at(self, t: datetime) -> Resources:
+    def _floor(self, t: datetime) -> datetime | None:
+        """The last breakpoint at or before t. This is the hottest call of a simulation, so it bisects
+        SortedList's two levels (`_maxes`, `_lists`: documented, stable internals of sortedcontainers)
+        directly instead of going through `bisect_right` + positional indexing, which costs 3x more."""
         times = self._times
-        i = times.bisect_right(t)
-        return self._usage[times[i - 1]] if i else NOTHING
+        maxes = times._maxes
+        if not maxes:
+            return None
+        pos = bisect_right(maxes, t)
+        if pos == len(maxes):
+            return maxes[-1]
+        sub = times._lists[pos]
+        i = bisect_right(sub, t)
+        if i:
+            return sub[i - 1]
+        return maxes[pos - 1] if pos else None
+
+    def usage_at(self, t: datetime) -> Resources:
+        bp = self._floor(t)
+        return NOTHING if bp is None else self._usage[bp]
+
+    def state_at(self, t: datetime) -> tuple[Resources, int]:
+        """(usage, number of reservations) at t, with one bisect."""
+        bp = self._floor(t)
+        if bp is None:
+            return NOTHING, 0
+        return self._usage[bp], self._count[bp]
 
     def count_at(self, t: datetime) -> int:
-        times = self._times
-        i = times.bisect_right(t)
-        return self._count[times[i - 1]] if i else 0
+        bp = self._floor(t)
+        return 0 if bp is None else self._count[bp]
 
     def last_breakpoint(self) -> datetime | None:
         """After this time the host is empty."""
@@ -150,6 +173,12 @@ class SlotTable:
         self._by_lease: dict[int, dict[int, Reservation]] = {}
         self._by_end: SortedKeyList = SortedKeyList(key=lambda r: (r.end, r.id))
         self._next_id = 1
+        #: the whole site as one timeline (sum of all hosts): a cheap necessary condition before mapping
+        self._site = HostTimeline("*site*", NOTHING)
+        self._largest: Resources | None = None
+        self._version = 0   # bumped on every change; keys the host-state cache
+        self._states_key: tuple | None = None
+        self._states: list = []
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
         for name, capacity in items:
             self.add_host(name, capacity)
@@ -160,12 +189,18 @@ class SlotTable:
             raise InvalidRequest("host", f"{name!r} is already in the slot table")
         capacity.validate(f"host {name}")
         self._hosts[name] = HostTimeline(name, capacity)
+        self._largest = None
+        self._version += 1
+        self._site.capacity = add(self._site.capacity, capacity)
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
         if len(timeline):
             raise InvalidRequest("host", f"{name!r} still has reservations")
         del self._hosts[name]
+        self._largest = None
+        self._version += 1
+        self._site.capacity = sub(self._site.capacity, timeline.capacity)
 
     @property
     def hosts(self) -> list[str]:
@@ -185,10 +220,10 @@ class SlotTable:
 
     def largest_capacity(self) -> Resources:
         """Per resource, the largest single-host capacity: a node asking more can never be placed."""
-        caps = [t.capacity for t in self._hosts.values()]
-        if not caps:
-            return NOTHING
-        return Resources(*(max(c[i] for c in caps) for i in range(5)))
+        if self._largest is None:
+            caps = [t.capacity for t in self._hosts.values()]
+            self._largest = Resources(*(max(c[i] for c in caps) for i in range(5))) if caps else NOTHING
+        return self._largest
 
     # -- reservations ------------------------------------------------------------------------------------
     def add(self, rr: Reservation) -> Reservation:
@@ -208,9 +243,13 @@ class SlotTable:
         return rr
 
     def _insert(self, rr: Reservation) -> None:
-        if rr.end > rr.start:
+        self._version += 1
+        if rr.end > rr.start and rr.resources:
+            total = NOTHING
             for host, amount in rr.resources.items():
                 self._hosts[host].add(rr.start, rr.end, amount)
+                total = add(total, amount)
+            self._site.add(rr.start, rr.end, total)
         self._reservations[rr.id] = rr
         self._by_lease.setdefault(rr.lease_id, {})[rr.id] = rr
         self._by_end.add(rr)
@@ -219,9 +258,13 @@ class SlotTable:
         if self._reservations.get(rr.id) is not rr:
             raise InconsistentSchedule(f"reservation {rr!r} is not in the slot table")
         self._by_end.remove(rr)
-        if rr.end > rr.start:
+        self._version += 1
+        if rr.end > rr.start and rr.resources:
+            total = NOTHING
             for host, amount in rr.resources.items():
                 self._hosts[host].remove(rr.start, rr.end, amount)
+                total = add(total, amount)
+            self._site.remove(rr.start, rr.end, total)
         del self._reservations[rr.id]
         lease_rrs = self._by_lease[rr.lease_id]
         del lease_rrs[rr.id]
@@ -313,6 +356,49 @@ class SlotTable:
                 return None if first else seg_start
             first = False
         return t2 if t2 is not None else FOREVER
+
+    def site_latest_fit(self, total: Resources, t1: datetime, t2: datetime | None = None,
+                        excluding: Collection[Reservation] = ()) -> datetime | None:
+        """`latest_fit` for the whole site as if it were one host: a necessary condition for any
+        mapping of a lease needing `total` (a mapping's end can never be later), in O(log n)."""
+        tl = self._site
+        cap = tl.capacity
+        first = True
+        relevant = [r for r in excluding if self._reservations.get(r.id) is r and r.end > t1
+                    and (t2 is None or r.start < t2)] if excluding else None
+        for seg_start, used in tl.segments(t1, t2):
+            if relevant:
+                for r in relevant:
+                    if r.start <= seg_start < r.end:
+                        for amount in r.resources.values():
+                            used = sub(used, amount)
+            if not fits(used, total, cap):
+                return None if first else seg_start
+            first = False
+        return t2 if t2 is not None else FOREVER
+
+    def all_host_states(self, t: datetime) -> list[tuple[str, Resources, Resources, int]]:
+        """`host_states` of every host, remembered until the table changes: a queue pass asks it for
+        the same time over and over while leases keep failing to fit."""
+        key = (t, self._version)
+        if self._states_key != key:
+            self._states = self.host_states(self._hosts, t)
+            self._states_key = key
+        return self._states
+
+    def host_states(self, hosts: Iterable[str], t: datetime,
+                    excluding: Collection[Reservation] = ()) -> list[tuple[str, Resources, Resources, int]]:
+        """(host, usage, capacity, reservation count) at t for each host: what the mapper filters and
+        the host-selection policies score, gathered with one bisect per host."""
+        out = []
+        timelines = self._hosts
+        for h in hosts:
+            tl = timelines[h]
+            used, count = tl.state_at(t)
+            if excluding:
+                used = sub(used, _excluded_amount(_relevant(excluding, h, t, None, self._reservations), h, t))
+            out.append((h, used, tl.capacity, count))
+        return out
 
     def changepoints_after(self, t: datetime, until: datetime | None = None,
                            hosts: Iterable[str] | None = None) -> list[datetime]:

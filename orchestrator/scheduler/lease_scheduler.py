@@ -55,6 +55,8 @@ class LeaseScheduler:
         self._events: list[tuple] = []
         self._seq = 0
         self._next_id = 1
+        self._misfit_cache: dict[tuple, str | None] = {}
+        self._queue_dirty = False
         self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "premature_ends": 0}
 
     # -- leases -------------------------------------------------------------------------------------------
@@ -84,6 +86,12 @@ class LeaseScheduler:
 
     def _site_misfit(self, lease: Lease) -> str | None:
         """A lease that could not run even on an empty site is rejected now rather than queued forever."""
+        key = lease.request.nodes
+        if key not in self._misfit_cache:
+            self._misfit_cache[key] = self._site_misfit_uncached(lease)
+        return self._misfit_cache[key]
+
+    def _site_misfit_uncached(self, lease: Lease) -> str | None:
         caps = [self.table.capacity(h) for h in self.table.hosts]
         largest = self.table.largest_capacity()
         for i, node in enumerate(lease.request.nodes):
@@ -129,14 +137,24 @@ class LeaseScheduler:
                 self._enqueue(lease)
         self._process_queue(nexttime, now)
 
+    def _forget_future(self, lease: Lease) -> None:
+        """The lease no longer counts against the backfilling budget (it started, ended or was dropped)."""
+        if lease.id in self.vm.future_leases:
+            self.vm.future_leases.discard(lease.id)
+            self._queue_dirty = True
+
     def _enqueue(self, lease: Lease) -> None:
+        self._queue_dirty = True
         key = (lease.submit_time, lease.id)
         i = bisect.bisect(self._queue_keys, key)
         self._queue_keys.insert(i, key)
         self.queue.insert(i, lease)
 
     def _process_queue(self, nexttime: datetime, now: datetime) -> None:
-        if not self.queue:
+        """One pass over the queue in submit order. Skipped when nothing changed since the last pass:
+        with no reservation removed (none ended, was cut or dropped) every host's usage is the same or
+        higher at every future instant, so every lease that did not fit then does not fit now."""
+        if not self.queue or not self._queue_dirty:
             return
         queue, keys = self.queue, self._queue_keys
         self.queue, self._queue_keys = [], []
@@ -166,11 +184,11 @@ class LeaseScheduler:
                     stop = True
         for lease in kept:
             self._enqueue(lease)
+        self._queue_dirty = False
 
     def _site_full(self, t: datetime) -> bool:
-        """No host has a free CPU at t: nothing can start now (the reference's shortcut)."""
-        table = self.table
-        return all(table.free_at(h, t).cpu <= 1e-9 for h in table.hosts)
+        """No CPU free anywhere at t: nothing can start now (the reference's shortcut, in O(log n))."""
+        return self.table.site_latest_fit(Resources(cpu=1e-6), t) is None
 
     def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
         """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
@@ -257,7 +275,7 @@ class LeaseScheduler:
 
     def _drop_plan(self, lease: Lease, now: datetime) -> None:
         """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
-        self.vm.future_leases.discard(lease.id)
+        self._forget_future(lease)
         vm = lease.last_vm
         if vm is None:
             return
@@ -302,6 +320,8 @@ class LeaseScheduler:
                 continue
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
                 continue
+            if not self.vm.could_start_earlier(lease, vm, nexttime):
+                continue
             self._drop_plan(lease, now)
             lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
             try:
@@ -319,6 +339,7 @@ class LeaseScheduler:
 
     def _uncommit(self, rr: Reservation) -> None:
         self.table.remove(rr)
+        self._queue_dirty = True
 
     def _push(self, t: datetime, phase: int, rr: Reservation) -> None:
         self._seq += 1
@@ -369,7 +390,7 @@ class LeaseScheduler:
         kind = rr.kind
         vm = rr.vm
         if kind is ReservationKind.VM:
-            self.vm.future_leases.discard(lease.id)
+            self._forget_future(lease)
             if lease.state is S.RESUMED_READY:
                 lease.set_state(S.ACTIVE, now)
             else:
@@ -394,7 +415,7 @@ class LeaseScheduler:
         elif kind is ReservationKind.MIGRATE:
             if lease.state is not S.MIGRATING:
                 lease.set_state(S.MIGRATING, now)
-            self.vm.future_leases.discard(lease.id)
+            self._forget_future(lease)
             if not self._enact("migrate_images", lease, rr):
                 return
         if rr.end <= now and rr in self.table:
@@ -433,19 +454,19 @@ class LeaseScheduler:
             if rr in self.table:
                 self._uncommit(rr)
         vm.post = []
+        vm.premature_end = None
+        self.counters["premature_ends"] += 1
         self._uncommit(vm)
         vm.end = now
-        vm.premature_end = None
-        self.table.add(vm)
-        self.counters["premature_ends"] += 1
-        self._handle_end(vm, now)
+        vm.state = ReservationState.DONE
+        lease.accumulated += now - vm.start
         self._enact("stop_vms", lease, vm)
         if not lease.is_final:
             self._finish(lease, now)
         self.reevaluate(now)
 
     def _finish(self, lease: Lease, now: datetime) -> None:
-        self.vm.future_leases.discard(lease.id)
+        self._forget_future(lease)
         lease.set_state(S.DONE, now)
 
     # -- enactment ------------------------------------------------------------------------------------------
@@ -470,7 +491,7 @@ class LeaseScheduler:
             for rr in vm.all_parts():
                 if rr in self.table:
                     self._uncommit(rr)
-        self.vm.future_leases.discard(lease.id)
+        self._forget_future(lease)
         if lease in self.queue:
             i = self.queue.index(lease)
             del self.queue[i], self._queue_keys[i]
@@ -498,26 +519,37 @@ class _FailureMemo:
     """
 
     def __init__(self):
-        self._failed: list[tuple[int, Resources, object, str]] = []
+        self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
 
     @staticmethod
     def _shape(lease: Lease):
-        nodes = lease.request.nodes
-        if lease.state is not S.QUEUED or any(n != nodes[0] for n in nodes):
+        node = lease.request.uniform
+        if node is None or lease.state is not S.QUEUED:
             return None
-        return lease.numnodes, nodes[0], lease.remaining
+        return lease.numnodes, node, lease.remaining
 
     def record(self, lease: Lease, kind: str | None) -> None:
         shape = self._shape(lease)
-        if shape is not None and kind in ("strict", "instant"):
-            self._failed.append((*shape, kind))
+        if shape is None or kind not in ("strict", "instant"):
+            return
+        n, r, d = shape
+        entries = self._failed.setdefault(r, [])
+        # keep only the smallest failures: an entry the new one rules out is redundant
+        entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
+                      if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
+        entries.append((n, d, kind))
 
     def rules_out(self, lease: Lease) -> bool:
+        if not self._failed:
+            return False
         shape = self._shape(lease)
         if shape is None:
             return False
         n, r, d = shape
-        for fn, fr, fd, kind in self._failed:
-            if n >= fn and (kind == "instant" or d >= fd) and all(a >= b for a, b in zip(r, fr)):
-                return True
+        for fr, entries in self._failed.items():
+            if fr != r and not all(a >= b for a, b in zip(r, fr)):
+                continue
+            for fn, fd, kind in entries:
+                if n >= fn and (kind == "instant" or d >= fd):
+                    return True
         return False

@@ -23,6 +23,7 @@ Step = tuple[datetime, datetime, dict[str, list[int]]]
 class Overheads:
     def __init__(self, config: SchedulingConfig):
         self.config = config
+        self._thresholds: dict[tuple[int, bool], timedelta] = {}
 
     # -- per VM ------------------------------------------------------------------------------------------
     def _per_vm(self, memory_mib: float, rate: float, override: timedelta | None) -> timedelta:
@@ -54,10 +55,14 @@ class Overheads:
         started only to be suspended at once (thrashing)."""
         if self.config.force_scheduling_threshold is not None:
             return self.config.force_scheduling_threshold
-        safe = self.estimate_suspend(lease)
-        if resuming:
-            safe += self.estimate_resume(lease)
-        return safe + safe * self.config.scheduling_threshold_factor
+        key = (lease.id, resuming)   # a lease's nodes never change: compute once
+        cached = self._thresholds.get(key)
+        if cached is None:
+            safe = self.estimate_suspend(lease)
+            if resuming:
+                safe += self.estimate_resume(lease)
+            cached = self._thresholds[key] = safe + safe * self.config.scheduling_threshold_factor
+        return cached
 
     def transfer_time(self, memory_mib: float) -> timedelta:
         return ceil_seconds(memory_mib / self.config.migration_bandwidth)

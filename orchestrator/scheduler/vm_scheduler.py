@@ -118,8 +118,20 @@ class VMScheduler:
         """The first point at which the lease maps for its duration (or at least `min_duration` when it
         may be suspended), and whether some mapping was refused only for being too short."""
         too_short = False
+        total = lease.total_request
+        site_latest_fit = self.table.site_latest_fit
         for start in points:
             end = start + duration
+            # the whole site as one host first: O(log n), and most points fail here
+            site_end = site_latest_fit(total, start, end)
+            if site_end is None:
+                continue
+            if site_end < end:
+                if strict_end:
+                    continue
+                if site_end - start < min_duration:
+                    too_short = True  # (a real mapping could only be shorter)
+                    continue
             mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts)
             if mapping is None:
                 continue
@@ -221,6 +233,27 @@ class VMScheduler:
                                    end=start + length, resources=held, transfers=dict(moves_now), vm=vm))
             start += length
         return rrs
+
+    def could_start_earlier(self, lease: Lease, vm: Reservation, nexttime: datetime) -> bool:
+        """Whether the whole site (as one host, without the lease's own plan) has room for the lease at
+        some point before its planned start: if not, re-planning it cannot move it earlier."""
+        own = vm.all_parts()
+        planned_start = vm.first_start
+        duration = vm.final_end - planned_start
+        min_duration = self.overheads.scheduling_threshold(lease, lease.state in SUSPENDED_STATES)
+        strict_end = self.config.suspension == "none" or (self.config.suspension == "serial" and lease.numnodes > 1)
+        total = lease.total_request
+        points = [nexttime] + [p for p in self._future_points(nexttime) if p < planned_start]
+        for start in points:
+            if start >= planned_start:
+                break
+            end = start + duration
+            site_end = self.table.site_latest_fit(total, start, end, excluding=own)
+            if site_end is None:
+                continue
+            if site_end >= end or (not strict_end and site_end - start >= min_duration):
+                return True
+        return False
 
     # -- preemption ----------------------------------------------------------------------------------------
     def can_suspend_by(self, lease: Lease, vm: Reservation, by: datetime, now: datetime) -> bool:
