@@ -9,6 +9,7 @@ Units: `cpu` in percent of one core (100 = one vCPU, as in Haizea's LWF), `memor
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from .errors import InvalidRequest
@@ -33,6 +34,8 @@ class Resources(NamedTuple):
     def validate(self, what: str = "resources", allow_zero_cpu: bool = False) -> "Resources":
         """Refuse negative amounts and a VM without CPU or memory; names the offending field."""
         for name, value in zip(self._fields, self):
+            if value != value:  # NaN compares false with everything and would slip through
+                raise InvalidRequest(f"{what}.{name}", "is not a number (got nan)")
             if value < 0:
                 raise InvalidRequest(f"{what}.{name}", f"must not be negative (got {value})")
         if not allow_zero_cpu and self.cpu <= 0:
@@ -98,6 +101,8 @@ def parse_capacity(text: str, field: str = "capacity") -> Resources:
             number = float(amount)
         except ValueError:
             raise InvalidRequest(f"{field}.{key}", f"{amount.strip()!r} is not a number") from None
+        if not math.isfinite(number):
+            raise InvalidRequest(f"{field}.{key}", f"{amount.strip()!r} is not a finite number")
         if number < 0:
             raise InvalidRequest(f"{field}.{key}", f"must not be negative (got {amount.strip()})")
         values[names[key]] = number

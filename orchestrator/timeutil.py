@@ -43,6 +43,13 @@ def ceil_seconds(seconds: float) -> timedelta:
     return timedelta(seconds=math.ceil(seconds - 1e-9))
 
 
+def _number(digits: str, field: str, problem: str) -> float:
+    try:
+        return float(digits)   # digits and dots only: fails on "1.2.3" or "."
+    except ValueError:
+        raise InvalidRequest(field, problem) from None
+
+
 def parse_duration(text: str, field: str = "duration") -> timedelta:
     """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta."""
     raw = str(text).strip().lower()
@@ -60,6 +67,7 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
         value = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     else:
         units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+        bad = f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)"
         total = 0.0
         number = ""
         body = raw.lstrip("-+")
@@ -67,12 +75,12 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
             if ch.isdigit() or ch == ".":
                 number += ch
             elif ch in units and number:
-                total += float(number) * units[ch]
+                total += _number(number, field, bad) * units[ch]
                 number = ""
             else:
-                raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)")
+                raise InvalidRequest(field, bad)
         if number:
-            total += float(number)
+            total += _number(number, field, bad)
         value = timedelta(seconds=total)
     if negative:
         value = -value
