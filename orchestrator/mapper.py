@@ -15,6 +15,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
+
 from .lease import Lease
 from .policies import HostSelectionPolicy, PreemptionPolicy
 from .reservations import Reservation
@@ -73,14 +75,33 @@ class Mapper:
         # (the node with the least memory is not enough: it may need more CPU than another node)
         smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
         if not excluding and len(hosts) == len(table.hosts):
-            states = table.all_host_states(start)   # cached until the table changes
+            names = table.states.names
+            used, count = table.states.at(start)   # valid incrementally: no per-host bisect
+            cap = table.states.capacity
         else:
             states = table.host_states(hosts, start, excluding)
-        candidates = [st for st in states if fits(st[1], smallest, st[2])]
-        if not candidates:
+            names = [st[0] for st in states]
+            used = np.array([st[1] for st in states], dtype=float).reshape(-1, 5)
+            cap = np.array([st[2] for st in states], dtype=float).reshape(-1, 5)
+            count = np.array([st[3] for st in states])
+        candidates = np.flatnonzero(np.all(used + np.array(smallest) <= cap + 1e-9, axis=1))
+        if not candidates.size:
             return None
-        ordered = self.host_selection.rank(candidates)
-        at_start = {st[0]: st for st in candidates}
+        ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates], count[candidates])]
+        rows = {}
+        ordered = []
+        for i in ranked.tolist():
+            rows[names[i]] = i
+            ordered.append(names[i])
+        at_start: dict[str, tuple[Resources, Resources]] = {}
+
+        def instant(host: str) -> tuple[Resources, Resources]:
+            pair = at_start.get(host)
+            if pair is None:
+                i = rows[host]
+                pair = at_start[host] = (Resources(*used[i].tolist()), Resources(*cap[i].tolist()))
+            return pair
+
         remaining = list(vnodes)
         nodes: dict[int, str] = {}
         held: dict[str, Resources] = {}
@@ -88,8 +109,8 @@ class Mapper:
 
         def try_add(host: str, vnode: int) -> bool:
             trial = add(held.get(host, NOTHING), requests[vnode])
-            _, used, cap, _ = at_start[host]
-            if not fits(used, trial, cap):   # not even at the start: no need to walk the timeline
+            used_now, cap_now = instant(host)
+            if not fits(used_now, trial, cap_now):   # not even at the start: no need to walk the timeline
                 return False
             if strict_end:
                 if not table.fits(host, trial, start, end, excluding):

@@ -28,6 +28,7 @@ from datetime import datetime
 from sortedcontainers import SortedKeyList, SortedList
 
 from .errors import InconsistentSchedule, InvalidRequest
+from .hoststates import HostStates
 from .reservations import Reservation
 from .resources import NOTHING, Resources, add, fits, sub
 from .timeutil import UTC
@@ -111,6 +112,16 @@ class HostTimeline:
             return sub[i - 1]
         return maxes[pos - 1] if pos else None
 
+    def window(self, t: datetime) -> tuple[Resources, int, datetime | None, datetime | None]:
+        """(usage, reservation count) at t and the breakpoints around t between which they hold."""
+        bp = self._floor(t)
+        times = self._times
+        if bp is None:
+            return NOTHING, 0, None, (times[0] if times else None)
+        i = times.bisect_right(bp)
+        following = times[i] if i < len(times) else None
+        return self._usage[bp], self._count[bp], bp, following
+
     def usage_at(self, t: datetime) -> Resources:
         bp = self._floor(t)
         return NOTHING if bp is None else self._usage[bp]
@@ -176,9 +187,8 @@ class SlotTable:
         #: the whole site as one timeline (sum of all hosts): a cheap necessary condition before mapping
         self._site = HostTimeline("*site*", NOTHING)
         self._largest: Resources | None = None
-        self._version = 0   # bumped on every change; keys the host-state cache
-        self._states_key: tuple | None = None
-        self._states: list = []
+        #: every host's usage at the mapper's query time, kept valid incrementally
+        self.states = HostStates()
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
         for name, capacity in items:
             self.add_host(name, capacity)
@@ -190,7 +200,7 @@ class SlotTable:
         capacity.validate(f"host {name}")
         self._hosts[name] = HostTimeline(name, capacity)
         self._largest = None
-        self._version += 1
+        self.states.add_host(self._hosts[name])
         self._site.capacity = add(self._site.capacity, capacity)
 
     def remove_host(self, name: str) -> None:
@@ -199,7 +209,7 @@ class SlotTable:
             raise InvalidRequest("host", f"{name!r} still has reservations")
         del self._hosts[name]
         self._largest = None
-        self._version += 1
+        self.states.remove_host(name)
         self._site.capacity = sub(self._site.capacity, timeline.capacity)
 
     @property
@@ -243,11 +253,11 @@ class SlotTable:
         return rr
 
     def _insert(self, rr: Reservation) -> None:
-        self._version += 1
         if rr.end > rr.start and rr.resources:
             total = NOTHING
             for host, amount in rr.resources.items():
                 self._hosts[host].add(rr.start, rr.end, amount)
+                self.states.invalidate(host)
                 total = add(total, amount)
             self._site.add(rr.start, rr.end, total)
         self._reservations[rr.id] = rr
@@ -258,11 +268,11 @@ class SlotTable:
         if self._reservations.get(rr.id) is not rr:
             raise InconsistentSchedule(f"reservation {rr!r} is not in the slot table")
         self._by_end.remove(rr)
-        self._version += 1
         if rr.end > rr.start and rr.resources:
             total = NOTHING
             for host, amount in rr.resources.items():
                 self._hosts[host].remove(rr.start, rr.end, amount)
+                self.states.invalidate(host)
                 total = add(total, amount)
             self._site.remove(rr.start, rr.end, total)
         del self._reservations[rr.id]
@@ -376,15 +386,6 @@ class SlotTable:
                 return None if first else seg_start
             first = False
         return t2 if t2 is not None else FOREVER
-
-    def all_host_states(self, t: datetime) -> list[tuple[str, Resources, Resources, int]]:
-        """`host_states` of every host, remembered until the table changes: a queue pass asks it for
-        the same time over and over while leases keep failing to fit."""
-        key = (t, self._version)
-        if self._states_key != key:
-            self._states = self.host_states(self._hosts, t)
-            self._states_key = key
-        return self._states
 
     def host_states(self, hosts: Iterable[str], t: datetime,
                     excluding: Collection[Reservation] = ()) -> list[tuple[str, Resources, Resources, int]]:

@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection
 from datetime import datetime
 
+import numpy as np
+
 from ..reservations import Reservation
 from ..resources import Resources
 from ..slottable import SlotTable
@@ -23,6 +25,8 @@ HostState = tuple[str, Resources, Resources, int]
 
 
 class HostSelectionPolicy(ABC):
+    """Scores hosts as sort keys over arrays (one row per host), so ranking is one vectorised sort."""
+
     name = "abstract"
     packs: bool = True   # fill a host with as many of the lease's nodes as fit before the next host
 
@@ -33,11 +37,21 @@ class HostSelectionPolicy(ABC):
 
     def rank(self, states: list[HostState]) -> list[str]:
         """Host names sorted best first (stable: ties keep the site's order)."""
-        return [s[0] for s in sorted(states, key=self.key)]
+        if not states:
+            return []
+        used = np.array([s[1] for s in states], dtype=float)
+        cap = np.array([s[2] for s in states], dtype=float)
+        count = np.array([s[3] for s in states])
+        return [states[i][0] for i in self.rank_indices(used, cap, count).tolist()]
+
+    def rank_indices(self, used: np.ndarray, cap: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Row indices best first; np.lexsort is stable, so ties keep the site's order."""
+        return np.lexsort(self.keys(used, cap, count))
 
     @staticmethod
     @abstractmethod
-    def key(state: HostState) -> tuple: ...
+    def keys(used: np.ndarray, cap: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Sort keys, least significant first (np.lexsort's convention). Columns: 0 cpu, 1 memory."""
 
 
 HOST_SELECTION: Registry[HostSelectionPolicy] = Registry("host selection", "scheduling.policy_host_selection")
@@ -46,17 +60,15 @@ HOST_SELECTION: Registry[HostSelectionPolicy] = Registry("host selection", "sche
 @HOST_SELECTION.register("greedy")
 class Greedy(HostSelectionPolicy):
     @staticmethod
-    def key(state: HostState) -> tuple:
-        _, used, cap, count = state
-        return (count, used.memory - cap.memory, used.cpu - cap.cpu)
+    def keys(used, cap, count):
+        return (used[:, 0] - cap[:, 0], used[:, 1] - cap[:, 1], count)
 
 
 @HOST_SELECTION.register("pack")
 class Pack(HostSelectionPolicy):
     @staticmethod
-    def key(state: HostState) -> tuple:
-        _, used, cap, _ = state
-        return (cap.memory - used.memory, cap.cpu - used.cpu)
+    def keys(used, cap, count):
+        return (cap[:, 0] - used[:, 0], cap[:, 1] - used[:, 1])
 
 
 @HOST_SELECTION.register("spread")
@@ -64,6 +76,5 @@ class Spread(HostSelectionPolicy):
     packs = False
 
     @staticmethod
-    def key(state: HostState) -> tuple:
-        _, used, cap, _ = state
-        return (used.memory - cap.memory, used.cpu - cap.cpu)
+    def keys(used, cap, count):
+        return (used[:, 0] - cap[:, 0], used[:, 1] - cap[:, 1])

@@ -1,0 +1,71 @@
+"""Every host's usage at one query time, as numpy arrays kept valid incrementally.
+
+The mapper's filter and score stages look at all hosts at the lease's start time, thousands of times per
+simulated hour. Recomputing each host's usage (a bisect per host) made that the hottest loop. Here each
+host's entry remembers the window [lo, hi) of times over which it is valid (between two breakpoints of
+its timeline); a query at a new time recomputes only the hosts whose window it leaves, and a change to
+a host's reservations invalidates only that host. Filtering and ranking then run as vector operations.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .slottable import HostTimeline
+
+_INF = float("inf")
+
+
+class HostStates:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._timelines: list["HostTimeline"] = []
+        self.capacity = np.zeros((0, 5))
+        self.used = np.zeros((0, 5))
+        self.count = np.zeros(0, dtype=np.int64)
+        self._lo = np.zeros(0)
+        self._hi = np.zeros(0)
+
+    def add_host(self, timeline: "HostTimeline") -> None:
+        self._index[timeline.name] = len(self.names)
+        self.names.append(timeline.name)
+        self._timelines.append(timeline)
+        self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
+        self.used = np.vstack([self.used, np.zeros(5)])
+        self.count = np.append(self.count, 0)
+        self._lo = np.append(self._lo, _INF)
+        self._hi = np.append(self._hi, -_INF)
+
+    def remove_host(self, name: str) -> None:
+        i = self._index.pop(name)
+        del self.names[i], self._timelines[i]
+        self.capacity = np.delete(self.capacity, i, axis=0)
+        self.used = np.delete(self.used, i, axis=0)
+        self.count = np.delete(self.count, i)
+        self._lo = np.delete(self._lo, i)
+        self._hi = np.delete(self._hi, i)
+        self._index = {n: k for k, n in enumerate(self.names)}
+
+    def invalidate(self, host: str) -> None:
+        i = self._index[host]
+        self._lo[i] = _INF
+        self._hi[i] = -_INF
+
+    def at(self, t: datetime) -> tuple[np.ndarray, np.ndarray]:
+        """(usage per host x resource, reservations per host) at t; the arrays are owned here: read only."""
+        ts = t.timestamp()
+        stale = np.flatnonzero((self._lo > ts) | (self._hi <= ts))
+        if stale.size:
+            used, count, lo, hi = self.used, self.count, self._lo, self._hi
+            for i in stale.tolist():
+                u, c, start, end = self._timelines[i].window(t)
+                used[i] = u
+                count[i] = c
+                lo[i] = start.timestamp() if start is not None else -_INF
+                hi[i] = end.timestamp() if end is not None else _INF
+        return self.used, self.count

@@ -1,0 +1,94 @@
+"""`leasewise simulate` end to end: output files, summary, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).parent.parent / "examples"
+runner = CliRunner()
+
+
+def expected_error(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    message = re.sub(r"^(<!--|#|;)\s*error:\s*", "", first)
+    message = re.sub(r"\s*-->$", "", message)
+    return message.replace("{file}", str(path))
+
+
+def test_simulate_writes_json_in_the_documented_shape(tmp_path):
+    out = tmp_path / "out.json"
+    config = tmp_path / "c.toml"
+    config.write_text('[simulation]\nstart = "2026-01-01T13:00:00Z"\n')
+    result = runner.invoke(app, ["simulate", str(EXAMPLES / "preemption.lwf"), "--config", str(config),
+                                 "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    first = data["leases"][0]
+    assert set(first) >= {"id", "type", "state", "submit", "start", "end", "reservations"}
+    assert first["id"] == "1" and first["type"] == "best-effort" and first["state"] == "done"
+    assert first["end"] == "2026-01-01T14:31:04Z"
+    assert [r["kind"] for r in first["reservations"]] == ["vm", "suspend", "resume", "vm", "shutdown"]
+    assert first["reservations"][1] == {"kind": "suspend", "start": "2026-01-01T13:29:28Z",
+                                        "end": "2026-01-01T13:30:00Z", "hosts": ["host1"]}
+    metrics = data["metrics"]
+    for key in ("all_best_effort_seconds", "be_wait_mean_seconds", "be_bounded_slowdown_mean", "utilization",
+                "ar_accepted", "ar_rejected", "im_accepted", "im_rejected", "leases_done", "wall_seconds"):
+        assert key in metrics
+    assert metrics["ar_accepted"] == 1 and metrics["leases_done"] == 2
+    assert "leases done" in result.output
+
+
+def test_simulate_writes_csv_one_row_per_lease(tmp_path):
+    out = tmp_path / "out.csv"
+    result = runner.invoke(app, ["simulate", str(EXAMPLES / "mixed.lwf"), "--csv", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 12
+    assert {r["type"] for r in rows} == {"best-effort", "advance-reservation", "immediate"}
+    assert all(r["state"] in ("done", "rejected") for r in rows)
+
+
+def test_simulate_reads_gzipped_swf(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[workload.swf]\nfirst = 50\n")
+    result = runner.invoke(app, ["simulate", "../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz", "--config",
+                                 str(config), "--quiet", "--json", str(tmp_path / "o.json")])
+    if not Path("../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz").exists():
+        pytest.fail("the shared SWF sample ../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz is missing")
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert len(data["leases"]) == 50 and data["metrics"]["leases_done"] == 50
+
+
+@pytest.mark.parametrize("path", sorted((DATA / "bad_workloads").iterdir()), ids=lambda p: p.name)
+def test_malformed_workload_gives_one_line_and_exit_2(path):
+    result = runner.invoke(app, ["simulate", str(path), "--quiet"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1, result.output
+    assert expected_error(path) in lines[0].replace("error: ", "", 1)
+
+
+@pytest.mark.parametrize("path", sorted((DATA / "bad_configs").iterdir()), ids=lambda p: p.name)
+def test_malformed_config_gives_one_line_and_exit_2(path):
+    result = runner.invoke(app, ["simulate", str(EXAMPLES / "preemption.lwf"), "--config", str(path), "--quiet"])
+    assert result.exit_code == 2
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert len(lines) == 1, result.output
+    assert expected_error(path) in lines[0]
+
+
+def test_missing_workload_file():
+    result = runner.invoke(app, ["simulate", "does-not-exist.lwf"])
+    assert result.exit_code == 2
+    assert "does-not-exist.lwf does not exist" in result.output
