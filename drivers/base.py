@@ -7,6 +7,7 @@ runs one suite against both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -39,6 +40,10 @@ class VMSpec:
     cmdline: str | None = None
     network: str | None = None       # libvirt network name or bridge; None = no NIC
     lease_id: str | None = None      # recorded in the domain's metadata so a restart can adopt it
+    # How fast the guest dirties memory, and the most it keeps dirtying (None = 90% of memory): the
+    # simulated driver models it to time live migrations; real drivers ignore it.
+    dirty_rate_mib_s: float = 0.0
+    working_set_mib: float | None = None
 
 
 VMStateName = Literal["running", "paused", "shutoff", "saved", "crashed", "other"]
@@ -93,17 +98,31 @@ class MigrationReport:
     source: str
     destination: str
     success: bool
-    total_seconds: float
-    downtime_ms: float
-    iterations: int
-    bytes_transferred: int
-    memory_total: int = 0
+    total_seconds: float             # from the start of the migration job to the VM running on the destination
+    downtime_ms: float               # how long the guest was paused (the final stop-and-copy)
+    iterations: int                  # passes over memory, first copy and stop-and-copy included (memory_iteration)
+    bytes_transferred: int           # memory bytes sent (libvirt: memory_processed)
+    memory_total: int = 0            # guest memory, bytes
     outcome: Literal["completed", "forced", "aborted", "failed"] = "completed"
     error: str = ""
     samples: tuple[MigrationProgress, ...] = field(default=(), repr=False)
 
 
 ProgressCallback = Callable[[MigrationProgress], None]
+
+
+def validate_migration_args(
+    max_downtime_ms: float, bandwidth_mib_s: float | None, timeout_s: float, on_timeout: str
+) -> None:
+    """The checks every `Driver.migrate` makes before touching anything; `ValueError` names the argument."""
+    if not math.isfinite(max_downtime_ms) or max_downtime_ms <= 0:
+        raise ValueError(f"max_downtime_ms must be greater than 0 (got {max_downtime_ms})")
+    if bandwidth_mib_s is not None and (not math.isfinite(bandwidth_mib_s) or bandwidth_mib_s <= 0):
+        raise ValueError(f"bandwidth_mib_s must be greater than 0 (got {bandwidth_mib_s})")
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"timeout_s must be greater than 0 (got {timeout_s})")
+    if on_timeout not in ("abort", "force"):
+        raise ValueError(f"on_timeout must be 'abort' or 'force' (got {on_timeout!r})")
 
 
 class Driver(ABC):

@@ -1,3 +1,204 @@
-"""`leasewise migrate`: live-migrate one VM by hand (filled in by the drivers work)."""
+"""`leasewise migrate`: live-migrate one VM by hand, or (--dry-run) ask the pre-copy model what it would cost.
 
-from . import app  # noqa: F401
+The dry run exists so an operator can check the scheduler's prediction against a real migration of the
+same VM: same model (drivers.precopy), same parameters.
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from drivers.base import MigrationProgress, MigrationReport
+from drivers.errors import DriverError, MigrationFailed
+from drivers.inventory import resolve_inventory_path
+
+from ..errors import LeasewiseError
+from . import app, fail
+
+MIB = 1024 * 1024
+
+
+def _check_options(
+    max_downtime: float, bandwidth: Optional[float], timeout: float, on_timeout: str,
+    memory: Optional[float], dirty_rate: Optional[float], overhead: float, dirty_factor: float,
+) -> None:
+    """One line naming the option for each bad value, before anything is contacted."""
+    checks = [
+        ("--max-downtime", max_downtime, "ms", False),
+        ("--timeout", timeout, "s", False),
+        ("--bandwidth", bandwidth, "MiB/s", False),
+        ("--memory", memory, "MiB", False),
+        ("--dirty-rate", dirty_rate, "MiB/s", True),
+        ("--overhead", overhead, "s", True),
+        ("--dirty-factor", dirty_factor, "", True),
+    ]
+    for option, value, unit, zero_ok in checks:
+        if value is None:
+            continue
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            bound = "must not be negative" if zero_ok else "must be greater than 0"
+            raise fail(f"{option} {bound}{' (' + unit + ')' if unit else ''}: got {value:g}")
+    if on_timeout not in ("abort", "force"):
+        raise fail(f"--on-timeout must be 'abort' or 'force': got {on_timeout!r}")
+
+
+def _libvirt_driver(inventory: Optional[Path]):
+    """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
+    from drivers.inventory import load_inventory
+    from drivers.registry import create_driver
+
+    path = resolve_inventory_path(inventory)
+    if path is None:
+        raise fail(
+            "no inventory: give --inventory FILE or set LEASEWISE_INVENTORY "
+            "(the lab writes deploy/lab/run/inventory.toml)"
+        )
+    try:
+        return create_driver("libvirt", hosts=load_inventory(path))
+    except (LeasewiseError, DriverError, ValueError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _dry_run(
+    vm: str, to: str, inventory: Optional[Path], max_downtime: float, bandwidth: Optional[float],
+    timeout: float, on_timeout: str, memory: Optional[float], dirty_rate: Optional[float],
+    overhead: float, dirty_factor: float, console: Console,
+) -> None:
+    from drivers.precopy import predict_precopy
+
+    if bandwidth is None:
+        raise fail("--bandwidth is needed for --dry-run (the effective migration bandwidth, MiB/s)")
+    if memory is None or dirty_rate is None:
+        memory, dirty_rate = _read_from_vm(vm, inventory, memory, dirty_rate)
+    result = predict_precopy(
+        memory, bandwidth, dirty_rate, max_downtime, timeout_s=timeout, on_timeout=on_timeout,  # type: ignore[arg-type]
+        overhead_s=overhead, dirty_factor=dirty_factor,
+    )
+    table = Table(title=f"Predicted migration of {vm} to {to} (pre-copy model, nothing touched)")
+    table.add_column("", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("memory", f"{memory:g} MiB")
+    table.add_row("dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})")
+    table.add_row("bandwidth", f"{bandwidth:g} MiB/s")
+    table.add_row("outcome", result.outcome)
+    table.add_row("converged", "yes" if result.converged else "no")
+    table.add_row("total time", f"{result.total_seconds:.2f} s")
+    table.add_row("downtime", f"{result.downtime_ms:.1f} ms (max {max_downtime:g})")
+    table.add_row("passes over memory", str(result.passes))
+    table.add_row("dirty-page rounds", str(result.iterations))
+    table.add_row("transferred", f"{result.transferred_mib:.1f} MiB")
+    console.print(table)
+
+
+def _read_from_vm(
+    vm: str, inventory: Optional[Path], memory: Optional[float], dirty_rate: Optional[float]
+) -> tuple[float, float]:
+    """Fill --memory / --dirty-rate from the VM itself (read only); one line when that is not possible."""
+    missing = " and ".join(o for o, v in (("--memory", memory), ("--dirty-rate", dirty_rate)) if v is None)
+    if resolve_inventory_path(inventory) is None:
+        raise fail(f"{missing} needed for --dry-run (no inventory to read them from the VM)")
+    driver = _libvirt_driver(inventory)
+    try:
+        if memory is None:
+            host = driver.locate(vm)
+            info = next((i for i in driver.list_vms(host) if i.name == vm), None) if host else None
+            if info is None:
+                raise fail(f"--memory needed for --dry-run: VM {vm!r} not found on any reachable host")
+            memory = float(info.memory_mib)
+        if dirty_rate is None:
+            dirty_rate = driver.measured_dirty_rate(vm)
+            if dirty_rate is None:
+                raise fail(
+                    "--dirty-rate needed for --dry-run: libvirt has no measured dirty rate for "
+                    f"{vm} (run `virsh domdirtyrate-calc {vm}` first, or give --dirty-rate MiB/s)"
+                )
+    except DriverError as exc:
+        raise fail(f"{missing} needed for --dry-run (cannot read the VM: {exc})") from None
+    finally:
+        driver.close()
+    return memory, dirty_rate
+
+
+def _report_table(report: MigrationReport) -> Table:
+    table = Table(title=f"Migration of {report.vm}: {report.source} -> {report.destination}")
+    table.add_column("", style="bold")
+    table.add_column("value", justify="right")
+    table.add_row("outcome", report.outcome + ("" if report.success else " (VM stays on the source)"))
+    table.add_row("total time", f"{report.total_seconds:.2f} s")
+    table.add_row("downtime", f"{report.downtime_ms:.1f} ms")
+    table.add_row("passes over memory", str(report.iterations))
+    table.add_row("transferred", f"{report.bytes_transferred / MIB:.1f} MiB of {report.memory_total / MIB:.1f} MiB")
+    if report.error:
+        table.add_row("error", report.error)
+    return table
+
+
+@app.command("migrate")
+def migrate_command(
+    vm: str = typer.Argument(..., help="The VM (libvirt domain name) to move."),
+    to: str = typer.Option(..., "--to", help="Destination host, as named in the inventory."),
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
+    ),
+    max_downtime: float = typer.Option(300.0, "--max-downtime", help="Longest pause the guest may see, ms."),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Completion timeout, s."),
+    on_timeout: str = typer.Option(
+        "abort", "--on-timeout", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only predict with the pre-copy model; changes nothing."),
+    memory: Optional[float] = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
+    dirty_rate: Optional[float] = typer.Option(
+        None, "--dirty-rate", help="Dry run: how fast the guest dirties memory, MiB/s (default: libvirt's last measurement)."
+    ),
+    overhead: float = typer.Option(0.0, "--overhead", help="Dry run: fixed setup cost per migration, s (calibrated)."),
+    dirty_factor: float = typer.Option(1.0, "--dirty-factor", help="Dry run: calibrated dirty-rate factor."),
+) -> None:
+    """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
+    _check_options(max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate, overhead, dirty_factor)
+    console = Console(highlight=False)
+    if dry_run:
+        _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
+                 overhead, dirty_factor, console)
+        return
+
+    driver = _libvirt_driver(inventory)
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("dirty {task.fields[dirty]:>7.1f} MiB/s  pass {task.fields[iteration]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bar:
+            task = bar.add_task(f"{vm} -> {to}", total=100.0, dirty=0.0, iteration=0)
+
+            def on_progress(sample: MigrationProgress) -> None:
+                # Sent = total minus what is still to send; memory_processed alone passes 100% after pass 1.
+                sent = 100.0 * (1 - sample.memory_remaining / sample.memory_total) if sample.memory_total else 0.0
+                bar.update(task, completed=max(0.0, min(sent, 100.0)),
+                           dirty=sample.dirty_rate_bytes_s / MIB, iteration=sample.iteration)
+
+            report = driver.migrate(
+                vm, to, max_downtime_ms=max_downtime, bandwidth_mib_s=bandwidth, timeout_s=timeout,
+                on_timeout=on_timeout, progress=on_progress,  # type: ignore[arg-type]
+            )
+            bar.update(task, completed=100.0)
+        console.print(_report_table(report))
+    except MigrationFailed as exc:
+        if isinstance(exc.report, MigrationReport):
+            console.print(_report_table(exc.report))
+        raise fail(str(exc)) from None
+    except (DriverError, LeasewiseError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    finally:
+        driver.close()
