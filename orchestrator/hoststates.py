@@ -30,6 +30,9 @@ class HostStates:
         self.count = np.zeros(0, dtype=np.int64)
         self._lo = np.zeros(0)
         self._hi = np.zeros(0)
+        self.last = -_INF   # the time last asked about (timestamp)
+        self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
+        self._clean = False  # every entry valid at `last`
 
     def add_host(self, timeline: "HostTimeline") -> None:
         self._index[timeline.name] = len(self.names)
@@ -52,6 +55,7 @@ class HostStates:
         self._index = {n: k for k, n in enumerate(self.names)}
 
     def invalidate(self, host: str) -> None:
+        self._clean = False
         i = self._index[host]
         self._lo[i] = _INF
         self._hi[i] = -_INF
@@ -59,8 +63,13 @@ class HostStates:
     def at(self, t: datetime) -> tuple[np.ndarray, np.ndarray]:
         """(usage per host x resource, reservations per host) at t; the arrays are owned here: read only."""
         ts = t.timestamp()
+        if self._clean and ts == self.last:
+            return self.used, self.count
+        self.last = ts
         stale = np.flatnonzero((self._lo > ts) | (self._hi <= ts))
+        self._clean = True
         if stale.size:
+            self.version += 1
             used, count, lo, hi = self.used, self.count, self._lo, self._hi
             for i in stale.tolist():
                 u, c, start, end = self._timelines[i].window(t)

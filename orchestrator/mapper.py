@@ -45,6 +45,7 @@ class Mapper:
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
+        self._room: dict[tuple, object] = {}
 
     def map(
         self,
@@ -66,6 +67,37 @@ class Mapper:
             return mapping
         return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)
 
+    def could_fit_at(self, lease: Lease, t: datetime) -> bool:
+        """A cheap necessary condition, vectorised over all hosts: enough room at the instant t. For a
+        lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
+        added up); otherwise the site's free total must cover the lease's total."""
+        node = lease.request.uniform
+        key = (t, node, self.table.state_version(t))
+        room = self._room.get(key)
+        if room is None:
+            # how many such nodes the hosts can take at t (or, for mixed nodes, the free total):
+            # the same for every lease of that shape until the table changes, so remembered
+            if len(self._room) > 256:
+                self._room.clear()
+            names, used, cap, _ = self.table.state_arrays(t)
+            free = cap - used
+            if node is not None:
+                need = np.array(node, dtype=float)
+                wanted = need > 0
+                per_host = np.floor((free[:, wanted] + 1e-9) / need[wanted]).min(axis=1)
+                room = float(np.clip(per_host, 0, None).sum())
+            else:
+                room = free.sum(axis=0) + 1e-9
+            self._room[key] = room
+        if node is not None:
+            return room >= lease.numnodes
+        return bool(np.all(room >= np.array(lease.total_request)))
+
+    def site_full(self, t: datetime) -> bool:
+        """No CPU free on any host at t."""
+        _, used, cap, _ = self.table.state_arrays(t)
+        return not bool(np.any(cap[:, 0] - used[:, 0] > 1e-9))
+
     # -- filter, score, reserve ---------------------------------------------------------------------------
     def _place(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime, end: datetime,
                strict_end: bool, excluding: Collection[Reservation]) -> Mapping | None:
@@ -75,9 +107,7 @@ class Mapper:
         # (the node with the least memory is not enough: it may need more CPU than another node)
         smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
         if not excluding and len(hosts) == len(table.hosts):
-            names = table.states.names
-            used, count = table.states.at(start)   # valid incrementally: no per-host bisect
-            cap = table.states.capacity
+            names, used, cap, count = table.state_arrays(start)   # valid incrementally: no per-host bisect
         else:
             states = table.host_states(hosts, start, excluding)
             names = [st[0] for st in states]

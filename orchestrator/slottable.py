@@ -184,11 +184,10 @@ class SlotTable:
         self._by_lease: dict[int, dict[int, Reservation]] = {}
         self._by_end: SortedKeyList = SortedKeyList(key=lambda r: (r.end, r.id))
         self._next_id = 1
-        #: the whole site as one timeline (sum of all hosts): a cheap necessary condition before mapping
-        self._site = HostTimeline("*site*", NOTHING)
         self._largest: Resources | None = None
-        #: every host's usage at the mapper's query time, kept valid incrementally
-        self.states = HostStates()
+        #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
+        #: queries "now" and queries at a future AR's start do not keep invalidating each other
+        self._snapshots = (HostStates(), HostStates())
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
         for name, capacity in items:
             self.add_host(name, capacity)
@@ -200,8 +199,8 @@ class SlotTable:
         capacity.validate(f"host {name}")
         self._hosts[name] = HostTimeline(name, capacity)
         self._largest = None
-        self.states.add_host(self._hosts[name])
-        self._site.capacity = add(self._site.capacity, capacity)
+        for snapshot in self._snapshots:
+            snapshot.add_host(self._hosts[name])
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
@@ -209,8 +208,8 @@ class SlotTable:
             raise InvalidRequest("host", f"{name!r} still has reservations")
         del self._hosts[name]
         self._largest = None
-        self.states.remove_host(name)
-        self._site.capacity = sub(self._site.capacity, timeline.capacity)
+        for snapshot in self._snapshots:
+            snapshot.remove_host(name)
 
     @property
     def hosts(self) -> list[str]:
@@ -253,13 +252,11 @@ class SlotTable:
         return rr
 
     def _insert(self, rr: Reservation) -> None:
-        if rr.end > rr.start and rr.resources:
-            total = NOTHING
+        if rr.end > rr.start:
             for host, amount in rr.resources.items():
                 self._hosts[host].add(rr.start, rr.end, amount)
-                self.states.invalidate(host)
-                total = add(total, amount)
-            self._site.add(rr.start, rr.end, total)
+                for snapshot in self._snapshots:
+                    snapshot.invalidate(host)
         self._reservations[rr.id] = rr
         self._by_lease.setdefault(rr.lease_id, {})[rr.id] = rr
         self._by_end.add(rr)
@@ -268,13 +265,11 @@ class SlotTable:
         if self._reservations.get(rr.id) is not rr:
             raise InconsistentSchedule(f"reservation {rr!r} is not in the slot table")
         self._by_end.remove(rr)
-        if rr.end > rr.start and rr.resources:
-            total = NOTHING
+        if rr.end > rr.start:
             for host, amount in rr.resources.items():
                 self._hosts[host].remove(rr.start, rr.end, amount)
-                self.states.invalidate(host)
-                total = add(total, amount)
-            self._site.remove(rr.start, rr.end, total)
+                for snapshot in self._snapshots:
+                    snapshot.invalidate(host)
         del self._reservations[rr.id]
         lease_rrs = self._by_lease[rr.lease_id]
         del lease_rrs[rr.id]
@@ -306,9 +301,13 @@ class SlotTable:
     def reservations_of(self, lease_id: int) -> list[Reservation]:
         return sorted(self._by_lease.get(lease_id, {}).values(), key=lambda r: (r.start, r.id))
 
-    def reservations_ending_after(self, t: datetime) -> list[Reservation]:
+    def reservations_ending_after(self, t: datetime, until: datetime | None = None) -> list[Reservation]:
+        """Reservations ending after t (and, with `until`, at or before it), by end time."""
         i = self._by_end.bisect_key_right((t, float("inf")))
-        return list(self._by_end.islice(i))
+        if until is None:
+            return list(self._by_end.islice(i))
+        j = self._by_end.bisect_key_right((until, float("inf")))
+        return list(self._by_end.islice(i, j))
 
     def reservations_overlapping(self, t1: datetime, t2: datetime,
                                  hosts: Collection[str] | None = None) -> list[Reservation]:
@@ -367,25 +366,23 @@ class SlotTable:
             first = False
         return t2 if t2 is not None else FOREVER
 
-    def site_latest_fit(self, total: Resources, t1: datetime, t2: datetime | None = None,
-                        excluding: Collection[Reservation] = ()) -> datetime | None:
-        """`latest_fit` for the whole site as if it were one host: a necessary condition for any
-        mapping of a lease needing `total` (a mapping's end can never be later), in O(log n)."""
-        tl = self._site
-        cap = tl.capacity
-        first = True
-        relevant = [r for r in excluding if self._reservations.get(r.id) is r and r.end > t1
-                    and (t2 is None or r.start < t2)] if excluding else None
-        for seg_start, used in tl.segments(t1, t2):
-            if relevant:
-                for r in relevant:
-                    if r.start <= seg_start < r.end:
-                        for amount in r.resources.values():
-                            used = sub(used, amount)
-            if not fits(used, total, cap):
-                return None if first else seg_start
-            first = False
-        return t2 if t2 is not None else FOREVER
+    def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray"]:
+        """(host names, usage rows, capacity rows, reservation counts) of every host at t, from the
+        snapshot last asked about the nearest time."""
+        snapshot = self._snapshot_for(t)
+        used, count = snapshot.at(t)
+        return snapshot.names, used, snapshot.capacity, count
+
+    def _snapshot_for(self, t: datetime) -> HostStates:
+        ts = t.timestamp()
+        a, b = self._snapshots
+        return a if abs(a.last - ts) <= abs(b.last - ts) else b
+
+    def state_version(self, t: datetime) -> tuple[int, int]:
+        """Identifies the arrays `state_arrays(t)` returns: equal keys, equal contents."""
+        snapshot = self._snapshot_for(t)
+        snapshot.at(t)
+        return id(snapshot), snapshot.version
 
     def host_states(self, hosts: Iterable[str], t: datetime,
                     excluding: Collection[Reservation] = ()) -> list[tuple[str, Resources, Resources, int]]:

@@ -187,8 +187,8 @@ class LeaseScheduler:
         self._queue_dirty = False
 
     def _site_full(self, t: datetime) -> bool:
-        """No CPU free anywhere at t: nothing can start now (the reference's shortcut, in O(log n))."""
-        return self.table.site_latest_fit(Resources(cpu=1e-6), t) is None
+        """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""
+        return self.mapper.site_full(t)
 
     def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
         """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
@@ -298,6 +298,7 @@ class LeaseScheduler:
             raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
         running = lease.state in (S.ACTIVE, S.SUSPENDING, S.RESUMING, S.RESUMED_READY)
         vm = lease.last_vm
+        freed_until = vm.final_end if vm is not None and vm in self.table else now
         if lease in self.pending:
             self.pending.remove(lease)
         if lease in self.queue:
@@ -307,11 +308,14 @@ class LeaseScheduler:
         if running and vm is not None:
             self._enact("kill_vms", lease, vm)
         lease.set_state(S.CANCELLED, now)
-        self.reevaluate(now)
+        self.reevaluate(now, freed_until)
         return lease
 
-    def reevaluate(self, now: datetime) -> None:
-        """Re-plan best-effort leases planned in the future, so capacity freed early is used."""
+    def reevaluate(self, now: datetime, freed_until: datetime | None = None) -> None:
+        """Re-plan best-effort leases planned in the future, so capacity freed early is used.
+
+        `freed_until`: the capacity that became free lies in [now, freed_until); a lease can only move
+        to a start inside that range (elsewhere nothing changed since it was planned)."""
         nexttime = self.nexttime(now)
         future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
         for lease in future:
@@ -320,7 +324,7 @@ class LeaseScheduler:
                 continue
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
                 continue
-            if not self.vm.could_start_earlier(lease, vm, nexttime):
+            if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
                 continue
             self._drop_plan(lease, now)
             lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
@@ -450,6 +454,7 @@ class LeaseScheduler:
     def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
+        freed_until = vm.final_end
         for rr in vm.post:
             if rr in self.table:
                 self._uncommit(rr)
@@ -463,7 +468,7 @@ class LeaseScheduler:
         self._enact("stop_vms", lease, vm)
         if not lease.is_final:
             self._finish(lease, now)
-        self.reevaluate(now)
+        self.reevaluate(now, freed_until)
 
     def _finish(self, lease: Lease, now: datetime) -> None:
         self._forget_future(lease)

@@ -118,20 +118,12 @@ class VMScheduler:
         """The first point at which the lease maps for its duration (or at least `min_duration` when it
         may be suspended), and whether some mapping was refused only for being too short."""
         too_short = False
-        total = lease.total_request
-        site_latest_fit = self.table.site_latest_fit
+        could_fit_at = self.mapper.could_fit_at
         for start in points:
             end = start + duration
-            # the whole site as one host first: O(log n), and most points fail here
-            site_end = site_latest_fit(total, start, end)
-            if site_end is None:
+            # a vectorised look at every host at the start instant first: most points fail here
+            if not could_fit_at(lease, start):
                 continue
-            if site_end < end:
-                if strict_end:
-                    continue
-                if site_end - start < min_duration:
-                    too_short = True  # (a real mapping could only be shorter)
-                    continue
             mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts)
             if mapping is None:
                 continue
@@ -141,15 +133,16 @@ class VMScheduler:
             return (start, mapping), too_short
         return None, too_short
 
-    def _future_points(self, after: datetime) -> list[datetime]:
-        """Times after `after` at which VM reservations (with their shutdown or suspension) end."""
+    def _future_points(self, after: datetime, until: datetime | None = None) -> list[datetime]:
+        """Times after `after` (and before `until`) at which VM reservations (with their shutdown or
+        suspension) end."""
         points = set()
-        for rr in self.table.reservations_ending_after(after):
+        for rr in self.table.reservations_ending_after(after, until):
             if rr.kind is ReservationKind.VM:
                 points.add(rr.final_end)
             elif rr.kind in (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND):
                 points.add(rr.end)
-        return sorted(p for p in points if p > after)
+        return sorted(p for p in points if p > after and (until is None or p < until))
 
     # -- building reservations ---------------------------------------------------------------------------------
     def _vm_reservation(self, lease: Lease, start: datetime, end: datetime, mapping: Mapping) -> Reservation:
@@ -234,26 +227,17 @@ class VMScheduler:
             start += length
         return rrs
 
-    def could_start_earlier(self, lease: Lease, vm: Reservation, nexttime: datetime) -> bool:
-        """Whether the whole site (as one host, without the lease's own plan) has room for the lease at
-        some point before its planned start: if not, re-planning it cannot move it earlier."""
-        own = vm.all_parts()
-        planned_start = vm.first_start
-        duration = vm.final_end - planned_start
-        min_duration = self.overheads.scheduling_threshold(lease, lease.state in SUSPENDED_STATES)
-        strict_end = self.config.suspension == "none" or (self.config.suspension == "serial" and lease.numnodes > 1)
-        total = lease.total_request
-        points = [nexttime] + [p for p in self._future_points(nexttime) if p < planned_start]
-        for start in points:
-            if start >= planned_start:
-                break
-            end = start + duration
-            site_end = self.table.site_latest_fit(total, start, end, excluding=own)
-            if site_end is None:
-                continue
-            if site_end >= end or (not strict_end and site_end - start >= min_duration):
-                return True
-        return False
+    def could_start_earlier(self, lease: Lease, vm: Reservation, nexttime: datetime,
+                            freed_until: datetime | None = None) -> bool:
+        """Whether the hosts have room for the lease at the instant of some point before its planned
+        start (and before `freed_until`): if not, re-planning it cannot move it earlier."""
+        limit = vm.first_start if freed_until is None else min(vm.first_start, freed_until)
+        if nexttime >= limit:
+            return False
+        points = [nexttime] + [p for p in self._future_points(nexttime, until=limit)]
+        # before its planned start the lease's own plan holds nothing (memory-image transfers hold
+        # only network), so the instant check needs no exclusion
+        return any(self.mapper.could_fit_at(lease, p) for p in points)
 
     # -- preemption ----------------------------------------------------------------------------------------
     def can_suspend_by(self, lease: Lease, vm: Reservation, by: datetime, now: datetime) -> bool:
