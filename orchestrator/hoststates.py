@@ -43,6 +43,7 @@ class HostStates:
         self.count = np.append(self.count, 0)
         self._lo = np.append(self._lo, _INF)
         self._hi = np.append(self._hi, -_INF)
+        self._changed()
 
     def remove_host(self, name: str) -> None:
         i = self._index.pop(name)
@@ -53,6 +54,13 @@ class HostStates:
         self._lo = np.delete(self._lo, i)
         self._hi = np.delete(self._hi, i)
         self._index = {n: k for k, n in enumerate(self.names)}
+        self._changed()
+
+    def _changed(self) -> None:
+        # the rows themselves changed: caches keyed by `version` (the mapper's room per lease shape)
+        # must not survive, and `at` must not take the same-time shortcut
+        self._clean = False
+        self.version += 1
 
     def invalidate(self, host: str) -> None:
         self._clean = False

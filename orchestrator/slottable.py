@@ -354,6 +354,8 @@ class SlotTable:
         """How long from t1 the request fits: None if not even at t1; else the first time it stops
         fitting, capped at `t2` (returned when it fits through). With no `t2`, a request that fits
         forever returns `datetime.max` in UTC."""
+        if t2 is not None and t2 < t1:
+            raise InvalidRequest("end", f"interval ends ({t2}) before it starts ({t1})")
         tl = self._timeline(host)
         cap = tl.capacity
         relevant = _relevant(excluding, host, t1, t2, self._reservations) if excluding else None
@@ -400,7 +402,8 @@ class SlotTable:
 
     def changepoints_after(self, t: datetime, until: datetime | None = None,
                            hosts: Iterable[str] | None = None) -> list[datetime]:
-        """Sorted times after `t` (and before `until`) at which some host's usage changes."""
+        """Sorted times after `t` (and before `until`) at which some reservation starts or ends on the
+        hosts (usage may stay the same there, e.g. between back-to-back equal reservations)."""
         names = self._hosts if hosts is None else hosts
         points: set[datetime] = set()
         for name in names:

@@ -35,7 +35,8 @@ class LeaseState(str, Enum):
 
 S = LeaseState
 
-#: state -> states it may move to. Cancel and fail are reachable from every live state.
+#: state -> states it may move to. Cancel is reachable from every live state, fail from every state in
+#: which the lease was accepted (a new lease is rejected, not failed).
 TRANSITIONS: dict[LeaseState, frozenset[LeaseState]] = {
     S.NEW: frozenset({S.PENDING, S.REJECTED, S.CANCELLED}),
     S.PENDING: frozenset({S.SCHEDULED, S.QUEUED, S.REJECTED, S.CANCELLED, S.FAILED}),
