@@ -169,7 +169,12 @@ class LeaseScheduler:
             if not self.vm.can_schedule_in_future():
                 if full is None:
                     full = self._site_full(nexttime)
-                if full or memo.rules_out(lease):
+                if full or memo.rules_out(lease) or (
+                        lease.state is S.QUEUED and not self.mapper.could_fit_at(lease, nexttime)):
+                    # (the last test is the first thing scheduling would try; asking it here spares
+                    # the planning machinery for the many leases that cannot start now)
+                    if not full:
+                        memo.record(lease, "instant")
                     kept.append(lease)
                     if self.config.max_in_future == 0:
                         stop = True
