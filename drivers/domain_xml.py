@@ -1,0 +1,89 @@
+"""The one place that turns a `VMSpec` into libvirt domain XML, and reads our lease id back out of it.
+
+The lease id lives in the domain's `<metadata>` under the leasewise namespace, so a daemon that restarts
+can tell which lease each domain on a host belongs to. Everything is built with xml.etree, so user values
+(names, paths, command lines) are always escaped.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import PurePosixPath
+
+from .base import VMSpec
+
+LEASEWISE_NS = "https://leasewise.dev/xmlns/libvirt/lease/1"
+_PREFIX = "leasewise"
+DOMAIN_TYPES = ("kvm", "qemu")
+
+
+def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -> str:
+    """Domain XML for `spec`; `domain_type` comes from the host (kvm, or qemu for TCG when nested)."""
+    if domain_type not in DOMAIN_TYPES:
+        raise ValueError(f"domain_type must be one of {', '.join(DOMAIN_TYPES)} (got {domain_type!r})")
+    if not spec.name:
+        raise ValueError("name must not be empty")
+    if spec.vcpus < 1:
+        raise ValueError(f"vcpus must be at least 1 (got {spec.vcpus})")
+    if spec.memory_mib < 1:
+        raise ValueError(f"memory_mib must be at least 1 (got {spec.memory_mib})")
+    if spec.kernel is None and (spec.initrd is not None or spec.cmdline is not None):
+        raise ValueError("initrd and cmdline need kernel (direct kernel boot)")
+
+    domain = ET.Element("domain", {"type": domain_type})
+    ET.SubElement(domain, "name").text = spec.name
+    if uuid is not None:
+        ET.SubElement(domain, "uuid").text = uuid
+    if spec.lease_id is not None:
+        metadata = ET.SubElement(domain, "metadata")
+        # A literal prefix (not ET.register_namespace, which is process-global) keeps the XML readable.
+        lease = ET.SubElement(metadata, f"{_PREFIX}:lease", {f"xmlns:{_PREFIX}": LEASEWISE_NS})
+        ET.SubElement(lease, f"{_PREFIX}:id").text = spec.lease_id
+    ET.SubElement(domain, "memory", {"unit": "MiB"}).text = str(int(spec.memory_mib))
+    ET.SubElement(domain, "vcpu").text = str(int(spec.vcpus))
+
+    os_el = ET.SubElement(domain, "os")
+    ET.SubElement(os_el, "type").text = "hvm"
+    if spec.kernel is not None:
+        ET.SubElement(os_el, "kernel").text = spec.kernel
+        if spec.initrd is not None:
+            ET.SubElement(os_el, "initrd").text = spec.initrd
+        if spec.cmdline is not None:
+            ET.SubElement(os_el, "cmdline").text = spec.cmdline
+    else:
+        ET.SubElement(os_el, "boot", {"dev": "hd"})
+    features = ET.SubElement(domain, "features")
+    ET.SubElement(features, "acpi")  # graceful shutdown is an ACPI power-button press
+
+    devices = ET.SubElement(domain, "devices")
+    if spec.disk_image is not None:
+        disk = ET.SubElement(devices, "disk", {"type": "file", "device": "disk"})
+        ET.SubElement(disk, "driver", {"name": "qemu", "type": disk_format(spec.disk_image)})
+        ET.SubElement(disk, "source", {"file": spec.disk_image})
+        ET.SubElement(disk, "target", {"dev": "vda", "bus": "virtio"})
+    if spec.network is not None:
+        nic = ET.SubElement(devices, "interface", {"type": "bridge"})
+        ET.SubElement(nic, "source", {"bridge": spec.network})
+        ET.SubElement(nic, "model", {"type": "virtio"})
+    serial = ET.SubElement(devices, "serial", {"type": "pty"})
+    ET.SubElement(serial, "target", {"port": "0"})
+    console = ET.SubElement(devices, "console", {"type": "pty"})
+    ET.SubElement(console, "target", {"type": "serial", "port": "0"})
+    return ET.tostring(domain, encoding="unicode")
+
+
+def disk_format(path: str) -> str:
+    """qcow2 for `.qcow2`/`.qcow` files, raw for anything else (what qemu-img would also call them)."""
+    return "qcow2" if PurePosixPath(path).suffix.lower() in (".qcow2", ".qcow") else "raw"
+
+
+def lease_id_from_xml(domain_xml: str) -> str | None:
+    """The lease id recorded by `render_domain_xml`, or None for a domain leasewise did not create."""
+    try:
+        root = ET.fromstring(domain_xml)
+    except ET.ParseError as exc:
+        raise ValueError(f"not valid domain XML: {exc}") from None
+    node = root.find(f"metadata/{{{LEASEWISE_NS}}}lease/{{{LEASEWISE_NS}}}id")
+    if node is None or not (node.text or "").strip():
+        return None
+    return node.text.strip()

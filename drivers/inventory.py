@@ -1,0 +1,180 @@
+"""The host inventory file (TOML): which hosts the libvirt driver manages and how to reach them.
+
+The lab writes one (`deploy/lab/run/inventory.toml`); the CLI and the daemon read it. Mistakes are
+reported as one `ConfigError` line naming the file, the host and the key, because an operator edits
+this file by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from orchestrator.errors import ConfigError
+
+from .domain_xml import DOMAIN_TYPES
+
+INVENTORY_ENV = "LEASEWISE_INVENTORY"
+LAB_INVENTORY = Path("deploy/lab/run/inventory.toml")
+DEFAULT_STATE_DIR = "/var/lib/libvirt/qemu/save"
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One host: its libvirt URI and what is needed to move memory images to and from it."""
+
+    name: str
+    uri: str
+    domain_type: str = "kvm"                 # kvm | qemu (TCG, e.g. inside a nested lab)
+    ssh: str | None = None                   # user@host[:port], for move_state over SFTP
+    ssh_key: str | None = None
+    known_hosts: str | None = None
+    migration_uri: str | None = None         # data channel for migrate3 (VIR_MIGRATE_PARAM_URI)
+    state_dir: str = DEFAULT_STATE_DIR       # where save images go
+    shared_storage: tuple[str, ...] = ()     # path prefixes every host sees (no copy needed)
+
+    def __post_init__(self) -> None:
+        for key in ("name", "uri"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(key, "must be a non-empty string")
+        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(key, "must be a non-empty string when given")
+        if self.domain_type not in DOMAIN_TYPES:
+            raise ConfigError("domain_type", f"must be one of {', '.join(DOMAIN_TYPES)} (got {self.domain_type!r})")
+        if not urlsplit(self.uri).scheme:
+            raise ConfigError("uri", f"{self.uri!r} is not a libvirt URI (e.g. qemu+tcp://10.77.0.11/system)")
+        if not isinstance(self.state_dir, str) or not posixpath.isabs(self.state_dir):
+            raise ConfigError("state_dir", f"must be an absolute path (got {self.state_dir!r})")
+        if isinstance(self.shared_storage, str) or not isinstance(self.shared_storage, Iterable):
+            raise ConfigError("shared_storage", "must be a list of absolute paths")
+        prefixes = tuple(self.shared_storage)
+        for prefix in prefixes:
+            if not isinstance(prefix, str) or not posixpath.isabs(prefix):
+                raise ConfigError("shared_storage", f"must be a list of absolute paths (got {prefix!r})")
+        object.__setattr__(self, "shared_storage", tuple(posixpath.normpath(p) for p in prefixes))
+
+    @property
+    def is_remote(self) -> bool:
+        """True when the URI names a host (qemu+tcp://h/system), False for qemu:///system or test:///."""
+        return bool(urlsplit(self.uri).hostname)
+
+    def is_shared(self, path: str) -> bool:
+        """Whether `path` is on storage every host sees, so no copy is needed."""
+        return is_under(path, self.shared_storage)
+
+
+def is_under(path: str, prefixes: Iterable[str]) -> bool:
+    """Whether the POSIX `path` lies inside one of `prefixes` (by path components, not by string)."""
+    norm = posixpath.normpath(path)
+    for prefix in prefixes:
+        prefix = posixpath.normpath(prefix)
+        if norm == prefix or norm.startswith(prefix.rstrip("/") + "/"):
+            return True
+    return False
+
+
+_KEYS = frozenset(f.name for f in fields(HostConfig))
+_STRING_KEYS = _KEYS - {"shared_storage"}
+
+
+def _host_from_table(table: object, index: int, where: str) -> HostConfig:
+    label = f"host[{index}]"
+    if not isinstance(table, Mapping):
+        raise ConfigError(label, "must be a table ([[host]])", where=where)
+    name = table.get("name")
+    if isinstance(name, str) and name:
+        label = f"host {name!r}"
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{label}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KEYS))})", where=where)
+    for key in ("name", "uri"):
+        if key not in table:
+            raise ConfigError(f"{label}.{key}", "is required", where=where)
+    for key in _STRING_KEYS & set(table):
+        if not isinstance(table[key], str):
+            raise ConfigError(f"{label}.{key}", f"must be a string (got {table[key]!r})", where=where)
+    if "shared_storage" in table and not isinstance(table["shared_storage"], list):
+        raise ConfigError(f"{label}.shared_storage", "must be a list of absolute paths", where=where)
+    try:
+        return HostConfig(**dict(table))
+    except ConfigError as exc:
+        raise ConfigError(f"{label}.{exc.field}", exc.problem, where=where) from None
+
+
+def load_inventory(path: str | os.PathLike[str]) -> list[HostConfig]:
+    """Read and validate an inventory file; raises `ConfigError` naming the file, host and key."""
+    where = str(path)
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("inventory", "file not found", where=where) from None
+    except OSError as exc:
+        raise ConfigError("inventory", f"cannot be read ({exc.strerror or exc})", where=where) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("inventory", f"is not valid TOML ({exc})", where=where) from None
+    unknown = sorted(set(data) - {"host"})
+    if unknown:
+        raise ConfigError(unknown[0], "unknown top-level key (only [[host]] tables are allowed)", where=where)
+    tables = data.get("host")
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError("host", "no [[host]] entries", where=where)
+    hosts: list[HostConfig] = []
+    seen: set[str] = set()
+    for index, table in enumerate(tables):
+        host = _host_from_table(table, index, where)
+        if host.name in seen:
+            raise ConfigError(f"host {host.name!r}.name", "duplicate host name", where=where)
+        seen.add(host.name)
+        hosts.append(host)
+    return hosts
+
+
+def _toml_string(value: str) -> str:
+    # A JSON string literal is a valid TOML basic string (same escapes, \uXXXX for the rest).
+    return json.dumps(value)
+
+
+def dump_inventory(hosts: Iterable[HostConfig]) -> str:
+    """Render hosts as inventory TOML that `load_inventory` reads back to equal `HostConfig`s."""
+    blocks: list[str] = []
+    names: set[str] = set()
+    for host in hosts:
+        if host.name in names:
+            raise ConfigError(f"host {host.name!r}.name", "duplicate host name")
+        names.add(host.name)
+        lines = ["[[host]]"]
+        for f in fields(HostConfig):
+            value = getattr(host, f.name)
+            if value is None:
+                continue
+            if f.name == "shared_storage":
+                lines.append(f"shared_storage = [{', '.join(_toml_string(p) for p in value)}]")
+            else:
+                lines.append(f"{f.name} = {_toml_string(value)}")
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
+def resolve_inventory_path(
+    option: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Path | None:
+    """The inventory to use: the option, else $LEASEWISE_INVENTORY, else the lab's file if present."""
+    if option is not None:
+        return Path(option)
+    environ = os.environ if env is None else env
+    if environ.get(INVENTORY_ENV):
+        return Path(environ[INVENTORY_ENV])
+    lab = Path(cwd if cwd is not None else Path.cwd()) / LAB_INVENTORY
+    return lab if lab.is_file() else None

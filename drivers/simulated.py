@@ -1,0 +1,401 @@
+"""A driver with no hosts behind it: VMs, save images and migrations live in memory, on a simulated clock.
+
+It lets the scheduler and the daemon run end to end in tests and in `leasewise simulate`: every
+operation advances the `SimulatedClock` by what it would cost (never sleeps), and failures are injected
+from configuration, drawn from a `random.Random(seed)` this instance owns so a run can be replayed.
+It follows the libvirt driver call for call (the contract tests hold both to it), including libvirt's
+quirks that matter to callers: a saved VM stays defined ("saved") on its host until it is resumed or
+stopped, and a save image is only visible on the host that wrote it unless it is on shared storage.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from types import MappingProxyType
+
+from orchestrator.clock import SimulatedClock
+from orchestrator.timeutil import UTC, ZERO, as_utc
+
+from .base import (
+    Driver,
+    HostInfo,
+    MigrationProgress,
+    MigrationReport,
+    OnTimeout,
+    OperationReport,
+    ProgressCallback,
+    VMInfo,
+    VMSpec,
+    VMStateName,
+    validate_migration_args,
+)
+from .domain_xml import render_domain_xml
+from .errors import HostUnreachable, MigrationFailed, OperationFailed, UnknownHost, VMAlreadyExists, VMNotFound
+from .inventory import is_under
+from .precopy import predict_precopy
+
+MIB = 1024 * 1024
+OPERATIONS = frozenset({"start", "stop", "suspend", "resume", "move_state", "migrate"})
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    vcpus: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class SimulatedDriverConfig:
+    """How long operations take and how they fail. Rates are MiB/s of guest memory.
+
+    `host_down_at` maps a host to the moment it goes down (and stays down): operations that start on it
+    from then on raise `HostUnreachable`. `failure_probability` makes each operation in
+    `failing_operations` fail (after taking its full time, changing nothing) with that probability.
+    """
+
+    start_time: timedelta = timedelta(seconds=5)
+    stop_time: timedelta = timedelta(seconds=2)
+    suspend_rate_mib_s: float = 200.0
+    suspend_overhead: timedelta = timedelta(seconds=1)
+    resume_rate_mib_s: float = 200.0
+    resume_overhead: timedelta = timedelta(seconds=1)
+    transfer_rate_mib_s: float = 100.0        # move_state between hosts
+    transfer_overhead: timedelta = ZERO
+    migration_bandwidth_mib_s: float = 100.0  # used when migrate() is not given a bandwidth
+    migration_overhead: timedelta = ZERO
+    dirty_factor: float = 1.0
+    shared_storage: tuple[str, ...] = ()
+    domain_type: str = "kvm"
+    host_down_at: Mapping[str, datetime] = field(default_factory=dict)
+    failure_probability: float = 0.0
+    failing_operations: frozenset[str] = OPERATIONS
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        for name in ("start_time", "stop_time", "suspend_overhead", "resume_overhead", "transfer_overhead",
+                     "migration_overhead"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta) or value < ZERO:
+                raise ValueError(f"{name} must be a timedelta >= 0 (got {value!r})")
+        for name in ("suspend_rate_mib_s", "resume_rate_mib_s", "transfer_rate_mib_s", "migration_bandwidth_mib_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be greater than 0 (got {value})")
+        if not math.isfinite(self.dirty_factor) or self.dirty_factor < 0:
+            raise ValueError(f"dirty_factor must be a finite number >= 0 (got {self.dirty_factor})")
+        if not 0.0 <= self.failure_probability <= 1.0:
+            raise ValueError(f"failure_probability must be within [0, 1] (got {self.failure_probability})")
+        unknown = set(self.failing_operations) - OPERATIONS
+        if unknown:
+            raise ValueError(f"failing_operations: unknown operation {sorted(unknown)[0]!r}")
+        down = {host: as_utc(when, f"host_down_at[{host}]") for host, when in dict(self.host_down_at).items()}
+        object.__setattr__(self, "host_down_at", MappingProxyType(down))
+        object.__setattr__(self, "failing_operations", frozenset(self.failing_operations))
+        object.__setattr__(self, "shared_storage", tuple(self.shared_storage))
+
+
+@dataclass
+class _VM:
+    spec: VMSpec
+    host: str
+    state: VMStateName
+
+
+@dataclass(frozen=True)
+class _StateFile:
+    spec: VMSpec
+    size_bytes: int
+
+
+class SimulatedDriver(Driver):
+    """The full `Driver` interface over in-memory hosts with fixed capacities."""
+
+    name = "simulated"
+
+    def __init__(
+        self,
+        hosts: Mapping[str, HostCapacity | tuple[int, int]],
+        clock: SimulatedClock | None = None,
+        config: SimulatedDriverConfig | None = None,
+    ):
+        if not hosts:
+            raise ValueError("hosts must name at least one host")
+        self._capacity: dict[str, HostCapacity] = {}
+        for host, cap in hosts.items():
+            cap = cap if isinstance(cap, HostCapacity) else HostCapacity(*cap)
+            if cap.vcpus < 1 or cap.memory_mib < 1:
+                raise ValueError(f"host {host}: capacity must be at least 1 vCPU and 1 MiB (got {cap})")
+            self._capacity[host] = cap
+        self.clock = clock if clock is not None else SimulatedClock(datetime.now(UTC))
+        self.config = config if config is not None else SimulatedDriverConfig()
+        unknown = set(self.config.host_down_at) - set(self._capacity)
+        if unknown:
+            raise ValueError(f"host_down_at names unknown host {sorted(unknown)[0]!r}")
+        self._rng = random.Random(self.config.seed)
+        self._vms: dict[str, _VM] = {}
+        # Save images: key (host, path) for host-local files, (None, path) for shared storage.
+        self._files: dict[tuple[str | None, str], _StateFile] = {}
+
+    # -- hosts -----------------------------------------------------------------------------------
+
+    def hosts(self) -> list[str]:
+        return list(self._capacity)
+
+    def _known(self, host: str) -> HostCapacity:
+        try:
+            return self._capacity[host]
+        except KeyError:
+            raise UnknownHost(f"unknown host {host!r} (known: {', '.join(self._capacity)})") from None
+
+    def _is_down(self, host: str) -> bool:
+        when = self.config.host_down_at.get(host)
+        return when is not None and self.clock.now() >= when
+
+    def _up(self, host: str) -> HostCapacity:
+        cap = self._known(host)
+        if self._is_down(host):
+            raise HostUnreachable(f"host {host} is down (since {self.config.host_down_at[host].isoformat()})")
+        return cap
+
+    def host_info(self, host: str) -> HostInfo:
+        cap = self._known(host)
+        down = self._is_down(host)
+        return HostInfo(
+            name=host,
+            uri=f"simulated:///{host}",
+            vcpus=cap.vcpus,
+            memory_mib=cap.memory_mib,
+            domain_type=self.config.domain_type,
+            hypervisor="simulated",
+            reachable=not down,
+            error=f"host {host} is down" if down else "",
+        )
+
+    def _free(self, host: str) -> tuple[int, int]:
+        cap = self._capacity[host]
+        used = [vm.spec for vm in self._vms.values() if vm.host == host and vm.state in ("running", "paused")]
+        return cap.vcpus - sum(s.vcpus for s in used), cap.memory_mib - sum(s.memory_mib for s in used)
+
+    def _fits(self, spec: VMSpec, host: str) -> str | None:
+        """Why `spec` does not fit on `host` now, or None."""
+        vcpus, memory = self._free(host)
+        if spec.vcpus > vcpus:
+            return f"host {host} has {vcpus} free vCPUs, {spec.name} needs {spec.vcpus}"
+        if spec.memory_mib > memory:
+            return f"host {host} has {memory} MiB free, {spec.name} needs {spec.memory_mib}"
+        return None
+
+    # -- time and failures -----------------------------------------------------------------------
+
+    def _spend(self, seconds: float) -> float:
+        self.clock.sleep(timedelta(seconds=seconds))
+        return seconds
+
+    def _injected_failure(self, operation: str) -> bool:
+        p = self.config.failure_probability
+        return p > 0 and operation in self.config.failing_operations and self._rng.random() < p
+
+    # -- VMs -------------------------------------------------------------------------------------
+
+    def _vm(self, vm: str) -> _VM:
+        try:
+            record = self._vms[vm]
+        except KeyError:
+            raise VMNotFound(f"VM {vm!r} not found on any host") from None
+        self._up(record.host)
+        return record
+
+    def start(self, spec: VMSpec, host: str) -> OperationReport:
+        self._up(host)
+        render_domain_xml(spec, self.config.domain_type)  # the same acceptance rules as the libvirt driver
+        if spec.dirty_rate_mib_s < 0:
+            raise ValueError(f"dirty_rate_mib_s must not be negative (got {spec.dirty_rate_mib_s})")
+        if spec.working_set_mib is not None and not 0 <= spec.working_set_mib <= spec.memory_mib:
+            raise ValueError(f"working_set_mib must be within [0, memory_mib] (got {spec.working_set_mib})")
+        if spec.name in self._vms:
+            raise VMAlreadyExists(f"VM {spec.name!r} already exists on {self._vms[spec.name].host}")
+        why = self._fits(spec, host)
+        if why:
+            raise OperationFailed(f"start {spec.name} on {host}: {why}")
+        seconds = self._spend(self.config.start_time.total_seconds())
+        if self._injected_failure("start"):
+            raise OperationFailed(f"start {spec.name} on {host}: injected failure")
+        self._vms[spec.name] = _VM(spec, host, "running")
+        return OperationReport("start", spec.name, host, seconds)
+
+    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
+        record = self._vm(vm)
+        active = record.state in ("running", "paused")
+        seconds = self._spend(self.config.stop_time.total_seconds() if active else 0.0)
+        if self._injected_failure("stop"):
+            raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
+        del self._vms[vm]
+        return OperationReport("stop", vm, record.host, seconds)
+
+    def list_vms(self, host: str) -> list[VMInfo]:
+        self._up(host)
+        return [
+            VMInfo(name, vm.host, vm.state, vm.spec.vcpus, vm.spec.memory_mib, vm.spec.lease_id)
+            for name, vm in self._vms.items()
+            if vm.host == host
+        ]
+
+    def locate(self, vm: str) -> str | None:
+        record = self._vms.get(vm)
+        return None if record is None or self._is_down(record.host) else record.host
+
+    # -- save images -----------------------------------------------------------------------------
+
+    def _file_key(self, host: str, path: str) -> tuple[str | None, str]:
+        return (None, path) if is_under(path, self.config.shared_storage) else (host, path)
+
+    def state_file_exists(self, host: str, path: str) -> bool:
+        """Whether `host` sees a save image at `path` (tests and the simulator's own checks)."""
+        return self._file_key(host, path) in self._files
+
+    def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:
+        record = self._vm(vm)
+        if record.state not in ("running", "paused"):
+            raise OperationFailed(f"suspend {vm} on {record.host}: VM is not running ({record.state})")
+        size = record.spec.memory_mib * MIB
+        seconds = self._spend(
+            self.config.suspend_overhead.total_seconds() + record.spec.memory_mib / self.config.suspend_rate_mib_s
+        )
+        if self._injected_failure("suspend"):
+            raise OperationFailed(f"suspend {vm} on {record.host}: injected failure")
+        self._files[self._file_key(record.host, state_path)] = _StateFile(record.spec, size)
+        record.state = "saved"
+        return OperationReport("suspend", vm, record.host, seconds, size)
+
+    def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
+        self._up(host)
+        image = self._files.get(self._file_key(host, state_path))
+        if image is None:
+            raise OperationFailed(f"resume {vm} on {host}: no save image at {state_path} on {host}")
+        if image.spec.name != vm:
+            raise OperationFailed(f"resume {vm} on {host}: {state_path} holds VM {image.spec.name!r}")
+        current = self._vms.get(vm)
+        if current is not None and current.state in ("running", "paused"):
+            raise VMAlreadyExists(f"VM {vm!r} is already running on {current.host}")
+        why = self._fits(image.spec, host)
+        if why:
+            raise OperationFailed(f"resume {vm} on {host}: {why}")
+        seconds = self._spend(
+            self.config.resume_overhead.total_seconds() + image.spec.memory_mib / self.config.resume_rate_mib_s
+        )
+        if self._injected_failure("resume"):
+            raise OperationFailed(f"resume {vm} on {host}: injected failure")
+        # As the libvirt driver does: the VM now lives on `host`; a stale saved definition elsewhere goes.
+        self._vms[vm] = _VM(image.spec, host, "running")
+        return OperationReport("resume", vm, host, seconds, image.size_bytes)
+
+    def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
+        self._up(src_host)
+        self._up(dst_host)
+        if src_host == dst_host or is_under(state_path, self.config.shared_storage):
+            return OperationReport("move_state", "", dst_host, 0.0, 0)
+        image = self._files.get((src_host, state_path))
+        if image is None:
+            raise OperationFailed(f"move_state: no save image at {state_path} on {src_host}")
+        seconds = self._spend(
+            self.config.transfer_overhead.total_seconds() + image.size_bytes / MIB / self.config.transfer_rate_mib_s
+        )
+        if self._injected_failure("move_state"):
+            raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
+        self._files[(dst_host, state_path)] = image
+        return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
+
+    # -- live migration --------------------------------------------------------------------------
+
+    def migrate(
+        self,
+        vm: str,
+        dst_host: str,
+        max_downtime_ms: float = 300.0,
+        bandwidth_mib_s: float | None = None,
+        timeout_s: float = 600.0,
+        on_timeout: OnTimeout = "abort",
+        progress: ProgressCallback | None = None,
+    ) -> MigrationReport:
+        """Times the migration with the pre-copy model; one progress sample per pass over memory."""
+        validate_migration_args(max_downtime_ms, bandwidth_mib_s, timeout_s, on_timeout)
+        record = self._vm(vm)
+        self._known(dst_host)
+        src = record.host
+        spec = record.spec
+        memory_total = spec.memory_mib * MIB
+
+        def failure(message: str, outcome: str = "failed", **fields: object) -> MigrationFailed:
+            report = MigrationReport(
+                vm=vm, source=src, destination=dst_host, success=False, total_seconds=0.0, downtime_ms=0.0,
+                iterations=0, bytes_transferred=0, memory_total=memory_total, outcome=outcome, error=message,
+            )
+            report = replace(report, **fields)
+            return MigrationFailed(f"migrate {vm} {src} -> {dst_host}: {message}", report)
+
+        if dst_host == src:
+            raise failure(f"{vm} is already on {dst_host}")
+        if record.state != "running":
+            raise failure(f"{vm} is not running ({record.state})")
+        if self._is_down(dst_host):
+            raise failure(f"destination {dst_host} is down")
+        why = self._fits(spec, dst_host)
+        if why:
+            raise failure(why)
+
+        result = predict_precopy(
+            spec.memory_mib,
+            bandwidth_mib_s if bandwidth_mib_s is not None else self.config.migration_bandwidth_mib_s,
+            spec.dirty_rate_mib_s,
+            max_downtime_ms,
+            working_set_mib=spec.working_set_mib,
+            timeout_s=timeout_s,
+            on_timeout=on_timeout,
+            overhead_s=self.config.migration_overhead.total_seconds(),
+            dirty_factor=self.config.dirty_factor,
+        )
+        start = self.clock.now()
+        self._spend(self.config.migration_overhead.total_seconds())
+        samples: list[MigrationProgress] = []
+        sent = 0.0
+        dirty_bytes_s = spec.dirty_rate_mib_s * self.config.dirty_factor * MIB
+        for index, (seconds, mib) in enumerate(result.rounds):
+            self._spend(seconds)
+            sent += mib
+            is_last = index + 1 == len(result.rounds)
+            left = (0.0 if result.outcome != "aborted" else result.remaining_mib) if is_last else result.rounds[index + 1].mib
+            sample = MigrationProgress(
+                elapsed_seconds=(self.clock.now() - start).total_seconds(),
+                memory_total=memory_total,
+                memory_processed=round(sent * MIB),
+                memory_remaining=round(left * MIB),
+                dirty_rate_bytes_s=dirty_bytes_s,
+                iteration=index + 1,
+                max_downtime_ms=max_downtime_ms,
+            )
+            samples.append(sample)
+            if progress is not None:
+                progress(sample)
+        self.clock.sleep_until(start + timedelta(seconds=result.total_seconds))
+
+        measured = dict(
+            total_seconds=result.total_seconds,
+            downtime_ms=result.downtime_ms,
+            iterations=result.passes,
+            bytes_transferred=round(result.transferred_mib * MIB),
+            samples=tuple(samples),
+        )
+        if result.outcome == "aborted":
+            raise failure(f"did not converge within {timeout_s:g} s; aborted", "aborted", **measured)
+        if self._injected_failure("migrate"):
+            raise failure("injected failure", **measured)
+        record.host = dst_host
+        return MigrationReport(
+            vm=vm, source=src, destination=dst_host, success=True, memory_total=memory_total,
+            outcome=result.outcome, **measured,  # type: ignore[arg-type]
+        )
+

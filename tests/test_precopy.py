@@ -1,0 +1,143 @@
+"""The pre-copy model: exact cases that pin the arithmetic, and properties the scheduler relies on."""
+
+import math
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from drivers.precopy import Round, predict_precopy
+
+
+def test_idle_guest_takes_memory_over_bandwidth_plus_overhead_with_no_extra_rounds():
+    result = predict_precopy(1024, 128, 0.0, 300, overhead_s=1.5)
+    assert result.total_seconds == 9.5              # 1.5 s setup + 1024 MiB / 128 MiB/s
+    assert result.iterations == 0
+    assert result.downtime_ms == 0.0
+    assert result.transferred_mib == 1024
+    assert result.converged and result.outcome == "completed"
+    assert result.rounds == (Round(8.0, 1024.0), Round(0.0, 0.0))
+    assert result.passes == 2
+
+
+def test_dirtying_guest_resends_geometrically_shrinking_rounds():
+    # 20 MiB/s dirtied while sending at 100 MiB/s: each pass is a fifth of the one before.
+    result = predict_precopy(1024, 100, 20, 300)
+    sizes = [r.mib for r in result.rounds]
+    assert sizes == pytest.approx([1024, 204.8, 40.96, 8.192])
+    assert result.iterations == 2
+    assert result.downtime_ms == pytest.approx(81.92)
+    assert result.total_seconds == pytest.approx(sum(r.seconds for r in result.rounds))
+    assert result.transferred_mib == pytest.approx(sum(sizes))
+
+
+def test_dirty_factor_scales_the_dirty_rate():
+    assert predict_precopy(1024, 100, 40, 300) == predict_precopy(1024, 100, 20, 300, dirty_factor=2.0)
+
+
+def test_dirty_rate_above_bandwidth_aborts_at_the_timeout_with_the_vm_left_behind():
+    result = predict_precopy(1024, 100, 150, 300, timeout_s=60, on_timeout="abort")
+    assert result.outcome == "aborted"
+    assert not result.converged
+    assert result.total_seconds == 60
+    assert result.downtime_ms == 0
+    assert sum(r.seconds for r in result.rounds) == pytest.approx(60)
+    assert result.remaining_mib == pytest.approx(1024 * 0.9)  # stuck at the working set
+
+
+def test_dirty_rate_above_bandwidth_forced_pauses_and_sends_the_rest():
+    result = predict_precopy(1024, 100, 150, 300, timeout_s=60, on_timeout="force")
+    assert result.outcome == "forced"
+    assert not result.converged
+    assert result.downtime_ms == pytest.approx(result.remaining_mib / 100 * 1000)
+    assert result.downtime_ms > 300
+    assert result.total_seconds == pytest.approx(60 + result.downtime_ms / 1000)
+    assert result.rounds[-1] == pytest.approx((result.remaining_mib / 100, result.remaining_mib))
+
+
+def test_never_converging_without_timeout_stops_at_max_iterations():
+    result = predict_precopy(1024, 100, 150, 300, max_iterations=5)
+    assert result.outcome == "aborted"
+    assert result.iterations == 5
+    assert len(result.rounds) == 6  # stage 1 + 5 stage-2 passes, no stop-and-copy
+
+
+def test_timeout_during_stage_one_counts_what_was_sent():
+    result = predict_precopy(1024, 100, 10, 300, timeout_s=5, on_timeout="abort")
+    assert result.rounds == (Round(5.0, 500.0),)
+    assert result.iterations == 0
+    assert result.remaining_mib == pytest.approx(1024 - 500 + 50)
+
+
+def test_working_set_caps_every_resend():
+    result = predict_precopy(4096, 100, 1000, 100, working_set_mib=256, timeout_s=600, on_timeout="force")
+    assert all(r.mib <= 256 + 1e-9 for r in result.rounds[1:])
+    assert result.remaining_mib <= 256 + 1e-9
+    assert result.downtime_ms == pytest.approx(256 / 100 * 1000)
+
+
+def test_default_working_set_is_ninety_percent_of_memory():
+    result = predict_precopy(1000, 100, 10_000, 100, max_iterations=3)
+    assert [r.mib for r in result.rounds[1:]] == pytest.approx([900.0] * 3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"memory_mib": 0}, "memory_mib"),
+        ({"memory_mib": -1}, "memory_mib"),
+        ({"bandwidth_mib_s": 0}, "bandwidth_mib_s"),
+        ({"bandwidth_mib_s": -5}, "bandwidth_mib_s"),
+        ({"dirty_rate_mib_s": -1}, "dirty_rate_mib_s"),
+        ({"max_downtime_ms": 0}, "max_downtime_ms"),
+        ({"working_set_mib": 2048}, "working_set_mib"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"on_timeout": "retry"}, "on_timeout"),
+        ({"overhead_s": -0.1}, "overhead_s"),
+        ({"dirty_factor": -1}, "dirty_factor"),
+        ({"max_iterations": 0}, "max_iterations"),
+        ({"bandwidth_mib_s": math.nan}, "bandwidth_mib_s"),
+    ],
+)
+def test_bad_parameters_raise_value_error_naming_the_parameter(kwargs, name):
+    args = {"memory_mib": 1024, "bandwidth_mib_s": 100, "dirty_rate_mib_s": 10, "max_downtime_ms": 300} | kwargs
+    with pytest.raises(ValueError, match=name):
+        predict_precopy(**args)
+
+
+memory = st.floats(min_value=1, max_value=65536)
+bandwidth = st.floats(min_value=1, max_value=10_000)
+dirty = st.floats(min_value=0, max_value=20_000)
+downtime = st.floats(min_value=1, max_value=5_000)
+timeout = st.one_of(st.none(), st.floats(min_value=0.5, max_value=3_600))
+action = st.sampled_from(["abort", "force"])
+
+
+def precopy_rounds(result) -> int:
+    """Passes made while the guest runs: all but the stop-and-copy, which an aborted migration never makes."""
+    return len(result.rounds) - (0 if result.outcome == "aborted" else 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(memory, bandwidth, dirty, downtime, downtime, timeout, action)
+@example(mem=1.0, bw=1.0, rate=1.0, d1=1.0, d2=900.0, limit=1.0, on_timeout="abort")  # stage 1 ends at the timeout
+def test_larger_max_downtime_never_needs_more_rounds(mem, bw, rate, d1, d2, limit, on_timeout):
+    small, large = sorted((d1, d2))
+    a = predict_precopy(mem, bw, rate, small, timeout_s=limit, on_timeout=on_timeout, max_iterations=200)
+    b = predict_precopy(mem, bw, rate, large, timeout_s=limit, on_timeout=on_timeout, max_iterations=200)
+    assert b.iterations <= a.iterations
+    assert precopy_rounds(b) <= precopy_rounds(a)
+
+
+@settings(max_examples=300, deadline=None)
+@given(memory, bandwidth, dirty, downtime, timeout, action, st.floats(min_value=0, max_value=30))
+def test_converged_migrations_respect_the_max_downtime(mem, bw, rate, max_dt, limit, on_timeout, overhead):
+    result = predict_precopy(mem, bw, rate, max_dt, timeout_s=limit, on_timeout=on_timeout, overhead_s=overhead,
+                             max_iterations=200)
+    if result.converged:
+        assert result.outcome == "completed"
+        assert result.downtime_ms <= max_dt
+    else:
+        assert result.outcome == on_timeout.replace("abort", "aborted").replace("force", "forced")
+    assert result.transferred_mib == pytest.approx(math.fsum(r.mib for r in result.rounds))
+    assert result.remaining_mib <= mem * (1 + 1e-9)

@@ -1,0 +1,221 @@
+"""The simulated driver: costs in simulated time, reproducible failures, and the same rules as libvirt."""
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from drivers.base import MigrationProgress, VMSpec
+from drivers.errors import HostUnreachable, MigrationFailed, OperationFailed, UnknownHost, VMAlreadyExists
+from drivers.precopy import predict_precopy
+from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
+from orchestrator.clock import SimulatedClock
+from orchestrator.timeutil import UTC
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+SHARED = "/srv/shared"
+
+
+def make(config: SimulatedDriverConfig | None = None, **hosts: tuple[int, int]) -> tuple[SimulatedDriver, SimulatedClock]:
+    clock = SimulatedClock(T0)
+    capacities = hosts or {"a": (8, 8192), "b": (8, 8192)}
+    return SimulatedDriver(capacities, clock, config or SimulatedDriverConfig()), clock
+
+
+def elapsed(clock: SimulatedClock) -> float:
+    return (clock.now() - T0).total_seconds()
+
+
+def test_operations_advance_the_clock_by_their_configured_cost():
+    config = SimulatedDriverConfig(
+        start_time=timedelta(seconds=7), stop_time=timedelta(seconds=3), suspend_rate_mib_s=256,
+        suspend_overhead=timedelta(seconds=2), resume_rate_mib_s=128, resume_overhead=timedelta(seconds=1),
+        transfer_rate_mib_s=64, transfer_overhead=timedelta(seconds=0.5),
+    )
+    driver, clock = make(config)
+    spec = VMSpec("vm1", 2, 1024)
+    assert driver.start(spec, "a").wall_seconds == 7 and elapsed(clock) == 7
+    report = driver.suspend("vm1", "/local/vm1.save")
+    assert report.wall_seconds == 2 + 1024 / 256 and report.bytes == 1024 * 2**20
+    assert elapsed(clock) == 7 + 6
+    moved = driver.move_state("/local/vm1.save", "a", "b")
+    assert moved.wall_seconds == 0.5 + 1024 / 64 and moved.bytes == 1024 * 2**20
+    assert elapsed(clock) == 13 + 16.5
+    assert driver.resume("vm1", "/local/vm1.save", "b").wall_seconds == 1 + 1024 / 128
+    assert elapsed(clock) == 29.5 + 9
+    assert driver.stop("vm1").wall_seconds == 3
+    assert clock.now() == T0 + timedelta(seconds=41.5)
+
+
+def test_start_refuses_duplicates_and_hosts_without_room():
+    driver, clock = make(a=(4, 4096), b=(4, 4096))
+    driver.start(VMSpec("big", 3, 3000), "a")
+    with pytest.raises(VMAlreadyExists):
+        driver.start(VMSpec("big", 1, 10), "b")
+    with pytest.raises(OperationFailed, match="free vCPUs"):
+        driver.start(VMSpec("more", 2, 512), "a")
+    with pytest.raises(OperationFailed, match="MiB free"):
+        driver.start(VMSpec("more", 1, 2000), "a")
+    with pytest.raises(UnknownHost):
+        driver.start(VMSpec("more", 1, 10), "zzz")
+    before = clock.now()
+    with pytest.raises(OperationFailed):
+        driver.start(VMSpec("more", 1, 2000), "a")
+    assert clock.now() == before  # a refusal costs no time
+    # A saved VM no longer holds CPU or memory.
+    driver.suspend("big", "/x/big.save")
+    driver.start(VMSpec("more", 4, 4096), "a")
+
+
+def test_resume_elsewhere_needs_move_state_unless_on_shared_storage():
+    driver, _ = make(SimulatedDriverConfig(shared_storage=(SHARED,)))
+    driver.start(VMSpec("local", 1, 512), "a")
+    driver.start(VMSpec("shared", 1, 512), "a")
+    driver.suspend("local", "/var/save/local.save")
+    driver.suspend("shared", f"{SHARED}/shared.save")
+
+    assert not driver.state_file_exists("b", "/var/save/local.save")
+    with pytest.raises(OperationFailed, match="no save image"):
+        driver.resume("local", "/var/save/local.save", "b")
+    assert driver.move_state("/var/save/local.save", "a", "b").bytes == 512 * 2**20
+    driver.resume("local", "/var/save/local.save", "b")
+
+    assert driver.state_file_exists("b", f"{SHARED}/shared.save")
+    assert driver.move_state(f"{SHARED}/shared.save", "a", "b").bytes == 0
+    driver.resume("shared", f"{SHARED}/shared.save", "b")
+    assert {v.name: v.state for v in driver.list_vms("b")} == {"local": "running", "shared": "running"}
+    assert driver.list_vms("a") == []
+
+
+def test_suspended_vm_stays_listed_as_saved_until_resumed():
+    driver, _ = make()
+    driver.start(VMSpec("vm", 1, 256, lease_id="L7"), "a")
+    driver.suspend("vm", "/s/vm.save")
+    [info] = driver.list_vms("a")
+    assert (info.state, info.lease_id) == ("saved", "L7")
+    with pytest.raises(OperationFailed, match="not running"):
+        driver.suspend("vm", "/s/vm.save")
+    driver.resume("vm", "/s/vm.save", "a")
+    assert driver.list_vms("a")[0].state == "running"
+    with pytest.raises(VMAlreadyExists):
+        driver.resume("vm", "/s/vm.save", "a")
+
+
+def outcomes(seed: int) -> list[str]:
+    driver, _ = make(SimulatedDriverConfig(failure_probability=0.5, seed=seed))
+    results = []
+    for i in range(30):
+        try:
+            driver.start(VMSpec(f"vm{i}", 1, 1), "a")
+            results.append("ok")
+            driver.stop(f"vm{i}")
+        except OperationFailed:
+            results.append("failed")
+    return results
+
+
+def test_failure_injection_is_reproducible_per_seed_and_per_instance():
+    first, again, other = outcomes(42), outcomes(42), outcomes(7)
+    assert first == again
+    assert first != other
+    assert 5 < first.count("failed") < 25
+
+
+def test_injected_failure_changes_nothing_but_time():
+    config = SimulatedDriverConfig(failure_probability=1.0, failing_operations=frozenset({"start"}),
+                                    start_time=timedelta(seconds=4))
+    driver, clock = make(config)
+    with pytest.raises(OperationFailed, match="injected"):
+        driver.start(VMSpec("vm", 1, 1), "a")
+    assert driver.list_vms("a") == []
+    assert elapsed(clock) == 4
+
+
+def test_host_down_from_a_given_time():
+    config = SimulatedDriverConfig(host_down_at={"b": T0 + timedelta(seconds=10)}, start_time=timedelta(seconds=6))
+    driver, clock = make(config)
+    driver.start(VMSpec("one", 1, 1), "b")
+    assert driver.host_info("b").reachable
+    driver.start(VMSpec("two", 1, 1), "a")   # the clock is now at 12 s
+    assert not driver.host_info("b").reachable
+    with pytest.raises(HostUnreachable):
+        driver.start(VMSpec("three", 1, 1), "b")
+    with pytest.raises(HostUnreachable):
+        driver.list_vms("b")
+    with pytest.raises(HostUnreachable):
+        driver.stop("one")
+    assert driver.locate("one") is None
+
+
+def test_migrate_report_matches_the_precopy_prediction_and_reports_each_round():
+    config = SimulatedDriverConfig(migration_overhead=timedelta(seconds=2), dirty_factor=1.5)
+    driver, clock = make(config)
+    driver.start(VMSpec("vm", 2, 2048, dirty_rate_mib_s=10, working_set_mib=512), "a")
+    t_start = clock.now()
+    samples: list[MigrationProgress] = []
+    report = driver.migrate("vm", "b", max_downtime_ms=200, bandwidth_mib_s=120, progress=samples.append)
+
+    expected = predict_precopy(2048, 120, 10, 200, working_set_mib=512, timeout_s=600, overhead_s=2.0,
+                               dirty_factor=1.5)
+    assert report.success and report.outcome == "completed"
+    assert report.total_seconds == pytest.approx(expected.total_seconds)
+    assert report.downtime_ms == pytest.approx(expected.downtime_ms)
+    assert report.iterations == expected.passes
+    assert report.bytes_transferred == round(expected.transferred_mib * 2**20)
+    assert report.memory_total == 2048 * 2**20
+    assert (clock.now() - t_start).total_seconds() == pytest.approx(expected.total_seconds)
+    assert len(samples) == len(expected.rounds)
+    assert [s.iteration for s in samples] == list(range(1, len(samples) + 1))
+    assert samples[-1].memory_remaining == 0
+    assert [s.elapsed_seconds for s in samples] == sorted(s.elapsed_seconds for s in samples)
+    assert samples[-1].elapsed_seconds == pytest.approx(expected.total_seconds)
+    assert samples[0].dirty_rate_bytes_s == pytest.approx(15 * 2**20)
+    assert report.samples == tuple(samples)
+    assert driver.locate("vm") == "b"
+
+
+def test_migrate_timeout_abort_raises_with_report_and_leaves_vm_on_source():
+    driver, clock = make()
+    driver.start(VMSpec("hot", 1, 1024, dirty_rate_mib_s=500), "a")
+    t_start = clock.now()
+    with pytest.raises(MigrationFailed) as caught:
+        driver.migrate("hot", "b", bandwidth_mib_s=100, timeout_s=30, on_timeout="abort")
+    report = caught.value.report
+    assert report.outcome == "aborted" and not report.success
+    assert report.total_seconds == 30
+    assert clock.now() - t_start == timedelta(seconds=30)
+    assert driver.locate("hot") == "a"
+    assert driver.list_vms("a")[0].state == "running"
+
+
+def test_migrate_timeout_force_completes_with_long_downtime():
+    driver, _ = make()
+    driver.start(VMSpec("hot", 1, 1024, dirty_rate_mib_s=500), "a")
+    report = driver.migrate("hot", "b", bandwidth_mib_s=100, timeout_s=30, on_timeout="force")
+    assert report.success and report.outcome == "forced"
+    assert report.downtime_ms == pytest.approx(1024 * 0.9 / 100 * 1000)
+    assert driver.locate("hot") == "b"
+
+
+def test_migrate_refusals_keep_the_vm_running_on_the_source():
+    driver, _ = make(a=(4, 4096), b=(1, 1024))
+    driver.start(VMSpec("vm", 2, 512), "a")
+    for dst, reason in (("a", "already on"), ("b", "free vCPUs")):
+        with pytest.raises(MigrationFailed, match=reason) as caught:
+            driver.migrate("vm", dst)
+        assert caught.value.report.outcome == "failed"
+        assert driver.locate("vm") == "a"
+    with pytest.raises(ValueError, match="max_downtime_ms"):
+        driver.migrate("vm", "b", max_downtime_ms=-1)
+
+
+def test_config_rejects_bad_values_naming_the_field():
+    with pytest.raises(ValueError, match="start_time"):
+        SimulatedDriverConfig(start_time=5)  # type: ignore[arg-type]  (a duration is a timedelta)
+    with pytest.raises(ValueError, match="suspend_rate_mib_s"):
+        SimulatedDriverConfig(suspend_rate_mib_s=0)
+    with pytest.raises(ValueError, match="failure_probability"):
+        SimulatedDriverConfig(failure_probability=1.5)
+    with pytest.raises(ValueError, match="failing_operations"):
+        SimulatedDriverConfig(failing_operations=frozenset({"reboot"}))
+    with pytest.raises(ValueError, match="no timezone"):
+        SimulatedDriverConfig(host_down_at={"a": datetime(2026, 1, 1)})
