@@ -72,14 +72,14 @@ class Mapper:
         lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
         added up); otherwise the site's free total must cover the lease's total."""
         node = lease.request.uniform
-        key = (t, node, self.table.state_version(t))
+        names, used, cap, _, version = self.table.state_arrays(t)
+        key = (t, node, version)
         room = self._room.get(key)
         if room is None:
             # how many such nodes the hosts can take at t (or, for mixed nodes, the free total):
             # the same for every lease of that shape until the table changes, so remembered
             if len(self._room) > 256:
                 self._room.clear()
-            names, used, cap, _ = self.table.state_arrays(t)
             free = cap - used
             if node is not None:
                 need = np.array(node, dtype=float)
@@ -95,7 +95,7 @@ class Mapper:
 
     def site_full(self, t: datetime) -> bool:
         """No CPU free on any host at t."""
-        _, used, cap, _ = self.table.state_arrays(t)
+        _, used, cap, _, _ = self.table.state_arrays(t)
         return not bool(np.any(cap[:, 0] - used[:, 0] > 1e-9))
 
     # -- filter, score, reserve ---------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class Mapper:
         # (the node with the least memory is not enough: it may need more CPU than another node)
         smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
         if not excluding and len(hosts) == len(table.hosts):
-            names, used, cap, count = table.state_arrays(start)   # valid incrementally: no per-host bisect
+            names, used, cap, count, _ = table.state_arrays(start)   # valid incrementally: no per-host bisect
         else:
             states = table.host_states(hosts, start, excluding)
             names = [st[0] for st in states]
@@ -118,11 +118,16 @@ class Mapper:
         if not candidates.size:
             return None
         ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates], count[candidates])]
-        rows = {}
-        ordered = []
-        for i in ranked.tolist():
-            rows[names[i]] = i
-            ordered.append(names[i])
+        rows: dict[str, int] = {}
+
+        def ranked_hosts():
+            # lazily: a lease usually needs only the first few hosts of a long ranking
+            for i in ranked.tolist():
+                host = names[i]
+                rows[host] = i
+                yield host
+
+        ordered = ranked_hosts()
         at_start: dict[str, tuple[Resources, Resources]] = {}
 
         def instant(host: str) -> tuple[Resources, Resources]:
@@ -232,3 +237,4 @@ class Mapper:
                 needed, mapping = trial, alternative
         mapping.victims = needed
         return mapping
+

@@ -113,13 +113,25 @@ class HostTimeline:
         return maxes[pos - 1] if pos else None
 
     def window(self, t: datetime) -> tuple[Resources, int, datetime | None, datetime | None]:
-        """(usage, reservation count) at t and the breakpoints around t between which they hold."""
-        bp = self._floor(t)
+        """(usage, reservation count) at t and the breakpoints around t between which they hold;
+        one two-level bisect, as `_floor`."""
         times = self._times
-        if bp is None:
-            return NOTHING, 0, None, (times[0] if times else None)
-        i = times.bisect_right(bp)
-        following = times[i] if i < len(times) else None
+        maxes = times._maxes
+        if not maxes:
+            return NOTHING, 0, None, None
+        pos = bisect_right(maxes, t)
+        if pos == len(maxes):
+            bp = maxes[-1]
+            return self._usage[bp], self._count[bp], bp, None
+        sub = times._lists[pos]
+        i = bisect_right(sub, t)
+        following = sub[i]   # t < maxes[pos] == sub[-1], so i < len(sub)
+        if i:
+            bp = sub[i - 1]
+        elif pos:
+            bp = maxes[pos - 1]
+        else:
+            return NOTHING, 0, None, following
         return self._usage[bp], self._count[bp], bp, following
 
     def usage_at(self, t: datetime) -> Resources:
@@ -188,6 +200,8 @@ class SlotTable:
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
         self._snapshots = (HostStates(), HostStates())
+        #: the time most queries are about (set by the scheduler as time goes on)
+        self.present: datetime | None = None
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
         for name, capacity in items:
             self.add_host(name, capacity)
@@ -309,6 +323,10 @@ class SlotTable:
         j = self._by_end.bisect_key_right((until, float("inf")))
         return list(self._by_end.islice(i, j))
 
+    def iter_ending_after(self, t: datetime) -> Iterator[Reservation]:
+        """Reservations ending after t, by end time, lazily."""
+        return self._by_end.irange_key(min_key=(t, float("inf")), inclusive=(False, True))
+
     def reservations_overlapping(self, t1: datetime, t2: datetime,
                                  hosts: Collection[str] | None = None) -> list[Reservation]:
         """Reservations with some time in [t1, t2) (on the given hosts)."""
@@ -368,23 +386,15 @@ class SlotTable:
             first = False
         return t2 if t2 is not None else FOREVER
 
-    def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray"]:
-        """(host names, usage rows, capacity rows, reservation counts) of every host at t, from the
-        snapshot last asked about the nearest time."""
-        snapshot = self._snapshot_for(t)
+    def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray", tuple]:
+        """(host names, usage rows, capacity rows, reservation counts, version) of every host at t,
+        equal versions mean equal contents. Queries at `present` (the scheduler's next schedulable time)
+        use one snapshot, which moves forward with time and stays almost valid; others (an AR's start,
+        backfilling points) use the second, so they never disturb the first."""
+        present, elsewhere = self._snapshots
+        snapshot = present if t == self.present else elsewhere
         used, count = snapshot.at(t)
-        return snapshot.names, used, snapshot.capacity, count
-
-    def _snapshot_for(self, t: datetime) -> HostStates:
-        ts = t.timestamp()
-        a, b = self._snapshots
-        return a if abs(a.last - ts) <= abs(b.last - ts) else b
-
-    def state_version(self, t: datetime) -> tuple[int, int]:
-        """Identifies the arrays `state_arrays(t)` returns: equal keys, equal contents."""
-        snapshot = self._snapshot_for(t)
-        snapshot.at(t)
-        return id(snapshot), snapshot.version
+        return snapshot.names, used, snapshot.capacity, count, (id(snapshot), snapshot.version)
 
     def host_states(self, hosts: Iterable[str], t: datetime,
                     excluding: Collection[Reservation] = ()) -> list[tuple[str, Resources, Resources, int]]:

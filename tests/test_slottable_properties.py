@@ -177,7 +177,7 @@ class SlotTableMachine(RuleBasedStateMachine):
         assert self.table.reservation_count_at(host, T(t)) == count
         assert self.table.host_states([host], T(t), excluding) == [(host, used, cap, count)]
         # every host at once, from the incrementally maintained snapshots
-        names, used_rows, cap_rows, counts = self.table.state_arrays(T(t))
+        names, used_rows, cap_rows, counts, _ = self.table.state_arrays(T(t))
         assert names == list(self.caps)
         assert [tuple(row[:2]) for row in used_rows.tolist()] == \
             [tuple(o_usage(self.raw, h, t)[:2]) for h in names]

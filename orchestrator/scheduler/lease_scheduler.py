@@ -118,7 +118,9 @@ class LeaseScheduler:
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def nexttime(self, now: datetime) -> datetime:
-        return now + self.config.non_schedulable_interval
+        nexttime = now + self.config.non_schedulable_interval
+        self.table.present = nexttime
+        return nexttime
 
     def schedule(self, now: datetime) -> None:
         """Place what arrived: immediate leases, then advance reservations, then the best-effort queue."""

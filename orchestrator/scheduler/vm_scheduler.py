@@ -7,7 +7,8 @@ scheduler preempts them and then puts the reservations in the slot table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -113,7 +114,7 @@ class VMScheduler:
             self._plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=[], in_future=in_future)
 
-    def _fit_at(self, lease: Lease, points: list[datetime], duration, min_duration, strict_end: bool,
+    def _fit_at(self, lease: Lease, points: Iterable[datetime], duration, min_duration, strict_end: bool,
                 only_hosts) -> tuple[tuple[datetime, Mapping] | None, bool]:
         """The first point at which the lease maps for its duration (or at least `min_duration` when it
         may be suspended), and whether some mapping was refused only for being too short."""
@@ -133,16 +134,20 @@ class VMScheduler:
             return (start, mapping), too_short
         return None, too_short
 
-    def _future_points(self, after: datetime, until: datetime | None = None) -> list[datetime]:
-        """Times after `after` (and before `until`) at which VM reservations (with their shutdown or
-        suspension) end."""
-        points = set()
-        for rr in self.table.reservations_ending_after(after, until):
-            if rr.kind is ReservationKind.VM:
-                points.add(rr.final_end)
-            elif rr.kind in (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND):
-                points.add(rr.end)
-        return sorted(p for p in points if p > after and (until is None or p < until))
+    def _future_points(self, after: datetime, until: datetime | None = None) -> Iterator[datetime]:
+        """Times after `after` (and before `until`) at which VM reservations end with their shutdown or
+        suspension, in order, lazily: the search usually stops at one of the first."""
+        previous = None
+        for rr in self.table.iter_ending_after(after):
+            end = rr.end
+            if until is not None and end >= until:
+                return
+            if end == previous:
+                continue
+            if rr.kind in (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND) or (
+                    rr.kind is ReservationKind.VM and not rr.post):
+                previous = end
+                yield end
 
     # -- building reservations ---------------------------------------------------------------------------------
     def _vm_reservation(self, lease: Lease, start: datetime, end: datetime, mapping: Mapping) -> Reservation:
@@ -234,7 +239,7 @@ class VMScheduler:
         limit = vm.first_start if freed_until is None else min(vm.first_start, freed_until)
         if nexttime >= limit:
             return False
-        points = [nexttime] + [p for p in self._future_points(nexttime, until=limit)]
+        points = itertools.chain([nexttime], self._future_points(nexttime, until=limit))
         # before its planned start the lease's own plan holds nothing (memory-image transfers hold
         # only network), so the instant check needs no exclusion
         return any(self.mapper.could_fit_at(lease, p) for p in points)
