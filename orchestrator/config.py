@@ -293,12 +293,46 @@ class SWFConfig:
         _set(self, "preemptible", _bool(p + "preemptible", self.preemptible))
 
 
+# -- [daemon] ----------------------------------------------------------------------------------------------
+DRIVERS = ("simulated", "libvirt")
+ON_LOST_VM = ("fail", "requeue")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """How `leasewise run` and the lease/host commands reach the store and the hosts."""
+
+    store: str | None = None                 # SQLite file; default under the XDG data dir
+    driver: str = "simulated"                # simulated | libvirt
+    inventory: str | None = None             # host inventory (libvirt driver) when hosts come from a file
+    poll_interval: timedelta = timedelta(seconds=2)   # how often the daemon looks at the store and the hosts
+    on_lost_vm: str = "fail"                 # a VM the plan says runs but is gone: fail the lease or requeue it
+    graceful_timeout: timedelta = timedelta(seconds=30)   # shutdown before destroy
+    state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
+
+    def __post_init__(self) -> None:
+        p = "daemon."
+        for name in ("store", "inventory"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(p + name, f"must be a file path (got {_kind(value)})")
+        _set(self, "driver", _choice(p + "driver", self.driver, DRIVERS))
+        _set(self, "on_lost_vm", _choice(p + "on_lost_vm", self.on_lost_vm, ON_LOST_VM))
+        for name in ("poll_interval", "graceful_timeout"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        if self.poll_interval.total_seconds() <= 0:
+            raise ConfigError(p + "poll_interval", "must be greater than zero")
+        if not isinstance(self.state_dir, str) or not self.state_dir.startswith("/"):
+            raise ConfigError(p + "state_dir", f"must be an absolute path (got {self.state_dir!r})")
+
+
 # -- the whole configuration ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Config:
     scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     swf: SWFConfig = field(default_factory=SWFConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
 
 # table path -> dataclass built from it
@@ -306,6 +340,7 @@ _TABLES: dict[str, type] = {
     "scheduling": SchedulingConfig,
     "simulation": SimulationConfig,
     "workload.swf": SWFConfig,
+    "daemon": DaemonConfig,
 }
 # tables that only group other tables
 _GROUPS = {"workload": ("swf",)}
@@ -388,7 +423,8 @@ def _build(data: Mapping[str, Any]) -> Config:
                     hint = f" (did you mean {key.replace('-', '_')}?)"
                 raise ConfigError(f"{name}.{key}", f"unknown key{hint}")
         built[name] = cls(**body)
-    return Config(scheduling=built["scheduling"], simulation=built["simulation"], swf=built["workload.swf"])
+    return Config(scheduling=built["scheduling"], simulation=built["simulation"], swf=built["workload.swf"],
+                  daemon=built["daemon"])
 
 
 _TOML_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")

@@ -249,6 +249,10 @@ class SlotTable:
         return self._largest
 
     # -- reservations ------------------------------------------------------------------------------------
+    def skip_ids(self, upto: int) -> None:
+        """Hand out reservation ids above `upto` from now on (ids already used by a stored plan)."""
+        self._next_id = max(self._next_id, upto + 1)
+
     def add(self, rr: Reservation) -> Reservation:
         """Put a reservation in the table (assigning an id if it has none); refuses an inverted interval."""
         if rr.end < rr.start:

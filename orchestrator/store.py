@@ -573,15 +573,17 @@ class Store:
                              f"VALUES ({', '.join('?' * len(_LEASE_COLUMNS))})",
                              (lease.id, workload_id, *request_values, *state_values))
             else:
+                # the duration may grow (`lease extend`); anything else differing means an id clash
                 changed = [c for c, a, b in zip(_REQUEST_COLUMNS, stored, request_values)
-                           if (json.loads(a) if c in ("nodes", "image") and a else a)
+                           if c != "duration_s"
+                           and (json.loads(a) if c in ("nodes", "image") and a else a)
                            != (json.loads(b) if c in ("nodes", "image") and b else b)]
                 if changed:
                     raise StoreError(f"lease {lease.id} is already stored with a different request "
                                      f"({', '.join(changed)} differ): two leases were given the same id")
-                conn.execute(f"UPDATE leases SET workload_id = coalesce(?, workload_id), "
+                conn.execute(f"UPDATE leases SET workload_id = coalesce(?, workload_id), duration_s = ?, "
                              f"{', '.join(f'{_q(c)} = ?' for c in _STATE_COLUMNS)} WHERE id = ?",
-                             (workload_id, *state_values, lease.id))
+                             (workload_id, _secs(req.duration), *state_values, lease.id))
             self._append_history(lease)
             self._replace_reservations(lease)
 

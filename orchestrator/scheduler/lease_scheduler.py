@@ -16,6 +16,7 @@ drives it (simulated or real) is the caller's.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import logging
 from datetime import datetime
@@ -510,6 +511,92 @@ class LeaseScheduler:
         lease.reason = reason
         if not lease.is_final:
             lease.set_state(S.FAILED, now)
+
+    # -- persistence and operations from outside ------------------------------------------------------
+    def restore(self, leases: list[Lease], future: list[int] = (), counters: dict | None = None) -> None:
+        """Rebuild the scheduler from stored leases: their unfinished reservations go back into the slot
+        table (keeping their ids) and the event heap, queued leases into the queue in submit order."""
+        for lease in sorted(leases, key=lambda l: l.id):
+            self.leases[lease.id] = lease
+            self._next_id = max(self._next_id, lease.id + 1)
+            if lease.is_final:
+                continue
+            if lease.state is S.PENDING:
+                self.pending.append(lease)
+            elif lease.state in (S.QUEUED, S.SUSPENDED_QUEUED):
+                self._enqueue(lease)
+            vm = lease.last_vm
+            if vm is not None:
+                for rr in vm.all_parts():
+                    if rr.state is not ReservationState.DONE and rr not in self.table:
+                        self._commit(rr)
+        self.vm.future_leases = {i for i in future if i in self.leases and not self.leases[i].is_final}
+        if counters:
+            self.counters.update({k: v for k, v in counters.items() if k in self.counters})
+        self._queue_dirty = True
+
+    def end_early(self, lease_id: int, now: datetime) -> Lease:
+        """The lease's VMs stopped by themselves before its planned end (seen on the hosts): done now."""
+        lease = self.lease(lease_id)
+        vm = lease.last_vm
+        if lease.state is not S.ACTIVE or vm is None or vm.state is not ReservationState.ACTIVE:
+            raise InvalidRequest("lease", f"lease {lease_id} is {lease.state}, not running")
+        self._handle_premature_end(vm, now)
+        return lease
+
+    def lose(self, lease_id: int, now: datetime, requeue: bool, reason: str) -> Lease:
+        """The lease's VMs vanished from the hosts (found at reconciliation): fail it, or requeue it from
+        scratch."""
+        lease = self.lease(lease_id)
+        if requeue and lease.type is LeaseType.BEST_EFFORT:
+            self._drop_plan(lease, now)
+            lease.accumulated = ZERO
+            lease.reason = reason
+            target = S.QUEUED
+            if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
+                target = S.FAILED
+            lease.set_state(target, now)
+            if target is S.QUEUED:
+                lease.requeues += 1
+                self._enqueue(lease)
+        else:
+            self._fail(lease, reason, now)
+        return lease
+
+    def extend(self, lease_id: int, by, now: datetime) -> Lease:
+        """Lengthen a lease by `by`; refused, with the reason, when its hosts cannot hold it longer."""
+        lease = self.lease(lease_id)
+        if by <= ZERO:
+            raise InvalidRequest("by", f"must be positive (got {by})")
+        if lease.is_final:
+            raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+        request = dataclasses.replace(lease.request, duration=lease.request.duration + by)
+        vm = lease.last_vm
+        if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in self.table:
+            lease.request = request
+            return lease
+        if vm.is_suspending:
+            raise InvalidRequest("by", f"lease {lease_id} is planned to be suspended at {vm.end.isoformat()}; "
+                                       "it will run longer when it resumes")
+        shutdown = vm.post[0] if vm.post else None
+        old_end = vm.final_end
+        new_end = old_end + by
+        for host, amount in vm.resources.items():
+            if not self.table.fits(host, amount, old_end, new_end):
+                raise InvalidRequest("by", f"cannot extend lease {lease_id} by {by}: host {host} is reserved "
+                                           f"between {old_end.isoformat()} and {new_end.isoformat()}")
+        lease.request = request
+        if shutdown is not None:
+            self._uncommit(shutdown)
+        self._uncommit(vm)
+        vm.end += by
+        if shutdown is not None:
+            shutdown.start += by
+            shutdown.end += by
+        self._commit(vm)
+        if shutdown is not None:
+            self._commit(shutdown)
+        return lease
 
     # -- introspection -----------------------------------------------------------------------------------------
     def active_leases(self) -> list[Lease]:

@@ -1,0 +1,58 @@
+"""What the store-backed commands share: where the store is, and one transaction per command.
+
+A command opens the store, takes the write lock (`BEGIN IMMEDIATE`), rebuilds the cluster, does its work,
+writes back and commits; on any error nothing is written. Two commands at once are serialised by SQLite;
+one that waits longer than the busy timeout gets a one-line "busy, retry" error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..cluster import Cluster
+from ..config import Config, load_config
+from ..store import Store, default_store_path
+from ..timeutil import UTC
+
+#: options every store-backed command takes
+StateOption = typer.Option(None, "--state", help="SQLite store (default: [daemon] store, else under $XDG_DATA_HOME/leasewise)")
+ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration")
+
+
+def store_path(state: Optional[Path], config: Config) -> Path:
+    if state is not None:
+        return Path(state)
+    if config.daemon.store:
+        return Path(config.daemon.store)
+    return default_store_path()
+
+
+def load(config_path: Optional[Path]) -> Config:
+    return load_config(config_path)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@contextmanager
+def open_cluster(state: Optional[Path], config: Config, write: bool = True) -> Iterator[Cluster]:
+    """The cluster rebuilt from the store inside one transaction; saved and committed on success."""
+    with Store.open(store_path(state, config)) as store:
+        with store.transaction():
+            cluster = Cluster(store, config)
+            yield cluster
+            if write:
+                cluster.save(now())
+
+
+@contextmanager
+def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
+    with Store.open(store_path(state, config)) as store:
+        yield store
