@@ -78,11 +78,12 @@ class HostStates:
         self._clean = True
         if stale.size:
             self.version += 1
-            used, count, lo, hi = self.used, self.count, self._lo, self._hi
-            for i in stale.tolist():
-                u, c, start, end = self._timelines[i].window(t)
-                used[i] = u
-                count[i] = c
-                lo[i] = start.timestamp() if start is not None else -_INF
-                hi[i] = end.timestamp() if end is not None else _INF
+            rows = stale.tolist()
+            timelines = self._timelines
+            windows = [timelines[i].window(t) for i in rows]
+            # one vectorised write per array instead of a numpy element write per host and field
+            self.used[stale] = [w[0] for w in windows]
+            self.count[stale] = [w[1] for w in windows]
+            self._lo[stale] = [w[2].timestamp() if w[2] is not None else -_INF for w in windows]
+            self._hi[stale] = [w[3].timestamp() if w[3] is not None else _INF for w in windows]
         return self.used, self.count

@@ -1,0 +1,83 @@
+"""`leasewise run`: the daemon that enacts the plan (see orchestrator/daemon.py)."""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..clock import RealClock, SimulatedClock
+from ..store import Store
+from ..timeutil import parse_time
+from . import app, fail
+from .common import ConfigOption, StateOption, load, now, store_path
+
+console = Console(highlight=False)
+
+
+@app.command()
+def run(
+    state: Optional[Path] = StateOption,
+    config: Optional[Path] = ConfigOption,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver, fast-forwarded clock, on a copy of the store: print what would be done"),
+    fast: bool = typer.Option(False, "--fast", help="Fast-forward: jump the clock from event to event instead of waiting (simulated driver only)"),
+    until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),
+    until: Optional[str] = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
+    sim_state: Optional[Path] = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (survives restarts)"),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps"),
+) -> None:
+    """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
+    from ..daemon import Daemon, fast_clock_start, simulated_driver_for  # (drivers load only when run)
+
+    cfg = load(config)
+    stop_at = parse_time(until, "--until") if until else None
+    if max_steps is not None and max_steps < 1:
+        raise fail(f"--max-steps must be at least 1: got {max_steps}")
+    path = store_path(state, cfg)
+    if not path.exists():
+        raise fail(f"--state: no store at {path} (add hosts with `leasewise host add` first)")
+    driver_name = "simulated" if dry_run else cfg.daemon.driver
+    if fast and driver_name != "simulated":
+        raise fail("--fast needs the simulated driver ([daemon] driver = \"simulated\" or --dry-run)")
+    workdir = None
+    if dry_run:
+        workdir = tempfile.mkdtemp(prefix="leasewise-dry-run-")
+        copy = Path(workdir) / "state.sqlite"
+        _copy_store(path, copy)
+        path = copy
+        console.print(f"dry run on a copy of the store ({copy}); nothing real is touched")
+    try:
+        with Store.open(path) as store:
+            if not store.hosts():
+                raise fail("no hosts in the store: add some with `leasewise host add` or `leasewise host import`")
+            if driver_name == "simulated":
+                driver = simulated_driver_for(store, sim_state)
+            else:
+                from drivers.libvirt_driver import LibvirtDriver
+
+                driver = LibvirtDriver([h.config for h in store.hosts()])
+            clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
+            daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
+            try:
+                steps = daemon.run(until_idle=until_idle or dry_run, until=stop_at, max_steps=max_steps)
+            except KeyboardInterrupt:
+                console.print("stopped")
+                return
+            finally:
+                driver.close()
+            console.print(f"{steps} steps; clock at {clock.now().isoformat()}")
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _copy_store(source: Path, target: Path) -> None:
+    """A consistent copy of a live SQLite store (the backup API, not a file copy)."""
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    target.chmod(0o600)
