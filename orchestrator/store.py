@@ -443,6 +443,12 @@ class Store:
             raise self._busy(exc) from None
 
     @contextmanager
+    def snapshot(self) -> Iterator["Store"]:
+        """A read-only view: every query inside sees one snapshot, and writers are not blocked."""
+        with self._read():
+            yield self
+
+    @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """Several queries seeing one snapshot (a deferred read transaction unless one is open already)."""
         conn = self._conn

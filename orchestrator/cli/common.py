@@ -21,7 +21,7 @@ from ..store import Store, default_store_path
 from ..timeutil import UTC
 
 #: options every store-backed command takes
-StateOption = typer.Option(None, "--state", help="SQLite store (default: [daemon] store, else under $XDG_DATA_HOME/leasewise)")
+StateOption = typer.Option(None, "--state", help="SQLite store (default: \\[daemon] store, else under $XDG_DATA_HOME/leasewise)")
 ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration")
 
 
@@ -45,11 +45,14 @@ def now() -> datetime:
 def open_cluster(state: Optional[Path], config: Config, write: bool = True) -> Iterator[Cluster]:
     """The cluster rebuilt from the store inside one transaction; saved and committed on success."""
     with Store.open(store_path(state, config)) as store:
+        if not write:   # a read transaction: one consistent snapshot, and writers go on
+            with store.snapshot():
+                yield Cluster(store, config)
+            return
         with store.transaction():
             cluster = Cluster(store, config)
             yield cluster
-            if write:
-                cluster.save(now())
+            cluster.save(now())
 
 
 @contextmanager

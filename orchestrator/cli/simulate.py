@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ..config import load_config
 from ..simulator import SimulationResult, Simulator
+from ..timeline import render_png, require_plot, timeline_from_result
 from ..timeutil import iso
 from ..workloads import load_workload
 from . import app, fail
@@ -31,6 +32,7 @@ def simulate(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write leases, reservations and metrics as JSON"),
     csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write one row per lease as CSV"),
+    png: Optional[Path] = typer.Option(None, "--png", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Run WORKLOAD on the simulated clock and print a summary of what happened."""
@@ -39,6 +41,8 @@ def simulate(
     if config is not None and not config.exists():
         raise fail(f"--config: {config} does not exist")
     cfg = load_config(config)
+    if png is not None:
+        require_plot()
     loaded = load_workload(workload, cfg)
     total = len(loaded.requests)
     if quiet or not console.is_terminal:
@@ -52,6 +56,8 @@ def simulate(
         _write_atomically(json_out, json.dumps(result.to_json(), indent=1) + "\n")
     if csv_out is not None:
         _write_csv(csv_out, result)
+    if png is not None:
+        render_png(timeline_from_result(result), png, title=loaded.source or str(workload))
     _print_summary(result, loaded.source or str(workload))
 
 

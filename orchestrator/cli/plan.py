@@ -1,0 +1,91 @@
+"""`leasewise plan`: the plan in the store as a per-host timeline, in the terminal and optionally as a PNG.
+
+Read-only: the cluster is rebuilt from the store and nothing is written back. Without `--from` the timeline
+starts at the earliest reservation not finished yet (so a VM running since this morning shows whole) and
+ends with the last reservation.
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..timeline import PlotUnavailable, TimelineError, build_timeline, render_png, render_terminal, require_plot
+from ..timeutil import iso, parse_time
+from . import app, fail
+from .common import ConfigOption, StateOption, load, now, open_cluster, store_path
+
+console = Console(highlight=False)
+
+
+def parse_when(text: Optional[str], option: str, current: datetime) -> Optional[datetime]:
+    """`now` or an ISO 8601 time with a timezone; errors name the option."""
+    if text is None:
+        return None
+    if text.strip().lower() == "now":
+        return current
+    return parse_time(text, option)
+
+
+@app.command()
+def plan(
+    from_: Optional[str] = typer.Option(None, "--from", metavar="TIME",
+                                        help="Start of the window: ISO 8601 with a timezone, or `now` "
+                                             "(default: the earliest reservation not finished yet)"),
+    to: Optional[str] = typer.Option(None, "--to", metavar="TIME",
+                                     help="End of the window: ISO 8601 with a timezone, or `now` "
+                                          "(default: the end of the last reservation)"),
+    png: Optional[Path] = typer.Option(None, "--png", metavar="OUT",
+                                       help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
+    state: Optional[Path] = StateOption,
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
+    current = now()
+    start = parse_when(from_, "--from", current)
+    end = parse_when(to, "--to", current)
+    if start is not None and end is not None and end <= start:
+        raise fail(f"--to: {_show(end)} is not after --from ({_show(start)})")
+    if png is not None:
+        require_plot()
+    cfg = load(config)
+    path = store_path(state, cfg)
+    if not path.exists():
+        if state is not None:
+            raise fail(f"--state: {path} does not exist")
+        console.print(f"Nothing planned yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
+        return
+    with open_cluster(state, cfg, write=False) as cluster:
+        pairs = cluster.plan(start, end)
+        hosts = list(cluster.hosts)
+        labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
+    timeline = build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels)
+    if timeline.empty:
+        console.print(_nothing(start, end), soft_wrap=True, markup=False)
+        return
+    render_terminal(timeline, console=console)
+    if png is not None:
+        try:
+            written = render_png(timeline, png)
+        except PlotUnavailable:
+            raise
+        except TimelineError as exc:
+            raise fail(f"--png: {exc}") from None
+        console.print(f"wrote {written}", markup=False)
+
+
+def _show(t: datetime) -> str:
+    return iso(t.replace(microsecond=0))
+
+
+def _nothing(start: Optional[datetime], end: Optional[datetime]) -> str:
+    if start is None and end is None:
+        return "Nothing planned from now on (see the past with --from TIME)."
+    window = f"from {_show(start)}" if start is not None else "from now"
+    if end is not None:
+        window += f" to {_show(end)}"
+    return f"Nothing planned {window}."
