@@ -62,6 +62,9 @@ class HostStates:
         self._clean = False
         self.version += 1
 
+    def row(self, host: str) -> int:
+        return self._index[host]
+
     def invalidate(self, host: str) -> None:
         self._clean = False
         i = self._index[host]

@@ -106,15 +106,22 @@ class Mapper:
         # per resource, the least any node asks: a host where even that does not fit can hold no node
         # (the node with the least memory is not enough: it may need more CPU than another node)
         smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
-        if not excluding and len(hosts) == len(table.hosts):
-            names, used, cap, count, _ = table.state_arrays(start)   # valid incrementally: no per-host bisect
-        else:
-            states = table.host_states(hosts, start, excluding)
-            names = [st[0] for st in states]
-            used = np.array([st[1] for st in states], dtype=float).reshape(-1, 5)
-            cap = np.array([st[2] for st in states], dtype=float).reshape(-1, 5)
-            count = np.array([st[3] for st in states])
-        candidates = np.flatnonzero(np.all(used + np.array(smallest) <= cap + 1e-9, axis=1))
+        names, used, cap, count, _ = table.state_arrays(start)   # valid incrementally: no per-host bisect
+        if excluding:
+            # as if the excluded reservations were gone: only the rows of the hosts they hold change
+            used, count = used.copy(), count.copy()
+            for r in table.members(excluding):
+                if r.start <= start < r.end:
+                    for host, amount in r.resources.items():
+                        row = table.row(host)
+                        used[row] -= amount
+                        count[row] -= 1
+        fitting = np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
+        if len(hosts) != len(names):
+            allowed = np.zeros(len(names), dtype=bool)
+            allowed[[table.row(h) for h in hosts]] = True
+            fitting &= allowed
+        candidates = np.flatnonzero(fitting)
         if not candidates.size:
             return None
         ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates], count[candidates])]

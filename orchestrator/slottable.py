@@ -400,6 +400,21 @@ class SlotTable:
         used, count = snapshot.at(t)
         return snapshot.names, used, snapshot.capacity, count, (id(snapshot), snapshot.version)
 
+    def row(self, host: str) -> int:
+        """The host's row in the arrays `state_arrays` returns."""
+        try:
+            return self._snapshots[0].row(host)
+        except KeyError:
+            raise InvalidRequest("host", f"unknown host {host!r}") from None
+
+    def members(self, reservations: Iterable[Reservation]) -> list[Reservation]:
+        """Those of `reservations` that are in the table, each once."""
+        seen: dict[int, Reservation] = {}
+        for r in reservations:
+            if self._reservations.get(r.id) is r:
+                seen[r.id] = r
+        return list(seen.values())
+
     def host_states(self, hosts: Iterable[str], t: datetime,
                     excluding: Collection[Reservation] = ()) -> list[tuple[str, Resources, Resources, int]]:
         """(host, usage, capacity, reservation count) at t for each host: what the mapper filters and
