@@ -1,0 +1,691 @@
+"""`leasewise host ...`: add, import, list, check and remove the hosts leases are planned on.
+
+Capacity comes from the driver named by `[daemon] driver`: with `libvirt` the host is asked (libvirt's
+node info) unless `--cpus` and `--memory` are both given; with `simulated` there is nothing to ask, so
+both are required. Hosts are contacted before the store's write lock is taken, never while holding it.
+
+`host check` runs the pre-flight checks an operator wants before leases land on a host: each is a row
+with PASS, FAIL or SKIP (not applicable, e.g. no `ssh` configured); exit code 1 when any fails. SSH uses
+paramiko with host keys from the configured known_hosts file (else the user's) and RejectPolicy: an
+unknown host key is a failure, never trusted on first use.
+
+`host remove --drain` requeues the best-effort leases planned on the host (not started yet) through the
+scheduler (`LeaseScheduler._requeue`: there is no public requeue), then re-plans them on the other hosts.
+It refuses, naming them, leases with VMs or memory images on the host (live migration comes later) and
+advance reservations / immediate leases planned there (their start is fixed: cancel them first).
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import json
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from drivers.base import HostInfo
+from drivers.inventory import HostConfig, load_inventory
+
+from ..errors import ConfigError
+from ..lease import Lease, LeaseType
+from ..reservations import ReservationState
+from ..states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
+from ..store import HostRecord, Store
+from ..timeutil import iso
+from . import ErrorLineTyper, app, common, fail
+
+host_app = ErrorLineTyper(
+    name="host",
+    help="Add, import, list, check and remove hosts.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(host_app, name="host")
+
+#: clock skew above this fails `host check` (suspend/resume and reservations are planned to the second)
+MAX_SKEW_S = 2.0
+CHECKS = ("connect", "versions", "domain type", "image directory", "ssh", "clock skew")
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+
+
+def _when(value: Optional[datetime]) -> str:
+    return "-" if value is None else iso(value.replace(microsecond=0))
+
+
+def _store_exists(state: Optional[Path], settings) -> bool:
+    """Read-only commands do not create a store (an error if --state names a file that does not exist)."""
+    path = common.store_path(state, settings)
+    if path.exists():
+        return True
+    if state is not None:
+        raise fail(f"--state: {path} does not exist")
+    return False
+
+
+def _positive_int(option: str, text: Optional[str]) -> Optional[int]:
+    """A whole number > 0 from an option, or one error line naming the option."""
+    if text is None:
+        return None
+    value = text.strip()
+    if not value.lstrip("+-").isdigit():
+        raise fail(f"{option}: must be a whole number (got {text!r})")
+    number = int(value)
+    if number <= 0:
+        raise fail(f"{option}: must be greater than zero (got {number})")
+    if number > 2**31:
+        raise fail(f"{option}: is too large (got {number})")
+    return number
+
+
+def _seconds(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise fail(f"{option}: must be a number of seconds (got {text!r})") from None
+    if not 0 < value < float("inf"):
+        raise fail(f"{option}: must be a number of seconds greater than zero (got {text!r})")
+    return value
+
+
+# -- asking hosts ------------------------------------------------------------------------------------------
+def _libvirt_host_info(cfg: HostConfig) -> HostInfo:
+    from drivers.registry import create_driver
+
+    driver = create_driver("libvirt", hosts=[cfg], retry_attempts=1)
+    try:
+        return driver.host_info(cfg.name)
+    finally:
+        driver.close()
+
+
+def _run_with_timeout(jobs: Dict[str, Any], timeout: float) -> Dict[str, Tuple[str, Any]]:
+    """Run each job (name -> callable) in its own daemon thread; name -> ("ok", value) | ("error", exc) |
+    ("timeout", None) after at most `timeout` seconds overall (a hung connect must not hang the CLI)."""
+    results: Dict[str, Tuple[str, Any]] = {}
+    lock = threading.Lock()
+
+    def runner(name: str, job: Any) -> None:
+        try:
+            outcome: Tuple[str, Any] = ("ok", job())
+        except Exception as exc:   # reported as that host's result, never raised into the CLI
+            outcome = ("error", exc)
+        with lock:
+            results[name] = outcome
+
+    threads = []
+    for name, job in jobs.items():
+        thread = threading.Thread(target=runner, args=(name, job), name=f"leasewise-probe-{name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        return {name: results.get(name, ("timeout", None)) for name in jobs}
+
+
+def probe_hosts(configs: List[HostConfig], timeout: float) -> Dict[str, HostInfo]:
+    """Capacity and versions of each host through the libvirt driver, in parallel, within `timeout`."""
+    outcomes = _run_with_timeout({c.name: (lambda c=c: _libvirt_host_info(c)) for c in configs}, timeout)
+    infos = {}
+    for cfg in configs:
+        kind, value = outcomes[cfg.name]
+        if kind == "ok":
+            infos[cfg.name] = value
+        else:
+            error = f"no answer within {timeout:g} s" if kind == "timeout" else str(value) or type(value).__name__
+            infos[cfg.name] = HostInfo(cfg.name, cfg.uri, 0, 0, cfg.domain_type, reachable=False, error=error)
+    return infos
+
+
+def _capacities(configs: List[HostConfig], driver: str, cpus: Optional[int], memory: Optional[int],
+                timeout: float) -> Dict[str, Tuple[int, int, Optional[HostInfo]]]:
+    """name -> (vcpus, memory MiB, what the driver said): explicit --cpus/--memory win; the simulated
+    driver needs both; with libvirt every host that must be asked has to answer."""
+    if cpus is not None and memory is not None:
+        return {c.name: (cpus, memory, None) for c in configs}
+    if driver != "libvirt":
+        missing = " and ".join(o for o, v in (("--cpus", cpus), ("--memory", memory)) if v is None)
+        raise fail(f"{missing}: required with the {driver} driver (it cannot ask a host its capacity; "
+                   f"[daemon] driver = \"libvirt\" reads it from libvirt)")
+    infos = probe_hosts(configs, timeout)
+    out = {}
+    for cfg in configs:
+        info = infos[cfg.name]
+        if not info.reachable:
+            raise fail(f"host {cfg.name!r} ({cfg.uri}) is unreachable: {info.error} "
+                       "(give --cpus and --memory to add it without asking)")
+        if info.vcpus <= 0 or info.memory_mib <= 0:
+            raise fail(f"host {cfg.name!r} ({cfg.uri}) reported no capacity ({info.vcpus} vCPUs, "
+                       f"{info.memory_mib} MiB): give --cpus and --memory")
+        out[cfg.name] = (cpus or info.vcpus, memory or info.memory_mib, info)
+    return out
+
+
+def _config_from_options(name: str, uri: Optional[str], domain_type: str, ssh: Optional[str],
+                         ssh_key: Optional[str], known_hosts: Optional[str], migration_uri: Optional[str],
+                         state_dir: Optional[str], shared_storage: Optional[List[str]]) -> HostConfig:
+    if uri is None:
+        raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
+    values: Dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
+                              "known_hosts": known_hosts, "migration_uri": migration_uri,
+                              "shared_storage": tuple(shared_storage or ())}
+    if state_dir is not None:
+        values["state_dir"] = state_dir
+    if ssh is not None:
+        try:
+            _, address, port = _split_ssh(ssh)
+        except ValueError:
+            raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]") from None
+        if not address or not 0 < port < 65536:
+            raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]")
+    try:
+        return HostConfig(**values)
+    except ConfigError as exc:
+        option = "NAME" if exc.field == "name" else "--" + exc.field.replace("_", "-")
+        raise fail(f"{option}: {exc.problem}") from None
+
+
+# -- add / import ------------------------------------------------------------------------------------------
+@host_app.command("add")
+def add(
+    name: str = typer.Argument(..., metavar="NAME", help="Host name (as leases and the daemon refer to it)"),
+    uri: Optional[str] = typer.Option(None, "--uri", help="libvirt URI, e.g. qemu+tcp://10.77.0.11/system"),
+    domain_type: str = typer.Option("kvm", "--domain-type", help="kvm | qemu (TCG)"),
+    ssh: Optional[str] = typer.Option(None, "--ssh", metavar="USER@ADDR[:PORT]", help="SSH target for save images"),
+    ssh_key: Optional[str] = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
+    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
+    migration_uri: Optional[str] = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
+    state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
+    shared_storage: Optional[List[str]] = typer.Option(None, "--shared-storage", metavar="PATH",
+                                                       help="Path prefix every host sees (repeatable)"),
+    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
+    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
+    timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
+    vcpus_opt = _positive_int("--cpus", cpus)
+    memory_opt = _positive_int("--memory", memory)
+    timeout = _seconds("--timeout", timeout_text)
+    cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
+                               shared_storage)
+    settings = common.load(config)
+    with common.open_store(state, settings) as store:
+        if any(h.name == name for h in store.hosts()):   # before contacting it; checked again on insert
+            raise fail(f"host {name!r} already exists")
+    vcpus, mib, info = _capacities([cfg], settings.daemon.driver, vcpus_opt, memory_opt, timeout)[name]
+    with common.open_store(state, settings) as store:
+        store.add_host(cfg, vcpus, mib)
+    source = "given" if info is None else f"from libvirt: {info.hypervisor}, libvirt {info.libvirt_version}"
+    _console().print(f"host {escape(name)} added: {vcpus} vCPUs, {mib} MiB ({escape(source)})", soft_wrap=True)
+
+
+@host_app.command("import")
+def import_hosts(
+    file: Path = typer.Argument(..., metavar="FILE", help="Host inventory TOML ([[host]] tables)"),
+    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="N", help="vCPUs of every new host (default: ask libvirt)"),
+    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory of every new host, MiB"),
+    timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the hosts"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Add every host of an inventory in one transaction; hosts already there with the same settings are
+    skipped, one with different settings is an error (nothing is added)."""
+    vcpus_opt = _positive_int("--cpus", cpus)
+    memory_opt = _positive_int("--memory", memory)
+    timeout = _seconds("--timeout", timeout_text)
+    configs = load_inventory(file)
+    settings = common.load(config)
+
+    def partition(store: Store) -> Tuple[List[HostConfig], List[str]]:
+        existing = {h.name: h for h in store.hosts()}
+        new, same = [], []
+        for cfg in configs:
+            record = existing.get(cfg.name)
+            if record is None:
+                new.append(cfg)
+            elif record.config == cfg:
+                same.append(cfg.name)
+            else:
+                differ = [f for f in ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri",
+                                      "state_dir", "shared_storage")
+                          if getattr(record.config, f) != getattr(cfg, f)]
+                raise fail(f"host {cfg.name!r} is already in the store with different settings "
+                           f"({', '.join(differ)} differ): remove it first or fix {file}")
+        return new, same
+
+    with common.open_store(state, settings) as store:
+        new, _ = partition(store)
+    capacities = _capacities(new, settings.daemon.driver, vcpus_opt, memory_opt, timeout) if new else {}
+    with common.open_store(state, settings) as store:
+        with store.transaction():
+            new_now, skipped = partition(store)   # again, under the write lock
+            for cfg in new_now:
+                if cfg.name not in capacities:   # added by someone else meanwhile and removed again: ask
+                    raise fail(f"host {cfg.name!r} changed in the store while importing: run the import again")
+                vcpus, mib, _ = capacities[cfg.name]
+                store.add_host(cfg, vcpus, mib)
+    console = _console()
+    for cfg in new_now:
+        vcpus, mib, _ = capacities[cfg.name]
+        console.print(f"host {escape(cfg.name)} added: {vcpus} vCPUs, {mib} MiB", soft_wrap=True)
+    for name in skipped:
+        console.print(f"host {escape(name)} skipped: already present with the same settings", soft_wrap=True)
+    console.print(f"{len(new_now)} added, {len(skipped)} skipped", soft_wrap=True)
+
+
+# -- list -------------------------------------------------------------------------------------------------------
+def _leases_on_hosts(cluster, now: datetime) -> Dict[str, Dict[str, List[int]]]:
+    """host -> {"now": lease ids holding it now, "planned": lease ids with reservations on it later}."""
+    out: Dict[str, Dict[str, List[int]]] = {h: {"now": [], "planned": []} for h in cluster.hosts}
+    for lease, rr in cluster.plan(start=now):
+        if rr not in cluster.table:
+            continue
+        current = rr.state is ReservationState.ACTIVE or rr.start <= now < rr.end
+        for host in rr.resources:
+            if host not in out:
+                continue
+            bucket = out[host]["now" if current else "planned"]
+            if lease.id not in bucket:
+                bucket.append(lease.id)
+    for lists in out.values():
+        lists["planned"] = [i for i in lists["planned"] if i not in lists["now"]]
+    return out
+
+
+@host_app.command("list")
+def list_hosts(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
+    timeout_text: str = typer.Option("3", "--timeout", metavar="S", help="How long to wait for hosts (libvirt)"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
+    timeout = _seconds("--timeout", timeout_text)
+    settings = common.load(config)
+    now = common.now()
+    records: List[HostRecord] = []
+    usage: Dict[str, Dict[str, List[int]]] = {}
+    if _store_exists(state, settings):
+        with common.open_cluster(state, settings, write=False) as cluster:
+            records = cluster.store.hosts()
+            usage = _leases_on_hosts(cluster, now)
+    infos: Dict[str, HostInfo] = {}
+    libvirt = settings.daemon.driver == "libvirt"
+    if libvirt and records:
+        infos = probe_hosts([r.config for r in records], timeout)
+    rows = []
+    for r in records:
+        row: Dict[str, Any] = {
+            "name": r.name, "uri": r.config.uri, "domain_type": r.config.domain_type, "vcpus": r.vcpus,
+            "memory_mib": r.memory_mib, "available": r.available, "leases_now": usage[r.name]["now"],
+            "leases_planned": usage[r.name]["planned"], "added_at": iso(r.added_at),
+        }
+        if libvirt:
+            info = infos[r.name]
+            row.update(reachable=info.reachable, hypervisor=info.hypervisor or None,
+                       libvirt_version=info.libvirt_version or None, error=info.error or None)
+        rows.append(row)
+    if json_out:
+        _emit_json(rows)
+        return
+    if not rows:
+        _console().print("no hosts (add one with `leasewise host add` or `leasewise host import`)")
+        return
+    table = Table(title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
+    columns = ["name", "uri", "domain type", "vCPUs", "memory", "available", "leases now", "planned"]
+    if libvirt:
+        columns += ["reachable", "versions"]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("vCPUs", "memory") else "left", overflow="fold")
+    for row in rows:
+        cells = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
+                 f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
+                 ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
+        if libvirt:
+            cells.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
+            cells.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
+        table.add_row(*cells)
+    _console().print(table)
+
+
+# -- check ------------------------------------------------------------------------------------------------------
+def _split_ssh(target: str) -> Tuple[Optional[str], str, int]:
+    """`user@host[:port]` (or `[v6]:port`) -> (user, host, port)."""
+    user, _, rest = target.rpartition("@")
+    port = 22
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port = int(tail[1:])
+    elif rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
+        port = int(port_text)
+    else:
+        host = rest
+    return (user or None), host, port
+
+
+def _ssh_client(cfg: HostConfig, timeout: float) -> Any:
+    """A connected paramiko client: host keys from known_hosts (RejectPolicy: unknown keys are refused)."""
+    import paramiko
+
+    try:
+        user, hostname, port = _split_ssh(cfg.ssh or "")
+    except ValueError:
+        raise RuntimeError(f"{cfg.ssh!r} is not user@host[:port]") from None
+    client = paramiko.SSHClient()
+    try:
+        if cfg.known_hosts:
+            client.load_host_keys(os.path.expanduser(cfg.known_hosts))
+        else:
+            client.load_system_host_keys()
+    except OSError as exc:
+        client.close()
+        raise RuntimeError(f"known_hosts {cfg.known_hosts}: {exc.strerror or exc}") from None
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(hostname, port=port, username=user,
+                       key_filename=os.path.expanduser(cfg.ssh_key) if cfg.ssh_key else None,
+                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                       allow_agent=cfg.ssh_key is None, look_for_keys=cfg.ssh_key is None)
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise RuntimeError(f"host key mismatch ({exc})") from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise RuntimeError(f"authentication failed ({exc})") from None
+    except (paramiko.SSHException, OSError) as exc:   # RejectPolicy: "Server ... not found in known_hosts"
+        client.close()
+        raise RuntimeError(str(exc) or type(exc).__name__) from None
+    return client
+
+
+def _remote_clock(client: Any, timeout: float) -> float:
+    """Remote minus local clock, seconds (`date +%s` over SSH, against the midpoint of the round trip)."""
+    before = time.time()
+    _, stdout, stderr = client.exec_command("date +%s", timeout=timeout)
+    out = stdout.read().decode("ascii", "replace").strip()
+    status = stdout.channel.recv_exit_status()
+    after = time.time()
+    if status != 0 or not out.isdigit():
+        err = stderr.read().decode("utf-8", "replace").strip()
+        raise RuntimeError(f"`date +%s` failed (exit {status}): {err or out or 'no output'}")
+    return int(out) + 0.5 - (before + after) / 2   # `date +%s` truncates: its true value is half a second on
+
+
+def _sftp_writable(client: Any, directory: str) -> str:
+    sftp = client.open_sftp()
+    try:
+        try:
+            attrs = sftp.stat(directory)
+        except OSError as exc:
+            raise RuntimeError(f"{directory}: {exc.strerror or exc}") from None
+        if not stat.S_ISDIR(attrs.st_mode or 0):
+            raise RuntimeError(f"{directory} is not a directory")
+        probe = f"{directory.rstrip('/')}/.leasewise-check-{uuid.uuid4().hex[:8]}"
+        try:
+            with sftp.open(probe, "wx") as handle:
+                handle.write(b"leasewise host check\n")
+            sftp.remove(probe)
+        except OSError as exc:
+            raise RuntimeError(f"{directory}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        sftp.close()
+    return f"{directory} writable over SFTP"
+
+
+def _local_writable(directory: str) -> str:
+    if not os.path.isdir(directory):
+        raise RuntimeError(f"{directory} does not exist or is not a directory")
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".leasewise-check-"):
+            pass
+    except OSError as exc:
+        raise RuntimeError(f"{directory}: cannot write ({exc.strerror or exc})") from None
+    return f"{directory} writable (local)"
+
+
+def _domain_type(cfg: HostConfig) -> Tuple[str, str]:
+    """Whether libvirt can run `cfg.domain_type` guests on x86_64 there (getDomainCapabilities); where that
+    call is not supported (test:///) say what the host's capabilities offer instead."""
+    from drivers.libvirt_driver import import_libvirt
+
+    lv = import_libvirt()
+    conn = lv.open(cfg.uri)
+    try:
+        try:
+            xml = conn.getDomainCapabilities(None, "x86_64", None, cfg.domain_type, 0)
+        except lv.libvirtError as exc:
+            if exc.get_error_code() != lv.VIR_ERR_NO_SUPPORT:
+                return "FAIL", f"{cfg.domain_type} on x86_64: {exc.get_error_message()}"
+        else:
+            root = ET.fromstring(xml)
+            emulator = root.findtext("path") or "?"
+            machine = root.findtext("machine") or "?"
+            return "PASS", f"{cfg.domain_type} on x86_64: {emulator} (machine {machine})"
+        offered: Dict[str, set] = {}
+        for guest in ET.fromstring(conn.getCapabilities()).findall("guest"):
+            arch = guest.find("arch")
+            if arch is None:
+                continue
+            for domain in arch.findall("domain"):
+                offered.setdefault(domain.get("type") or "?", set()).add(arch.get("name") or "?")
+        possible = "; ".join(f"{t} ({', '.join(sorted(a))})" for t, a in sorted(offered.items())) or "none"
+        if "x86_64" in offered.get(cfg.domain_type, set()):
+            return "PASS", f"{cfg.domain_type} on x86_64 listed in the host capabilities (no domain capabilities API)"
+        if urlsplit(cfg.uri).scheme == "test":
+            return "SKIP", (f"{cfg.uri} has no domain capabilities to ask about {cfg.domain_type}; "
+                            f"its guests can use domain type {possible}")
+        return "FAIL", f"{cfg.domain_type} on x86_64 is not offered; the host offers {possible}"
+    finally:
+        try:
+            conn.close()
+        except lv.libvirtError:
+            pass
+
+
+def run_checks(record: HostRecord, driver: str, timeout: float) -> List[Dict[str, str]]:
+    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail."""
+    cfg = record.config
+    if driver != "libvirt":
+        return [{"check": c, "status": "simulated", "detail": f"simulated ({driver} driver: nothing contacted)"}
+                for c in CHECKS]
+    rows: Dict[str, Tuple[str, str]] = {}
+    info = probe_hosts([cfg], timeout)[cfg.name]
+    if info.reachable:
+        rows["connect"] = ("PASS", f"{cfg.uri}: {info.vcpus} vCPUs, {info.memory_mib} MiB "
+                                   f"(store: {record.vcpus} vCPUs, {record.memory_mib} MiB)")
+        rows["versions"] = ("PASS", f"libvirt {info.libvirt_version}, {info.hypervisor}")
+        outcome = _run_with_timeout({"caps": lambda: _domain_type(cfg)}, timeout)["caps"]
+        if outcome[0] == "ok":
+            rows["domain type"] = outcome[1]
+        elif outcome[0] == "timeout":
+            rows["domain type"] = ("FAIL", f"no answer within {timeout:g} s")
+        else:
+            exc = outcome[1]
+            message = exc.get_error_message() if hasattr(exc, "get_error_message") else str(exc)
+            rows["domain type"] = ("FAIL", message or type(exc).__name__)
+    else:
+        rows["connect"] = ("FAIL", f"{cfg.uri}: {info.error}")
+        rows["versions"] = ("FAIL", "not connected")
+        rows["domain type"] = ("FAIL", "not connected")
+
+    client = None
+    if cfg.ssh:
+        try:
+            client = _ssh_client(cfg, timeout)
+            rows["ssh"] = ("PASS", f"{cfg.ssh}: connected, host key known")
+        except Exception as exc:   # any failure is this check's result
+            rows["ssh"] = ("FAIL", f"{cfg.ssh}: {exc}")
+    else:
+        rows["ssh"] = ("SKIP", "no ssh configured (needed to move save images between hosts)")
+    try:
+        if client is not None:
+            try:
+                rows["image directory"] = ("PASS", _sftp_writable(client, cfg.state_dir))
+            except Exception as exc:
+                rows["image directory"] = ("FAIL", str(exc))
+            try:
+                skew = _remote_clock(client, timeout)
+                status = "PASS" if abs(skew) <= MAX_SKEW_S else "FAIL"
+                rows["clock skew"] = (status, f"{skew:+.1f} s (limit ±{MAX_SKEW_S:g} s)")
+            except Exception as exc:
+                rows["clock skew"] = ("FAIL", str(exc) or type(exc).__name__)
+        else:
+            if cfg.ssh:
+                rows["image directory"] = ("FAIL", f"{cfg.state_dir}: cannot check without ssh")
+                rows["clock skew"] = ("FAIL", "cannot check without ssh")
+            elif not cfg.is_remote:
+                try:
+                    rows["image directory"] = ("PASS", _local_writable(cfg.state_dir))
+                except Exception as exc:
+                    rows["image directory"] = ("FAIL", str(exc))
+                rows["clock skew"] = ("PASS", "local host: same clock")
+            else:
+                rows["image directory"] = ("SKIP", f"{cfg.state_dir}: remote host without ssh: cannot check")
+                rows["clock skew"] = ("SKIP", "remote host without ssh: cannot check")
+    finally:
+        if client is not None:
+            client.close()
+    return [{"check": c, "status": rows[c][0], "detail": rows[c][1]} for c in CHECKS]
+
+
+@host_app.command("check")
+def check(
+    name: str = typer.Argument(..., metavar="NAME", help="Host name"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
+    timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
+    timeout = _seconds("--timeout", timeout_text)
+    settings = common.load(config)
+    if not _store_exists(state, settings):
+        raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
+    with common.open_store(state, settings) as store:
+        record = store.host(name)
+    rows = run_checks(record, settings.daemon.driver, timeout)
+    failed = [r["check"] for r in rows if r["status"] == "FAIL"]
+    if json_out:
+        _emit_json({"host": name, "ok": not failed, "checks": rows})
+    else:
+        table = Table(title=f"host check {escape(name)} ({escape(record.config.uri)})")
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail", overflow="fold")
+        style = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
+        for r in rows:
+            table.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
+        console = _console()
+        console.print(table)
+        skipped = sum(1 for r in rows if r["status"] == "SKIP")
+        if failed:
+            summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
+        elif all(r["status"] == "simulated" for r in rows):
+            summary = "simulated driver: nothing to check"
+        else:
+            summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
+        console.print(summary, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+# -- remove -----------------------------------------------------------------------------------------------------
+def _on_host(lease: Lease, host: str, table) -> bool:
+    vm = lease.last_vm
+    return vm is not None and any(rr in table and host in rr.resources for rr in vm.all_parts())
+
+
+def _image_on(lease: Lease, host: str, cfg: HostConfig) -> bool:
+    """Whether a suspended lease's memory image sits on `host` (so removing it strands the lease)."""
+    if lease.state not in SUSPENDED_STATES and lease.state is not LeaseState.MIGRATING:
+        return False
+    if cfg.is_shared(cfg.state_dir):
+        return False
+    for vm in reversed(lease.reservations):
+        if vm.is_suspending and vm.state is ReservationState.DONE:
+            return host in vm.nodes.values() or host in vm.resources
+    return False
+
+
+def _started(lease: Lease) -> bool:
+    vm = lease.last_vm
+    return (lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
+            or (vm is not None and any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts())))
+
+
+@host_app.command("remove")
+def remove(
+    name: str = typer.Argument(..., metavar="NAME", help="Host name"),
+    drain: bool = typer.Option(False, "--drain", help="First requeue the best-effort leases planned there"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Remove a host; refused while reservations are planned on it unless --drain can move them."""
+    settings = common.load(config)
+    now = common.now()
+    moved: List[Lease] = []
+    with common.open_cluster(state, settings, write=False) as cluster:   # saved below, in the same transaction
+        record = cluster.store.host(name)
+        leases = sorted(cluster.scheduler.leases.values(), key=lambda l: l.id)
+        stranded = [l.id for l in leases if not l.is_final and _image_on(l, name, record.config)]
+        if stranded:
+            raise fail(f"host {name!r} holds the memory images of suspended lease(s) "
+                       f"{', '.join(map(str, stranded))}: cannot remove it until they resume elsewhere or end")
+        planned = [l for l in leases if not l.is_final and _on_host(l, name, cluster.table)]
+        ids = ", ".join(str(l.id) for l in planned)
+        if planned and not drain:
+            raise fail(f"host {name!r} has reservations planned for lease(s) {ids}: cancel them, or use "
+                       "--drain to requeue them on other hosts")
+        if planned:
+            running = [l for l in planned if _started(l)]
+            if running:
+                raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in running)} "
+                           "run there (live migration off a host is not supported yet): cancel them or wait")
+            fixed = [l for l in planned if l.type is not LeaseType.BEST_EFFORT]
+            if fixed:
+                raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in fixed)} "
+                           "are advance reservations or immediate leases (fixed start): cancel them first")
+            for lease in planned:
+                cluster.scheduler._requeue(lease, now)   # no public requeue on the scheduler
+                moved.append(lease)
+        cluster.table.remove_host(name)
+        cluster.hosts.pop(name, None)
+        if moved:
+            cluster.scheduler.schedule(now)   # re-plan them on the hosts that remain
+        cluster.save(now)
+        cluster.store.remove_host(name)
+        cluster.store.append_event(now, "host-removed", None, host=name, drained=[l.id for l in moved])
+        outcome = [(l.id, l.state.value, l.last_vm if l.last_vm is not None and l.last_vm in cluster.table else None)
+                   for l in moved]
+    console = _console()
+    for lease_id, lease_state, vm in outcome:
+        where = (f"now planned {_when(vm.start)} → {_when(vm.end)} on {', '.join(sorted(vm.resources))}"
+                 if vm is not None else f"{lease_state} until there is room")
+        console.print(f"lease {lease_id} requeued: {where}", soft_wrap=True)
+    console.print(f"host {escape(name)} removed", soft_wrap=True)

@@ -1,0 +1,485 @@
+"""`leasewise lease ...`: submit, list, show, cancel and extend leases in the store.
+
+Each writing command is one transaction on the store (`open_cluster`): the cluster is rebuilt, the
+operation applied and planned, and everything written back and committed, or nothing at all. The daemon
+enacts what the plan says at its next step; these commands never touch a host.
+
+Exit codes: 0 done; 2 bad input (one red line naming the field or option, nothing written): a malformed
+request, an unknown lease id, a lease in a state that does not allow the operation, a request no host could
+ever hold; 3 the request was well-formed but refused by the scheduler (the lease is stored as rejected,
+or an extension does not fit), so scripts can tell "fix your input" from "try other times".
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import json
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..cluster import check_hosts_can_hold
+from ..errors import InvalidRequest
+from ..lease import Lease
+from ..reservations import Reservation
+from ..states import FINAL_STATES, RUNNING_STATES, LeaseState
+from ..store import Event
+from ..timeutil import iso, parse_duration
+from . import ErrorLineTyper, app, common, fail
+from .leasefile import KEYS, flag_label, load_lease_file, request_from_fields
+
+#: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
+EXIT_REJECTED = 3
+
+lease_app = ErrorLineTyper(
+    name="lease",
+    help="Submit, list, show, cancel and extend leases.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(lease_app, name="lease")
+
+
+def _console() -> Console:
+    """Built per command, so the width follows $COLUMNS at the time it runs."""
+    return Console(highlight=False)
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+
+
+# -- formatting -----------------------------------------------------------------------------------------------
+def when(value: Optional[datetime]) -> str:
+    """A time for people: ISO 8601 UTC to the second ("-" for none)."""
+    if value is None:
+        return "-"
+    return iso(value.replace(microsecond=0))
+
+
+def hosts_of(rr: Optional[Reservation]) -> List[str]:
+    return [] if rr is None else sorted(set(rr.resources) | set(rr.nodes.values()))
+
+
+def lease_window(lease: Lease) -> "tuple[Optional[datetime], Optional[datetime]]":
+    """(start, end) to show: when it first ran (or is planned to), and when it ended (or is planned to)."""
+    first = lease.reservations[0] if lease.reservations else None
+    last = lease.last_vm
+    start = lease.start_time or (first.first_start if first is not None else lease.request.start)
+    if lease.is_final:
+        end = lease.end_time
+    elif last is not None:
+        end = last.end
+    else:
+        end = lease.request.end
+    return start, end
+
+
+def _num(value: float) -> "int | float":
+    return int(value) if float(value).is_integer() else value
+
+
+def lease_summary(lease: Lease) -> dict:
+    start, end = lease_window(lease)
+    node = lease.request.nodes[0]
+    return {
+        "id": lease.id,
+        "name": lease.request.name,
+        "user": lease.request.user,
+        "type": lease.type.value,
+        "state": lease.state.value,
+        "nodes": lease.numnodes,
+        "cpus": _num(node.vcpus),
+        "memory_mib": _num(node.memory),
+        "start": iso(start),
+        "end": iso(end),
+        "hosts": hosts_of(lease.last_vm),
+        "reason": lease.reason,
+    }
+
+
+def _request_json(lease: Lease) -> dict:
+    req = lease.request
+    image = None
+    if req.image is not None:
+        image = {k: v for k, v in (("disk", req.image.disk), ("kernel", req.image.kernel),
+                                   ("initrd", req.image.initrd), ("cmdline", req.image.cmdline)) if v is not None}
+    return {
+        "type": req.type.value,
+        "nodes": req.numnodes,
+        "cpus": _num(req.nodes[0].vcpus),
+        "memory_mib": _num(req.nodes[0].memory),
+        "duration_s": req.duration.total_seconds(),
+        "start": iso(req.start),
+        "preemptible": req.preemptible,
+        "image": image,
+        "user": req.user,
+        "name": req.name,
+        "dirty_rate_mib_s": req.dirty_rate_mib_s,
+        "submit_time": iso(req.submit_time),
+    }
+
+
+def _plan_rows(lease: Lease) -> List[Reservation]:
+    return [rr for vm in lease.reservations for rr in vm.all_parts()]
+
+
+def _rr_json(rr: Reservation) -> dict:
+    return {"id": rr.id, "kind": rr.kind.value, "state": rr.state.value, "start": iso(rr.start),
+            "end": iso(rr.end), "hosts": hosts_of(rr)}
+
+
+def _trim(text: str) -> str:
+    """An ISO time from an event's detail, to the second."""
+    return re.sub(r"\.\d+(?=Z$|[+-]\d\d:\d\d$)", "", text) if isinstance(text, str) else str(text)
+
+
+def _event_text(event: Event) -> str:
+    detail = dict(event.detail)
+    if event.kind == "planned" and isinstance(detail.get("reservations"), list):
+        parts = []
+        for r in detail["reservations"]:
+            try:
+                hosts = ",".join(sorted(set(r.get("resources", {})) | set(r.get("nodes", {}).values())))
+                parts.append(f"{r['kind']} {_trim(r['start'])} → {_trim(r['end'])} on {hosts}")
+            except (AttributeError, KeyError, TypeError):
+                parts.append(json.dumps(r, separators=(",", ":")))
+        return "; ".join(parts)
+    return " ".join(f"{k}={json.dumps(v, separators=(',', ':')) if not isinstance(v, str) else v}"
+                    for k, v in detail.items())
+
+
+def _duration_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = "".join(f"{n}{u}" for n, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if n)
+    return text or "0s"
+
+
+def _store_exists(state: Optional[Path], cfg) -> bool:
+    """Read-only commands do not create a store: False when there is none yet (an error if --state names
+    a file that does not exist, which is a typo more often than not)."""
+    path = common.store_path(state, cfg)
+    if path.exists():
+        return True
+    if state is not None:
+        raise fail(f"--state: {path} does not exist")
+    return False
+
+
+def _lease_id(text: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) <= 0:
+        raise fail(f"lease: {text!r} is not a lease id (a positive whole number)")
+    return int(value)
+
+
+# -- submit ---------------------------------------------------------------------------------------------------
+def _plan_snapshot(cluster) -> dict:
+    """lease id -> what its current plan looks like, to tell which other leases a submission moved."""
+    out = {}
+    for lease in cluster.scheduler.leases.values():
+        if lease.is_final:
+            continue
+        vm = lease.last_vm
+        out[lease.id] = (lease.state, None if vm is None else (vm.id, vm.start, vm.end, vm.is_suspending))
+    return out
+
+
+def _affected(cluster, before: dict, skip: int) -> List[dict]:
+    """Leases whose plan or state changed because of the submission (preempted: suspended or requeued)."""
+    out = []
+    for lease_id, (state, plan) in sorted(before.items()):
+        if lease_id == skip:
+            continue
+        lease = cluster.scheduler.leases[lease_id]
+        vm = lease.last_vm
+        now_plan = None if vm is None else (vm.id, vm.start, vm.end, vm.is_suspending)
+        if lease.state is state and now_plan == plan:
+            continue
+        at = None
+        if vm is not None and vm.is_suspending and vm in cluster.table:
+            what, at = f"suspended at {when(vm.end)}", vm.end
+        elif lease.state in (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED):
+            what = "requeued"
+        elif vm is not None and vm in cluster.table:
+            what, at = f"moved to {when(vm.start)} → {when(vm.end)} on {', '.join(hosts_of(vm))}", vm.start
+        else:
+            what = f"now {lease.state}"
+        out.append({"id": lease_id, "state": lease.state.value, "change": what, "at": iso(at)})
+    return out
+
+
+def _submit_answer(lease: Lease, affected: List[dict]) -> dict:
+    vm = lease.last_vm
+    return {
+        "id": lease.id,
+        "type": lease.type.value,
+        "state": lease.state.value,
+        "start": iso(vm.start) if vm is not None else None,
+        "end": iso(vm.end) if vm is not None else None,
+        "suspended_at_end": bool(vm is not None and vm.is_suspending),
+        "hosts": hosts_of(vm),
+        "reason": lease.reason,
+        "preempted": affected,
+    }
+
+
+@lease_app.command("submit")
+def submit(
+    file: Optional[Path] = typer.Argument(None, metavar="FILE.yaml", help="YAML lease file (or give the flags below)"),
+    nodes: Optional[str] = typer.Option(None, "--nodes", metavar="N", help="Number of VMs (default 1)"),
+    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="C", help="vCPUs per VM"),
+    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory per VM, MiB"),
+    duration: Optional[str] = typer.Option(None, "--duration", metavar="D", help="Run time: 90s, 15m, 2h, 1h30m, 01:30:00"),
+    start: Optional[str] = typer.Option(None, "--start", metavar="ISO|now",
+                                        help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation"),
+    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--no-preemptible", help="May be suspended for reservations (default: yes)"),
+    image: Optional[str] = typer.Option(None, "--image", metavar="PATH", help="Disk image (absolute path on the hosts)"),
+    kernel: Optional[str] = typer.Option(None, "--kernel", metavar="K", help="Kernel for direct boot (absolute path)"),
+    initrd: Optional[str] = typer.Option(None, "--initrd", metavar="I", help="Initrd for direct boot"),
+    cmdline: Optional[str] = typer.Option(None, "--cmdline", metavar="C", help="Kernel command line"),
+    user: Optional[str] = typer.Option(None, "--user", metavar="U", help="Owner (default: the current user)"),
+    name: Optional[str] = typer.Option(None, "--name", metavar="N", help="A name to find it by"),
+    dirty_rate: Optional[str] = typer.Option(None, "--dirty-rate", metavar="MIB_S", help="Memory dirty rate, MiB/s"),
+    json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
+    flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
+             "preemptible": preemptible, "image": image, "kernel": kernel, "initrd": initrd, "cmdline": cmdline,
+             "user": user, "name": name, "dirty_rate": dirty_rate}
+    given = [k for k in KEYS if flags.get(k) is not None]
+    cfg = common.load(config)
+    now = common.now()
+    if file is not None:
+        if given:
+            raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
+        request = load_lease_file(file, now)
+    else:
+        if not given:
+            raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
+        request = request_from_fields(flags, now, label=flag_label)
+
+    with common.open_cluster(state, cfg) as cluster:
+        check_hosts_can_hold(cluster, request)   # refused before anything is written
+        before = _plan_snapshot(cluster)
+        lease = cluster.submit(request, now)
+        answer = _submit_answer(lease, _affected(cluster, before, lease.id))
+
+    if json_out:
+        _emit_json(answer)
+    else:
+        _print_answer(answer)
+    if lease.state is LeaseState.REJECTED:
+        raise typer.Exit(EXIT_REJECTED)
+
+
+def _print_answer(answer: dict) -> None:
+    console = _console()
+    head = f"lease {answer['id']}"
+    kind = answer["type"]
+    if answer["state"] == LeaseState.REJECTED.value:
+        console.print(f"[bold red]{head} rejected[/] ({kind}): {escape(answer['reason'])}", soft_wrap=True)
+        return
+    if answer["state"] == LeaseState.QUEUED.value:
+        console.print(f"[bold yellow]{head} queued[/] ({kind}): no room to plan it now; it is planned when "
+                      "capacity frees up", soft_wrap=True)
+        return
+    console.print(f"[bold green]{head} accepted[/] ({kind}, {answer['state']})", soft_wrap=True)
+    if answer["start"] is not None:
+        start = when(datetime.fromisoformat(answer["start"].replace("Z", "+00:00")))
+        end = when(datetime.fromisoformat(answer["end"].replace("Z", "+00:00")))
+        console.print(f"  planned {start} → {end} on {', '.join(answer['hosts'])}", soft_wrap=True)
+        if answer["suspended_at_end"]:
+            console.print(f"  then suspended at {end}: the rest runs when it is resumed", soft_wrap=True)
+    for other in answer["preempted"]:
+        console.print(f"  preempts lease {other['id']}: {other['change']}", soft_wrap=True)
+
+
+# -- list / show ----------------------------------------------------------------------------------------------
+@lease_app.command("list")
+def list_leases(
+    state_filter: Optional[List[str]] = typer.Option(None, "--status", metavar="S",
+                                                     help="Only leases in this state (repeatable; 'live' = not final)"),
+    user: Optional[str] = typer.Option(None, "--user", metavar="U", help="Only leases of this user"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
+    states = None
+    if state_filter:
+        states = []
+        for s in state_filter:
+            s = s.strip().lower()
+            if s == "live":
+                states.extend(x.value for x in LeaseState if x not in FINAL_STATES)
+                continue
+            try:
+                states.append(LeaseState(s).value)
+            except ValueError:
+                raise fail(f"--status: {s!r} is not a lease state (one of live, "
+                           f"{', '.join(x.value for x in LeaseState)})") from None
+    cfg = common.load(config)
+    leases = []
+    if _store_exists(state, cfg):
+        with common.open_store(state, cfg) as store:
+            leases = store.leases(state=states, user=user)
+    rows = [lease_summary(l) for l in leases]
+    if json_out:
+        _emit_json(rows)
+        return
+    if not rows:
+        _console().print("no leases")
+        return
+    table = Table(title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
+    for column in ("id", "name", "type", "state", "nodes", "start", "end", "hosts"):
+        table.add_column(column, justify="right" if column in ("id", "nodes") else "left", overflow="fold")
+    for lease, row in zip(leases, rows):
+        start, end = lease_window(lease)
+        table.add_row(str(row["id"]), escape(row["name"]), row["type"], row["state"],
+                      f"{row['nodes']} × {row['cpus']:g} vCPU / {row['memory_mib']:g} MiB",
+                      when(start), when(end), ", ".join(row["hosts"]))
+    _console().print(table)
+
+
+@lease_app.command("show")
+def show(
+    lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """One lease: its request, its plan (every reservation), its state history and its events."""
+    number = _lease_id(lease_id)
+    cfg = common.load(config)
+    if not _store_exists(state, cfg):
+        raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
+    with common.open_store(state, cfg) as store:
+        lease = store.lease(number)
+        events = store.events(lease_id=number)
+    plan = _plan_rows(lease)
+    if json_out:
+        _emit_json({
+            "lease": lease_summary(lease),
+            "request": _request_json(lease),
+            "counters": {"suspensions": lease.suspensions, "migrations": lease.migrations, "requeues": lease.requeues,
+                         "accumulated_s": lease.accumulated.total_seconds()},
+            "plan": [_rr_json(rr) for rr in plan],
+            "history": [{"time": iso(at), "state": s.value} for at, s in lease.history],
+            "events": [{"id": e.id, "time": iso(e.time), "kind": e.kind, "detail": e.detail} for e in events],
+        })
+        return
+    console = _console()
+    req = lease.request
+    node = req.nodes[0]
+    title = f"lease {lease.id}" + (f" ({escape(req.name)})" if req.name else "")
+    console.print(f"[bold]{title}[/]: {lease.type.value}, {lease.state.value}"
+                  + (f" — {escape(lease.reason)}" if lease.reason else ""), soft_wrap=True)
+    console.print(f"  request: {req.numnodes} × {node.vcpus:g} vCPU / {node.memory:g} MiB for "
+                  f"{_duration_text(req.duration.total_seconds())}"
+                  + (f", start {when(req.start)}" if req.start is not None else "")
+                  + f", {'preemptible' if req.preemptible else 'not preemptible'}"
+                  + (f", user {escape(req.user)}" if req.user else "")
+                  + f", submitted {when(req.submit_time)}", soft_wrap=True)
+    if req.image is not None:
+        boot = (f"disk {req.image.disk}" if req.image.disk else
+                f"kernel {req.image.kernel}" + (f" initrd {req.image.initrd}" if req.image.initrd else "")
+                + (f" cmdline {req.image.cmdline!r}" if req.image.cmdline else ""))
+        console.print(f"  boots: {escape(boot)}", soft_wrap=True)
+    console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
+                  f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
+
+    plan_table = Table(title="plan")
+    for column in ("rr", "kind", "state", "start", "end", "hosts"):
+        plan_table.add_column(column, overflow="fold")
+    for rr in plan:
+        plan_table.add_row(str(rr.id), rr.kind.value, rr.state.value, when(rr.start), when(rr.end),
+                           ", ".join(hosts_of(rr)))
+    if plan:
+        console.print(plan_table)
+    else:
+        console.print("  plan: no reservations")
+
+    history = Table(title="state history")
+    history.add_column("time")
+    history.add_column("state")
+    for at, s in lease.history:
+        history.add_row(when(at), s.value)
+    console.print(history)
+
+    log = Table(title="events")
+    for column in ("#", "time", "kind", "detail"):
+        log.add_column(column, overflow="fold")
+    for e in events:
+        log.add_row(str(e.id), when(e.time), e.kind, escape(_event_text(e)))
+    console.print(log)
+
+
+# -- cancel / extend ------------------------------------------------------------------------------------------
+@lease_app.command("cancel")
+def cancel(
+    lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
+    number = _lease_id(lease_id)
+    cfg = common.load(config)
+    now = common.now()
+    with common.open_cluster(state, cfg) as cluster:
+        lease = cluster.lease(number)
+        was_running = lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
+        hosts = hosts_of(lease.last_vm) if was_running else []
+        cluster.cancel(number, now)
+    console = _console()
+    console.print(f"lease {number} cancelled", soft_wrap=True)
+    if was_running:
+        console.print(f"  its VMs on {', '.join(hosts)} are stopped by the daemon at its next step", soft_wrap=True)
+
+
+@lease_app.command("extend")
+def extend(
+    lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
+    by: Optional[str] = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
+    number = _lease_id(lease_id)
+    if by is None:
+        raise fail("--by: is required (e.g. --by 30m)")
+    try:
+        amount = parse_duration(by, "--by")
+    except OverflowError:
+        raise fail(f"--by: is too long (got {by!r})") from None
+    if amount.total_seconds() <= 0:
+        raise fail(f"--by: must be greater than zero (got {by!r})")
+    cfg = common.load(config)
+    now = common.now()
+    try:
+        with common.open_cluster(state, cfg) as cluster:
+            lease = cluster.extend(number, amount, now)
+            vm = lease.last_vm
+            end = vm.end if vm is not None and vm in cluster.table else None
+            duration = lease.request.duration
+    except InvalidRequest as exc:
+        if exc.field != "by":
+            raise
+        _console().print(f"[bold red]lease {number} not extended[/]: {escape(exc.problem)}", soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED) from None
+    message = f"lease {number} extended by {_duration_text(amount.total_seconds())} (now {_duration_text(duration.total_seconds())})"
+    if end is not None:
+        message += f"; planned end {when(end)}"
+    _console().print(message, soft_wrap=True)
