@@ -6,16 +6,28 @@ from configuration, drawn from a `random.Random(seed)` this instance owns so a r
 It follows the libvirt driver call for call (the contract tests hold both to it), including libvirt's
 quirks that matter to callers: a saved VM stays defined ("saved") on its host until it is resumed or
 stopped, and a save image is only visible on the host that wrote it unless it is on shared storage.
+
+With a `state_file` the simulated hosts outlive the process: every VM (with its state) and every save
+image is read from that JSON file when the driver is built and written back, atomically (a temporary
+file, then `os.replace`), after each operation that changes them, so a daemon restarted after a crash
+sees the same "hosts". Only one driver process may write a given file at a time. The clock is never
+stored: it stays the caller's.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from types import MappingProxyType
+from typing import Any, get_args
 
 from orchestrator.clock import SimulatedClock
 from orchestrator.timeutil import UTC, ZERO, as_utc
@@ -39,6 +51,8 @@ from .inventory import is_under
 from .precopy import predict_precopy
 
 MIB = 1024 * 1024
+STATE_FORMAT = "leasewise-simulated-hosts"
+STATE_VERSION = 1
 OPERATIONS = frozenset({"start", "stop", "suspend", "resume", "move_state", "migrate"})
 
 
@@ -111,6 +125,33 @@ class _StateFile:
     size_bytes: int
 
 
+_VM_STATES = frozenset(get_args(VMStateName))
+_SPEC_FIELDS = frozenset(f.name for f in fields(VMSpec))
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename durable (POSIX); best effort where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _spec_from_json(data: object) -> VMSpec:
+    if not isinstance(data, dict):
+        raise ValueError(f"bad VM spec {data!r}")
+    unknown = sorted(set(data) - _SPEC_FIELDS)
+    if unknown:
+        raise ValueError(f"VM spec has unknown key {unknown[0]!r}")
+    return VMSpec(**data)
+
+
 class SimulatedDriver(Driver):
     """The full `Driver` interface over in-memory hosts with fixed capacities."""
 
@@ -121,6 +162,7 @@ class SimulatedDriver(Driver):
         hosts: Mapping[str, HostCapacity | tuple[int, int]],
         clock: SimulatedClock | None = None,
         config: SimulatedDriverConfig | None = None,
+        state_file: str | os.PathLike[str] | None = None,
     ):
         if not hosts:
             raise ValueError("hosts must name at least one host")
@@ -139,6 +181,115 @@ class SimulatedDriver(Driver):
         self._vms: dict[str, _VM] = {}
         # Save images: key (host, path) for host-local files, (None, path) for shared storage.
         self._files: dict[tuple[str | None, str], _StateFile] = {}
+        self.state_file: Path | None = Path(state_file) if state_file is not None else None
+        if self.state_file is not None:
+            self._load()
+
+    @classmethod
+    def for_hosts(
+        cls,
+        capacities: Mapping[str, tuple[int, int]],
+        clock: SimulatedClock | None = None,
+        config: SimulatedDriverConfig | None = None,
+        state_file: str | os.PathLike[str] | None = None,
+    ) -> "SimulatedDriver":
+        """A driver over the hosts a store knows: name -> (vcpus, memory MiB), e.g.
+        `{h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}`."""
+        return cls(dict(capacities), clock, config, state_file)
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        path = self.state_file
+        assert path is not None
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return  # a new file: written at the first change
+        except OSError as exc:
+            raise ValueError(f"simulated state file {path}: cannot be read ({exc.strerror or exc})") from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+                raise ValueError(f"not a {STATE_FORMAT} file")
+            if data.get("version") != STATE_VERSION:
+                raise ValueError(f"version {data.get('version')!r} is not supported (expected {STATE_VERSION})")
+            vms = {}
+            if not isinstance(data["vms"], dict):
+                raise ValueError("vms must map VM names to VMs")
+            for name, entry in data["vms"].items():
+                spec = _spec_from_json(entry["spec"])
+                if spec.name != name:
+                    raise ValueError(f"VM {name!r} holds the spec of {spec.name!r}")
+                host, state = entry["host"], entry["state"]
+                if host not in self._capacity:
+                    raise ValueError(f"VM {spec.name!r} is on host {host!r}, which this driver does not manage "
+                                     f"(hosts: {', '.join(self._capacity)})")
+                if state not in _VM_STATES:
+                    raise ValueError(f"VM {spec.name!r} has unknown state {state!r}")
+                vms[spec.name] = _VM(spec, host, state)
+            files = {}
+            for entry in data["images"]:
+                host, image_path, size = entry["host"], entry["path"], entry["size_bytes"]
+                if not isinstance(image_path, str) or (host is not None and not isinstance(host, str)):
+                    raise ValueError(f"bad save image entry {entry!r}")
+                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                    raise ValueError(f"save image {image_path}: bad size {size!r}")
+                files[(host, image_path)] = _StateFile(_spec_from_json(entry["spec"]), size)
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"simulated state file {path}: {problem}") from None
+        self._vms, self._files = vms, files
+
+    def _state_json(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "vms": {name: {"host": vm.host, "state": vm.state, "spec": asdict(vm.spec)}
+                    for name, vm in self._vms.items()},
+            "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes, "spec": asdict(image.spec)}
+                       for (host, image_path), image in self._files.items()],
+        }
+
+    def _save(self) -> None:
+        """Write the state next to the file, then rename it over the file: a reader (or a process that
+        starts after a crash) sees the old state or the new one, never a mix."""
+        path = self.state_file
+        assert path is not None
+        text = json.dumps(self._state_json(), indent=1, sort_keys=True)
+        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+            _sync_directory(path.parent)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    @contextmanager
+    def _changing(self, what: str) -> Iterator[None]:
+        """Around a change of VMs or save images: with a state file, write it after the change, and undo
+        the change in memory when the file cannot be written (the operation then did not happen)."""
+        if self.state_file is None:
+            yield
+            return
+        vms = {name: replace(vm) for name, vm in self._vms.items()}
+        files = dict(self._files)
+        try:
+            yield
+            self._save()
+        except BaseException as exc:
+            self._vms, self._files = vms, files
+            if isinstance(exc, OSError):
+                raise OperationFailed(f"{what}: cannot write the simulated state file {self.state_file}: "
+                                      f"{exc.strerror or exc}") from exc
+            raise
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -224,7 +375,8 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self.config.start_time.total_seconds())
         if self._injected_failure("start"):
             raise OperationFailed(f"start {spec.name} on {host}: injected failure")
-        self._vms[spec.name] = _VM(spec, host, "running")
+        with self._changing(f"start {spec.name} on {host}"):
+            self._vms[spec.name] = _VM(spec, host, "running")
         return OperationReport("start", spec.name, host, seconds)
 
     def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
@@ -233,8 +385,20 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self.config.stop_time.total_seconds() if active else 0.0)
         if self._injected_failure("stop"):
             raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
-        del self._vms[vm]
+        with self._changing(f"stop {vm} on {record.host}"):
+            del self._vms[vm]
         return OperationReport("stop", vm, record.host, seconds)
+
+    def guest_poweroff(self, vm: str) -> None:
+        """The guest shuts itself down (not an operation of the driver's): the VM stays defined on its
+        host as "shutoff", as a persistent libvirt domain does, until it is stopped. Takes no time."""
+        record = self._vms.get(vm)
+        if record is None:
+            raise VMNotFound(f"VM {vm!r} not found on any host")
+        if record.state not in ("running", "paused"):
+            raise OperationFailed(f"{vm} on {record.host} is not running ({record.state})")
+        with self._changing(f"power off {vm} on {record.host}"):
+            record.state = "shutoff"
 
     def list_vms(self, host: str) -> list[VMInfo]:
         self._up(host)
@@ -267,8 +431,9 @@ class SimulatedDriver(Driver):
         )
         if self._injected_failure("suspend"):
             raise OperationFailed(f"suspend {vm} on {record.host}: injected failure")
-        self._files[self._file_key(record.host, state_path)] = _StateFile(record.spec, size)
-        record.state = "saved"
+        with self._changing(f"suspend {vm} on {record.host}"):
+            self._files[self._file_key(record.host, state_path)] = _StateFile(record.spec, size)
+            record.state = "saved"
         return OperationReport("suspend", vm, record.host, seconds, size)
 
     def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
@@ -290,7 +455,8 @@ class SimulatedDriver(Driver):
         if self._injected_failure("resume"):
             raise OperationFailed(f"resume {vm} on {host}: injected failure")
         # As the libvirt driver does: the VM now lives on `host`; a stale saved definition elsewhere goes.
-        self._vms[vm] = _VM(image.spec, host, "running")
+        with self._changing(f"resume {vm} on {host}"):
+            self._vms[vm] = _VM(image.spec, host, "running")
         return OperationReport("resume", vm, host, seconds, image.size_bytes)
 
     def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
@@ -306,7 +472,8 @@ class SimulatedDriver(Driver):
         )
         if self._injected_failure("move_state"):
             raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
-        self._files[(dst_host, state_path)] = image
+        with self._changing(f"move_state {state_path} {src_host} -> {dst_host}"):
+            self._files[(dst_host, state_path)] = image
         return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
 
     # -- live migration --------------------------------------------------------------------------
@@ -393,7 +560,8 @@ class SimulatedDriver(Driver):
             raise failure(f"did not converge within {timeout_s:g} s; aborted", "aborted", **measured)
         if self._injected_failure("migrate"):
             raise failure("injected failure", **measured)
-        record.host = dst_host
+        with self._changing(f"migrate {vm} {src} -> {dst_host}"):
+            record.host = dst_host
         return MigrationReport(
             vm=vm, source=src, destination=dst_host, success=True, memory_total=memory_total,
             outcome=result.outcome, **measured,  # type: ignore[arg-type]

@@ -1,0 +1,218 @@
+"""Simulated hosts that outlive the process: the `state_file` of `SimulatedDriver`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from drivers.base import VMSpec
+from drivers.errors import OperationFailed, UnknownHost, VMNotFound
+from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
+from orchestrator.clock import SimulatedClock
+from orchestrator.timeutil import UTC
+
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+SHARED = "/srv/shared"
+HOSTS = {"a": (8, 8192), "b": (8, 8192)}
+CONFIG = SimulatedDriverConfig(shared_storage=(SHARED,))
+
+
+def make(state_file, clock: SimulatedClock | None = None, hosts=HOSTS) -> SimulatedDriver:
+    return SimulatedDriver(hosts, clock or SimulatedClock(T0), CONFIG, state_file=state_file)
+
+
+def snapshot(driver: SimulatedDriver) -> dict:
+    return {h: sorted((i.name, i.state, i.vcpus, i.memory_mib, i.lease_id) for i in driver.list_vms(h))
+            for h in driver.hosts()}
+
+
+def test_vms_and_save_images_survive_a_new_driver_on_the_same_file(tmp_path):
+    path = tmp_path / "hosts.json"
+    first = make(path)
+    assert not path.exists()  # nothing changed yet
+    first.start(VMSpec("run", 2, 1024, lease_id="1", dirty_rate_mib_s=3.5, working_set_mib=100.0), "a")
+    first.start(VMSpec("local", 1, 256, lease_id="2"), "a")
+    first.start(VMSpec("shared", 1, 128, lease_id="3"), "b")
+    first.suspend("local", "/var/save/local.save")
+    first.move_state("/var/save/local.save", "a", "b")
+    first.suspend("shared", f"{SHARED}/shared.save")
+    assert path.is_file()
+
+    second = make(path, SimulatedClock(T0 + timedelta(days=1)))
+    assert snapshot(second) == snapshot(first) == {
+        "a": [("local", "saved", 1, 256, "2"), ("run", "running", 2, 1024, "1")],
+        "b": [("shared", "saved", 1, 128, "3")],
+    }
+    assert second.state_file_exists("a", "/var/save/local.save") and second.state_file_exists("b", "/var/save/local.save")
+    assert second.state_file_exists("a", f"{SHARED}/shared.save")  # shared storage: every host sees it
+    assert second.clock.now() == T0 + timedelta(days=1)  # the clock is the caller's, never stored
+    assert second._vms["run"].spec == first._vms["run"].spec  # the whole spec, dirty rate included
+
+    # the restored state behaves like the original: resumption elsewhere, capacity, stop
+    second.resume("local", "/var/save/local.save", "b")
+    second.resume("shared", f"{SHARED}/shared.save", "a")
+    with pytest.raises(OperationFailed, match="free vCPUs"):
+        second.start(VMSpec("big", 6, 10), "a")  # run (2) + shared (1) already hold 3 of 8
+    second.stop("run")
+
+    third = make(path)
+    assert snapshot(third) == {"a": [("shared", "running", 1, 128, "3")], "b": [("local", "running", 1, 256, "2")]}
+    third.stop("shared")
+    third.stop("local")
+    assert snapshot(make(path)) == {"a": [], "b": []}
+
+
+def test_migration_is_persisted(tmp_path):
+    path = tmp_path / "hosts.json"
+    first = make(path)
+    first.start(VMSpec("m", 1, 64), "a")
+    first.migrate("m", "b")
+    assert make(path).locate("m") == "b"
+
+
+def test_a_guest_that_powers_off_stays_defined_as_shutoff_and_frees_its_host(tmp_path):
+    path = tmp_path / "hosts.json"
+    first = make(path, hosts={"a": (1, 1024), "b": (1, 1024)})
+    first.start(VMSpec("g", 1, 512), "a")
+    before = first.clock.now()
+    first.guest_poweroff("g")
+    assert first.clock.now() == before  # the guest did it, not the driver
+    with pytest.raises(OperationFailed, match="not running"):
+        first.guest_poweroff("g")
+    with pytest.raises(VMNotFound):
+        first.guest_poweroff("nobody")
+    again = make(path, hosts={"a": (1, 1024), "b": (1, 1024)})
+    assert snapshot(again) == {"a": [("g", "shutoff", 1, 512, None)], "b": []}
+    again.start(VMSpec("h", 1, 512), "a")  # a shut-off VM holds no capacity
+    assert again.stop("g").wall_seconds == 0
+    assert snapshot(make(path, hosts={"a": (1, 1024), "b": (1, 1024)}))["a"] == [("h", "running", 1, 512, None)]
+
+
+def test_state_survives_sigkill_of_the_process_that_wrote_it(tmp_path):
+    path = tmp_path / "hosts.json"
+    script = textwrap.dedent(f"""
+        import sys, time
+        from datetime import datetime
+        from drivers.base import VMSpec
+        from drivers.simulated import SimulatedDriver
+        from orchestrator.clock import SimulatedClock
+        from orchestrator.timeutil import UTC
+        driver = SimulatedDriver({HOSTS!r}, SimulatedClock(datetime(2026, 1, 5, tzinfo=UTC)), state_file={str(path)!r})
+        driver.start(VMSpec("lw-1-0", 1, 64, lease_id="1"), "a")
+        driver.start(VMSpec("lw-1-1", 1, 64, lease_id="1"), "b")
+        driver.suspend("lw-1-1", "/var/save/lw-1-1.save")
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    restarted = make(path)
+    assert snapshot(restarted) == {"a": [("lw-1-0", "running", 1, 64, "1")], "b": [("lw-1-1", "saved", 1, 64, "1")]}
+    restarted.resume("lw-1-1", "/var/save/lw-1-1.save", "b")
+
+
+class Crash(BaseException):
+    """The process dies here (not an error anyone handles)."""
+
+
+def test_the_file_is_replaced_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "hosts.json"
+    driver = make(path)
+    driver.start(VMSpec("one", 1, 64), "a")
+    before = path.read_bytes()
+
+    def crash(src, dst):
+        raise Crash()
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(Crash):
+        driver.start(VMSpec("two", 1, 64), "b")
+    monkeypatch.undo()
+    assert path.read_bytes() == before  # intact, not partial
+    assert list(json.loads(before)["vms"]) == ["one"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts.json"]  # no temporary file left behind
+    assert snapshot(make(path)) == {"a": [("one", "running", 1, 64, None)], "b": []}
+
+
+def test_a_state_file_that_cannot_be_written_fails_the_operation_and_changes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "hosts.json"
+    driver = make(path)
+    driver.start(VMSpec("one", 1, 64), "a")
+    before = path.read_bytes()
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OperationFailed, match=r"^suspend one on a: cannot write the simulated state file .*No space"):
+        driver.suspend("one", "/var/save/one.save")
+    with pytest.raises(OperationFailed, match="cannot write"):
+        driver.stop("one")
+    monkeypatch.undo()
+    # in memory too, the operations did not happen
+    assert snapshot(driver) == {"a": [("one", "running", 1, 64, None)], "b": []}
+    assert not driver.state_file_exists("a", "/var/save/one.save")
+    assert path.read_bytes() == before
+    driver.stop("one")
+    assert snapshot(make(path)) == {"a": [], "b": []}
+
+
+def test_bad_state_files_are_refused_naming_the_file(tmp_path):
+    path = tmp_path / "hosts.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=f"simulated state file {path}"):
+        make(path)
+    path.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ValueError, match="not a leasewise-simulated-hosts file"):
+        make(path)
+    driver = make(tmp_path / "ok.json")
+    driver.start(VMSpec("x", 1, 64), "b")
+    with pytest.raises(ValueError, match=r"VM 'x' is on host 'b', which this driver does not manage"):
+        make(tmp_path / "ok.json", hosts={"a": (8, 8192)})
+    data = json.loads((tmp_path / "ok.json").read_text())
+    data["vms"]["x"]["state"] = "dancing"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="unknown state 'dancing'"):
+        make(path)
+    data["vms"]["x"]["state"] = "saved"
+    del data["images"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="missing key 'images'"):
+        make(path)
+
+
+def test_for_hosts_builds_from_store_capacities(tmp_path):
+    clock = SimulatedClock(T0)
+    driver = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json")
+    assert driver.hosts() == ["h1", "h2"] and driver.clock is clock
+    assert (driver.host_info("h2").vcpus, driver.host_info("h2").memory_mib) == (2, 2048)
+    driver.start(VMSpec("v", 1, 64), "h2")
+    again = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json")
+    assert again.locate("v") == "h2"
+    with pytest.raises(UnknownHost):
+        again.list_vms("h3")
+
+
+def test_without_a_state_file_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    driver = SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG)
+    assert driver.state_file is None
+    driver.start(VMSpec("v", 1, 64), "a")
+    driver.suspend("v", "/var/save/v.save")
+    driver.stop("v")
+    with pytest.raises(VMNotFound):
+        driver.stop("v")
+    assert list(tmp_path.iterdir()) == []
+    assert snapshot(SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG)) == {"a": [], "b": []}
