@@ -29,7 +29,7 @@ from .cluster import Cluster
 from .config import Config
 from .errors import InconsistentSchedule
 from .lease import Lease
-from .scheduler.driver_enactor import DriverEnactor
+from .scheduler.driver_enactor import DriverEnactor, UnreachableHosts
 from .states import LeaseState
 from .store import Store
 from .timeutil import iso, parse_time
@@ -57,6 +57,7 @@ class Daemon:
         self.clock = clock
         self.say = say or (lambda line: None)
         self._notes: list[str] = []
+        self._reconciled_at: datetime | None = None
         hosts = {h.name: h.config for h in store.hosts()}
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record)
 
@@ -73,6 +74,15 @@ class Daemon:
         notes: list[str] = []
         with self.store.transaction():
             cluster = Cluster(self.store, self.config, self.enactor)
+            # a daemon killed mid-step may have enacted that step's stops and suspensions without
+            # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
+            # committing them. Restarted on a real clock, that step was due by now; resumed on a fast
+            # clock (from the time of the last committed step), it was the next event's step.
+            horizon = now
+            saved = self.store.get_meta("daemon_clock")
+            following = cluster.scheduler.next_event_time()
+            if saved and parse_time(saved, "daemon_clock") == now and following is not None:
+                horizon = max(now, following)
             known = set()
             for lease in list(cluster.scheduler.leases.values()):
                 vm = lease.last_vm
@@ -82,8 +92,16 @@ class Daemon:
                     known.add(self.enactor.vm_name(lease.id, vnode))
                 if lease.state not in _LIVE:
                     continue
-                running = self.enactor.running_vms(lease)
+                try:
+                    running = self.enactor.running_vms(lease)
+                except UnreachableHosts as exc:
+                    notes.append(f"lease {lease.id}: cannot check its VMs now ({exc}); looked at again later")
+                    continue
                 missing = sorted(v for v, host in running.items() if host is None)
+                if missing and _stop_due(lease, horizon):
+                    notes.append(f"lease {lease.id}: VMs already stopped or saved for the step due at "
+                                 f"{iso(horizon)}: it will be completed")
+                    continue
                 if not missing:
                     notes.append(f"lease {lease.id}: adopted its {len(running)} running VM(s)")
                     self.store.append_event(now, "reconciled", lease.id, outcome="adopted")
@@ -97,8 +115,9 @@ class Daemon:
             for host, name in self.enactor.unknown_domains(known):
                 notes.append(f"unknown domain {name} on {host}: left alone")
                 self.store.append_event(now, "reconciled", None, outcome="unknown-domain", host=host, vm=name)
-            cluster.scheduler.schedule(now)
+            # no scheduling here: the first step handles the events due now first, then schedules
             cluster.save(now)
+        self._reconciled_at = now
         for line in notes:
             self.say(line)
         return notes
@@ -110,7 +129,8 @@ class Daemon:
         with self.store.transaction():
             cluster = Cluster(self.store, self.config, self.enactor)
             sched = cluster.scheduler
-            self._notice_ended_vms(cluster, now)
+            if now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
+                self._notice_ended_vms(cluster, now)
             for _ in range(10_000):
                 handled = sched.process_events(now)
                 sched.schedule(now)
@@ -131,9 +151,12 @@ class Daemon:
         sched = cluster.scheduler
         for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
             vm = lease.last_vm
-            if vm is None or vm.start > now:
-                continue
-            running = self.enactor.running_vms(lease)
+            if vm is None or vm.start > now or _stop_due(lease, now):
+                continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
+            try:
+                running = self.enactor.running_vms(lease)
+            except UnreachableHosts:
+                continue   # a host that does not answer says nothing about its VMs: decide later
             if any(host is not None for host in running.values()):
                 continue
             states = self._vm_states(lease)
@@ -185,6 +208,12 @@ class Daemon:
             if until is not None:
                 wake = min(wake, until)
             self.clock.sleep_until(wake)
+
+
+def _stop_due(lease: Lease, by: datetime) -> bool:
+    """Whether the lease's plan stops or saves its VMs at or before `by`."""
+    vm = lease.last_vm
+    return vm is not None and any(rr.start <= by for rr in vm.post)
 
 
 def fast_clock_start(store: Store, default: datetime) -> datetime:

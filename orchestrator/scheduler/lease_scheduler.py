@@ -36,7 +36,10 @@ from .vm_scheduler import VMScheduler
 
 log = logging.getLogger(__name__)
 
-_PREMATURE, _END, _START = 0, 1, 2
+# event phases at one instant: early ends, then ends, then the starts that free hosts (shutdown,
+# suspension: their VMs must be gone before others start there), then every other start
+_PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
+_FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
 
 
 class LeaseScheduler:
@@ -344,7 +347,7 @@ class LeaseScheduler:
     # -- events ------------------------------------------------------------------------------------------------
     def _commit(self, rr: Reservation) -> None:
         self.table.add(rr)
-        self._push(rr.start, _START, rr)
+        self._push(rr.start, _START_FREEING if rr.kind in _FREEING else _START, rr)
         self._push(rr.end, _END, rr)
         if rr.premature_end is not None:
             self._push(rr.premature_end, _PREMATURE, rr)
@@ -360,7 +363,7 @@ class LeaseScheduler:
     def _is_due(self, t: datetime, phase: int, rr: Reservation) -> bool:
         if rr not in self.table:
             return False
-        if phase == _START:
+        if phase >= _START_FREEING:
             return rr.state is ReservationState.SCHEDULED and rr.start == t
         if phase == _END:
             return rr.state is ReservationState.ACTIVE and rr.end == t
@@ -370,7 +373,7 @@ class LeaseScheduler:
         events = self._events
         while events:
             t, phase, _, rr = events[0]
-            if self._is_due(t, phase, rr) or (phase != _START and rr in self.table
+            if self._is_due(t, phase, rr) or (phase < _START_FREEING and rr in self.table
                                               and rr.state is ReservationState.SCHEDULED):
                 return t
             heapq.heappop(events)
