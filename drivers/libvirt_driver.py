@@ -354,6 +354,10 @@ class LibvirtDriver(Driver):
         return None, unreachable
 
     def _find(self, vm: str) -> str:
+        # where it runs wins over a stale definition left on the host it was suspended on
+        host, _ = self._where_active(vm)
+        if host is not None:
+            return host
         host, unreachable = self._where(vm)
         if host is not None:
             return host
@@ -362,7 +366,7 @@ class LibvirtDriver(Driver):
         raise VMNotFound(f"VM {vm!r} not found on any host ({', '.join(self._hosts)})")
 
     def locate(self, vm: str) -> str | None:
-        return self._where(vm)[0]
+        return self._where_active(vm)[0] or self._where(vm)[0]
 
     # -- host and VM queries ---------------------------------------------------------------------
 
@@ -757,7 +761,8 @@ class LibvirtDriver(Driver):
                 downtime_ms=float(stats.get("downtime", 0.0)),
                 iterations=int(stats.get("memory_iteration", 0)),
                 bytes_transferred=int(stats.get("memory_processed", stats.get("data_processed", 0))),
-                memory_total=int(stats.get("memory_total", memory_total)),
+                # the guest's memory (as base.py defines it), not QEMU's total, which adds device memory
+                memory_total=int(memory_total or stats.get("memory_total", 0)),
                 outcome=outcome,  # type: ignore[arg-type]
                 error=error,
                 samples=samples,

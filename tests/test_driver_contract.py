@@ -94,7 +94,7 @@ class ContractTarget:
         return self.make_spec(self.vm(tag), lease_id)
 
     def state_path(self, tag: str) -> str:
-        return posixpath.join(self.state_dir, f"{self.vm(tag)}.save")
+        return posixpath.join(self.state_dir, f"{self.vm(tag)}.state")
 
     def names_on(self, host: str) -> dict[str, str]:
         """Our VMs on `host`: name -> state."""

@@ -201,10 +201,10 @@ def test_suspend_and_resume_on_the_same_host_uses_the_host_state_dir():
     suspend = overhead(lease, ReservationKind.SUSPEND, rr, nodes=rr.nodes)
     enactor.suspend_vms(lease, suspend)
     # h1 has its own state dir; h2 has no HostConfig, so [daemon] state_dir applies
-    assert driver.state_file_exists("h1", "/srv/h1-save/lw-5-0.save")
-    assert driver.state_file_exists("h2", "/var/lw/state/lw-5-1.save")
+    assert driver.state_file_exists("h1", "/srv/h1-save/lw-5-0.state")
+    assert driver.state_file_exists("h2", "/var/lw/state/lw-5-1.state")
     assert [(d["path"], d["bytes"]) for d in log.of("enacted", "suspend")] == [
-        ("/srv/h1-save/lw-5-0.save", 512 * 2**20), ("/var/lw/state/lw-5-1.save", 512 * 2**20)]
+        ("/srv/h1-save/lw-5-0.state", 512 * 2**20), ("/var/lw/state/lw-5-1.state", 512 * 2**20)]
     assert all(d["wall_seconds"] > 0 for d in log.of("enacted", "suspend"))
 
     again = vm_rr(lease, dict(rr.nodes), start=T0 + 2 * HOUR)
@@ -224,14 +224,14 @@ def test_resume_on_another_host_after_migrating_the_images():
     again = vm_rr(lease, {0: "h3", 1: "h2"}, start=T0 + 2 * HOUR)
     migrate = overhead(lease, ReservationKind.MIGRATE, again, transfers={0: ("h1", "h3")})
     resume = overhead(lease, ReservationKind.RESUME, again, nodes=again.nodes)
-    with pytest.raises(EnactmentError, match=r"resume lw-6-0 on h3: .*no save image at /srv/h1/lw-6-0.save"):
+    with pytest.raises(EnactmentError, match=r"resume lw-6-0 on h3: .*no save image at /srv/h1/lw-6-0.state"):
         enactor.resume_vms(lease, resume)  # not copied yet
     enactor.migrate_images(lease, migrate)
     enactor.migrate_images(lease, migrate)  # a second copy is harmless
     # the image keeps its path (that of h1's state dir) on h3
-    assert driver.state_file_exists("h3", "/srv/h1/lw-6-0.save")
+    assert driver.state_file_exists("h3", "/srv/h1/lw-6-0.state")
     moved = log.of("enacted", "move_state")
-    assert [(d["vm"], d["src"], d["dst"], d["path"]) for d in moved] == [("lw-6-0", "h1", "h3", "/srv/h1/lw-6-0.save")] * 2
+    assert [(d["vm"], d["src"], d["dst"], d["path"]) for d in moved] == [("lw-6-0", "h1", "h3", "/srv/h1/lw-6-0.state")] * 2
     assert moved[0]["bytes"] == 512 * 2**20 and moved[0]["wall_seconds"] == pytest.approx(512 / 100)
 
     enactor.resume_vms(lease, resume)
@@ -328,7 +328,7 @@ def test_suspend_and_resume_failures_are_one_line_enactment_errors():
     elsewhere = DriverEnactor(driver, None, DaemonConfig(state_dir="/elsewhere"), log)
     with pytest.raises(EnactmentError, match=r"^suspend lw-13-0 on h1: .*not running \(saved\)"):
         elsewhere.suspend_vms(lease, suspend)
-    assert log.of("enactment-failed", "suspend")[-1]["path"] == "/elsewhere/lw-13-0.save"
+    assert log.of("enactment-failed", "suspend")[-1]["path"] == "/elsewhere/lw-13-0.state"
 
 
 def test_running_vms_tells_which_vnodes_really_run():
@@ -440,7 +440,7 @@ def test_libvirt_suspend_resume_same_host_and_other_host(libvirt_enactor, tmp_pa
     enactor.suspend_vms(lease, suspend)
     names = lease_vm_names(lease)
     assert [i.state for i in driver.list_vms("a") if i.name == names[0]] == ["saved"]
-    assert (tmp_path / f"{names[0]}.save").is_file() and (tmp_path / f"{names[1]}.save").is_file()
+    assert (tmp_path / f"{names[0]}.state").is_file() and (tmp_path / f"{names[1]}.state").is_file()
     saved = log.of("enacted", "suspend")
     assert len(saved) == 2 and all(d["bytes"] > 0 for d in saved)
     assert len(log.of("enactment-skipped", "suspend")) == 2

@@ -2,7 +2,8 @@
 
 Names. Virtual node `v` of lease `n` is the VM `lw-<n>-<v>` (`vm_name`), the same on whichever host it
 runs, so a restarted daemon finds its VMs by name alone; the lease id is also in the domain's metadata.
-A suspended VM's memory image is `<state dir>/<vm name>.save`, the state dir being that of the host it was
+A suspended VM's memory image is `<state dir>/<vm name>.state` (not `.save`: libvirt takes
+`<dir>/<vm>.save` for a managed-save image and then refuses to undefine the domain), the state dir being that of the host it was
 suspended on (its `HostConfig.state_dir` when the enactor knows the host, else `[daemon] state_dir`). A
 transfer copies the image to the same path on the destination, so a resumption reads it from there too.
 
@@ -116,7 +117,7 @@ class DriverEnactor:
 
     def state_path(self, lease_id: int, vnode: int, host: str) -> str:
         """Where the memory image of the vnode goes when it is suspended on `host`."""
-        return posixpath.join(self.state_dir(host), f"{vm_name(lease_id, vnode)}.save")
+        return posixpath.join(self.state_dir(host), f"{vm_name(lease_id, vnode)}.state")
 
     def _image_path(self, lease: Lease, rr: Reservation, vnode: int, fallback: str) -> str:
         """Where the vnode's memory image is now: the path it was saved to on the host it was suspended on
