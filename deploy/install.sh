@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
+#   * Debian packages: libvirt + QEMU (the lab tier), the tools to build the lab guest, sshd
+#   * the project itself: pip install -e '.[test,libvirt]' from this repository's root
+#   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
+#   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
+# Idempotent, and quiet when there is nothing to do. `--no-guest` skips the guest build.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_GUEST=1
+for arg in "$@"; do
+    case $arg in
+        --no-guest) BUILD_GUEST=0 ;;
+        *) echo "usage: $0 [--no-guest]" >&2; exit 2 ;;
+    esac
+done
+
+say() { echo "install: $*"; }
+die() { echo "install: error: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "must run as root"
+
+PACKAGES=(
+    libvirt-daemon-system libvirt-clients libvirt-dev pkg-config
+    qemu-system-x86 qemu-utils
+    openssh-server openssh-client
+    cpio busybox-static gcc libc6-dev
+    iproute2 util-linux procps
+)
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+    [[ $status == "install ok installed" ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    say "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # Packages must not start their services (a root-namespace libvirtd, its default NAT network, sshd):
+    # the lab starts its own, in its own namespaces.
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt-get update -qq >/dev/null || die "apt-get update failed"
+    apt-get install -y -qq "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
+fi
+
+# /dev/kvm: group kvm, mode 660
+if [[ -e /dev/kvm ]]; then
+    getent group kvm >/dev/null || groupadd --system kvm
+    [[ $(stat -c %G /dev/kvm) == kvm ]] || chgrp kvm /dev/kvm
+    [[ $(stat -c %a /dev/kvm) == 660 ]] || chmod 660 /dev/kvm
+fi
+
+# The project, editable, with the test and libvirt extras; skipped when it already imports from this tree.
+PY=${PYTHON:-python3}
+if ! (cd / && "$PY" - "$ROOT" <<'EOF' >/dev/null 2>&1
+import sys, pathlib, importlib
+root = pathlib.Path(sys.argv[1]).resolve()
+for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
+            "numpy", "matplotlib"):
+    importlib.import_module(mod)
+for pkg in ("orchestrator", "drivers"):
+    path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
+    if root not in path.parents:
+        sys.exit(1)
+EOF
+); then
+    say "pip install -e '.[test,libvirt]' in $ROOT"
+    (cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt]' 2>&1 \
+        | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true)
+    (cd / && "$PY" -c "import libvirt, pytest, orchestrator, drivers") || die "pip install did not give importable packages"
+fi
+
+if [[ $BUILD_GUEST == 1 ]]; then
+    "$ROOT/deploy/guest/build" --quiet
+fi

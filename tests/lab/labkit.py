@@ -1,0 +1,239 @@
+"""Helpers of the lab tier (tests/lab): paths, imports that fail with a clear message, the guest, its console."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = REPO / "deploy" / "lab" / "lab"
+LAB_RUN = REPO / "deploy" / "lab" / "run"
+INVENTORY = LAB_RUN / "inventory.toml"
+GUEST_BUILD = REPO / "deploy" / "guest" / "build"
+GUEST_DIR = Path(os.environ.get("LEASEWISE_GUEST_DIR", "/var/lib/libvirt/images/leasewise-guest"))
+SHARED_DIR = Path("/var/lib/libvirt/images")
+LAB_HOSTS = 3
+VM_PREFIX = "lwtest-"
+TEST_VM_PREFIXES = (VM_PREFIX, "lwct-")  # ours, and tests/test_driver_contract.py's (cleaned after each test)
+
+GUEST_MEMORY_MIB = 256
+
+# The machine's one lab is shared with anyone else running deploy/lab/lab or this tier: the session holds
+# the lab's lock (the same one deploy/lab/lab takes) from `up` to `down`.
+LAB_LOCK = Path("/run/lock/leasewise-lab.lock")
+LAB_LOCK_WAIT_S = float(os.environ.get("LEASEWISE_LAB_LOCK_WAIT", "1200"))
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def _missing(what: str, fix: str) -> None:
+    pytest.fail(f"lab tier cannot run: {what}. {fix}", pytrace=False)
+
+
+EVENT_LOOP_THREAD = "leasewise-libvirt-events"  # the driver runs libvirt's event loop in a thread of this name
+
+
+def import_libvirt():
+    try:
+        import libvirt  # noqa: PLC0415
+    except ImportError:
+        _missing("libvirt-python is not installed", "Run deploy/install.sh (pip install -e '.[test,libvirt]').")
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)  # errors are raised; do not also print them
+    return libvirt
+
+
+def ensure_event_loop(libvirt) -> None:
+    """libvirt's default event loop in a daemon thread: keepalive needs it, so that a call to a host that
+    vanished fails within seconds instead of waiting for TCP to give up."""
+    if any(t.name == EVENT_LOOP_THREAD for t in threading.enumerate()):
+        return
+    libvirt.virEventRegisterDefaultImpl()
+
+    def run() -> None:
+        while True:
+            if libvirt.virEventRunDefaultImpl() < 0:
+                time.sleep(1.0)
+
+    threading.Thread(target=run, name=EVENT_LOOP_THREAD, daemon=True).start()
+
+
+def open_conn(libvirt, uri: str):
+    """A raw libvirt connection with keepalive (5 s, 3 misses)."""
+    ensure_event_loop(libvirt)
+    conn = libvirt.open(uri)
+    conn.setKeepAlive(5, 3)
+    return conn
+
+
+def import_inventory():
+    try:
+        from drivers.inventory import load_inventory  # noqa: PLC0415
+    except ImportError as exc:
+        _missing(f"drivers.inventory cannot be imported ({exc})", "drivers/inventory.py is part of the project.")
+    return load_inventory
+
+
+def import_driver():
+    """drivers.libvirt_driver.LibvirtDriver, failing with a clear message while it does not exist."""
+    try:
+        from drivers.libvirt_driver import LibvirtDriver  # noqa: PLC0415
+    except ImportError as exc:
+        _missing(f"drivers.libvirt_driver cannot be imported ({exc})",
+                 "drivers/libvirt_driver.py (the libvirt driver) is part of the project.")
+    return LibvirtDriver
+
+
+def hold_lab_lock():
+    """Take the lab's lock for this session (waiting while another session or `lab up` holds it)."""
+    LAB_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(LAB_LOCK, "a+")
+    deadline = time.monotonic() + LAB_LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                handle.close()
+                _missing(f"the lab is in use by another session after {LAB_LOCK_WAIT_S:.0f} s ({holder})",
+                         f"Wait for it, or remove the lab it holds with deploy/lab/lab down (lock {LAB_LOCK}).")
+            time.sleep(1.0)
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}: pytest lab session\n")
+    handle.flush()
+    return handle
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ, LEASEWISE_LAB_LOCK_HELD="1")  # this session holds the lab's lock
+    return subprocess.run([str(c) for c in cmd], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def lab_down() -> None:
+    proc = _run([LAB, "down"], timeout=180)
+    if proc.returncode != 0:
+        raise RuntimeError(f"deploy/lab/lab down failed:\n{proc.stdout}{proc.stderr}")
+
+
+@dataclass
+class Lab:
+    inventory: Path
+    hosts: list                       # list[drivers.inventory.HostConfig]
+    names: list[str]
+    uris: dict[str, str]
+    run_dir: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def host_dir(self, name: str) -> Path:
+        """Where host `name`'s private directories live in the root namespace (run/hostN)."""
+        return self.run_dir / f"host{name.removeprefix('lab')}"
+
+    def private_path(self, name: str, path: str) -> Path:
+        """The root namespace's view of `path` as host `name` sees it (only for its private binds)."""
+        binds = {"/var/lib/libvirt/qemu": "qemu", "/run/libvirt": "run", "/var/log/libvirt": "log"}
+        for inside, sub in binds.items():
+            if path == inside or path.startswith(inside + "/"):
+                return self.host_dir(name) / sub / path[len(inside):].lstrip("/")
+        raise ValueError(f"{path} is not private to a lab host")
+
+
+def guest_spec(name: str, mib: int = 64, pps: int = 0, memory_mib: int = GUEST_MEMORY_MIB, lease_id=None):
+    """The lab's tiny guest: direct kernel boot, dirtier working set `mib` MiB dirtied at `pps` pages/s."""
+    from drivers.base import VMSpec  # noqa: PLC0415
+
+    return VMSpec(
+        name=name,
+        vcpus=1,
+        memory_mib=memory_mib,
+        kernel=str(GUEST_DIR / "vmlinuz"),
+        initrd=str(GUEST_DIR / "initrd.img"),
+        cmdline=f"console=ttyS0 quiet dirtier.mib={mib} dirtier.pps={pps} dirtier.report=1",
+        lease_id=lease_id,
+    )
+
+
+# ------------------------------------------------------------------------------------- guest console
+
+class Console:
+    """Reads a running domain's serial console (the dirtier prints a status line every second)."""
+
+    def __init__(self, libvirt, uri: str, name: str):
+        self._libvirt = libvirt
+        self._conn = open_conn(libvirt, uri)
+        self._stream = self._conn.newStream(0)
+        self._conn.lookupByName(name).openConsole(None, self._stream, libvirt.VIR_DOMAIN_CONSOLE_FORCE)
+        self._chunks: list[str] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._stream.recv(4096)
+            except self._libvirt.libvirtError:
+                return
+            if not isinstance(data, bytes) or not data:
+                return
+            with self._lock:
+                self._chunks.append(data.decode(errors="replace"))
+
+    @property
+    def text(self) -> str:
+        with self._lock:
+            return "".join(self._chunks)
+
+    def wait_for(self, pattern: str, timeout: float, since: int = 0) -> re.Match:
+        """First match of `pattern` in the output after offset `since`; fails after `timeout` seconds."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            m = rx.search(self.text, since)
+            if m:
+                return m
+            if time.monotonic() > deadline:
+                raise AssertionError(f"console: no {pattern!r} within {timeout:.0f} s; got:\n{self.text[-1500:]}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        try:
+            self._stream.abort()
+        except self._libvirt.libvirtError:
+            pass
+        self._thread.join(5)
+        try:
+            self._conn.close()
+        except self._libvirt.libvirtError:
+            pass
+
+
+DIRTIER_LINE = r"dirtier: t=(\d+)s mib=(\d+) pps=(\d+) dirtied=(\d+) rate=(\d+) pages/s"
+
+
+def domain_state(libvirt, conn, name: str) -> str | None:
+    """'running', 'paused', 'shutoff', ... as libvirt itself says, or None when the host has no such domain."""
+    try:
+        dom = conn.lookupByName(name)
+    except libvirt.libvirtError:
+        return None
+    state = dom.state()[0]
+    return {
+        libvirt.VIR_DOMAIN_RUNNING: "running",
+        libvirt.VIR_DOMAIN_PAUSED: "paused",
+        libvirt.VIR_DOMAIN_SHUTOFF: "shutoff",
+        libvirt.VIR_DOMAIN_SHUTDOWN: "shutdown",
+        libvirt.VIR_DOMAIN_CRASHED: "crashed",
+        libvirt.VIR_DOMAIN_PMSUSPENDED: "pmsuspended",
+    }.get(state, f"state-{state}")
