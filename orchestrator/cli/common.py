@@ -38,7 +38,8 @@ def load(config_path: Optional[Path]) -> Config:
 
 
 def now() -> datetime:
-    return datetime.now(UTC)
+    """The current time to whole seconds: plans are made in whole seconds (as the reference's)."""
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 @contextmanager
