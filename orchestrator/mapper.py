@@ -62,7 +62,13 @@ class Mapper:
         strict), or None. `lease_of` resolves reservation lease ids, needed for preemption."""
         hosts = list(self.table.hosts) if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         vnodes = sorted(range(lease.numnodes), key=lambda v: lease.request.nodes[v], reverse=True)
-        mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
+        mapping = None
+        if not strict_end:
+            # hosts that hold the lease to its end first: a placement cut short by a later reservation
+            # costs a suspension and a resumption, and the greedy order alone does not see that
+            mapping = self._place(lease, vnodes, hosts, start, end, True, ())
+        if mapping is None:
+            mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
         if mapping is not None or not allow_preemption or lease_of is None:
             return mapping
         return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)

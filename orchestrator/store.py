@@ -67,6 +67,18 @@ def default_store_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "leasewise" / "state.sqlite"
 
 
+def _tighten_modes(path: Path) -> None:
+    """Mode 0600 on the database and its WAL files, by path (never opening them)."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if stat.S_IMODE(file.stat().st_mode) != FILE_MODE:
+                os.chmod(file, FILE_MODE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{file}: cannot set mode 600 ({exc.strerror or exc})") from None
+
+
 def _secure_file(path: Path) -> None:
     """Create `path` with mode 0600 before SQLite touches it; tighten an existing file (and its WAL files)."""
     if not path.parent.exists():
@@ -386,7 +398,10 @@ class Store:
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"{path}: cannot open the state database ({_sqlite_message(exc)})") from None
-        _secure_file(path)   # the -wal / -shm files SQLite just created
+        # the -wal / -shm files SQLite just created. By path only: opening and closing a descriptor on
+        # the database here would drop every POSIX lock this process holds on it (fcntl locks belong to
+        # the process, not the descriptor), and another process could then reset the WAL under us
+        _tighten_modes(path)
         return cls(conn, path)
 
     def close(self) -> None:

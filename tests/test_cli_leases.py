@@ -392,7 +392,7 @@ def test_concurrent_submissions_never_double_book(site, store_path, tmp_path):
         if code == 2:
             assert "busy" in err, err
     accepted = [json.loads(out) for code, out, _ in outcomes if code == 0]
-    assert codes.count(0) == 2, outcomes
+    assert codes.count(0) == 2, [(a["id"], a["hosts"], a["state"], a["start"]) for a in accepted]
     assert sorted(h for a in accepted for h in a["hosts"]) == ["lab1", "lab2"]
     with Store.open(store_path) as store:
         hosts = {h.name: h.capacity for h in store.hosts()}
