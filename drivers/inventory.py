@@ -178,3 +178,19 @@ def resolve_inventory_path(
         return Path(environ[INVENTORY_ENV])
     lab = Path(cwd if cwd is not None else Path.cwd()) / LAB_INVENTORY
     return lab if lab.is_file() else None
+
+
+def split_ssh_target(target: str) -> tuple[str | None, str, int]:
+    """`user@host[:port]` -> (user, host, port); `[v6]:port` is accepted too."""
+    user, _, rest = target.rpartition("@")
+    port = 22
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port = int(tail[1:])
+    elif rest.count(":") == 1:
+        host, _, port_text = rest.partition(":")
+        port = int(port_text)
+    else:
+        host = rest
+    return (user or None), host, port

@@ -59,7 +59,7 @@ from .errors import (
     VMAlreadyExists,
     VMNotFound,
 )
-from .inventory import HostConfig
+from .inventory import HostConfig, split_ssh_target
 
 log = logging.getLogger(__name__)
 
@@ -135,22 +135,6 @@ def downtime_at(steps: Iterable[tuple[float, float]], elapsed: float) -> float:
 def format_version(number: int) -> str:
     """libvirt's packed version (major * 1e6 + minor * 1e3 + release) as text."""
     return f"{number // 1_000_000}.{number // 1000 % 1000}.{number % 1000}"
-
-
-def _split_ssh(target: str) -> tuple[str | None, str, int]:
-    """`user@host[:port]` -> (user, host, port); `[v6]:port` is accepted too."""
-    user, _, rest = target.rpartition("@")
-    port = 22
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port = int(tail[1:])
-    elif rest.count(":") == 1:
-        host, _, port_text = rest.partition(":")
-        port = int(port_text)
-    else:
-        host = rest
-    return (user or None), host, port
 
 
 @dataclass
@@ -651,7 +635,7 @@ class LibvirtDriver(Driver):
             raise DriverUnavailable("moving save images needs paramiko: pip install paramiko") from None
         if not cfg.ssh:
             raise OperationFailed(f"host {cfg.name} has no ssh setting in the inventory (needed to copy save images)")
-        user, hostname, port = _split_ssh(cfg.ssh)
+        user, hostname, port = split_ssh_target(cfg.ssh)
         client = paramiko.SSHClient()
         stack.callback(client.close)
         if cfg.known_hosts:

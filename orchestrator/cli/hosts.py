@@ -37,7 +37,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import HostInfo
-from drivers.inventory import HostConfig, load_inventory
+from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 
 from ..errors import ConfigError
 from ..lease import Lease, LeaseType
@@ -195,7 +195,7 @@ def _config_from_options(name: str, uri: Optional[str], domain_type: str, ssh: O
         values["state_dir"] = state_dir
     if ssh is not None:
         try:
-            _, address, port = _split_ssh(ssh)
+            _, address, port = split_ssh_target(ssh)
         except ValueError:
             raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]") from None
         if not address or not 0 < port < 65536:
@@ -373,28 +373,12 @@ def list_hosts(
 
 
 # -- check ------------------------------------------------------------------------------------------------------
-def _split_ssh(target: str) -> Tuple[Optional[str], str, int]:
-    """`user@host[:port]` (or `[v6]:port`) -> (user, host, port)."""
-    user, _, rest = target.rpartition("@")
-    port = 22
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port = int(tail[1:])
-    elif rest.count(":") == 1:
-        host, _, port_text = rest.partition(":")
-        port = int(port_text)
-    else:
-        host = rest
-    return (user or None), host, port
-
-
 def _ssh_client(cfg: HostConfig, timeout: float) -> Any:
     """A connected paramiko client: host keys from known_hosts (RejectPolicy: unknown keys are refused)."""
     import paramiko
 
     try:
-        user, hostname, port = _split_ssh(cfg.ssh or "")
+        user, hostname, port = split_ssh_target(cfg.ssh or "")
     except ValueError:
         raise RuntimeError(f"{cfg.ssh!r} is not user@host[:port]") from None
     client = paramiko.SSHClient()
