@@ -34,6 +34,7 @@ class Cluster:
         self.scheduler.restore(leases, future=store.get_meta("future_leases", []) or [],
                                counters=store.get_meta("counters", {}) or {})
         self._seen = {l.id: len(l.history) for l in leases}
+        self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
@@ -73,13 +74,15 @@ class Cluster:
             for at, state in lease.history[seen:]:
                 self.store.append_event(at, "state", lease_id, state=state.value,
                                         **({"reason": lease.reason} if lease.reason and lease.is_final else {}))
-            if len(lease.history) > seen or seen == 0:
-                vm = lease.last_vm
-                if vm is not None and len(lease.history) > seen:
-                    self.store.append_event(now, "planned", lease_id,
-                                            reservations=[reservation_detail(rr) for rr in vm.all_parts()])
+            plan = _plan_of(lease)
+            vm = lease.last_vm
+            if vm is not None and plan != self._planned.get(lease_id):
+                # a new plan, or one changed without a state change (an AR cutting a running lease short)
+                self.store.append_event(now, "planned", lease_id,
+                                        reservations=[reservation_detail(rr) for rr in vm.all_parts()])
             self.store.save_lease(lease, self._workload_ids.get(lease_id))
             self._seen[lease_id] = len(lease.history)
+            self._planned[lease_id] = plan
         self.store.set_meta("future_leases", sorted(self.scheduler.vm.future_leases))
         self.store.set_meta("counters", dict(self.scheduler.counters))
 
@@ -93,6 +96,14 @@ class Cluster:
                         out.append((lease, rr))
         out.sort(key=lambda pair: (pair[1].start, pair[0].id, pair[1].id))
         return out
+
+
+def _plan_of(lease: Lease) -> tuple:
+    """What the lease's current plan says (kinds, times, hosts), to notice that it changed."""
+    vm = lease.last_vm
+    if vm is None:
+        return ()
+    return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in vm.all_parts())
 
 
 def check_hosts_can_hold(cluster: Cluster, request: LeaseRequest) -> None:

@@ -254,3 +254,22 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, seed):
         assert not any(vm.get("state") == "running" for vm in left.get("vms", {}).values()), left
     assert runs["killed"] == runs["straight"]
     assert {s for s, _ in runs["straight"].values()} <= {"done", "rejected"}
+
+
+def test_a_plan_changed_without_a_state_change_is_logged(tmp_path):
+    """An AR that cuts a running best-effort lease short changes its plan, not its state: the event log
+    still gets a 'planned' entry with the suspension."""
+    path, cfg = make_store(tmp_path, n=1), config()
+    be = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60))
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver_for(path, None), SimulatedClock(T0))
+        daemon.reconcile()
+        daemon.step()
+    with Store.open(path) as store:
+        before = [e for e in store.events(lease_id=be) if e.kind == "planned"]
+    submit(path, cfg, request(LeaseType.ADVANCE_RESERVATION, 30, start=T0 + timedelta(minutes=30),
+                              submit=T0 + timedelta(minutes=5)), now=T0 + timedelta(minutes=5))
+    with Store.open(path) as store:
+        after = [e for e in store.events(lease_id=be) if e.kind == "planned"]
+    assert len(after) == len(before) + 1
+    assert [r["kind"] for r in after[-1].detail["reservations"]] == ["vm", "suspend"]
