@@ -16,11 +16,17 @@ from .lease import Lease, LeaseRequest
 from .reservations import Reservation
 from .scheduler import Enactor, LeaseScheduler
 from .slottable import SlotTable
+from .states import FINAL_STATES, LeaseState
 from .store import Store, reservation_detail
+
+#: every state but the final ones
+LIVE_STATES = tuple(s for s in LeaseState if s not in FINAL_STATES)
 
 
 class Cluster:
-    def __init__(self, store: Store, config: Config, enactor: Enactor | None = None):
+    def __init__(self, store: Store, config: Config, enactor: Enactor | None = None, live_only: bool = False):
+        """`live_only`: leave finished leases in the store (the daemon's steps never change them, and a
+        long history would otherwise be read at every step)."""
         self.store = store
         self.config = config
         hosts = store.hosts()
@@ -28,7 +34,7 @@ class Cluster:
         self.table = SlotTable([(h.name, h.capacity) for h in hosts])
         self.table.skip_ids(store.max_reservation_id())
         self.scheduler = LeaseScheduler(self.table, config.scheduling, enactor)
-        leases = store.load_leases()
+        leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
         self._live = {l.id for l in leases if not l.is_final}
         self._workload_ids = store.workload_ids()
         self.scheduler.restore(leases, future=store.get_meta("future_leases", []) or [],

@@ -73,7 +73,7 @@ class Daemon:
         now = self.clock.now()
         notes: list[str] = []
         with self.store.transaction():
-            cluster = Cluster(self.store, self.config, self.enactor)
+            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
             # a daemon killed mid-step may have enacted that step's stops and suspensions without
             # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
             # committing them. Restarted on a real clock, that step was due by now; resumed on a fast
@@ -127,7 +127,7 @@ class Daemon:
         now = self.clock.now()
         self._notes = []
         with self.store.transaction():
-            cluster = Cluster(self.store, self.config, self.enactor)
+            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
             sched = cluster.scheduler
             if now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
                 self._notice_ended_vms(cluster, now)
