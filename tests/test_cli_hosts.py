@@ -3,12 +3,10 @@ an in-process SSH server for the SSH, SFTP and clock checks) and remove (--drain
 temporary directory."""
 
 import json
-import os
 import re
 import socket
 import sqlite3
 import hashlib
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +14,8 @@ from pathlib import Path
 import libvirt
 import paramiko
 import pytest
+
+from sshserver import SSHServer
 from typer.testing import CliRunner
 
 from drivers.inventory import HostConfig, dump_inventory
@@ -305,100 +305,6 @@ def test_check_an_unreachable_host_fails_every_libvirt_row(cli, libvirt_config):
     assert status["image directory"] == "SKIP" and status["ssh"] == "SKIP"   # remote, no ssh: cannot look
 
 
-# -- an SSH server in this process (publickey auth, `date +%s`, SFTP on the local file system) ----------------------
-class _SFTPHandle(paramiko.SFTPHandle):
-    pass
-
-
-class _SFTP(paramiko.SFTPServerInterface):
-    def stat(self, path):
-        try:
-            return paramiko.SFTPAttributes.from_stat(os.stat(path))
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-
-    lstat = stat
-
-    def open(self, path, flags, attr):
-        try:
-            fd = os.open(path, flags, 0o600)
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-        handle = _SFTPHandle(flags)
-        handle.filename = path
-        handle.writefile = os.fdopen(fd, "wb")
-        return handle
-
-    def remove(self, path):
-        try:
-            os.remove(path)
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-        return paramiko.SFTP_OK
-
-
-class _Server(paramiko.ServerInterface):
-    def __init__(self, client_key: paramiko.PKey, skew: float):
-        self.client_key = client_key
-        self.skew = skew
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        ok = key.get_fingerprint() == self.client_key.get_fingerprint()
-        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
-
-    def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-    def check_channel_exec_request(self, channel, command):
-        if command != b"date +%s":
-            return False
-
-        def reply():
-            channel.sendall(f"{int(time.time() + self.skew)}\n".encode())
-            channel.send_exit_status(0)
-            channel.close()
-
-        threading.Timer(0.05, reply).start()
-        return True
-
-
-class SSHServer:
-    def __init__(self, host_key: paramiko.PKey, client_key: paramiko.PKey):
-        self.host_key = host_key
-        self.client_key = client_key
-        self.skew = 0.0
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.transports: list[paramiko.Transport] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(self.host_key)
-            transport.set_subsystem_handler("sftp", paramiko.SFTPServer, _SFTP)
-            self.transports.append(transport)
-            try:
-                transport.start_server(server=_Server(self.client_key, self.skew))
-            except (paramiko.SSHException, EOFError, OSError):
-                continue   # e.g. the client refused our host key
-
-    def close(self):
-        self.sock.close()
-        for transport in self.transports:
-            transport.close()
-
-
 @pytest.fixture(scope="module")
 def keys():
     return paramiko.RSAKey.generate(2048), paramiko.RSAKey.generate(2048)
@@ -408,7 +314,7 @@ def keys():
 def ssh_host(keys, tmp_path, cli, libvirt_config):
     """Host t1 (test:///default) whose ssh target is the in-process server; known_hosts holds its key."""
     host_key, client_key = keys
-    server = SSHServer(host_key, client_key)
+    server = SSHServer(client_key, host_key=host_key)
     key_file = tmp_path / "id_rsa"
     client_key.write_private_key_file(str(key_file))
     known = tmp_path / "known_hosts"

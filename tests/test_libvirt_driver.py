@@ -10,10 +10,8 @@ Migration cannot be exercised here (the test driver has no virDomainMigrate3); t
 
 import logging
 import os
-import posixpath
 import socket
 import sys
-import threading
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,6 +19,8 @@ from pathlib import Path
 import libvirt  # a hard requirement here: these tests must fail, not vanish, without libvirt-python
 import paramiko
 import pytest
+
+from sshserver import SSHServer
 
 from drivers.base import VMSpec
 from drivers.domain_xml import LEASEWISE_NS, lease_id_from_xml, render_domain_xml
@@ -388,101 +388,12 @@ def test_inventory_path_resolution(tmp_path):
 # -- move_state over SFTP ---------------------------------------------------------------------------
 
 
-class _KeyServer(paramiko.ServerInterface):
-    def __init__(self, allowed: paramiko.PKey):
-        self.allowed = allowed
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        return paramiko.AUTH_SUCCESSFUL if key.asbytes() == self.allowed.asbytes() else paramiko.AUTH_FAILED
-
-    def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-
-class _RootedSFTP(paramiko.SFTPServerInterface):
-    """Serves one directory as `/`: each fake host gets its own filesystem."""
-
-    def __init__(self, server, root: str):
-        super().__init__(server)
-        self.root = root
-
-    def _real(self, path: str) -> str:
-        return os.path.join(self.root, posixpath.normpath("/" + path).lstrip("/"))
-
-    def _attempt(self, action):
-        try:
-            return action()
-        except OSError as exc:
-            return paramiko.SFTPServer.convert_errno(exc.errno)
-
-    def stat(self, path):
-        return self._attempt(lambda: paramiko.SFTPAttributes.from_stat(os.stat(self._real(path))))
-
-    lstat = stat
-
-    def open(self, path, flags, attr):
-        def opened():
-            fd = os.open(self._real(path), flags | getattr(os, "O_BINARY", 0), 0o600)
-            writing = flags & (os.O_WRONLY | os.O_RDWR)
-            handle = paramiko.SFTPHandle(flags)
-            handle.readfile = handle.writefile = os.fdopen(fd, "r+b" if flags & os.O_RDWR else ("wb" if writing else "rb"))
-            return handle
-
-        return self._attempt(opened)
-
-    def remove(self, path):
-        return self._attempt(lambda: os.remove(self._real(path)) or paramiko.SFTP_OK)
-
-    def posix_rename(self, oldpath, newpath):
-        return self._attempt(lambda: os.replace(self._real(oldpath), self._real(newpath)) or paramiko.SFTP_OK)
-
-    rename = posix_rename
-
-
-class FakeSSHHost:
-    """An SSH/SFTP server on 127.0.0.1 in a thread, rooted at `root`."""
-
-    def __init__(self, root: Path, client_key: paramiko.PKey):
-        self.root = root
-        self.host_key = paramiko.ECDSAKey.generate()
-        self.client_key = client_key
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        self.transports: list[paramiko.Transport] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(conn)
-            self.transports.append(transport)
-            transport.add_server_key(self.host_key)
-            transport.set_subsystem_handler("sftp", paramiko.SFTPServer, _RootedSFTP, root=str(self.root))
-            try:
-                transport.start_server(server=_KeyServer(self.client_key))
-            except (paramiko.SSHException, EOFError, OSError):
-                transport.close()  # the client hung up mid-handshake (e.g. it rejected our host key)
-
-    def close(self):
-        self.sock.close()
-        for transport in self.transports:
-            transport.close()
-
-
 @pytest.fixture
 def ssh_hosts(tmp_path):
     client_key = paramiko.ECDSAKey.generate()
     key_file = tmp_path / "id_ecdsa"
     client_key.write_private_key_file(str(key_file))
-    servers = {n: FakeSSHHost(tmp_path / f"root-{n}", client_key) for n in ("src", "dst")}
+    servers = {n: SSHServer(client_key, root=tmp_path / f"root-{n}") for n in ("src", "dst")}
     known = paramiko.HostKeys()
     for server in servers.values():
         server.root.mkdir()
