@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from drivers.base import Driver
@@ -63,7 +63,15 @@ class Daemon:
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
-        self.store.append_event(self.clock.now(), kind, lease_id, **detail)
+        now = self.clock.now()
+        wall = detail.get("wall_seconds")
+        if isinstance(wall, (int, float)):
+            # when the operation ran, for `leasewise report`: it has just ended on a real clock; a
+            # fast-forwarded clock stands still while the (simulated) driver spends its time
+            took = timedelta(seconds=wall)
+            started = now if isinstance(self.clock, SimulatedClock) else now - took
+            detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
+        self.store.append_event(now, kind, lease_id, **detail)
         what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
         self._notes.append(f"{kind} lease {lease_id}: {what}")
 

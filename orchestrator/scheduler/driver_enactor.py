@@ -35,6 +35,7 @@ from drivers.inventory import HostConfig
 
 from ..config import DaemonConfig
 from ..lease import Lease
+from ..timeutil import iso
 from ..reservations import Reservation, ReservationKind
 from .enactment import EnactmentError
 
@@ -45,6 +46,11 @@ ACTIVE_STATES = frozenset({"running", "paused"})
 _NAME = re.compile(r"lw-(\d+)-(\d+)")
 
 Recorder = Callable[[str, int, dict], None]
+
+
+def _planned(rr: Reservation) -> dict[str, Any]:
+    """Which reservation an operation enacted and when the plan had it, for `leasewise report`."""
+    return {"reservation": rr.id, "reservation_kind": rr.kind.value, "planned_start": iso(rr.start), "planned_end": iso(rr.end)}
 
 
 def vm_name(lease_id: int, vnode: int) -> str:
@@ -149,7 +155,7 @@ class DriverEnactor:
             log.exception("recording %s of lease %s failed", kind, lease_id)
 
     def _enacted(self, lease_id: int, vnode: int | None, report: OperationReport, vm: str | None = None,
-                 **extra: Any) -> None:
+                 rr: Reservation | None = None, **extra: Any) -> None:
         detail = {
             "operation": report.operation,
             "vm": report.vm or vm or "",
@@ -157,6 +163,7 @@ class DriverEnactor:
             "host": report.host,
             "wall_seconds": report.wall_seconds,
             "bytes": report.bytes,
+            **(_planned(rr) if rr is not None else {}),
             **extra,
         }
         log.info("lease %s: %s %s on %s took %.3f s", lease_id, detail["operation"], detail["vm"],
@@ -203,7 +210,7 @@ class DriverEnactor:
         for vnode, host in sorted(rr.nodes.items()):
             spec = vm_spec(lease, vnode)
             try:
-                self._start_one(lease, vnode, spec, host)
+                self._start_one(lease, vnode, spec, host, rr)
             except EnactmentError as exc:
                 undone = self._roll_back(lease, started)
                 if started:
@@ -211,7 +218,7 @@ class DriverEnactor:
                 raise
             started.append((vnode, spec.name, host))
 
-    def _start_one(self, lease: Lease, vnode: int, spec: VMSpec, host: str) -> None:
+    def _start_one(self, lease: Lease, vnode: int, spec: VMSpec, host: str, rr: Reservation) -> None:
         try:
             report = self.driver.start(spec, host)
         except VMAlreadyExists as exc:
@@ -227,7 +234,7 @@ class DriverEnactor:
             raise self._error(lease.id, "start", spec.name, vnode, host, where) from exc
         except (DriverError, ValueError) as exc:  # ValueError: the driver refused the spec (e.g. the image)
             raise self._error(lease.id, "start", spec.name, vnode, host, exc) from exc
-        self._enacted(lease.id, vnode, report)
+        self._enacted(lease.id, vnode, report, rr=rr)
 
     def _roll_back(self, lease: Lease, started: list[tuple[int, str, str]]) -> str:
         """Stop what a failed start had started; says what happened, for the error message."""
@@ -269,7 +276,7 @@ class DriverEnactor:
             except DriverError as exc:
                 errors.append(self._error(lease.id, operation, name, vnode, planned, exc))
                 continue
-            self._enacted(lease.id, vnode, report, **({"killed": True} if operation == "kill" else {}))
+            self._enacted(lease.id, vnode, report, rr=rr, **({"killed": True} if operation == "kill" else {}))
         if errors:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise EnactmentError(f"{errors[0]}{more}")
@@ -288,7 +295,7 @@ class DriverEnactor:
                     self._skipped(lease.id, "suspend", name, vnode, host, f"already saved to {path}")
                     continue
                 raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path) from exc
-            self._enacted(lease.id, vnode, report, path=path)
+            self._enacted(lease.id, vnode, report, rr=rr, path=path)
 
     def _image_there(self, host: str, path: str) -> bool:
         """Whether `host` has a save image at `path`, when the driver can tell (the simulated one can);
@@ -315,7 +322,7 @@ class DriverEnactor:
                     if elsewhere is not None and elsewhere != host:
                         problem = f"already running on {elsewhere}"
                 raise self._error(lease.id, "resume", name, vnode, host, problem, path=path) from exc
-            self._enacted(lease.id, vnode, report, path=path)
+            self._enacted(lease.id, vnode, report, rr=rr, path=path)
 
     def migrate_images(self, lease: Lease, rr: Reservation) -> None:
         for vnode, (src, dst) in sorted(rr.transfers.items()):
@@ -326,7 +333,7 @@ class DriverEnactor:
             except DriverError as exc:
                 raise self._error(lease.id, "move_state", name, vnode, src, exc, path=path, src=src,
                                   dst=dst) from exc
-            self._enacted(lease.id, vnode, report, vm=name, path=path, src=src, dst=dst)
+            self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst)
 
     # -- reconciliation ------------------------------------------------------------------------------------
     def running_vms(self, lease: Lease) -> dict[int, str | None]:
