@@ -32,6 +32,7 @@ SUSPENSION = ("none", "serial", "all")
 EXCLUSION = ("local", "global")
 MIGRATION = ("no", "yes", "yes-notransfer")
 ON_ENACTMENT_ERROR = ("fail-lease", "stop")
+PREEMPTION_MODE = ("migrate-first", "suspend-only")
 
 
 # -- value coercion (each names the dotted key it is checking) -------------------------------------------
@@ -163,6 +164,14 @@ class SchedulingConfig:
     policy_preemption: str = "ar-preempts-be"
     policy_host_selection: str = "greedy"
     on_enactment_error: str = "fail-lease"
+    # live migration as a planning move (preemption by evacuation, drain): the pre-copy model's parameters
+    preemption_mode: str = "migrate-first"
+    live_migration_bandwidth: float | None = None   # MiB/s effective; None = migration_bandwidth
+    live_migration_overhead: timedelta = ZERO       # fixed setup time of one live migration
+    live_migration_dirty_factor: float = 1.0        # measured dirtying / declared dirty rate
+    max_downtime_ms: float = 300.0                  # the stop-and-copy may pause a guest this long
+    dirty_rate: float = 0.0                         # MiB/s a VM dirties when its lease does not say
+    live_migration_margin: timedelta = timedelta(seconds=30)   # evacuations end this long before the AR
 
     def __post_init__(self) -> None:
         p = "scheduling."
@@ -195,6 +204,21 @@ class SchedulingConfig:
         for name in ("policy_admission", "policy_preemption", "policy_host_selection"):
             _set(self, name, _name(p + name, getattr(self, name)))
         _set(self, "on_enactment_error", _choice(p + "on_enactment_error", self.on_enactment_error, ON_ENACTMENT_ERROR))
+        _set(self, "preemption_mode", _choice(p + "preemption_mode", self.preemption_mode, PREEMPTION_MODE))
+        if self.live_migration_bandwidth is not None:
+            _set(self, "live_migration_bandwidth",
+                 _number(p + "live_migration_bandwidth", self.live_migration_bandwidth, positive=True))
+        for name in ("live_migration_overhead", "live_migration_margin"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        _set(self, "live_migration_dirty_factor",
+             _number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor))
+        _set(self, "max_downtime_ms", _number(p + "max_downtime_ms", self.max_downtime_ms, positive=True))
+        _set(self, "dirty_rate", _number(p + "dirty_rate", self.dirty_rate))
+
+    @property
+    def live_bandwidth(self) -> float:
+        """MiB/s a live migration gets: its own setting, else the memory-image migration bandwidth."""
+        return self.live_migration_bandwidth if self.live_migration_bandwidth is not None else self.migration_bandwidth
 
     @property
     def max_in_future(self) -> int:
