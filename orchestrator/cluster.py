@@ -81,11 +81,10 @@ class Cluster:
                 self.store.append_event(at, "state", lease_id, state=state.value,
                                         **({"reason": lease.reason} if lease.reason and lease.is_final else {}))
             plan = _plan_of(lease)
-            vm = lease.last_vm
-            if vm is not None and plan != self._planned.get(lease_id):
+            if plan and plan != self._planned.get(lease_id):
                 # a new plan, or one changed without a state change (an AR cutting a running lease short)
                 self.store.append_event(now, "planned", lease_id,
-                                        reservations=[reservation_detail(rr) for rr in vm.all_parts()])
+                                        reservations=[reservation_detail(rr) for rr in _current_parts(lease)])
             self.store.save_lease(lease, self._workload_ids.get(lease_id))
             self._seen[lease_id] = len(lease.history)
             self._planned[lease_id] = plan
@@ -104,12 +103,15 @@ class Cluster:
         return out
 
 
+def _current_parts(lease: Lease) -> list[Reservation]:
+    """The reservations of the lease's current plan: its open VM reservations (two while it is being
+    evacuated), else its last one, with their overheads."""
+    return [rr for vm in (lease.open_vms() or lease.reservations[-1:]) for rr in vm.all_parts()]
+
+
 def _plan_of(lease: Lease) -> tuple:
     """What the lease's current plan says (kinds, times, hosts), to notice that it changed."""
-    vm = lease.last_vm
-    if vm is None:
-        return ()
-    return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in vm.all_parts())
+    return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in _current_parts(lease))
 
 
 def check_hosts_can_hold(cluster: Cluster, request: LeaseRequest) -> None:

@@ -59,7 +59,7 @@ class Daemon:
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
         hosts = {h.name: h.config for h in store.hosts()}
-        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record)
+        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from .errors import IllegalTransition, InvalidRequest
+from .reservations import ReservationState
 from .resources import Resources
 from .states import FINAL_STATES, LeaseState, can_transition
 from .timeutil import ZERO, as_utc
@@ -166,6 +167,23 @@ class Lease:
     @property
     def last_vm(self) -> "Reservation | None":
         return self.reservations[-1] if self.reservations else None
+
+    def open_vms(self) -> list["Reservation"]:
+        """The VM reservations not yet over, in plan order: usually the last one; two while the lease is
+        being evacuated (the one running now on the old hosts, and its continuation on the new ones)."""
+        out = []
+        for vm in reversed(self.reservations[-2:]):
+            if all(rr.state is ReservationState.DONE for rr in vm.all_parts()):
+                break
+            out.append(vm)
+            if not (vm.continues and vm.pre):
+                break
+        return out[::-1]
+
+    @property
+    def running_vm(self) -> "Reservation | None":
+        """The VM reservation whose VMs run now, if any."""
+        return next((vm for vm in reversed(self.open_vms()) if vm.state is ReservationState.ACTIVE), None)
 
     def __repr__(self) -> str:
         return f"<Lease {self.id} {self.type.short} {self.state} nodes={self.numnodes}>"

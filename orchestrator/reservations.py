@@ -20,6 +20,7 @@ class ReservationKind(str, Enum):
     SHUTDOWN = "shutdown"
     MIGRATE = "migrate"              # cold transfer of a suspended lease's memory images
     LIVE_MIGRATE = "live-migrate"    # pre-copy live migration of running VMs
+    UNAVAILABLE = "unavailable"      # a drained host, held whole from the drain on (no lease)
 
     def __str__(self) -> str:
         return self.value
@@ -56,6 +57,10 @@ class Reservation:
     post: list["Reservation"] = field(default_factory=list)
     vm: "Reservation | None" = None               # the VM reservation an overhead belongs to
     premature_end: datetime | None = None         # simulation: when the lease really ends inside this VM rr
+    #: a VM reservation whose VMs are already running when it starts (they were live-migrated into it)
+    continues: bool = False
+    #: kind-specific data kept with the plan, e.g. a live migration's predictions and deadline
+    extra: dict = field(default_factory=dict)
 
     @property
     def hosts(self) -> list[str]:

@@ -171,6 +171,8 @@ def compute_metrics(result: SimulationResult, table: SlotTable, wall_seconds: fl
         "suspensions": counters["suspensions"],
         "requeues": counters["requeues"],
         "migrations": counters["migrations"],
+        "image_migrations": counters["image_migrations"],
+        "predicted_downtime_ms_total": counters["predicted_downtime_ms_total"],
         "premature_ends": counters["premature_ends"],
         "simulated_seconds": span,
         "wall_seconds": wall_seconds,

@@ -167,6 +167,8 @@ def reservation_detail(rr: Reservation) -> dict[str, Any]:
         "resources": {h: _res(r) for h, r in rr.resources.items()},
         "nodes": {str(v): h for v, h in rr.nodes.items()},
         "transfers": {str(v): list(t) for v, t in rr.transfers.items()},
+        **({"continues": True} if rr.continues else {}),
+        **({"extra": rr.extra} if rr.extra else {}),
     }
 
 
@@ -265,7 +267,15 @@ _V2 = (
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2]
+_V3 = (
+    # live migration as a planning move: continuation VM reservations and a migration's predictions
+    "ALTER TABLE reservations ADD COLUMN continues INTEGER NOT NULL DEFAULT 0 CHECK (continues IN (0, 1))",
+    "ALTER TABLE reservations ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",   # JSON
+    # a drained host is unavailable from this time on (NULL: from whenever it was marked unavailable)
+    "ALTER TABLE hosts ADD COLUMN unavailable_from TEXT",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -323,6 +333,7 @@ class HostRecord:
     memory_mib: int
     available: bool
     added_at: datetime
+    unavailable_from: datetime | None = None     # a drained host: leases may not use it from then on
 
     @property
     def name(self) -> str:
@@ -343,7 +354,7 @@ class Event:
 
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
-                 "shared_storage", "vcpus", "memory_mib", "available", "added_at")
+                 "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from")
 #: the columns that hold the (immutable) request: a lease saved again must not change them
 _REQUEST_COLUMNS = ("name", "user", "type", "preemptible", "nodes", "duration_s", "start", "submit_time", "image",
                     "dirty_rate", "real_duration_s")
@@ -351,7 +362,7 @@ _STATE_COLUMNS = ("state", "accumulated_s", "reason", "suspensions", "migrations
                   "end_time")
 _LEASE_COLUMNS = ("id", "workload_id") + _REQUEST_COLUMNS + _STATE_COLUMNS
 _RR_COLUMNS = ("id", "lease_id", "kind", "start", "end", "state", "resources", "nodes", "transfers", "vm_id",
-               "position", "premature_end")
+               "position", "premature_end", "continues", "extra")
 
 
 def _q(column: str) -> str:
@@ -520,7 +531,7 @@ class Store:
                             added_at=as_utc(at, "added_at") if at is not None else datetime.now(UTC))
         values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
                   config.migration_uri, config.state_dir, _json(list(config.shared_storage)), record.vcpus,
-                  record.memory_mib, int(record.available), _t(record.added_at))
+                  record.memory_mib, int(record.available), _t(record.added_at), None)
         with self.transaction():
             try:
                 self._conn.execute(f"INSERT INTO hosts ({', '.join(_HOST_COLUMNS)}) "
@@ -538,8 +549,10 @@ class Store:
         self._update_host(name, "vcpus = ?, memory_mib = ?",
                           (_capacity(vcpus, "vcpus", name), _capacity(memory_mib, "memory_mib", name)))
 
-    def set_host_available(self, name: str, available: bool) -> None:
-        self._update_host(name, "available = ?", (int(bool(available)),))
+    def set_host_available(self, name: str, available: bool, since: datetime | None = None) -> None:
+        """Mark a host (un)available to leases; `since`: from when (a drain), kept until it is available again."""
+        since = as_utc(since, "since") if since is not None and not available else None
+        self._update_host(name, "available = ?, unavailable_from = ?", (int(bool(available)), _t(since)))
 
     def remove_host(self, name: str) -> None:
         """Forget a host. Does not look at reservations: the caller refuses to remove a host in use."""
@@ -560,7 +573,7 @@ class Store:
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at) = row
+         available, added_at, unavailable_from) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
@@ -568,7 +581,7 @@ class Store:
         except LeasewiseError as exc:
             raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None
         return HostRecord(config=config, vcpus=vcpus, memory_mib=memory, available=bool(available),
-                          added_at=_dt(added_at))
+                          added_at=_dt(added_at), unavailable_from=_dt(unavailable_from))
 
     # -- leases ---------------------------------------------------------------------------------------------------
     def save_lease(self, lease: Lease, workload_id: str | None = None) -> None:
@@ -645,7 +658,8 @@ class Store:
                              _json({h: _res(r) for h, r in part.resources.items()}),
                              _json({str(v): h for v, h in part.nodes.items()}),
                              _json({str(v): list(t) for v, t in part.transfers.items()}),
-                             None if part is vm else vm.id, position, _t(part.premature_end)))
+                             None if part is vm else vm.id, position, _t(part.premature_end),
+                             int(part.continues), _json(part.extra)))
                 position += 1
         conn.execute("DELETE FROM reservations WHERE lease_id = ?", (lease.id,))
         try:
@@ -793,6 +807,7 @@ def _plan_from_rows(rows: list[tuple]) -> list[Reservation]:
             nodes={int(k): h for k, h in json.loads(v["nodes"]).items()},
             transfers={int(k): (t[0], t[1]) for k, t in json.loads(v["transfers"]).items()},
             state=ReservationState(v["state"]), id=v["id"], premature_end=_dt(v["premature_end"]),
+            continues=bool(v["continues"]), extra=json.loads(v["extra"]),
         )
         if v["vm_id"] is None:
             vms[rr.id] = (rr, v["position"])

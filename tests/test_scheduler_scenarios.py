@@ -173,7 +173,7 @@ def test_suspended_lease_migrates_when_resumed_on_another_host():
         ("vm", "14:00:32", "15:31:04", [H2]),
         ("shutdown", "15:31:04", "15:31:04", [H2]),
     ]
-    assert result.metrics["migrations"] == 1
+    assert result.metrics["image_migrations"] == 1
 
 
 def test_no_migration_keeps_a_suspended_lease_on_its_hosts():

@@ -27,6 +27,7 @@ import math
 import posixpath
 import re
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from drivers.base import Driver, OperationReport, VMInfo, VMSpec
@@ -35,7 +36,7 @@ from drivers.inventory import HostConfig
 
 from ..config import DaemonConfig
 from ..lease import Lease
-from ..timeutil import iso
+from ..timeutil import iso, parse_time
 from ..reservations import Reservation, ReservationKind
 from .enactment import EnactmentError
 
@@ -108,11 +109,15 @@ class DriverEnactor:
         hosts: dict[str, HostConfig] | None,
         config: DaemonConfig,
         record: Recorder | None = None,
+        now: Callable[[], datetime] | None = None,
     ):
+        """`now`: the daemon's clock, to time live migrations against their deadline (without one, the
+        planned start of the migration stands for now)."""
         self.driver = driver
         self.hosts = dict(hosts) if hosts else {}
         self.config = config
         self._record = record
+        self._now = now
 
     # -- naming ----------------------------------------------------------------------------------------
     vm_name = staticmethod(vm_name)          # the module's function, for callers holding only the enactor
@@ -335,18 +340,54 @@ class DriverEnactor:
                                   dst=dst) from exc
             self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst)
 
+    def live_migrate(self, lease: Lease, rr: Reservation) -> None:
+        """Move each VM of the live-migration reservation to its destination, one after the other, with
+        the planned maximum downtime and bandwidth. A migration still running at the reservation's
+        `abort_at` (the last moment that leaves time for the fallback) is aborted: the VM stays on its
+        source and the scheduler falls back. A VM already on its destination is skipped."""
+        extra = rr.extra
+        predicted = extra.get("predicted", {})
+        abort_at = parse_time(extra["abort_at"], "abort_at") if extra.get("abort_at") else None
+        for vnode, (src, dst) in sorted(rr.transfers.items()):
+            name = vm_name(lease.id, vnode)
+            guess = predicted.get(str(vnode), {})
+            expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
+                        "predicted_downtime_ms": guess.get("downtime_ms")}
+            now = self._now() if self._now is not None else rr.start
+            timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
+            if timeout <= 0:
+                raise self._error(lease.id, "migrate", name, vnode, src,
+                                  f"no time left: the fallback had to start by {iso(abort_at)}", **expected)
+            try:
+                report = self.driver.migrate(name, dst, max_downtime_ms=float(extra.get("max_downtime_ms", 300.0)),
+                                             bandwidth_mib_s=extra.get("bandwidth_mib_s"), timeout_s=timeout,
+                                             on_timeout="abort")
+            except DriverError as exc:
+                if self._where(name) == dst:
+                    self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}")
+                    continue
+                measured = getattr(exc, "report", None)
+                details = {"outcome": getattr(measured, "outcome", "failed"),
+                           "total_seconds": getattr(measured, "total_seconds", None)}
+                raise self._error(lease.id, "migrate", name, vnode, src, exc, rr=rr.id, **expected,
+                                  **details) from exc
+            self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
+                                                           report.bytes_transferred), rr=rr, **expected,
+                          total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
+                          iterations=report.iterations, outcome=report.outcome)
+
     # -- reconciliation ------------------------------------------------------------------------------------
     def running_vms(self, lease: Lease) -> dict[int, str | None]:
         """vnode -> host it really runs (or is paused) on, None when it does not run on its hosts.
 
-        The hosts asked are those of the lease's last VM reservation. Raises `UnreachableHosts` when one of
+        The hosts asked are those of the lease's open VM reservations. Raises `UnreachableHosts` when one of
         them cannot be asked: a VM there is neither known to run nor known to be gone."""
-        vm = lease.last_vm
-        planned = dict(vm.nodes) if vm is not None else {}
+        # while a lease is being evacuated its VMs may be on the old hosts or the new ones
+        hosts = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
         wanted = {vm_name(lease.id, v): v for v in range(lease.numnodes)}
         found: dict[int, str | None] = {v: None for v in range(lease.numnodes)}
         unreachable: dict[str, str] = {}
-        for host in sorted(set(planned.values())):
+        for host in sorted(hosts):
             try:
                 infos = self.driver.list_vms(host)
             except DriverError as exc:

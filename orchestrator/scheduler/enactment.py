@@ -29,6 +29,8 @@ class Enactor(Protocol):
 
     def migrate_images(self, lease: Lease, rr: Reservation) -> None: ...
 
+    def live_migrate(self, lease: Lease, rr: Reservation) -> None: ...
+
     def kill_vms(self, lease: Lease, rr: Reservation) -> None: ...
 
 
@@ -48,6 +50,9 @@ class NullEnactor:
         pass
 
     def migrate_images(self, lease: Lease, rr: Reservation) -> None:
+        pass
+
+    def live_migrate(self, lease: Lease, rr: Reservation) -> None:
         pass
 
     def kill_vms(self, lease: Lease, rr: Reservation) -> None:

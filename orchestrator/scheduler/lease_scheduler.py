@@ -30,8 +30,9 @@ from ..reservations import Reservation, ReservationKind, ReservationState
 from ..resources import Resources, fits
 from ..slottable import SlotTable
 from ..states import LeaseState as S
-from ..timeutil import ZERO
+from ..timeutil import ZERO, parse_time
 from .enactment import EnactmentError, Enactor, NullEnactor
+from .evacuation import Evacuation, EvacuationPlanner
 from .vm_scheduler import VMScheduler
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class LeaseScheduler:
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
         self.mapper = Mapper(table, self.host_selection, self.preemption)
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
+        self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue: list[Lease] = []
@@ -61,7 +63,9 @@ class LeaseScheduler:
         self._next_id = 1
         self._misfit_cache: dict[tuple, str | None] = {}
         self._queue_dirty = False
-        self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "premature_ends": 0}
+        #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
+        self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "image_migrations": 0,
+                         "failed_migrations": 0, "premature_ends": 0, "predicted_downtime_ms_total": 0.0}
 
     # -- leases -------------------------------------------------------------------------------------------
     def lease(self, lease_id: int) -> Lease:
@@ -216,16 +220,21 @@ class LeaseScheduler:
             break
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
-        for victim in placement.victims:
-            self._preempt(victim, placement.vm.start, now)
         vm = placement.vm
+        # the victims' plans come out first, the new lease goes in, then each victim is re-planned
+        # around it (evacuated, suspended or requeued) against the table as it now is
+        for victim in placement.victims:
+            self._unplan(victim)
         vm.pre = migrations + vm.pre
         for rr in vm.pre + vm.post:
             rr.vm = vm
-        self._set_premature_end(lease, vm)
         lease.reservations.append(vm)
+        self._set_premature_end(lease)
         for rr in vm.all_parts():
             self._commit(rr)
+        needed = set(vm.resources)
+        for victim in placement.victims:
+            self._preempt(victim, vm.start, needed, now)
         if placement.in_future:
             self.vm.future_leases.add(lease.id)
         if resuming:
@@ -234,38 +243,70 @@ class LeaseScheduler:
             lease.set_state(S.SCHEDULED, now)
         log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
 
-    def _set_premature_end(self, lease: Lease, vm: Reservation) -> None:
+    def _set_premature_end(self, lease: Lease) -> None:
+        """Simulation: mark where the lease really ends inside its open VM reservations (the run time
+        not yet accounted for starts at the first one's start; an evacuated lease's two are contiguous)."""
+        vms = lease.open_vms()
+        for vm in vms:
+            vm.premature_end = None
         remaining = lease.remaining_real
-        vm.premature_end = None
-        if remaining is not None and remaining < vm.end - vm.start:
-            vm.premature_end = vm.start + max(remaining, ZERO)
+        if remaining is None or not vms:
+            return
+        ends = vms[0].start + max(remaining, ZERO)
+        for vm in vms:
+            if ends < vm.end:
+                vm.premature_end = max(ends, vm.start)
+                return
+
+    def _unplan(self, lease: Lease) -> None:
+        """Take every unfinished part of the lease's plan out of the slot table (the objects stay)."""
+        for vm in lease.open_vms():
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+
+    def _replan(self, lease: Lease) -> None:
+        """Put the unfinished parts of the lease's plan (back) into the slot table."""
+        self._set_premature_end(lease)
+        for vm in lease.open_vms():
+            for rr in vm.all_parts():
+                if rr.state is not ReservationState.DONE and rr not in self.table:
+                    self._commit(rr)
 
     # -- preemption ------------------------------------------------------------------------------------------
-    def _preempt(self, lease: Lease, at: datetime, now: datetime) -> None:
-        """Make `lease` give way from `at`: suspend it to be done by then, or cancel and requeue it."""
+    def _preempt(self, lease: Lease, at: datetime, needed: set[str], now: datetime) -> None:
+        """Make `lease` (its plan already out of the table) give way on the `needed` hosts from `at`:
+        evacuate its VMs live (`migrate-first`), else suspend it to be done by then, else requeue it."""
         vm = lease.last_vm
-        if vm is None or vm not in self.table:
+        if vm is None:
             raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
+        if self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm:
+            evacuation = self.evacuation.plan(lease, vm, at, needed, now + self.config.non_schedulable_interval)
+            if evacuation is not None:
+                log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
+                         evacuation.migration.start, evacuation.migration.end)
+                self._commit_evacuation(lease, evacuation)
+                return
         suspension = self.config.suspension
         requeue = (
             (vm.state is ReservationState.SCHEDULED and vm.start >= at)
             or suspension == "none"
             or (suspension == "serial" and lease.numnodes > 1)
             or lease.state not in (S.ACTIVE, S.SCHEDULED, S.RESUMED_READY)
-            or not self.vm.can_suspend_by(lease, vm, min(vm.end, at), now)
+            or not self.vm.can_suspend_by(lease, vm, min(vm.final_end, at), now)
         )
         log.info("lease %s preempted at %s (%s)", lease.id, at, "requeue" if requeue else "suspend")
         if requeue:
             self._requeue(lease, now)
             return
-        for rr in vm.post:
-            self._uncommit(rr)
-        self._uncommit(vm)
-        self.vm.plan_suspension(lease, vm, min(vm.end, at))
-        self._set_premature_end(lease, vm)
-        self._commit(vm)
-        for rr in vm.post:
-            self._commit(rr)
+        self.vm.plan_suspension(lease, vm, min(vm.final_end, at))
+        self._replan(lease)
+
+    def _commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
+        continuation = evacuation.continuation
+        self.vm.plan_shutdown(lease, continuation)
+        lease.reservations.append(continuation)
+        self._replan(lease)
 
     def _requeue(self, lease: Lease, now: datetime) -> None:
         """Drop the lease's plan and put it back in the queue; running VMs are killed (their work lost)."""
@@ -287,20 +328,17 @@ class LeaseScheduler:
     def _drop_plan(self, lease: Lease, now: datetime) -> None:
         """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
         self._forget_future(lease)
-        vm = lease.last_vm
-        if vm is None:
-            return
-        for rr in vm.all_parts():
-            if rr in self.table:
-                self._uncommit(rr)
-        if vm.state is ReservationState.ACTIVE:
-            vm.end = now
-            vm.post = []
-            vm.state = ReservationState.DONE
-        elif vm.state is ReservationState.SCHEDULED:
-            lease.reservations.pop()
-            if lease.reservations and lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
-                pass  # the previous VM reservation (before suspension) stays in the history
+        for vm in reversed(lease.open_vms()):
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+            if vm.state is ReservationState.ACTIVE:
+                vm.end = now
+                vm.post = []
+                vm.state = ReservationState.DONE
+            elif vm.state is ReservationState.SCHEDULED and vm is lease.reservations[-1]:
+                # (the VM reservation before a suspension, or one being evacuated, stays in the history)
+                lease.reservations.pop()
 
     # -- cancel / re-plan ----------------------------------------------------------------------------------------
     def cancel(self, lease_id: int, now: datetime) -> Lease:
@@ -406,7 +444,9 @@ class LeaseScheduler:
         vm = rr.vm
         if kind is ReservationKind.VM:
             self._forget_future(lease)
-            if lease.state is S.RESUMED_READY:
+            if rr.continues:
+                pass   # its VMs arrived by live migration and run already
+            elif lease.state is S.RESUMED_READY:
                 lease.set_state(S.ACTIVE, now)
             else:
                 lease.set_state(S.ACTIVE, now)
@@ -433,6 +473,9 @@ class LeaseScheduler:
             self._forget_future(lease)
             if not self._enact("migrate_images", lease, rr):
                 return
+        elif kind is ReservationKind.LIVE_MIGRATE:
+            if not self._enact("live_migrate", lease, rr, now):
+                return
         if rr.end <= now and rr in self.table:
             self._handle_end(rr, now)
 
@@ -457,15 +500,26 @@ class LeaseScheduler:
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
                 lease.set_state(S.RESUMED_READY, now)
         elif kind is ReservationKind.MIGRATE:
+            lease.migrations += len(rr.transfers)
+            self.counters["image_migrations"] += 1
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
                 lease.set_state(S.SUSPENDED_SCHEDULED, now)
-                lease.migrations += len(rr.transfers)
-                self.counters["migrations"] += 1
+        elif kind is ReservationKind.LIVE_MIGRATE:
+            lease.migrations += len(rr.transfers)
+            self.counters["migrations"] += len(rr.transfers)
+            predicted = rr.extra.get("predicted", {})
+            self.counters["predicted_downtime_ms_total"] += sum(p["downtime_ms"] for p in predicted.values())
 
     def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
-        freed_until = vm.final_end
+        freed_until = lease.open_vms()[-1].final_end
+        for later in [ov for ov in lease.open_vms() if ov is not vm and ov.start >= vm.end]:
+            # an evacuation planned for after the real end is not needed any more
+            for rr in later.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+            lease.reservations.remove(later)
         for rr in vm.post:
             if rr in self.table:
                 self._uncommit(rr)
@@ -486,20 +540,53 @@ class LeaseScheduler:
         lease.set_state(S.DONE, now)
 
     # -- enactment ------------------------------------------------------------------------------------------
-    def _enact(self, operation: str, lease: Lease, rr: Reservation | None) -> bool:
-        """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went."""
+    def _enact(self, operation: str, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
+        """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went.
+        A live migration that fails is not an error of the lease: its VMs are still running where they were,
+        and the evacuation falls back to suspension or requeueing."""
         if rr is None:
             return True
         try:
             getattr(self.enactor, operation)(lease, rr)
             return True
         except EnactmentError as exc:
+            if operation == "live_migrate" and now is not None:
+                log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
+                self._migration_failed(lease, rr, now)
+                return False
             if self.config.on_enactment_error == "stop":
                 raise
             log.error("lease %s: %s failed: %s", lease.id, operation, exc)
             now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
             self._fail(lease, f"{operation}: {exc}", now)
             return False
+
+    def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
+        """The VMs stayed on their hosts: drop the evacuation, then suspend them on those hosts in time
+        for whatever needed the hosts, or requeue the lease when that cannot be done."""
+        continuation = migration.vm
+        vms = lease.open_vms()
+        if continuation is None or continuation not in vms or len(vms) < 2:
+            raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
+                                       f"of an evacuation")
+        vm = vms[0]
+        needed_by = parse_time(migration.extra["needed_by"], "needed_by")
+        self._unplan(lease)
+        lease.reservations.remove(continuation)
+        vm.end = max(vm.end, needed_by)
+        vm.post = []
+        suspension = self.config.suspension
+        can_suspend = (suspension == "all" or (suspension == "serial" and lease.numnodes == 1)) \
+            and self.vm.can_suspend_by(lease, vm, needed_by, now)
+        if can_suspend:
+            self.vm.plan_suspension(lease, vm, needed_by)
+            if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
+                   for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
+                self.counters["failed_migrations"] += 1
+                self._replan(lease)
+                return
+        self.counters["failed_migrations"] += 1
+        self._requeue(lease, now)
 
     def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
         vm = lease.last_vm
@@ -528,8 +615,7 @@ class LeaseScheduler:
                 self.pending.append(lease)
             elif lease.state in (S.QUEUED, S.SUSPENDED_QUEUED):
                 self._enqueue(lease)
-            vm = lease.last_vm
-            if vm is not None:
+            for vm in lease.open_vms():
                 for rr in vm.all_parts():
                     if rr.state is not ReservationState.DONE and rr not in self.table:
                         self._commit(rr)
@@ -541,8 +627,8 @@ class LeaseScheduler:
     def end_early(self, lease_id: int, now: datetime) -> Lease:
         """The lease's VMs stopped by themselves before its planned end (seen on the hosts): done now."""
         lease = self.lease(lease_id)
-        vm = lease.last_vm
-        if lease.state is not S.ACTIVE or vm is None or vm.state is not ReservationState.ACTIVE:
+        vm = lease.running_vm
+        if lease.state is not S.ACTIVE or vm is None:
             raise InvalidRequest("lease", f"lease {lease_id} is {lease.state}, not running")
         self._handle_premature_end(vm, now)
         return lease

@@ -66,7 +66,7 @@ class VMScheduler:
         if mapping is None:
             raise NotSchedulable("not enough resources in the requested interval")
         vm = self._vm_reservation(lease, start, end, mapping)
-        self._plan_shutdown(lease, vm)
+        self.plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=mapping.victims)
 
     # -- as soon as possible ------------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class VMScheduler:
         else:
             if vm.end - vm.start > remaining + shutdown:
                 vm.end = vm.start + remaining + shutdown
-            self._plan_shutdown(lease, vm)
+            self.plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=[], in_future=in_future)
 
     def _fit_at(self, lease: Lease, points: Iterable[datetime], duration, min_duration, strict_end: bool,
@@ -171,7 +171,7 @@ class VMScheduler:
         cap = self.table.capacity(host)
         return Resources(*(a if c > 0 else 0 for a, c in zip(amount, cap)))
 
-    def _plan_shutdown(self, lease: Lease, vm: Reservation) -> None:
+    def plan_shutdown(self, lease: Lease, vm: Reservation) -> None:
         shutdown = self.overheads.shutdown_time(lease)
         start = vm.end - shutdown
         rr = Reservation(lease_id=lease.id, kind=ReservationKind.SHUTDOWN, start=start, end=vm.end,
