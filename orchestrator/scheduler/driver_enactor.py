@@ -181,13 +181,14 @@ class DriverEnactor:
                    {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "reason": why})
 
     def _error(self, lease_id: int, operation: str, vm: str, vnode: int | None, host: str | None,
-               exc: BaseException | str, **extra: Any) -> EnactmentError:
+               exc: BaseException | str, rr: Reservation | None = None, **extra: Any) -> EnactmentError:
         """The one-line error for a failed operation, recorded as "enactment-failed"."""
         message = _one_line(str(exc)) or type(exc).__name__
         prefix = f"{operation} {vm} on {host or '?'}"
         # drivers often start their messages with the same words: say them once
         text = message if message.startswith(prefix) else f"{prefix}: {message}"
-        detail = {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "error": text, **extra}
+        detail = {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "error": text,
+                  **(_planned(rr) if rr is not None else {}), **extra}
         if not isinstance(exc, str):
             detail["error_type"] = type(exc).__name__
         log.warning("lease %s: %s", lease_id, text)
@@ -233,12 +234,12 @@ class DriverEnactor:
                 return
             if info is not None:
                 raise self._error(lease.id, "start", spec.name, vnode, host,
-                                  f"a VM of that name is already defined there ({info.state})") from exc
+                                  f"a VM of that name is already defined there ({info.state})", rr=rr) from exc
             elsewhere = self._where(spec.name)
             where = f"already exists on {elsewhere}" if elsewhere else str(exc)
-            raise self._error(lease.id, "start", spec.name, vnode, host, where) from exc
+            raise self._error(lease.id, "start", spec.name, vnode, host, where, rr=rr) from exc
         except (DriverError, ValueError) as exc:  # ValueError: the driver refused the spec (e.g. the image)
-            raise self._error(lease.id, "start", spec.name, vnode, host, exc) from exc
+            raise self._error(lease.id, "start", spec.name, vnode, host, exc, rr=rr) from exc
         self._enacted(lease.id, vnode, report, rr=rr)
 
     def _roll_back(self, lease: Lease, started: list[tuple[int, str, str]]) -> str:
@@ -279,7 +280,7 @@ class DriverEnactor:
                 self._skipped(lease.id, operation, name, vnode, planned, "no such VM")
                 continue
             except DriverError as exc:
-                errors.append(self._error(lease.id, operation, name, vnode, planned, exc))
+                errors.append(self._error(lease.id, operation, name, vnode, planned, exc, rr=rr))
                 continue
             self._enacted(lease.id, vnode, report, rr=rr, **({"killed": True} if operation == "kill" else {}))
         if errors:
@@ -293,13 +294,13 @@ class DriverEnactor:
             try:
                 report = self.driver.suspend(name, path)
             except HostUnreachable as exc:
-                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path) from exc
+                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path, rr=rr) from exc
             except DriverError as exc:
                 info = self._info(name, host)
                 if info is not None and info.state == "saved" and self._image_there(host, path):
                     self._skipped(lease.id, "suspend", name, vnode, host, f"already saved to {path}")
                     continue
-                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path) from exc
+                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path, rr=rr) from exc
             self._enacted(lease.id, vnode, report, rr=rr, path=path)
 
     def _image_there(self, host: str, path: str) -> bool:
@@ -315,7 +316,7 @@ class DriverEnactor:
             try:
                 report = self.driver.resume(name, path, host)
             except HostUnreachable as exc:
-                raise self._error(lease.id, "resume", name, vnode, host, exc, path=path) from exc
+                raise self._error(lease.id, "resume", name, vnode, host, exc, path=path, rr=rr) from exc
             except DriverError as exc:
                 info = self._info(name, host)
                 if info is not None and info.state in ACTIVE_STATES:
@@ -326,7 +327,7 @@ class DriverEnactor:
                     elsewhere = self._where(name)
                     if elsewhere is not None and elsewhere != host:
                         problem = f"already running on {elsewhere}"
-                raise self._error(lease.id, "resume", name, vnode, host, problem, path=path) from exc
+                raise self._error(lease.id, "resume", name, vnode, host, problem, path=path, rr=rr) from exc
             self._enacted(lease.id, vnode, report, rr=rr, path=path)
 
     def migrate_images(self, lease: Lease, rr: Reservation) -> None:
@@ -337,7 +338,7 @@ class DriverEnactor:
                 report = self.driver.move_state(path, src, dst)
             except DriverError as exc:
                 raise self._error(lease.id, "move_state", name, vnode, src, exc, path=path, src=src,
-                                  dst=dst) from exc
+                                  dst=dst, rr=rr) from exc
             self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst)
 
     def live_migrate(self, lease: Lease, rr: Reservation) -> None:
@@ -357,7 +358,7 @@ class DriverEnactor:
             timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
             if timeout <= 0:
                 raise self._error(lease.id, "migrate", name, vnode, src,
-                                  f"no time left: the fallback had to start by {iso(abort_at)}", **expected)
+                                  f"no time left: the fallback had to start by {iso(abort_at)}", **expected, rr=rr)
             try:
                 report = self.driver.migrate(name, dst, max_downtime_ms=float(extra.get("max_downtime_ms", 300.0)),
                                              bandwidth_mib_s=extra.get("bandwidth_mib_s"), timeout_s=timeout,
@@ -369,8 +370,8 @@ class DriverEnactor:
                 measured = getattr(exc, "report", None)
                 details = {"outcome": getattr(measured, "outcome", "failed"),
                            "total_seconds": getattr(measured, "total_seconds", None)}
-                raise self._error(lease.id, "migrate", name, vnode, src, exc, rr=rr.id, **expected,
-                                  **details) from exc
+                raise self._error(lease.id, "migrate", name, vnode, src, exc, **expected,
+                                  **details, rr=rr) from exc
             self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
                                                            report.bytes_transferred), rr=rr, **expected,
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,

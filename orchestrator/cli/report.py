@@ -1,0 +1,103 @@
+"""`leasewise report`: planned and enacted times of every reservation side by side, from the event log.
+
+Read-only: one read transaction on the store, nothing written back. The computation is
+`orchestrator.report.build_report` (events in, rows and summary out); this module only reads the store,
+checks the options and prints or writes the result.
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..report import build_report, nothing_text, render_png, render_terminal
+from ..store import StoreError
+from ..timeline import PlotUnavailable, TimelineError, require_plot
+from . import app, fail
+from .common import ConfigOption, StateOption, load, open_store, store_path
+
+
+def _console() -> Console:
+    """Built per command, so the width follows $COLUMNS at the time it runs."""
+    return Console(highlight=False)
+
+
+def _lease_number(text: str) -> int:
+    value = text.strip()
+    if not value.isdigit() or int(value) <= 0:
+        raise fail(f"--lease: {text!r} is not a lease id (a positive whole number)")
+    return int(value)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Written next to the target and renamed: never half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise fail(f"--json: cannot write {path} ({exc.strerror or exc})") from None
+
+
+@app.command()
+def report(
+    lease: Optional[str] = typer.Option(None, "--lease", metavar="ID", help="Only this lease"),
+    png: Optional[Path] = typer.Option(None, "--png", metavar="OUT",
+                                       help="Also draw planned vs enacted intervals into this PNG "
+                                            "(needs matplotlib, the `plot` extra)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", metavar="OUT",
+                                            help="Also write the rows and summary as JSON"),
+    state: Optional[Path] = StateOption,
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
+    reservation and its mean and worst per kind, from the event log."""
+    lease_id = _lease_number(lease) if lease is not None else None
+    if png is not None:
+        require_plot()
+    cfg = load(config)
+    path = store_path(state, cfg)
+    console = _console()
+    if not path.exists():
+        if state is not None:
+            raise fail(f"--state: {path} does not exist")
+        if lease_id is not None:
+            raise fail(f"--lease: no lease with id {lease_id} (there is no leasewise store at {path})")
+        console.print(f"Nothing enacted yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
+        return
+    with open_store(state, cfg) as store, store.snapshot():
+        if lease_id is not None:
+            try:
+                store.lease(lease_id)
+            except StoreError as exc:
+                if str(exc) != f"no lease with id {lease_id}":
+                    raise
+                raise fail(f"--lease: no lease with id {lease_id}") from None
+        events = store.events(lease_id=lease_id)
+    result = build_report(events, lease_id)
+    if json_out is not None:
+        _write_json(json_out, result.to_json())
+    if result.empty:
+        console.print(nothing_text(lease_id), soft_wrap=True, markup=False)
+        if png is not None:
+            console.print(f"no PNG written to {png}: nothing to draw", soft_wrap=True, markup=False)
+        return
+    render_terminal(result, console=console)
+    if png is not None:
+        try:
+            written = render_png(result, png)
+        except PlotUnavailable:
+            raise
+        except TimelineError as exc:
+            raise fail(f"--png: {exc}") from None
+        console.print(f"wrote {written}", markup=False)
+    if json_out is not None:
+        console.print(f"wrote {json_out}", markup=False)
