@@ -15,9 +15,13 @@ from .errors import InvalidRequest
 from .lease import Lease, LeaseRequest
 from .reservations import Reservation
 from .scheduler import Enactor, LeaseScheduler
+from .scheduler.lease_scheduler import DrainPlan
 from .slottable import SlotTable
 from .states import FINAL_STATES, LeaseState
 from .store import Store, reservation_detail
+from .timeutil import UTC, iso
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: every state but the final ones
 LIVE_STATES = tuple(s for s in LeaseState if s not in FINAL_STATES)
@@ -39,6 +43,9 @@ class Cluster:
         self._workload_ids = store.workload_ids()
         self.scheduler.restore(leases, future=store.get_meta("future_leases", []) or [],
                                counters=store.get_meta("counters", {}) or {})
+        for host in hosts:
+            if not host.available:   # drained: nothing may be planned there from then on
+                self.scheduler.block_host(host.name, host.unavailable_from or _EPOCH)
         self._seen = {l.id: len(l.history) for l in leases}
         self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
 
@@ -67,6 +74,25 @@ class Cluster:
 
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)
+
+    def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
+        """Plan the host empty by `by` (live migrations, else suspensions, else requeues) and mark it
+        unavailable from then on."""
+        plan = self.scheduler.drain(host, by, now)
+        self.store.set_host_available(host, False, since=plan.unavailable_from)
+        self.hosts[host] = self.store.host(host)
+        self.store.append_event(now, "drained", None, host=host, unavailable_from=iso(plan.unavailable_from),
+                                leases={str(i): what for i, what in plan.leases.items()})
+        self.scheduler.schedule(now)
+        return plan
+
+    def undrain(self, host: str, now: datetime) -> None:
+        """Make a drained host available again; queued leases may use it at once."""
+        self.scheduler.undrain(host, now)
+        self.store.set_host_available(host, True)
+        self.hosts[host] = self.store.host(host)
+        self.store.append_event(now, "undrained", None, host=host)
+        self.scheduler.schedule(now)
 
     def workload_id(self, lease: Lease) -> str | None:
         return self._workload_ids.get(lease.id)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .lease import Lease
 from .policies import HostSelectionPolicy, PreemptionPolicy
-from .reservations import Reservation
+from .reservations import Reservation, ReservationKind
 from .resources import NOTHING, Resources, add, fits
 from .slottable import SlotTable
 
@@ -219,7 +219,7 @@ class Mapper:
         host_set = set(hosts)
         scored: dict[int, tuple[float, Lease]] = {}
         for rr in table.reservations_overlapping(start, end, host_set):
-            if rr.lease_id in scored or rr.lease_id == lease.id:
+            if rr.lease_id in scored or rr.lease_id == lease.id or rr.kind is ReservationKind.UNAVAILABLE:
                 continue
             other = lease_of(rr.lease_id)
             score = self.preemption.score(lease, other, start)

@@ -429,8 +429,8 @@ def test_drain_refuses_running_leases_and_advance_reservations(site, store_path)
     before = snapshot(store_path)
     running = site("host", "remove", "lab1", "--drain")
     assert running.exit_code == 2
-    assert lines(running.stderr) == ["error: host 'lab1' cannot be drained: lease(s) 1 run there (live migration "
-                                     "off a host is not supported yet): cancel them or wait"]
+    assert lines(running.stderr) == ["error: host 'lab1' cannot be drained: lease(s) 1 run there: `leasewise host "
+                                     "drain` it first, and remove it once it is empty"]
     assert site("lease", "cancel", "1").exit_code == 0
     before = snapshot(store_path)
     fixed = site("host", "remove", "lab1", "--drain")

@@ -9,10 +9,16 @@ with PASS, FAIL or SKIP (not applicable, e.g. no `ssh` configured); exit code 1 
 paramiko with host keys from the configured known_hosts file (else the user's) and RejectPolicy: an
 unknown host key is a failure, never trusted on first use.
 
+`host drain NAME [--by TIME]` plans the host empty by TIME (default now) through the scheduler: running
+VMs are live-migrated to other hosts (with `preemption_mode = "migrate-first"`), else suspended, else
+requeued when preemptible; leases planned there are planned again elsewhere. The host is unavailable from
+TIME on (or from when the last lease that cannot leave ends); the daemon enacts the migrations. `host
+undrain NAME` makes it available again.
+
 `host remove --drain` requeues the best-effort leases planned on the host (not started yet) through the
 scheduler (`LeaseScheduler._requeue`: there is no public requeue), then re-plans them on the other hosts.
-It refuses, naming them, leases with VMs or memory images on the host (live migration comes later) and
-advance reservations / immediate leases planned there (their start is fixed: cancel them first).
+It refuses, naming them, leases with VMs or memory images on the host (drain it first) and advance
+reservations / immediate leases planned there (their start is fixed: cancel them first).
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -44,7 +50,7 @@ from ..lease import Lease, LeaseType
 from ..reservations import ReservationState
 from ..states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
 from ..store import HostRecord, Store
-from ..timeutil import iso
+from ..timeutil import iso, parse_duration, parse_time
 from . import ErrorLineTyper, app, common, fail
 
 host_app = ErrorLineTyper(
@@ -650,7 +656,7 @@ def remove(
             running = [l for l in planned if _started(l)]
             if running:
                 raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in running)} "
-                           "run there (live migration off a host is not supported yet): cancel them or wait")
+                           "run there: `leasewise host drain` it first, and remove it once it is empty")
             fixed = [l for l in planned if l.type is not LeaseType.BEST_EFFORT]
             if fixed:
                 raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in fixed)} "
@@ -673,3 +679,55 @@ def remove(
                  if vm is not None else f"{lease_state} until there is room")
         console.print(f"lease {lease_id} requeued: {where}", soft_wrap=True)
     console.print(f"host {escape(name)} removed", soft_wrap=True)
+
+
+# -- drain / undrain ---------------------------------------------------------------------------------------------
+def _drain_time(text: Optional[str], current: datetime) -> datetime:
+    """`--by`: `now`, `+DURATION` (e.g. +30m) or an ISO 8601 time with a timezone; errors name the option."""
+    if text is None or text.strip().lower() == "now":
+        return current
+    text = text.strip()
+    if text.startswith("+"):
+        return current + parse_duration(text[1:], "--by")
+    return parse_time(text, "--by")
+
+
+@host_app.command("drain")
+def drain(
+    name: str = typer.Argument(..., metavar="NAME", help="Host name"),
+    by: Optional[str] = typer.Option(None, "--by", metavar="TIME",
+                                     help="Empty by then: `now` (default), +DURATION (e.g. +30m) or ISO 8601"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Move everything off a host (live migration, else suspension) and keep new leases off it."""
+    settings = common.load(config)
+    now = common.now()
+    when = _drain_time(by, now)
+    if when < now:
+        raise fail(f"--by: {iso(when)} is in the past (now {iso(now)})")
+    with common.open_cluster(state, settings) as cluster:
+        if name not in cluster.hosts:
+            raise fail(f"host: no host named {name!r}")
+        plan = cluster.drain(name, when, now)
+    console = _console()
+    for lease_id, what in sorted(plan.leases.items()):
+        console.print(f"lease {lease_id}: {escape(what)}", soft_wrap=True)
+    console.print(f"host {escape(name)} drained: unavailable from {_when(plan.unavailable_from)}"
+                  + ("" if plan.leases else " (nothing ran or was planned there)"), soft_wrap=True)
+
+
+@host_app.command("undrain")
+def undrain(
+    name: str = typer.Argument(..., metavar="NAME", help="Host name"),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Make a drained host available to leases again."""
+    settings = common.load(config)
+    now = common.now()
+    with common.open_cluster(state, settings) as cluster:
+        if name not in cluster.hosts:
+            raise fail(f"host: no host named {name!r}")
+        cluster.undrain(name, now)
+    _console().print(f"host {escape(name)} is available again", soft_wrap=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from dataclasses import dataclass
 import heapq
 import logging
 from datetime import datetime
@@ -30,7 +31,7 @@ from ..reservations import Reservation, ReservationKind, ReservationState
 from ..resources import Resources, fits
 from ..slottable import SlotTable
 from ..states import LeaseState as S
-from ..timeutil import ZERO, parse_time
+from ..timeutil import UTC, ZERO, parse_time
 from .enactment import EnactmentError, Enactor, NullEnactor
 from .evacuation import Evacuation, EvacuationPlanner
 from .vm_scheduler import VMScheduler
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 # suspension: their VMs must be gone before others start there), then every other start
 _PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
 _FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
+#: the end of a drained host's block: it stays unavailable until made available again
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class LeaseScheduler:
@@ -63,6 +66,8 @@ class LeaseScheduler:
         self._next_id = 1
         self._misfit_cache: dict[tuple, str | None] = {}
         self._queue_dirty = False
+        #: drained hosts: host -> the reservation that holds all of it from the drain on
+        self.blocks: dict[str, Reservation] = {}
         #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
         self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "image_migrations": 0,
                          "failed_migrations": 0, "premature_ends": 0, "predicted_downtime_ms_total": 0.0}
@@ -602,6 +607,100 @@ class LeaseScheduler:
         if not lease.is_final:
             lease.set_state(S.FAILED, now)
 
+    # -- drain -------------------------------------------------------------------------------------------------
+    def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
+        """Plan to empty `host` by `by` and keep it empty: running VMs are live-migrated elsewhere (with
+        `migrate-first`), else suspended, else requeued when preemptible; leases planned on it are
+        re-planned elsewhere. What can do neither (a running advance reservation with nowhere to go, or
+        one planned that fits nowhere else) keeps the host until it ends: the host is unavailable from
+        the latest of those ends and `by`."""
+        if host not in self.table.hosts:
+            raise InvalidRequest("host", f"no host named {host!r}")
+        if host in self.blocks:
+            raise InvalidRequest("host", f"{host} is already drained (from {self.blocks[host].start.isoformat()})")
+        nexttime = now + self.config.non_schedulable_interval
+        by = max(by, nexttime)
+        ids = sorted({rr.lease_id for rr in self.table.reservations_overlapping(by, FOREVER, {host})})
+        outcome: dict[int, str] = {}
+        kept_until = by
+        planned_later: list[Lease] = []
+        for lease in (self.leases[i] for i in ids):
+            vm = lease.running_vm
+            if vm is None or lease.state is not S.ACTIVE or len(lease.open_vms()) > 1:
+                if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
+                    planned_later.append(lease)
+                else:   # mid-way through an overhead (suspending, resuming, migrating): let it finish
+                    kept_until = max(kept_until, lease.open_vms()[-1].final_end)
+                    outcome[lease.id] = f"keeps {host} until {lease.open_vms()[-1].final_end.isoformat()}"
+                continue
+            self._unplan(lease)
+            if self.config.preemption_mode == "migrate-first":
+                evacuation = self.evacuation.plan(lease, vm, by, {host}, nexttime)
+                if evacuation is not None:
+                    self._commit_evacuation(lease, evacuation)
+                    migration = evacuation.migration
+                    outcome[lease.id] = (f"live-migrates to {', '.join(sorted({d for _, d in migration.transfers.values()}))}"
+                                         f" {migration.start.isoformat()}-{migration.end.isoformat()}")
+                    continue
+            if lease.preemptible:
+                suspendable = self.config.suspension == "all" or (
+                    self.config.suspension == "serial" and lease.numnodes == 1)
+                if suspendable and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
+                    self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
+                    self._replan(lease)
+                    outcome[lease.id] = f"suspends by {min(vm.final_end, by).isoformat()}"
+                else:
+                    self._requeue(lease, now)
+                    outcome[lease.id] = "requeued (its VMs are stopped)"
+                continue
+            self._replan(lease)
+            kept_until = max(kept_until, vm.final_end)
+            outcome[lease.id] = f"keeps {host} until {vm.final_end.isoformat()} (not preemptible, nowhere to go)"
+        # leases planned on the host but not started: the best-effort ones go back to the queue (placed
+        # again once the host is blocked); reservations are placed again, on it only before the block
+        ars = []
+        for lease in planned_later:
+            self._drop_plan(lease, now)
+            if lease.type is LeaseType.BEST_EFFORT:
+                lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+                self._enqueue(lease)
+                outcome[lease.id] = "re-planned on other hosts"
+            else:
+                ars.append(lease)
+        block = self.block_host(host, kept_until)
+        for lease in ars:
+            try:
+                self._schedule_lease(lease, nexttime, now)
+                outcome[lease.id] = f"re-planned on {', '.join(lease.last_vm.hosts)}"
+            except NotSchedulable:
+                # no room elsewhere: it keeps its host, which is then unavailable only after it
+                self.table.remove(block)
+                del self.blocks[host]
+                self._schedule_lease(lease, nexttime, now)
+                kept_until = max(kept_until, lease.last_vm.final_end)
+                block = self.block_host(host, kept_until)
+                outcome[lease.id] = f"keeps {host} until {kept_until.isoformat()} (fits nowhere else)"
+        self._queue_dirty = True
+        return DrainPlan(host=host, unavailable_from=block.start, leases=outcome)
+
+    def block_host(self, host: str, since: datetime) -> Reservation:
+        """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
+        block = Reservation(lease_id=0, kind=ReservationKind.UNAVAILABLE, start=since, end=FOREVER,
+                            resources={host: self.table.capacity(host)})
+        self.table.add(block)
+        self.blocks[host] = block
+        return block
+
+    def undrain(self, host: str, now: datetime) -> None:
+        """Make a drained host available again: leases planned in the future may move earlier onto it
+        (leases that moved away and run elsewhere stay where they are)."""
+        block = self.blocks.pop(host, None)
+        if block is None:
+            raise InvalidRequest("host", f"{host} is not drained")
+        self.table.remove(block)
+        self._queue_dirty = True
+        self.reevaluate(now, FOREVER)
+
     # -- persistence and operations from outside ------------------------------------------------------
     def restore(self, leases: list[Lease], future: list[int] = (), counters: dict | None = None) -> None:
         """Rebuild the scheduler from stored leases: their unfinished reservations go back into the slot
@@ -692,8 +791,17 @@ class LeaseScheduler:
         return [l for l in self.leases.values() if not l.is_final]
 
     def idle(self) -> bool:
-        """Nothing pending, queued or planned."""
-        return not self.pending and not self.queue and len(self.table) == 0
+        """Nothing pending, queued or planned (a drained host's block is not a plan)."""
+        return not self.pending and not self.queue and len(self.table) == len(self.blocks)
+
+
+@dataclass
+class DrainPlan:
+    """What a drain does: when the host becomes unavailable, and what happens to each lease on it."""
+
+    host: str
+    unavailable_from: datetime
+    leases: dict[int, str]
 
 
 class _FailureMemo:
