@@ -1,0 +1,129 @@
+"""The daemon on real libvirt hosts evacuates a best-effort VM live for an advance reservation: the VM moves
+to the free host (seen through libvirt), keeps running throughout (never saved), the AR starts on time,
+and `leasewise report` puts the predicted migration next to the measured one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+
+import pytest
+
+from labkit import GUEST_DIR, REPO, domain_state
+
+CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def states(libvirt_mod, conns, vm: str) -> dict[str, str]:
+    """host -> the VM's state there, for the hosts it is defined on."""
+    out = {}
+    for host, conn in conns.items():
+        state = domain_state(libvirt_mod, conn, vm)
+        if state is not None:
+            out[host] = state
+    return out
+
+
+@pytest.mark.lab
+def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, libvirt_mod, tmp_path):
+    from orchestrator.store import Store
+
+    if len(lab.names) < 3:
+        pytest.fail("this test needs three lab hosts (deploy/lab/lab up -n 3)")
+    first, second, small = lab.names[:3]
+    state = tmp_path / "state.sqlite"
+    config = tmp_path / "leasewise.toml"
+    config.write_text(
+        "[daemon]\n"
+        'driver = "libvirt"\n'
+        'poll_interval = "1s"\n'
+        'graceful_timeout = "3s"\n'
+        "[scheduling]\n"
+        'shutdown_time = "5s"\n'
+        'preemption_mode = "migrate-first"\n'
+        "live_migration_bandwidth = 64.0\n"   # MiB/s, given to libvirt too: 256 MiB in 4 s, planned 5 s
+        'live_migration_margin = "20s"\n'
+    )
+    common = ["--state", str(state), "--config", str(config)]
+    guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
+             "--cmdline", "console=ttyS0 quiet dirtier.mib=16 dirtier.pps=0"]
+    cli("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common)
+    with Store.open(state) as store:
+        # declared smaller: room for the 256 MiB best-effort VM, not for a 512 MiB node of the AR
+        store.update_host_capacity(small, 1, 384)
+    cli("lease", "submit", "--nodes", "1", "--cpus", "1", "--memory", "256", "--duration", "100s",
+        "--preemptible", *guest, *common)
+    daemon = subprocess.Popen([*CLI, "run", "--until-idle", *common], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    samples: list[tuple[float, dict[str, str]]] = []
+    ar_vms: dict[str, list[tuple[float, dict[str, str]]]] = {"lw-2-0": [], "lw-2-1": []}
+    try:
+        deadline = time.monotonic() + 60
+        while states(libvirt_mod, conns, "lw-1-0").get(first) != "running":
+            assert time.monotonic() < deadline, "the best-effort VM never started on the first host"
+            assert daemon.poll() is None, daemon.stdout.read()
+            time.sleep(0.5)
+        ar_start = (datetime.now().astimezone() + timedelta(seconds=40)).replace(microsecond=0)
+        cli("lease", "submit", "--nodes", "2", "--cpus", "1", "--memory", "512", "--duration", "30s",
+            "--start", ar_start.isoformat(), *guest, *common)
+        deadline = time.monotonic() + 240
+        while daemon.poll() is None and time.monotonic() < deadline:
+            now = time.time()
+            samples.append((now, states(libvirt_mod, conns, "lw-1-0")))
+            for vm in ar_vms:
+                ar_vms[vm].append((now, states(libvirt_mod, conns, vm)))
+            time.sleep(0.5)
+        output = daemon.stdout.read()
+        assert daemon.returncode == 0, output
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        for conn in conns.values():
+            for dom in conn.listAllDomains(0):
+                if dom.name().startswith("lw-"):
+                    if dom.isActive():
+                        dom.destroy()
+                    dom.undefineFlags(libvirt_mod.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+
+    start_ts = ar_start.timestamp()
+    before = [s for at, s in samples if at < start_ts - 25]
+    during = [s for at, s in samples if start_ts <= at <= start_ts + 25]
+    # it ran on the first host, then on the small one by the AR's start, and was never saved or shut off
+    assert before and before[0].get(first) == "running"
+    assert during and all(s.get(small) == "running" for s in during), during[:3]
+    alive = [s for _, s in samples if s]
+    ended = next((i for i, s in enumerate(alive) if "running" not in s.values() and "paused" not in s.values()),
+                 len(alive))
+    assert all(state in ("running", "paused") for s in alive[:ended] for state in s.values()), \
+        "the best-effort VM stopped running before its end"
+    # the AR's VMs started on time on the two big hosts
+    for vm, seen in ar_vms.items():
+        up = [(at, s) for at, s in seen if "running" in s.values()]
+        assert up, f"{vm} never ran"
+        assert start_ts - 1 <= up[0][0] <= start_ts + 10, (vm, up[0][0] - start_ts)
+        assert set(up[0][1]) <= {first, second}
+    shown = json.loads(cli("lease", "show", "1", "--json", *common).stdout)
+    assert shown["lease"]["state"] == "done"
+    kinds = [r["kind"] for r in shown["plan"]]
+    assert "live-migrate" in kinds and "suspend" not in kinds
+    migrated = [e["detail"] for e in shown["events"] if e["kind"] == "enacted"
+                and e["detail"].get("operation") == "migrate"]
+    assert len(migrated) == 1 and (migrated[0]["src"], migrated[0]["dst"]) == (first, small)
+    report = json.loads((lambda p: (cli("report", "--lease", "1", "--json", str(p), *common), p.read_text())[1])(
+        tmp_path / "report.json"))
+    rows = [r for r in report["rows"] if r["kind"] == "live-migrate"]
+    assert len(rows) == 1 and rows[0]["predicted_seconds"] > 0 and rows[0]["measured_seconds"] > 0
+    printed = cli("report", "--lease", "1", *common).stdout
+    assert "live-migrate" in printed
+    print(printed)
+    print(f"live migration of a 256 MiB guest: predicted {rows[0]['predicted_seconds']:.2f} s, "
+          f"measured {rows[0]['measured_seconds']:.2f} s, downtime {rows[0]['downtime_ms']:.0f} ms")
