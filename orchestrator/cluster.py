@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from .calibration import CALIBRATION_KEY, apply_calibration
 from .config import Config
 from .errors import InvalidRequest
 from .lease import Lease, LeaseRequest
@@ -37,7 +38,9 @@ class Cluster:
         self.hosts = {h.name: h for h in hosts}
         self.table = SlotTable([(h.name, h.capacity) for h in hosts])
         self.table.skip_ids(store.max_reservation_id())
-        self.scheduler = LeaseScheduler(self.table, config.scheduling, enactor)
+        # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
+        self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
+        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
         self._live = {l.id for l in leases if not l.is_final}
         self._workload_ids = store.workload_ids()

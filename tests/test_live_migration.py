@@ -251,3 +251,17 @@ def test_the_daemon_enacts_an_evacuation_through_the_driver(tmp_path):
     assert first.end_time == at("14:00")
     assert second.start_time == at("13:30") and second.state.value == "done"
     assert all(driver.list_vms(h) == [] for h in driver.hosts())
+
+
+def test_a_stored_calibration_times_the_planned_migrations(tmp_path):
+    """What `leasewise calibrate migration` stored replaces the configured model parameters: at a
+    calibrated 51.2 MiB/s plus 2 s of overhead, moving 512 MiB is planned as 12 s."""
+    from orchestrator.calibration import CALIBRATION_KEY
+
+    store, cfg, _ = _cluster(tmp_path)
+    store.set_meta(CALIBRATION_KEY, {"migration": {"bandwidth_mib_s": 51.2, "overhead_s": 2.0, "dirty_factor": None}})
+    cluster = _run_cluster(store, cfg, None, at("13:20"))
+    assert cluster.scheduler.config.live_bandwidth == 51.2
+    migration = cluster.lease(1).reservations[1].pre[0]
+    assert (migration.start, migration.end) == (at("13:29:18"), at("13:29:30"))
+    store.close()

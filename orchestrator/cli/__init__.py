@@ -56,7 +56,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 
 def _register_commands() -> None:
-    from . import hosts, leases, migrate, plan, report, run, simulate  # noqa: F401  (each module adds its commands to `app`)
+    from . import calibrate, hosts, leases, migrate, plan, report, run, simulate  # noqa: F401  (each module adds its commands to `app`)
 
 
 _register_commands()

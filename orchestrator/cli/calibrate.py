@@ -1,0 +1,640 @@
+"""`leasewise calibrate migration|suspend`: measure real operations, fit the scheduler's cost models.
+
+`calibrate migration --host A --host B` boots one guest per grid point (memory size x dirty rate) on A,
+live-migrates it between A and B (`--repeat` times, alternating direction), and fits the pre-copy model's
+bandwidth, per-migration overhead and dirty-rate factor to the measured total times and downtimes
+(orchestrator/calibration.py). `calibrate suspend --host A [...]` saves and restores guests of each size
+on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
+each, then the fitted parameters, and store them in the store's meta table (key `calibration`), from
+where `orchestrator.calibration.apply_calibration` feeds them to the scheduler.
+
+The driver is chosen as the other commands choose it: `--dry-run` is the simulated driver (nothing is
+touched and nothing stored); `--inventory FILE` is the libvirt driver over that inventory; otherwise
+`[daemon] driver`: the simulated driver over the store's hosts (the default), or libvirt over
+`[daemon] inventory`, else over the store's hosts. The simulated driver is the model itself, with the
+configured `[scheduling]` values as its parameters, so a calibration there must give them back.
+
+Guests are the lab guest (deploy/guest/build): direct kernel boot of `--guest-dir`'s vmlinuz and
+initrd.img, whose `dirtier` touches a working set of half the guest's memory and dirties `--dirty`
+pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. Every guest is named `lwcal-...`, and is stopped
+(destroyed) whatever happens: a failure or Ctrl-C mid-way leaves none behind.
+"""
+
+# No `from __future__ import annotations`: typer reads the option types at runtime.
+
+import math
+import os
+import posixpath
+import signal
+import uuid
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from drivers.base import Driver, VMSpec
+from drivers.errors import DriverError, MigrationFailed
+
+from ..calibration import (
+    CALIBRATION_KEY,
+    MIGRATION_SECTION,
+    SUSPEND_SECTION,
+    CalibrationError,
+    MAX_DIRTY_FACTOR,
+    MigrationFit,
+    MigrationSample,
+    RateFit,
+    RateSample,
+    fit_migration,
+    fit_rates,
+    migration_record,
+    pages_to_mib_s,
+    store_calibration,
+    suspend_record,
+)
+from ..clock import RealClock, SimulatedClock
+from ..config import Config
+from ..errors import LeasewiseError
+from ..store import Store
+from . import ErrorLineTyper, app, common, fail
+
+calibrate_app = ErrorLineTyper(
+    name="calibrate",
+    help="Measure migrations and suspensions, fit the scheduler's cost models, store them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(calibrate_app, name="calibrate")
+
+DEFAULT_GUEST_DIR = "/var/lib/libvirt/images/leasewise-guest"
+VM_PREFIX = "lwcal-"
+#: seconds a fresh guest gets to boot and touch its working set before it is measured (real drivers)
+DEFAULT_SETTLE_S = 15.0
+#: capacity of hosts that a dry run names but the store does not know
+DRY_RUN_CAPACITY = (1024, 1 << 30)
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+# -- options -----------------------------------------------------------------------------------------------
+def _int_list(option: str, text: str, *, minimum: int, what: str) -> List[int]:
+    """Comma-separated whole numbers >= minimum, each once, in the order given."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
+    values: List[int] = []
+    for item in items:
+        if not item.lstrip("+").isdigit():
+            raise fail(f"{option}: {item!r} is not a whole number (a list of {what}, e.g. 128,256,512)")
+        value = int(item)
+        if value < minimum:
+            raise fail(f"{option}: {value} must be at least {minimum}")
+        if value > 2**31:
+            raise fail(f"{option}: {value} is too large")
+        if value in values:
+            raise fail(f"{option}: {value} is given twice")
+        values.append(value)
+    return values
+
+
+def _number(option: str, text: Optional[str], *, zero_ok: bool, unit: str) -> Optional[float]:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise fail(f"{option}: must be a number of {unit} (got {text!r})") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = "must not be negative" if zero_ok else "must be greater than 0"
+        raise fail(f"{option}: {bound} ({unit}; got {text})")
+    return value
+
+
+def _repeat(text: str) -> int:
+    value = text.strip()
+    if not value.lstrip("+").isdigit() or int(value) < 1 or int(value) > 1000:
+        raise fail(f"--repeat: must be a whole number from 1 to 1000 (got {text!r})")
+    return int(value)
+
+
+def _hosts(option_hosts: Optional[List[str]], *, exactly: Optional[int] = None) -> List[str]:
+    hosts = [h.strip() for h in (option_hosts or [])]
+    if any(not h for h in hosts):
+        raise fail("--host: must not be empty")
+    if len(set(hosts)) != len(hosts):
+        raise fail(f"--host: {next(h for h in hosts if hosts.count(h) > 1)!r} is given twice")
+    if exactly is not None and len(hosts) != exactly:
+        raise fail(f"--host: give exactly {exactly} hosts, the source and the destination (got {len(hosts)})")
+    if not hosts:
+        raise fail("--host: give at least one host")
+    return hosts
+
+
+# -- the driver --------------------------------------------------------------------------------------------
+@dataclass
+class Setup:
+    driver: Driver
+    kind: str                                   # "simulated" | "libvirt"
+    sleep: Callable[[float], None]              # waits on the driver's clock
+    host_configs: dict = field(default_factory=dict)   # name -> HostConfig (libvirt)
+
+
+def _simulated_config(cfg: Config):
+    """The simulated driver with the configured [scheduling] values as the model's true parameters."""
+    from drivers.simulated import SimulatedDriverConfig
+
+    s = cfg.scheduling
+    return SimulatedDriverConfig(
+        migration_bandwidth_mib_s=s.live_bandwidth,
+        migration_overhead=s.live_migration_overhead,
+        dirty_factor=s.live_migration_dirty_factor,
+        suspend_rate_mib_s=s.suspend_rate,
+        suspend_overhead=s.enactment_overhead,
+        resume_rate_mib_s=s.resume_rate,
+        resume_overhead=s.enactment_overhead,
+    )
+
+
+def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optional[Path],
+           state: Optional[Path], cfg: Config) -> Setup:
+    """The driver the command runs on, after checking that it manages `hosts`."""
+    from drivers.inventory import load_inventory
+
+    use_libvirt = not dry_run and (inventory is not None or cfg.daemon.driver == "libvirt")
+    if not use_libvirt:
+        from drivers.simulated import SimulatedDriver
+
+        if dry_run and inventory is not None:
+            raise fail("--inventory: not with --dry-run (a dry run uses the simulated driver)")
+        path = common.store_path(state, cfg)
+        known = {}
+        if path.exists():
+            with Store.open(path) as store:
+                known = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
+        elif not dry_run:
+            raise fail(f"--state: no store at {path} (add hosts with `leasewise host add`, or use --dry-run)")
+        capacities = {}
+        for host in hosts:
+            if host in known:
+                capacities[host] = known[host]
+            elif dry_run:
+                capacities[host] = DRY_RUN_CAPACITY
+            else:
+                listed = ", ".join(known) or "none"
+                raise fail(f"--host: no host {host!r} in the store (hosts: {listed})")
+            if max(sizes) > capacities[host][1]:
+                raise fail(f"--sizes: {max(sizes)} MiB does not fit on host {host} ({capacities[host][1]} MiB)")
+        clock = SimulatedClock(common.now())
+        driver = SimulatedDriver(capacities, clock, _simulated_config(cfg))
+        return Setup(driver, "simulated", lambda s: clock.sleep(timedelta(seconds=s)))
+
+    from drivers.registry import create_driver
+
+    if inventory is not None or cfg.daemon.inventory:
+        configs = load_inventory(inventory if inventory is not None else Path(cfg.daemon.inventory))
+    else:
+        path = common.store_path(state, cfg)
+        if not path.exists():
+            raise fail(f"--state: no store at {path} (give --inventory FILE, or add hosts with `leasewise host add`)")
+        with Store.open(path) as store:
+            configs = [h.config for h in store.hosts()]
+    by_name = {c.name: c for c in configs}
+    for host in hosts:
+        if host not in by_name:
+            raise fail(f"--host: unknown host {host!r} (known: {', '.join(by_name) or 'none'})")
+    try:
+        # One downtime step: the max downtime stays what the model is given for the whole migration.
+        driver = create_driver("libvirt", hosts=[by_name[h] for h in hosts], downtime_steps=1)
+    except (LeasewiseError, DriverError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    clock = RealClock()
+    return Setup(driver, "libvirt", lambda s: clock.sleep(timedelta(seconds=s)), by_name)
+
+
+def guest_spec(name: str, memory_mib: int, pages_per_second: int, guest_dir: str) -> VMSpec:
+    """The lab guest: 1 vCPU, `memory_mib`, dirtier working set half of it, dirtied at the given rate."""
+    working_set = max(1, memory_mib // 2)
+    return VMSpec(
+        name=name,
+        vcpus=1,
+        memory_mib=memory_mib,
+        kernel=posixpath.join(guest_dir, "vmlinuz"),
+        initrd=posixpath.join(guest_dir, "initrd.img"),
+        cmdline=f"console=ttyS0 quiet dirtier.mib={working_set} dirtier.pps={pages_per_second}",
+        dirty_rate_mib_s=pages_to_mib_s(pages_per_second),
+        working_set_mib=float(working_set),
+    )
+
+
+@contextmanager
+def _guests(setup: Setup, console: Console) -> Iterator[List[str]]:
+    """The names of the guests started inside; every one still there afterwards is destroyed (also on an
+    error, Ctrl-C or SIGTERM)."""
+    started: List[str] = []
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        installed = True
+    except ValueError:  # not the main thread: no handler
+        previous, installed = None, False
+    try:
+        yield started
+    finally:
+        try:
+            for name in list(started):
+                try:
+                    if setup.driver.locate(name) is not None:
+                        setup.driver.stop(name, graceful_timeout=0)
+                    started.remove(name)
+                except (DriverError, LeasewiseError) as exc:
+                    console.print(f"[yellow]warning:[/] could not remove guest {escape(name)}: {escape(str(exc))}",
+                                  soft_wrap=True)
+        finally:
+            if installed:
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _terminate(_signum, _frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def _token() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+def _store_result(state: Optional[Path], cfg: Config, section: str, record: dict) -> Path:
+    path = common.store_path(state, cfg)
+    with Store.open(path) as store:
+        store_calibration(store, section, record)
+    return path
+
+
+def _pct(predicted: float, measured: float) -> str:
+    if measured <= 0:
+        return "-"
+    error = 100.0 * (predicted - measured) / measured
+    return "0.0%" if abs(error) < 0.05 else f"{error:+.1f}%"
+
+
+# -- calibrate migration -----------------------------------------------------------------------------------
+@dataclass
+class _Point:
+    memory_mib: int
+    pages_per_second: int
+    samples: List[MigrationSample] = field(default_factory=list)
+    failures: List[str] = field(default_factory=list)
+
+
+def _mean(values: List[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _migration_table(points: List[_Point], fit: Optional[MigrationFit], title: str) -> Table:
+    table = Table(title=title)
+    for name in ("size MiB", "dirty pages/s", "dirty MiB/s", "runs", "predicted s", "measured s", "error",
+                 "predicted downtime ms", "measured ms", "error ms", "passes pred/meas"):
+        table.add_column(name, justify="right")
+    for p in points:
+        runs = f"{len(p.samples)}/{len(p.samples) + len(p.failures)}"
+        row = [str(p.memory_mib), str(p.pages_per_second), f"{pages_to_mib_s(p.pages_per_second):.2f}", runs]
+        if not p.samples:
+            why = p.failures[-1] if p.failures else "no measurement"
+            table.add_row(*row, "-", "-", "-", "-", "-", "-", escape(why[:60]))
+            continue
+        measured_s = _mean([s.total_s for s in p.samples])
+        measured_ms = _mean([s.downtime_ms for s in p.samples])
+        passes = _mean([float(s.iterations) for s in p.samples])
+        if fit is None:
+            table.add_row(*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            continue
+        predicted = fit.predict(p.samples[0])
+        if predicted.outcome == "aborted":
+            table.add_row(*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            continue
+        table.add_row(*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
+                      _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
+                      f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
+                      f"{predicted.passes}/{passes:g}")
+    return table
+
+
+def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
+    s = cfg.scheduling
+    table = Table(title="Fitted pre-copy model")
+    table.add_column("parameter", style="bold")
+    table.add_column("fitted", justify="right")
+    table.add_column("configured", justify="right")
+    table.add_column("\\[scheduling] key")
+    table.add_row("bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth")
+    table.add_row("overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
+                  "live_migration_overhead")
+    if fit.dirty_factor is None:
+        factor = "not fitted (no dirtying guest)"
+    elif fit.dirty_factor_determined:
+        factor = f"{fit.dirty_factor:.3f}"
+        if fit.dirty_factor_interval is not None:
+            lo, hi = fit.dirty_factor_interval
+            factor += f" ({lo:.3g}-{hi:.3g})"
+    else:
+        lo, hi = fit.dirty_factor_interval or (0.0, MAX_DIRTY_FACTOR)
+        factor = (f"not determined: {lo:.3g}-{hi:.3g} fit as well (best {fit.dirty_factor:.3g}); "
+                  "not stored, raise --dirty")
+    table.add_row("dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor")
+    table.add_row("rms error, total", f"{fit.rms_total_s:.3f} s", "", "")
+    table.add_row("rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", "")
+    table.add_row("samples", str(fit.samples), "", "")
+    return table
+
+
+@calibrate_app.command("migration")
+def migration_command(
+    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST",
+                                             help="Source, then destination (give it twice)."),
+    sizes_text: str = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB."),
+    dirty_text: str = typer.Option("0,1000,5000", "--dirty", metavar="PPS,...",
+                                   help="Dirty rates in 4 KiB pages/s (256 pages/s = 1 MiB/s); must include 0."),
+    repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Migrations per grid point (alternating A->B, B->A)."),
+    max_downtime_text: Optional[str] = typer.Option(None, "--max-downtime", metavar="MS",
+                                                    help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
+    timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
+    settle_text: Optional[str] = typer.Option(None, "--settle", metavar="S",
+                                              help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver)."),
+    guest_dir: str = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir",
+                                  metavar="DIR", help="The lab guest's vmlinuz and initrd.img (as the hosts see them)."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing."),
+    no_store: bool = typer.Option(False, "--no-store", help="Print the fit, do not store it."),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
+    hosts = _hosts(host, exactly=2)
+    sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
+    if len(sizes) < 2:
+        raise fail("--sizes: give at least two sizes (bandwidth and overhead are fitted to a line)")
+    dirty = _int_list("--dirty", dirty_text, minimum=0, what="dirty rates in pages/s")
+    if 0 not in dirty:
+        raise fail("--dirty: must include 0 (idle guests give the bandwidth and the overhead)")
+    repeat = _repeat(repeat_text)
+    timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds")
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    cfg = common.load(config)
+    max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms")
+    if max_downtime is None:
+        max_downtime = cfg.scheduling.max_downtime_ms
+    setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
+    if settle is None:
+        settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
+    console = _console()
+    a, b = hosts
+    console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
+                  f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
+                  f"{repeat} run(s) each, max downtime {max_downtime:g} ms", soft_wrap=True)
+    token = _token()
+    points = [_Point(m, p) for m in sizes for p in dirty]
+    try:
+        with _guests(setup, console) as started:
+            for point in points:
+                _measure_migrations(setup, point, a, b, repeat, max_downtime, timeout, settle, guest_dir,
+                                    f"{VM_PREFIX}{token}-{point.memory_mib}m-{point.pages_per_second}p",
+                                    started, console)
+    except KeyboardInterrupt:
+        raise fail("interrupted; the calibration guests were removed", code=130) from None
+    except (DriverError, LeasewiseError) as exc:
+        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=1) from None
+    finally:
+        setup.driver.close()
+
+    samples = [s for p in points for s in p.samples]
+    title = f"Live migration {a} <-> {b}: predicted vs measured ({setup.kind} driver)"
+    try:
+        fit = fit_migration(samples)
+    except CalibrationError as exc:
+        console.print(_migration_table(points, None, title))
+        raise fail(f"calibrate migration: {exc}", code=1) from None
+    console.print(_migration_table(points, fit, title))
+    console.print(_migration_fit_table(fit, cfg))
+    if dry_run or no_store:
+        console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
+        return
+    record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
+    path = _store_result(state, cfg, MIGRATION_SECTION, record)
+    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
+                  "uses it in place of live_migration_bandwidth, live_migration_overhead"
+                  + (", live_migration_dirty_factor" if record["dirty_factor"] is not None else ""), soft_wrap=True)
+
+
+def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
+                        timeout: float, settle: float, guest_dir: str, name: str, started: List[str],
+                        console: Console) -> None:
+    """Boot one guest on `a`, migrate it `repeat` times (alternating), record each run, stop it."""
+    spec = guest_spec(name, point.memory_mib, point.pages_per_second, guest_dir)
+    setup.driver.start(spec, a)
+    started.append(name)
+    setup.sleep(settle)
+    here, there = a, b
+    for run in range(1, repeat + 1):
+        label = (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s, run {run}/{repeat}: "
+                 f"{here} -> {there}")
+        try:
+            report = setup.driver.migrate(name, there, max_downtime_ms=max_downtime, timeout_s=timeout,
+                                          on_timeout="abort")
+        except MigrationFailed as exc:
+            outcome = exc.report.outcome if exc.report is not None else "failed"
+            point.failures.append(outcome)
+            console.print(f"  {label}: [yellow]{escape(outcome)}[/] ({escape(str(exc))})", soft_wrap=True)
+            if setup.driver.locate(name) is None:
+                break  # the guest is gone: nothing more to measure at this point
+            continue
+        point.samples.append(MigrationSample(
+            memory_mib=float(point.memory_mib),
+            dirty_rate_mib_s=spec.dirty_rate_mib_s,
+            max_downtime_ms=max_downtime,
+            total_s=report.total_seconds,
+            downtime_ms=report.downtime_ms,
+            iterations=report.iterations,
+            working_set_mib=spec.working_set_mib,
+            timeout_s=timeout,
+        ))
+        console.print(f"  {label}: {report.total_seconds:.2f} s, downtime {report.downtime_ms:.1f} ms, "
+                      f"{report.iterations} passes", soft_wrap=True)
+        here, there = there, here
+    setup.driver.stop(name, graceful_timeout=0)
+    started.remove(name)
+
+
+# -- calibrate suspend -------------------------------------------------------------------------------------
+@dataclass
+class _SuspendPoint:
+    host: str
+    memory_mib: int
+    suspend: List[float] = field(default_factory=list)
+    resume: List[float] = field(default_factory=list)
+
+
+def _state_dir(setup: Setup, host: str, option: Optional[str], cfg: Config) -> str:
+    if option is not None:
+        return option
+    host_cfg = setup.host_configs.get(host)
+    return host_cfg.state_dir if host_cfg is not None else cfg.daemon.state_dir
+
+
+def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
+    """Delete a calibration save image (best effort: a warning names any that stays)."""
+    if setup.kind != "libvirt":
+        return
+    cfg = setup.host_configs[host]
+    try:
+        if not cfg.is_remote or (cfg.is_shared(path) and os.path.exists(path)):
+            os.unlink(path)   # the host's files are this machine's (or on storage this machine sees too)
+            return
+        if cfg.ssh:
+            with ExitStack() as stack:
+                # the driver's own SFTP session (host keys checked as for move_state)
+                sftp = setup.driver._sftp(cfg, stack)  # type: ignore[attr-defined]
+                sftp.remove(path)
+            return
+    except FileNotFoundError:
+        return
+    except (OSError, DriverError) as exc:
+        console.print(f"[yellow]warning:[/] could not remove {escape(path)} on {escape(host)}: {escape(str(exc))}",
+                      soft_wrap=True)
+        return
+    console.print(f"[yellow]warning:[/] left {escape(path)} on {escape(host)} (no ssh setting to remove it)",
+                  soft_wrap=True)
+
+
+def _suspend_table(points: List[_SuspendPoint], suspend: Optional[RateFit], resume: Optional[RateFit],
+                   title: str) -> Table:
+    table = Table(title=title)
+    for name in ("host", "size MiB", "runs", "suspend predicted s", "measured s", "error",
+                 "resume predicted s", "measured s", "error"):
+        table.add_column(name, justify="right")
+    for p in points:
+        runs = str(min(len(p.suspend), len(p.resume)))
+        cells = [p.host, str(p.memory_mib), runs]
+        for fit, values in ((suspend, p.suspend), (resume, p.resume)):
+            if not values:
+                cells += ["-", "-", "-"]
+                continue
+            measured = _mean(values)
+            if fit is None:
+                cells += ["-", f"{measured:.2f}", "-"]
+            else:
+                predicted = fit.predict(p.memory_mib)
+                cells += [f"{predicted:.2f}", f"{measured:.2f}", _pct(predicted, measured)]
+        table.add_row(*cells)
+    return table
+
+
+def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
+    s = cfg.scheduling
+    table = Table(title="Fitted suspend/resume model: seconds = overhead + memory / rate")
+    table.add_column("parameter", style="bold")
+    table.add_column("fitted", justify="right")
+    table.add_column("configured", justify="right")
+    table.add_column("\\[scheduling] key")
+    table.add_row("suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate")
+    table.add_row("suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+                  "(enactment_overhead; not applied)")
+    table.add_row("resume rate MiB/s", f"{resume.rate_mib_s:.3f}", f"{s.resume_rate:g}", "resume_rate")
+    table.add_row("resume overhead s", f"{resume.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+                  "(enactment_overhead; not applied)")
+    table.add_row("rms error, suspend", f"{suspend.rms_s:.3f} s", "", "")
+    table.add_row("rms error, resume", f"{resume.rms_s:.3f} s", "", "")
+    table.add_row("samples", f"{suspend.samples} + {resume.samples}", "", "")
+    return table
+
+
+@calibrate_app.command("suspend")
+def suspend_command(
+    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
+    sizes_text: str = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB."),
+    repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
+    settle_text: Optional[str] = typer.Option(None, "--settle", metavar="S",
+                                              help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver)."),
+    state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR",
+                                            help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
+    guest_dir: str = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir",
+                                  metavar="DIR", help="The lab guest's vmlinuz and initrd.img (as the hosts see them)."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing."),
+    no_store: bool = typer.Option(False, "--no-store", help="Print the fit, do not store it."),
+    state: Optional[Path] = common.StateOption,
+    config: Optional[Path] = common.ConfigOption,
+) -> None:
+    """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
+    hosts = _hosts(host)
+    sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
+    if len(sizes) < 2:
+        raise fail("--sizes: give at least two sizes (rate and overhead are fitted to a line)")
+    repeat = _repeat(repeat_text)
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    if state_dir is not None and not posixpath.isabs(state_dir):
+        raise fail(f"--state-dir: must be an absolute path (got {state_dir!r})")
+    cfg = common.load(config)
+    setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
+    if settle is None:
+        settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
+    console = _console()
+    console.print(f"calibrating suspend/resume on {', '.join(hosts)} on the {setup.kind} driver: sizes "
+                  f"{', '.join(map(str, sizes))} MiB, {repeat} cycle(s) each", soft_wrap=True)
+    token = _token()
+    points = [_SuspendPoint(h, m) for h in hosts for m in sizes]
+    try:
+        with _guests(setup, console) as started:
+            for point in points:
+                name = f"{VM_PREFIX}{token}-{point.memory_mib}m"
+                path = posixpath.join(_state_dir(setup, point.host, state_dir, cfg), f"{name}.state")
+                try:
+                    _measure_suspend(setup, point, repeat, settle, guest_dir, name, path, started, console)
+                finally:
+                    _remove_image(setup, point.host, path, console)
+    except KeyboardInterrupt:
+        raise fail("interrupted; the calibration guests were removed", code=130) from None
+    except (DriverError, LeasewiseError) as exc:
+        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=1) from None
+    finally:
+        setup.driver.close()
+
+    title = f"Suspend/resume on {', '.join(hosts)}: predicted vs measured ({setup.kind} driver)"
+    try:
+        suspend = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.suspend], "suspend")
+        resume = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.resume], "resume")
+    except CalibrationError as exc:
+        console.print(_suspend_table(points, None, None, title))
+        raise fail(f"calibrate suspend: {exc}", code=1) from None
+    console.print(_suspend_table(points, suspend, resume, title))
+    console.print(_rates_table(suspend, resume, cfg))
+    if dry_run or no_store:
+        console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
+        return
+    record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
+    path = _store_result(state, cfg, SUSPEND_SECTION, record)
+    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
+                  "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
+
+
+def _measure_suspend(setup: Setup, point: _SuspendPoint, repeat: int, settle: float, guest_dir: str,
+                     name: str, path: str, started: List[str], console: Console) -> None:
+    spec = guest_spec(name, point.memory_mib, 0, guest_dir)
+    setup.driver.start(spec, point.host)
+    started.append(name)
+    setup.sleep(settle)
+    for run in range(1, repeat + 1):
+        saved = setup.driver.suspend(name, path)
+        point.suspend.append(saved.wall_seconds)
+        restored = setup.driver.resume(name, path, point.host)
+        point.resume.append(restored.wall_seconds)
+        console.print(f"  {point.host}, {point.memory_mib} MiB, cycle {run}/{repeat}: suspend "
+                      f"{saved.wall_seconds:.2f} s, resume {restored.wall_seconds:.2f} s", soft_wrap=True)
+    setup.driver.stop(name, graceful_timeout=0)
+    started.remove(name)
