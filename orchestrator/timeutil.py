@@ -38,6 +38,11 @@ def iso(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def ceil_time(t: datetime) -> datetime:
+    """`t` rounded up to a whole second."""
+    return t if t.microsecond == 0 else t.replace(microsecond=0) + timedelta(seconds=1)
+
+
 def ceil_seconds(seconds: float) -> timedelta:
     """Round a duration up to whole seconds, as the planner works in whole seconds."""
     return timedelta(seconds=math.ceil(seconds - 1e-9))

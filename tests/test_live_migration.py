@@ -265,3 +265,43 @@ def test_a_stored_calibration_times_the_planned_migrations(tmp_path):
     migration = cluster.lease(1).reservations[1].pre[0]
     assert (migration.start, migration.end) == (at("13:29:18"), at("13:29:30"))
     store.close()
+
+
+def test_a_migration_that_overruns_is_aborted_and_the_lease_suspended_in_time(tmp_path):
+    """The link is slower than planned (1 MiB/s, not 12.5): at the reservation's abort_at (13:30 minus the
+    16 s suspension minus 1 s) the daemon gives up, the VM is still on host1 and is suspended there by
+    13:30; the AR starts on time."""
+    from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
+    from orchestrator.clock import SimulatedClock
+    from orchestrator.daemon import Daemon
+
+    path = tmp_path / "state.sqlite"
+    cfg = config_from_dict({"daemon": {"driver": "simulated", "poll_interval": "60s"},
+                            "scheduling": {"suspend_rate": 32, "resume_rate": 32}})
+    with Store.open(path) as store:
+        for name, cap in with_small_host():
+            store.add_host(HostConfig(name=name, uri="sim://", domain_type="qemu"), int(cap.cpu // 100),
+                           int(cap.memory))
+        driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
+                                           SimulatedClock(T0), config=SimulatedDriverConfig(migration_bandwidth_mib_s=1.0))
+        with store.transaction():
+            cluster = Cluster(store, cfg)
+            cluster.submit(be("13:00", 60, memory=512), T0)
+            cluster.save(T0)
+        Daemon(store, cfg, driver, SimulatedClock(T0)).run(until=at("13:15"))
+        with store.transaction():
+            cluster = Cluster(store, cfg)
+            cluster.submit(ar("13:15", "13:30", 30, nodes=4), at("13:15"))
+            cluster.save(at("13:15"))
+        migration = store.lease(1).reservations[1].pre[0]
+        assert migration.extra["abort_at"] == "2026-01-01T13:29:43Z"
+        Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)
+        first, second = store.lease(1), store.lease(2)
+        failed = [e.detail for e in store.events(lease_id=1) if e.kind == "enactment-failed"]
+        counters = store.get_meta("counters")
+    assert len(failed) == 1 and failed[0]["operation"] == "migrate" and failed[0]["outcome"] == "aborted"
+    assert failed[0]["reservation_kind"] == "live-migrate"
+    suspend = next(r for vm in first.reservations for r in vm.post if r.kind.value == "suspend")
+    assert (suspend.start, suspend.end, suspend.hosts) == (at("13:29:44"), at("13:30"), [H1])
+    assert first.state.value == "done" and first.suspensions == 1 and counters["failed_migrations"] == 1
+    assert second.start_time == at("13:30") and second.state.value == "done"

@@ -370,8 +370,10 @@ class DriverEnactor:
                 measured = getattr(exc, "report", None)
                 details = {"outcome": getattr(measured, "outcome", "failed"),
                            "total_seconds": getattr(measured, "total_seconds", None)}
-                raise self._error(lease.id, "migrate", name, vnode, src, exc, **expected,
-                                  **details, rr=rr) from exc
+                error = self._error(lease.id, "migrate", name, vnode, src, exc, **expected, **details, rr=rr)
+                if self._now is not None:
+                    error.at = self._now()   # when it gave up: the fallback is planned from then
+                raise error from exc
             self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
                                                            report.bytes_transferred), rr=rr, **expected,
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,

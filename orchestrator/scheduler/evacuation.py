@@ -35,7 +35,8 @@ from ..slottable import SlotTable
 from ..timeutil import ZERO, ceil_seconds, iso
 from .overheads import Overheads
 
-_MAX_SHIFTS = 16   # how many times an evacuation moves earlier to dodge other live migrations
+_MAX_SHIFTS = 16
+_SLACK = timedelta(seconds=1)   # how many times an evacuation moves earlier to dodge other live migrations
 
 
 @dataclass
@@ -154,7 +155,10 @@ class EvacuationPlanner:
             held[dst] = add(held[dst], self._metered(dst, Resources(0, 0, 0, bandwidth, 0)))
             held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))
         # (a source keeps its entry even when it meters no network: the plan shows both ends)
-        abort_at = max(m_end, needed_by - self.fallback_time(lease))
+        # the last moment a running migration may still finish: then the fallback (suspension) has just
+        # the time it needs, plus a second for the daemon to notice
+        fallback = self.fallback_time(lease)
+        abort_at = max(m_end, needed_by - fallback - (_SLACK if fallback else ZERO))
         migration = Reservation(
             lease_id=lease.id, kind=ReservationKind.LIVE_MIGRATE, start=m_start, end=m_end, resources=held,
             transfers={v: (vm.nodes[v], nodes[v]) for v in moving},

@@ -31,7 +31,7 @@ from ..reservations import Reservation, ReservationKind, ReservationState
 from ..resources import Resources, fits
 from ..slottable import SlotTable
 from ..states import LeaseState as S
-from ..timeutil import UTC, ZERO, parse_time
+from ..timeutil import UTC, ZERO, ceil_time, parse_time
 from .enactment import EnactmentError, Enactor, NullEnactor
 from .evacuation import Evacuation, EvacuationPlanner
 from .vm_scheduler import VMScheduler
@@ -557,7 +557,10 @@ class LeaseScheduler:
         except EnactmentError as exc:
             if operation == "live_migrate" and now is not None:
                 log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
-                self._migration_failed(lease, rr, now)
+                # (a migration that ran until it was aborted ended after the step began: plan from then,
+                # in whole seconds like the rest of the plan)
+                failed_at = getattr(exc, "at", None) or now
+                self._migration_failed(lease, rr, max(now, ceil_time(failed_at)))
                 return False
             if self.config.on_enactment_error == "stop":
                 raise
