@@ -226,9 +226,9 @@ def domain_state(libvirt, conn, name: str) -> str | None:
     """'running', 'paused', 'shutoff', ... as libvirt itself says, or None when the host has no such domain."""
     try:
         dom = conn.lookupByName(name)
-    except libvirt.libvirtError:
+        state = dom.state()[0]
+    except libvirt.libvirtError:   # (also: undefined between the two calls, e.g. migrated away)
         return None
-    state = dom.state()[0]
     return {
         libvirt.VIR_DOMAIN_RUNNING: "running",
         libvirt.VIR_DOMAIN_PAUSED: "paused",
