@@ -3,13 +3,13 @@
 The mapper's filter and score stages look at all hosts at the lease's start time, thousands of times per
 simulated hour. Recomputing each host's usage (a bisect per host) made that the hottest loop. Here each
 host's entry remembers the window [lo, hi) of times over which it is valid (between two breakpoints of
-its timeline); a query at a new time recomputes only the hosts whose window it leaves, and a change to
-a host's reservations invalidates only that host. Filtering and ranking then run as vector operations.
+its timeline, as the slot table's integer time keys); a query at a new time recomputes only the hosts
+whose window it leaves, and a change to a host's reservations invalidates only that host. Filtering and
+ranking then run as vector operations.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,7 +17,10 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     from .slottable import HostTimeline
 
-_INF = float("inf")
+# the slot table's time keys (integer microseconds) bracketing every real one: an entry with
+# lo = _NEVER_LO, hi = _NEVER_HI is valid at no time
+_NEVER_LO = (1 << 63) - 1
+_NEVER_HI = -(1 << 63)
 
 
 class HostStates:
@@ -28,9 +31,9 @@ class HostStates:
         self.capacity = np.zeros((0, 5))
         self.used = np.zeros((0, 5))
         self.count = np.zeros(0, dtype=np.int64)
-        self._lo = np.zeros(0)
-        self._hi = np.zeros(0)
-        self.last = -_INF   # the time last asked about (timestamp)
+        self._lo = np.zeros(0, dtype=np.int64)
+        self._hi = np.zeros(0, dtype=np.int64)
+        self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
 
@@ -41,8 +44,8 @@ class HostStates:
         self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
         self.used = np.vstack([self.used, np.zeros(5)])
         self.count = np.append(self.count, 0)
-        self._lo = np.append(self._lo, _INF)
-        self._hi = np.append(self._hi, -_INF)
+        self._lo = np.append(self._lo, np.int64(_NEVER_LO))
+        self._hi = np.append(self._hi, np.int64(_NEVER_HI))
         self._changed()
 
     def remove_host(self, name: str) -> None:
@@ -68,25 +71,25 @@ class HostStates:
     def invalidate(self, host: str) -> None:
         self._clean = False
         i = self._index[host]
-        self._lo[i] = _INF
-        self._hi[i] = -_INF
+        self._lo[i] = _NEVER_LO
+        self._hi[i] = _NEVER_HI
 
-    def at(self, t: datetime) -> tuple[np.ndarray, np.ndarray]:
-        """(usage per host x resource, reservations per host) at t; the arrays are owned here: read only."""
-        ts = t.timestamp()
-        if self._clean and ts == self.last:
+    def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(usage per host x resource, reservations per host) at the time whose slot-table key
+        (`slottable.time_key`: integer microseconds) is k; the arrays are owned here: read only."""
+        if self._clean and k == self.last:
             return self.used, self.count
-        self.last = ts
-        stale = np.flatnonzero((self._lo > ts) | (self._hi <= ts))
+        self.last = k
+        stale = np.flatnonzero((self._lo > k) | (self._hi <= k))
         self._clean = True
         if stale.size:
             self.version += 1
             rows = stale.tolist()
             timelines = self._timelines
-            windows = [timelines[i].window(t) for i in rows]
+            windows = [timelines[i].window_key(k) for i in rows]
             # one vectorised write per array instead of a numpy element write per host and field
             self.used[stale] = [w[0] for w in windows]
             self.count[stale] = [w[1] for w in windows]
-            self._lo[stale] = [w[2].timestamp() if w[2] is not None else -_INF for w in windows]
-            self._hi[stale] = [w[3].timestamp() if w[3] is not None else _INF for w in windows]
+            self._lo[stale] = [w[2] for w in windows]
+            self._hi[stale] = [w[3] for w in windows]
         return self.used, self.count

@@ -1,19 +1,35 @@
 """The slot table: per host, capacity and the reservations over time, answering the scheduler's queries.
 
-Structure, and why: each host keeps its usage as a *step function* — a sorted list of breakpoints
-(`sortedcontainers.SortedList`, a B+-tree-like list of lists with O(log n) insert, remove and bisect) and,
-per breakpoint, the usage in force until the next one. A breakpoint exists while at least one reservation
-starts or ends there (reference counted), so the table never holds more than 2 breakpoints per reservation.
+Structure, and why: each host keeps its usage as a *step function*: sorted breakpoints and, per breakpoint,
+the usage in force until the next one. A breakpoint exists while at least one reservation starts or ends
+there (reference counted), so the table never holds more than 2 breakpoints per reservation.
 
-- point query (usage at t): one bisect, O(log n);
-- add / remove a reservation: two O(log n) breakpoint updates plus one O(1) vector update per breakpoint
-  *inside* the interval; that count is bounded by the reservations overlapping it, which a host's capacity
-  keeps small, so the cost stays O(log n) as the table grows (benchmarks/slottable.py shows it);
+Representation (chosen for the caches: at 100k reservations, a random host's structures are not in them):
+
+- times become integer keys at the API boundary (`time_key`: microseconds since the Unix epoch, exact for
+  every aware datetime); datetimes go in and come out, keys stay inside (and in `hoststates`);
+- a host's breakpoints live in blocks of at most 2 x _LOAD: per block, the keys in an `array('q')`
+  (contiguous machine integers: a bisect touches a few cache lines and no Python object), and in
+  parallel the datetimes as given, the usage, the reservation counts and the reference counts;
+  `_mins` (the blocks' first keys) picks the block, so a lookup is two bisects, one while the host
+  has a single block (up to 2 x _LOAD breakpoints). A SortedList of datetimes, before, dereferenced a
+  separately allocated object at every probe;
+- usage vectors are shared by value across the table (`SharedUsage`): a plan has a few hundred distinct
+  ones instead of one per breakpoint, so a point query's answer is usually cached, and memory shrinks.
+
+Costs, n the breakpoints of the host:
+
+- point query (usage at t): two bisects, O(log n);
+- add / remove a reservation: two breakpoint updates, each two bisects and an insertion into one block
+  (bounded by 2 x _LOAD), plus one vector update per breakpoint *inside* the interval; that count is
+  bounded by the reservations overlapping it, which a host's capacity keeps small, so the cost stays
+  O(log n) as the table grows (benchmarks/slottable.py shows it);
 - interval queries (fits, latest fit) walk only the breakpoints inside the interval.
 
 Nothing is rebuilt from scratch per query (the reference rebuilt an availability window over
-reservations x changepoints x nodes on every call). Numpy arrays were the alternative: fast scans but
-O(n) inserts; the scheduler inserts as often as it queries, so the sorted structure wins.
+reservations x changepoints x nodes on every call). Per-host numpy arrays were the alternative: O(n)
+inserts and a microsecond of call overhead per query; blocks of plain arrays keep inserts bounded and
+every bisect in C.
 
 Every query takes `excluding`: reservations to treat as gone, which answers "what if these leases were
 preempted" without touching the table.
@@ -21,11 +37,13 @@ preempted" without touching the table.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
+from sys import getrefcount
 
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedKeyList
 
 from .errors import InconsistentSchedule, InvalidRequest
 from .hoststates import HostStates
@@ -37,134 +55,398 @@ from .timeutil import UTC
 FOREVER = datetime.max.replace(tzinfo=UTC)
 
 
+#: the table's internal time: whole microseconds since the Unix epoch, exact for every datetime
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+#: keys below and above every time a datetime can express (the edges of a host's first and last segment)
+BEFORE_ALL = -(1 << 63)
+AFTER_ALL = (1 << 63) - 1
+
+#: breakpoints per block: a block splits in two above 2 x _LOAD and merges with a neighbour below _LOAD / 4
+_LOAD = 256
+_MAX_BLOCK = 2 * _LOAD
+_MIN_BLOCK = _LOAD // 4
+
+_new_tuple = tuple.__new__
+#: `latest_fit`'s scan: the request does not fit even at the interval's start
+_AT_START = object()
+
+
+def time_key(t: datetime) -> int:
+    """The internal key of an aware datetime: microseconds since the Unix epoch."""
+    return (t - _EPOCH) // _MICROSECOND
+
+
+def _plus(a: Resources, b: Resources) -> Resources:
+    # resources.add without NamedTuple's Python-level __new__ (the same object, half the cost)
+    return _new_tuple(Resources, (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4]))
+
+
+def _minus(a: Resources, b: Resources) -> Resources:
+    return _new_tuple(Resources, (a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4]))
+
+
+class SharedUsage:
+    """One object per distinct usage vector, shared by every breakpoint (of every host) at that usage.
+
+    A plan has few distinct vectors (sums of a few VM sizes): a few hundred objects instead of one per
+    breakpoint, so a point query's answer is usually in the CPU caches. Vectors are keyed by value, so
+    equal vectors are one object (100 and 100.0 are equal: the answer may be either). Vectors no
+    breakpoint holds any more are dropped whenever the table has doubled since the last sweep."""
+
+    __slots__ = ("values", "limit")
+
+    def __init__(self) -> None:
+        self.values: dict[Resources, Resources] = {NOTHING: NOTHING}
+        self.limit = 1024
+
+    def add(self, used: Resources) -> Resources:
+        """Record a vector not in `values` yet (the caller looked); returns it."""
+        values = self.values
+        if len(values) >= self.limit:
+            # referenced only by this dict (as key and as value), the sweep's variable and the call
+            unused = [v for v in values if getrefcount(v) <= 4 and v is not NOTHING]
+            for v in unused:
+                del values[v]
+            del unused
+            self.limit = 2 * len(values) + 1024
+        values[used] = used
+        return used
+
+
 class HostTimeline:
-    """Usage of one host as a step function over time."""
+    """Usage of one host as a step function over time.
 
-    __slots__ = ("name", "capacity", "_times", "_usage", "_count", "_refs")
+    The breakpoints live in blocks of at most 2 x _LOAD, in order. `_keys[b]` is an `array('q')` of block
+    b's time keys; the parallel `_times[b]` (each as the datetime it was first given as), `_usage[b]`
+    (shared vectors: usage from that breakpoint to the next), `_count[b]` (reservations in force there)
+    and `_refs[b]` (reservations starting or ending there) hold the rest, and `_mins[b]` is block b's first
+    key, so the block holding the last breakpoint at or before a time is one bisect away."""
 
-    def __init__(self, name: str, capacity: Resources):
+    __slots__ = ("name", "capacity", "_mins", "_keys", "_times", "_usage", "_count", "_refs", "_len",
+                 "_k0", "_u0", "_c0", "_shared", "_limits")
+
+    def __init__(self, name: str, capacity: Resources, shared: SharedUsage | None = None):
         self.name = name
         self.capacity = capacity
-        self._times: SortedList = SortedList()
-        self._usage: dict[datetime, Resources] = {}   # usage in [breakpoint, next breakpoint)
-        self._count: dict[datetime, int] = {}         # reservations in force in that segment
-        self._refs: dict[datetime, int] = {}          # reservations starting or ending there
+        self._shared = shared if shared is not None else SharedUsage()
+        self._limits: tuple = ()   # (capacity, its fields + 1e-9): what `scan` compares with
+        self._mins = array("q")
+        self._keys: list[array] = []
+        self._times: list[list[datetime]] = []
+        self._usage: list[list[Resources]] = []
+        self._count: list[array] = []
+        self._refs: list[array] = []
+        self._len = 0
+        # while there is exactly one block, its keys, usage and counts (else None): queries on a host of
+        # up to 2 x _LOAD breakpoints skip the block level (fewer pointer hops, so fewer cache misses)
+        self._k0: array | None = None
+        self._u0: list[Resources] | None = None
+        self._c0: array | None = None
 
     # -- structure ------------------------------------------------------------------------------------
-    def _split(self, t: datetime) -> None:
-        refs = self._refs
-        if t in refs:
-            refs[t] += 1
-            return
-        times = self._times
-        i = times.bisect_right(t)
-        if i:
-            prev = times[i - 1]
-            self._usage[t] = self._usage[prev]
-            self._count[t] = self._count[prev]
+    def _blocks_changed(self) -> None:
+        if len(self._keys) == 1:
+            self._k0, self._u0, self._c0 = self._keys[0], self._usage[0], self._count[0]
         else:
-            self._usage[t] = NOTHING
-            self._count[t] = 0
-        times.add(t)
-        refs[t] = 1
+            self._k0 = self._u0 = self._c0 = None
 
-    def _unsplit(self, t: datetime) -> None:
-        n = self._refs[t] - 1
+    def _split(self, k: int, t: datetime) -> tuple[int, int]:
+        """Make key k (time t) a breakpoint, or count one more reservation at it; returns its position."""
+        mins = self._mins
+        if not mins:
+            mins.append(k)
+            self._keys.append(array("q", (k,)))
+            self._times.append([t])
+            self._usage.append([NOTHING])
+            self._count.append(array("q", (0,)))
+            self._refs.append(array("q", (1,)))
+            self._len = 1
+            self._blocks_changed()
+            return 0, 0
+        b = bisect_right(mins, k) - 1
+        if b < 0:                        # before every breakpoint: first of the first block
+            b = i = 0
+            used, count = NOTHING, 0
+            mins[0] = k
+            keys = self._keys[0]
+        else:
+            keys = self._keys[b]
+            i = bisect_left(keys, k)     # >= 1: keys[0] == mins[b] <= k
+            if i < len(keys) and keys[i] == k:
+                self._refs[b][i] += 1
+                return b, i
+            used, count = self._usage[b][i - 1], self._count[b][i - 1]
+        keys.insert(i, k)
+        self._times[b].insert(i, t)
+        self._usage[b].insert(i, used)
+        self._count[b].insert(i, count)
+        self._refs[b].insert(i, 1)
+        self._len += 1
+        if len(keys) > _MAX_BLOCK:
+            half = self._split_block(b)
+            if i >= half:
+                return b + 1, i - half
+        return b, i
+
+    def _split_block(self, b: int) -> int:
+        half = len(self._keys[b]) >> 1
+        for blocks in (self._keys, self._times, self._usage, self._count, self._refs):
+            block = blocks[b]
+            blocks.insert(b + 1, block[half:])
+            del block[half:]
+        self._mins.insert(b + 1, self._keys[b + 1][0])
+        self._blocks_changed()
+        return half
+
+    def _unsplit(self, k: int) -> None:
+        """One reservation fewer starts or ends at key k; the breakpoint goes with the last one."""
+        mins = self._mins
+        b = bisect_right(mins, k) - 1
+        keys = self._keys[b]
+        i = bisect_left(keys, k)
+        refs = self._refs[b]
+        n = refs[i] - 1
         if n:
-            self._refs[t] = n
+            refs[i] = n
             return
-        del self._refs[t]
-        self._times.remove(t)
-        del self._usage[t]
-        del self._count[t]
+        self._len -= 1
+        del keys[i], self._times[b][i], self._usage[b][i], self._count[b][i], refs[i]
+        if not keys:
+            for blocks in (mins, self._keys, self._times, self._usage, self._count, self._refs):
+                del blocks[b]
+            self._blocks_changed()
+            return
+        if not i:
+            mins[b] = keys[0]
+        if len(keys) < _MIN_BLOCK and len(mins) > 1:
+            a = b - 1 if b else b        # merge blocks a and a + 1
+            for blocks in (self._keys, self._times, self._usage, self._count, self._refs):
+                blocks[a] += blocks[a + 1]
+                del blocks[a + 1]
+            del mins[a + 1]
+            self._blocks_changed()
+            if len(self._keys[a]) > _MAX_BLOCK:
+                self._split_block(a)
 
     def add(self, start: datetime, end: datetime, amount: Resources) -> None:
-        self._split(start)
-        self._split(end)
-        usage, count = self._usage, self._count
-        for t in self._times.irange(start, end, inclusive=(True, False)):
-            usage[t] = add(usage[t], amount)
-            count[t] += 1
+        self.add_keys(time_key(start), time_key(end), amount, start, end)
+
+    def add_keys(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
+        """`add` for times already converted to keys (ks < ke)."""
+        self._split(ke, end)
+        b, i = self._split(ks, start)
+        keys_, usage_, count_ = self._keys, self._usage, self._count
+        shared = self._shared
+        known = shared.values.get
+        while True:                      # every breakpoint in [start, end); `end` is one, so this stops
+            keys, usage, count = keys_[b], usage_[b], count_[b]
+            for j in range(i, len(keys)):
+                if keys[j] >= ke:
+                    return
+                used = _plus(usage[j], amount)
+                usage[j] = known(used) or shared.add(used)
+                count[j] += 1
+            b += 1
+            i = 0
 
     def remove(self, start: datetime, end: datetime, amount: Resources) -> None:
-        usage, count = self._usage, self._count
-        for t in self._times.irange(start, end, inclusive=(True, False)):
-            usage[t] = sub(usage[t], amount)
-            count[t] -= 1
-        self._unsplit(start)
-        self._unsplit(end)
+        self.remove_keys(time_key(start), time_key(end), amount)
 
-    # -- queries --------------------------------------------------------------------------------------
-    def _floor(self, t: datetime) -> datetime | None:
-        """The last breakpoint at or before t. This is the hottest call of a simulation, so it bisects
-        SortedList's two levels (`_maxes`, `_lists`: documented, stable internals of sortedcontainers)
-        directly instead of going through `bisect_right` + positional indexing, which costs 3x more."""
-        times = self._times
-        maxes = times._maxes
-        if not maxes:
-            return None
-        pos = bisect_right(maxes, t)
-        if pos == len(maxes):
-            return maxes[-1]
-        sub = times._lists[pos]
-        i = bisect_right(sub, t)
-        if i:
-            return sub[i - 1]
-        return maxes[pos - 1] if pos else None
+    def remove_keys(self, ks: int, ke: int, amount: Resources) -> None:
+        """`remove` for times already converted to keys (ks < ke)."""
+        b = bisect_right(self._mins, ks) - 1
+        i = bisect_left(self._keys[b], ks)
+        keys_, usage_, count_ = self._keys, self._usage, self._count
+        shared = self._shared
+        known = shared.values.get
+        walking = True
+        while walking:
+            keys, usage, count = keys_[b], usage_[b], count_[b]
+            for j in range(i, len(keys)):
+                if keys[j] >= ke:
+                    walking = False
+                    break
+                used = _minus(usage[j], amount)
+                usage[j] = known(used) or shared.add(used)
+                count[j] -= 1
+            b += 1
+            i = 0
+        self._unsplit(ks)
+        self._unsplit(ke)
 
-    def window(self, t: datetime) -> tuple[Resources, int, datetime | None, datetime | None]:
-        """(usage, reservation count) at t and the breakpoints around t between which they hold;
-        one two-level bisect, as `_floor`."""
-        times = self._times
-        maxes = times._maxes
-        if not maxes:
-            return NOTHING, 0, None, None
-        pos = bisect_right(maxes, t)
-        if pos == len(maxes):
-            bp = maxes[-1]
-            return self._usage[bp], self._count[bp], bp, None
-        sub = times._lists[pos]
-        i = bisect_right(sub, t)
-        following = sub[i]   # t < maxes[pos] == sub[-1], so i < len(sub)
-        if i:
-            bp = sub[i - 1]
-        elif pos:
-            bp = maxes[pos - 1]
+    # -- queries (by key) -------------------------------------------------------------------------------
+    # Each finds the last breakpoint at or before k: one bisect over the block's contiguous machine
+    # integers (after one over the blocks' first keys when there are several).
+    def usage_key(self, k: int) -> Resources:
+        keys = self._k0
+        if keys is not None:
+            i = bisect_right(keys, k)
+            return self._u0[i - 1] if i else NOTHING
+        b = bisect_right(self._mins, k) - 1
+        if b < 0:
+            return NOTHING
+        return self._usage[b][bisect_right(self._keys[b], k) - 1]
+
+    def state_key(self, k: int) -> tuple[Resources, int]:
+        """(usage, number of reservations) at key k."""
+        keys = self._k0
+        if keys is not None:
+            i = bisect_right(keys, k)
+            return (self._u0[i - 1], self._c0[i - 1]) if i else (NOTHING, 0)
+        b = bisect_right(self._mins, k) - 1
+        if b < 0:
+            return NOTHING, 0
+        i = bisect_right(self._keys[b], k) - 1
+        return self._usage[b][i], self._count[b][i]
+
+    def window_key(self, k: int) -> tuple[Resources, int, int, int]:
+        """(usage, reservation count) at key k and the keys [lo, hi) of the breakpoints around k between
+        which they hold (BEFORE_ALL / AFTER_ALL where there is none)."""
+        keys = self._k0
+        if keys is not None:
+            i = bisect_right(keys, k)
+            following = keys[i] if i < len(keys) else AFTER_ALL
+            if i:
+                return self._u0[i - 1], self._c0[i - 1], keys[i - 1], following
+            return NOTHING, 0, BEFORE_ALL, following
+        mins = self._mins
+        b = bisect_right(mins, k) - 1
+        if b < 0:
+            return NOTHING, 0, BEFORE_ALL, mins[0] if mins else AFTER_ALL
+        keys = self._keys[b]
+        i = bisect_right(keys, k)        # >= 1
+        if i < len(keys):
+            following = keys[i]
         else:
-            return NOTHING, 0, None, following
-        return self._usage[bp], self._count[bp], bp, following
+            following = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
+        return self._usage[b][i - 1], self._count[b][i - 1], keys[i - 1], following
+
+    def scan(self, k1: int, k2: int | None, request: Resources,
+             relevant: list[tuple[int, int, Resources]] | None = None):
+        """Walk the segments meeting [k1, k2) (k2 None: to the end) until `request` stops fitting:
+        None if it fits in all, `_AT_START` if not even at k1, else the time of the breakpoint where
+        it first does not. `relevant`: (start key, end key, amount) of reservations to treat as gone."""
+        limits = self._limits
+        if not limits or limits[0] is not self.capacity:
+            cap = self.capacity
+            limits = self._limits = (cap, cap[0] + 1e-9, cap[1] + 1e-9, cap[2] + 1e-9, cap[3] + 1e-9,
+                                     cap[4] + 1e-9)
+        _, c0, c1, c2, c3, c4 = limits
+        r0, r1, r2, r3, r4 = request
+        keys_, usage_ = self._keys, self._usage
+        nb = len(keys_)
+        b = bisect_right(self._mins, k1) - 1
+        if b < 0:
+            b = i = 0
+            used = NOTHING
+        else:
+            i = bisect_right(keys_[b], k1)
+            used = usage_[b][i - 1]
+        if relevant:
+            used = sub(used, _excluded_amount(relevant, k1))
+        # exactly resources.fits(used, request, cap), with the capacity sums hoisted out of the loop
+        if not (used[0] + r0 <= c0 and used[1] + r1 <= c1 and used[2] + r2 <= c2
+                and used[3] + r3 <= c3 and used[4] + r4 <= c4):
+            return _AT_START
+        if k2 is None:
+            k2 = AFTER_ALL
+        while b < nb:
+            keys, usage = keys_[b], usage_[b]
+            for j in range(i, len(keys)):
+                k = keys[j]
+                if k >= k2:
+                    return None
+                used = usage[j]
+                if relevant:
+                    used = sub(used, _excluded_amount(relevant, k))
+                if not (used[0] + r0 <= c0 and used[1] + r1 <= c1 and used[2] + r2 <= c2
+                        and used[3] + r3 <= c3 and used[4] + r4 <= c4):
+                    return self._times[b][j]
+            b += 1
+            i = 0
+        return None
+
+    def _slices(self, k1: int, k2: int | None) -> list[tuple[int, int, int]]:
+        """(block, first, last + 1) of the breakpoints strictly inside (k1, k2), block by block."""
+        mins = self._mins
+        nb = len(mins)
+        b = bisect_right(mins, k1) - 1
+        if b < 0:
+            b = i = 0
+        else:
+            i = bisect_right(self._keys[b], k1)
+        out = []
+        while b < nb:
+            keys = self._keys[b]
+            if k2 is not None and (b + 1 == nb or mins[b + 1] >= k2):
+                j = bisect_left(keys, k2)
+                if j > i:
+                    out.append((b, i, j))
+                return out
+            if i < len(keys):
+                out.append((b, i, len(keys)))
+            b += 1
+            i = 0
+        return out
+
+    def breakpoint_list(self, k1: int, k2: int | None) -> list[datetime]:
+        """The breakpoints strictly inside (k1, k2), in order."""
+        times_ = self._times
+        return [t for b, i, j in self._slices(k1, k2) for t in times_[b][i:j]]
+
+    def collect(self, k1: int, k2: int | None, into: dict[int, datetime]) -> None:
+        """Add (key: time) of every breakpoint strictly inside (k1, k2) to `into`."""
+        keys_, times_ = self._keys, self._times
+        for b, i, j in self._slices(k1, k2):
+            into.update(zip(keys_[b][i:j], times_[b][i:j]))
+
+    # -- queries (by datetime) --------------------------------------------------------------------------
+    def window(self, t: datetime) -> tuple[Resources, int, datetime | None, datetime | None]:
+        """(usage, reservation count) at t and the breakpoints around t between which they hold."""
+        used, count, lo, hi = self.window_key(time_key(t))
+        return used, count, self._time_of(lo), self._time_of(hi)
+
+    def _time_of(self, k: int) -> datetime | None:
+        """The datetime of breakpoint key k (None for BEFORE_ALL / AFTER_ALL)."""
+        if k == BEFORE_ALL or k == AFTER_ALL:
+            return None
+        b = bisect_right(self._mins, k) - 1
+        return self._times[b][bisect_left(self._keys[b], k)]
 
     def usage_at(self, t: datetime) -> Resources:
-        bp = self._floor(t)
-        return NOTHING if bp is None else self._usage[bp]
+        return self.usage_key(time_key(t))
 
     def state_at(self, t: datetime) -> tuple[Resources, int]:
-        """(usage, number of reservations) at t, with one bisect."""
-        bp = self._floor(t)
-        if bp is None:
-            return NOTHING, 0
-        return self._usage[bp], self._count[bp]
+        """(usage, number of reservations) at t, with one lookup."""
+        return self.state_key(time_key(t))
 
     def count_at(self, t: datetime) -> int:
-        bp = self._floor(t)
-        return 0 if bp is None else self._count[bp]
+        return self.state_key(time_key(t))[1]
 
     def last_breakpoint(self) -> datetime | None:
         """After this time the host is empty."""
-        return self._times[-1] if self._times else None
+        return self._times[-1][-1] if self._times else None
 
     def segments(self, t1: datetime, t2: datetime | None) -> Iterator[tuple[datetime, Resources]]:
         """(segment start, usage) for every segment meeting [t1, t2); the first starts at t1."""
-        yield t1, self.usage_at(t1)
-        usage = self._usage
-        for t in self._times.irange(t1, t2, inclusive=(False, False)):
-            yield t, usage[t]
+        k1 = time_key(t1)
+        yield t1, self.usage_key(k1)
+        times_, usage_ = self._times, self._usage
+        for b, i, j in self._slices(k1, None if t2 is None else time_key(t2)):
+            yield from zip(times_[b][i:j], usage_[b][i:j])
 
     def breakpoints(self, t1: datetime, t2: datetime | None = None) -> Iterator[datetime]:
-        return self._times.irange(t1, t2, inclusive=(False, False))
+        """Breakpoints strictly inside (t1, t2), in order."""
+        return iter(self.breakpoint_list(time_key(t1), None if t2 is None else time_key(t2)))
+
+    def items(self) -> Iterator[tuple[datetime, Resources]]:
+        """Every (breakpoint, usage from there), in order."""
+        for times, usage in zip(self._times, self._usage):
+            yield from zip(times, usage)
 
     def __len__(self) -> int:
-        return len(self._times)
+        return self._len
 
 
 def _relevant(excluding: Collection[Reservation], host: str, t1: datetime, t2: datetime | None,
@@ -179,11 +461,15 @@ def _relevant(excluding: Collection[Reservation], host: str, t1: datetime, t2: d
     return list(out.values())
 
 
-def _excluded_amount(relevant: list[Reservation], host: str, t: datetime) -> Resources:
+def _relevant_keys(relevant: list[Reservation], host: str) -> list[tuple[int, int, Resources]]:
+    return [(time_key(r.start), time_key(r.end), r.resources[host]) for r in relevant]
+
+
+def _excluded_amount(relevant: list[tuple[int, int, Resources]], k: int) -> Resources:
     total = NOTHING
-    for r in relevant:
-        if r.start <= t < r.end:
-            total = add(total, r.resources[host])
+    for start, end, amount in relevant:
+        if start <= k < end:
+            total = add(total, amount)
     return total
 
 
@@ -193,13 +479,18 @@ class SlotTable:
     def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = ()):
         self._hosts: dict[str, HostTimeline] = {}
         self._reservations: dict[int, Reservation] = {}
-        self._by_lease: dict[int, dict[int, Reservation]] = {}
+        #: lease id -> its reservation, or {id: reservation} when it has several (most have one)
+        self._by_lease: dict[int, Reservation | dict[int, Reservation]] = {}
+        self._shared = SharedUsage()
         self._by_end: SortedKeyList = SortedKeyList(key=lambda r: (r.end, r.id))
         self._next_id = 1
         self._largest: Resources | None = None
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
         self._snapshots = (HostStates(), HostStates())
+        #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
+        #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
+        self._keys: list[tuple] = [(None, 0), (None, 0)]   # the last (start, key) and (end, key) asked
         #: the time most queries are about (set by the scheduler as time goes on)
         self.present: datetime | None = None
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
@@ -211,7 +502,7 @@ class SlotTable:
         if name in self._hosts:
             raise InvalidRequest("host", f"{name!r} is already in the slot table")
         capacity.validate(f"host {name}")
-        self._hosts[name] = HostTimeline(name, capacity)
+        self._hosts[name] = HostTimeline(name, capacity, self._shared)
         self._largest = None
         for snapshot in self._snapshots:
             snapshot.add_host(self._hosts[name])
@@ -270,13 +561,23 @@ class SlotTable:
         return rr
 
     def _insert(self, rr: Reservation) -> None:
-        if rr.end > rr.start:
+        start, end = rr.start, rr.end
+        if end > start:
+            ks, ke = time_key(start), time_key(end)
+            hosts = self._hosts
             for host, amount in rr.resources.items():
-                self._hosts[host].add(rr.start, rr.end, amount)
+                hosts[host].add_keys(ks, ke, amount, start, end)
                 for snapshot in self._snapshots:
                     snapshot.invalidate(host)
         self._reservations[rr.id] = rr
-        self._by_lease.setdefault(rr.lease_id, {})[rr.id] = rr
+        by_lease = self._by_lease
+        held = by_lease.get(rr.lease_id)
+        if held is None:
+            by_lease[rr.lease_id] = rr
+        elif type(held) is dict:
+            held[rr.id] = rr
+        else:
+            by_lease[rr.lease_id] = {held.id: held, rr.id: rr}
         self._by_end.add(rr)
 
     def remove(self, rr: Reservation) -> None:
@@ -284,15 +585,20 @@ class SlotTable:
             raise InconsistentSchedule(f"reservation {rr!r} is not in the slot table")
         self._by_end.remove(rr)
         if rr.end > rr.start:
+            ks, ke = time_key(rr.start), time_key(rr.end)
+            hosts = self._hosts
             for host, amount in rr.resources.items():
-                self._hosts[host].remove(rr.start, rr.end, amount)
+                hosts[host].remove_keys(ks, ke, amount)
                 for snapshot in self._snapshots:
                     snapshot.invalidate(host)
         del self._reservations[rr.id]
-        lease_rrs = self._by_lease[rr.lease_id]
-        del lease_rrs[rr.id]
-        if not lease_rrs:
+        held = self._by_lease[rr.lease_id]
+        if held is rr:
             del self._by_lease[rr.lease_id]
+        else:
+            del held[rr.id]
+            if len(held) == 1:
+                self._by_lease[rr.lease_id] = next(iter(held.values()))
 
     def update(self, rr: Reservation, start: datetime, end: datetime,
                resources: dict[str, Resources] | None = None) -> None:
@@ -317,7 +623,12 @@ class SlotTable:
         return list(self._reservations.values())
 
     def reservations_of(self, lease_id: int) -> list[Reservation]:
-        return sorted(self._by_lease.get(lease_id, {}).values(), key=lambda r: (r.start, r.id))
+        held = self._by_lease.get(lease_id)
+        if held is None:
+            return []
+        if type(held) is not dict:
+            return [held]
+        return sorted(held.values(), key=lambda r: (r.start, r.id))
 
     def reservations_ending_after(self, t: datetime, until: datetime | None = None) -> list[Reservation]:
         """Reservations ending after t (and, with `until`, at or before it), by end time."""
@@ -342,34 +653,32 @@ class SlotTable:
 
     # -- point and interval queries -------------------------------------------------------------------------
     def usage_at(self, host: str, t: datetime, excluding: Collection[Reservation] = ()) -> Resources:
-        tl = self._timeline(host)
-        used = tl.usage_at(t)
+        try:
+            tl = self._hosts[host]
+        except KeyError:
+            raise InvalidRequest("host", f"unknown host {host!r}") from None
+        k = (t - _EPOCH) // _MICROSECOND   # time_key(t), inline: this is the point query
+        used = tl.usage_key(k)
         if excluding:
-            used = sub(used, _excluded_amount(_relevant(excluding, host, t, None, self._reservations), host, t))
+            relevant = _relevant(excluding, host, t, None, self._reservations)
+            if relevant:
+                used = sub(used, _excluded_amount(_relevant_keys(relevant, host), k))
         return used
 
     def free_at(self, host: str, t: datetime, excluding: Collection[Reservation] = ()) -> Resources:
         return sub(self._timeline(host).capacity, self.usage_at(host, t, excluding))
 
     def reservation_count_at(self, host: str, t: datetime) -> int:
-        return self._timeline(host).count_at(t)
+        return self._timeline(host).state_key(time_key(t))[1]
 
     def fits(self, host: str, request: Resources, t1: datetime, t2: datetime,
              excluding: Collection[Reservation] = ()) -> bool:
-        """Whether `request` fits on `host` during all of [t1, t2)."""
-        if t2 <= t1:
-            if t2 < t1:
-                raise InvalidRequest("end", f"interval ends ({t2}) before it starts ({t1})")
-            return fits(self.usage_at(host, t1, excluding), request, self._timeline(host).capacity)
-        tl = self._timeline(host)
-        cap = tl.capacity
-        relevant = _relevant(excluding, host, t1, t2, self._reservations) if excluding else None
-        for seg_start, used in tl.segments(t1, t2):
-            if relevant:
-                used = sub(used, _excluded_amount(relevant, host, seg_start))
-            if not fits(used, request, cap):
-                return False
-        return True
+        """Whether `request` fits on `host` during all of [t1, t2) (at t1 if the interval is empty)."""
+        if t2 < t1:
+            raise InvalidRequest("end", f"interval ends ({t2}) before it starts ({t1})")
+        # (an empty interval is the point t1: what is in force there, whenever it started)
+        tl, relevant = self._scan_setup(host, t1, t2 if t2 > t1 else None, excluding)
+        return tl.scan(self._key(t1, 0), self._key(t2, 1), request, relevant) is None
 
     def latest_fit(self, host: str, request: Resources, t1: datetime, t2: datetime | None = None,
                    excluding: Collection[Reservation] = ()) -> datetime | None:
@@ -378,17 +687,32 @@ class SlotTable:
         forever returns `datetime.max` in UTC."""
         if t2 is not None and t2 < t1:
             raise InvalidRequest("end", f"interval ends ({t2}) before it starts ({t1})")
-        tl = self._timeline(host)
-        cap = tl.capacity
-        relevant = _relevant(excluding, host, t1, t2, self._reservations) if excluding else None
-        first = True
-        for seg_start, used in tl.segments(t1, t2):
-            if relevant:
-                used = sub(used, _excluded_amount(relevant, host, seg_start))
-            if not fits(used, request, cap):
-                return None if first else seg_start
-            first = False
-        return t2 if t2 is not None else FOREVER
+        tl, relevant = self._scan_setup(host, t1, t2 if t2 is None or t2 > t1 else None, excluding)
+        stop = tl.scan(self._key(t1, 0), None if t2 is None else self._key(t2, 1), request, relevant)
+        if stop is None:
+            return t2 if t2 is not None else FOREVER
+        return None if stop is _AT_START else stop
+
+    def _scan_setup(self, host: str, t1: datetime, t2: datetime | None, excluding: Collection[Reservation]):
+        """The host's timeline, and the excluded reservations that matter over [t1, t2) (by key)."""
+        try:
+            tl = self._hosts[host]
+        except KeyError:
+            raise InvalidRequest("host", f"unknown host {host!r}") from None
+        relevant = None
+        if excluding:
+            relevant = _relevant(excluding, host, t1, t2, self._reservations)
+            relevant = _relevant_keys(relevant, host) if relevant else None
+        return tl, relevant
+
+    # the mapper asks host after host about the same interval: its two keys are remembered
+    def _key(self, t: datetime, slot: int) -> int:
+        memo = self._keys[slot]
+        if memo[0] is t:
+            return memo[1]
+        k = (t - _EPOCH) // _MICROSECOND
+        self._keys[slot] = (t, k)
+        return k
 
     def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray", tuple]:
         """(host names, usage rows, capacity rows, reservation counts, version) of every host at t,
@@ -397,7 +721,7 @@ class SlotTable:
         backfilling points) use the second, so they never disturb the first."""
         present, elsewhere = self._snapshots
         snapshot = present if t == self.present else elsewhere
-        used, count = snapshot.at(t)
+        used, count = snapshot.at(time_key(t))
         return snapshot.names, used, snapshot.capacity, count, (id(snapshot), snapshot.version)
 
     def row(self, host: str) -> int:
@@ -421,11 +745,14 @@ class SlotTable:
         the host-selection policies score, gathered with one bisect per host."""
         out = []
         timelines = self._hosts
+        k = time_key(t)
         for h in hosts:
             tl = timelines[h]
-            used, count = tl.state_at(t)
+            used, count = tl.state_key(k)
             if excluding:
-                used = sub(used, _excluded_amount(_relevant(excluding, h, t, None, self._reservations), h, t))
+                relevant = _relevant(excluding, h, t, None, self._reservations)
+                if relevant:
+                    used = sub(used, _excluded_amount(_relevant_keys(relevant, h), k))
             out.append((h, used, tl.capacity, count))
         return out
 
@@ -433,19 +760,21 @@ class SlotTable:
                            hosts: Iterable[str] | None = None) -> list[datetime]:
         """Sorted times after `t` (and before `until`) at which some reservation starts or ends on the
         hosts (usage may stay the same there, e.g. between back-to-back equal reservations)."""
-        names = self._hosts if hosts is None else hosts
-        points: set[datetime] = set()
-        for name in names:
-            points.update(self._timeline(name).breakpoints(t, until))
-        return sorted(points)
+        timelines = list(self._hosts.values()) if hosts is None else [self._timeline(h) for h in hosts]
+        k1, k2 = time_key(t), None if until is None else time_key(until)
+        if len(timelines) == 1:
+            return timelines[0].breakpoint_list(k1, k2)
+        points: dict[int, datetime] = {}
+        for tl in timelines:
+            tl.collect(k1, k2, points)
+        return [points[k] for k in sorted(points)]
 
     # -- whole-table checks -----------------------------------------------------------------------------------
     def overcommitted(self) -> list[tuple[str, datetime, Resources]]:
         """Every (host, segment start, usage) where usage exceeds capacity: empty in a healthy plan."""
         bad = []
         for tl in self._hosts.values():
-            for t in tl._times:
-                used = tl._usage[t]
+            for t, used in tl.items():
                 if not fits(used, NOTHING, tl.capacity):
                     bad.append((tl.name, t, used))
         return bad

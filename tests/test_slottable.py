@@ -14,7 +14,7 @@ so h1's usage is 0 before 10, 2/1024 on [10,15), 6/3072 on [15,20), 5/2560 on [2
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -440,3 +440,102 @@ def test_a_kept_id_is_never_handed_out_again():
     assert foreign.id == 2 and first.id == 3 and second.id == 4
     assert len(table) == 3 and all(r in table for r in (foreign, first, second))
     assert table.usage_at("h1", T(5)) == R(3)
+
+
+def test_an_empty_interval_excluding_a_reservation_that_starts_there(base):
+    """[t, t) is the point t: an excluded reservation in force at t does not count, even one starting at t."""
+    table, r1, r2, r3 = base
+    assert table.fits("h1", R(6), T(10), T(10)) is True            # 2 in use
+    assert table.fits("h1", R(7), T(10), T(10)) is False
+    assert table.fits("h1", R(8), T(10), T(10), excluding=[r1]) is True
+    assert table.latest_fit("h1", R(8), T(10), T(10), excluding=[r1]) == T(10)
+    assert table.latest_fit("h1", R(8), T(15), T(15), excluding=[r2]) is None   # r1 still holds 2
+    assert table.latest_fit("h1", R(6), T(15), T(15), excluding=[r2]) == T(15)
+
+
+# -- internal representation: integer time keys, blocks, shared usage vectors ------------------------------------------
+
+def test_times_a_microsecond_apart_and_at_the_ends_of_the_calendar_stay_distinct():
+    table = SlotTable({"h1": CAP})
+    t = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    us = timedelta(microseconds=1)
+    a = table.add(rr(1, 0, 0, {"h1": R(1)}))
+    table.update(a, t, t + us)                                   # one microsecond long
+    b = table.add(Reservation(2, ReservationKind.VM, t + us, t + 2 * us, {"h1": R(2)}))
+    assert [table.usage_at("h1", x) for x in (t - us, t, t + us, t + 2 * us)] == [R(0), R(1), R(2), R(0)]
+    assert table.changepoints_after(t - us) == [t, t + us, t + 2 * us]
+    assert table.latest_fit("h1", R(7), t - us) == t + us
+    first = datetime(1, 1, 1, tzinfo=UTC)
+    c = table.add(Reservation(3, ReservationKind.VM, first, first + us, {"h1": R(3)}))
+    d = table.add(Reservation(4, ReservationKind.VM, FOREVER - us, FOREVER, {"h1": R(4)}))
+    assert table.usage_at("h1", first) == R(3) and table.usage_at("h1", first + us) == R(0)
+    assert table.usage_at("h1", FOREVER - us) == R(4) and table.usage_at("h1", FOREVER) == R(0)
+    assert table.timeline("h1").last_breakpoint() == FOREVER
+    assert table.changepoints_after(first) == [first + us, t, t + us, t + 2 * us, FOREVER - us, FOREVER]
+    for r in (a, b, c, d):
+        table.remove(r)
+    assert len(table.timeline("h1")) == 0
+
+
+def test_times_in_other_timezones_are_the_same_instants():
+    plus2 = timezone(timedelta(hours=2))
+    table = SlotTable({"h1": CAP})
+    local = datetime(2026, 1, 1, 2, 10, tzinfo=plus2)             # 00:10 UTC
+    r = table.add(Reservation(1, ReservationKind.VM, local, local + timedelta(minutes=10), {"h1": R(2)}))
+    assert table.usage_at("h1", T(10)) == R(2) and table.usage_at("h1", T(9.99)) == R(0)
+    assert table.changepoints_after(T(0)) == [T(10), T(20)]
+    assert table.fits("h1", R(7), local - timedelta(minutes=5), local) is True
+    table.remove(r)
+    assert table.changepoints_after(T(0)) == []
+
+
+def test_a_host_with_many_breakpoints_against_brute_force():
+    """Thousands of breakpoints on one host: blocks split and merge; every answer matches a plain sum."""
+    import random
+    rng = random.Random(7)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9)})
+    live = []
+    for lease in range(1, 3001):
+        start = rng.randrange(0, 20_000)
+        live.append(table.add(rr(lease, start, start + rng.randrange(1, 60), {"h1": R(1, rng.randrange(1, 5))})))
+
+    def check():
+        points = {p for r in live for p in (r.start, r.end)}
+        tl = table.timeline("h1")
+        assert len(tl) == len(points)
+        assert table.changepoints_after(EPOCH - timedelta(days=1)) == sorted(points)
+        for _ in range(300):
+            t = T(rng.randrange(-10, 20_100) + rng.choice((0, 0.5)))
+            expected = [r for r in live if r.start <= t < r.end]
+            assert table.usage_at("h1", t) == Resources(sum(r.resources["h1"].cpu for r in expected),
+                                                          sum(r.resources["h1"].memory for r in expected))
+            assert table.reservation_count_at("h1", t) == len(expected)
+            used, count, lo, hi = tl.window(t)
+            assert count == len(expected)
+            assert lo == max((p for p in points if p <= t), default=None)
+            assert hi == min((p for p in points if p > t), default=None)
+
+    check()
+    assert len(table.timeline("h1")._keys) > 4                    # several blocks
+    rng.shuffle(live)
+    while len(live) > 50:
+        table.remove(live.pop())
+    check()
+    while live:
+        table.remove(live.pop())
+    assert len(table.timeline("h1")) == 0 and table.timeline("h1")._keys == []
+    assert table.usage_at("h1", T(100)) == NOTHING
+
+
+def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped():
+    table = SlotTable({"h1": CAP, "h2": CAP})
+    a = table.add(rr(1, 0, 10, {"h1": R(1, 512), "h2": R(1, 512)}))
+    assert table.usage_at("h1", T(5)) is table.usage_at("h2", T(5))
+    shared = table._shared
+    for n in range(1, 20):                                        # each step leaves a vector nothing holds
+        table.update(a, T(0), T(10), {"h1": R(1, 512 + n), "h2": R(1, 512)})
+    assert len(shared.values) >= 20
+    shared.limit = len(shared.values)                             # the next new vector sweeps
+    table.update(a, T(0), T(10), {"h1": R(1, 600), "h2": R(1, 512)})
+    assert set(shared.values) == {NOTHING, R(1, 512), R(1, 600)}
+    assert table.usage_at("h1", T(5)) == R(1, 600) and table.usage_at("h2", T(5)) == R(1, 512)

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from orchestrator.reservations import Reservation, ReservationKind
 from orchestrator.resources import Resources
+from orchestrator import slottable
 from orchestrator.slottable import FOREVER, SlotTable
 from orchestrator.timeutil import UTC
 
@@ -226,3 +227,36 @@ class SlotTableMachine(RuleBasedStateMachine):
 TestSlotTableMachine = SlotTableMachine.TestCase
 TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None, report_multiple_bugs=False,
                                          suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- the same machine with tiny blocks ---------------------------------------------------------------------------------
+# A host's breakpoints live in blocks of up to 2 x _LOAD (hundreds), which the machine above never fills.
+# With blocks of 2 to 4 breakpoints, every step splits, merges or empties blocks, and walks across them.
+
+class TinyBlocksMachine(SlotTableMachine):
+    def __init__(self):
+        super().__init__()
+        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK)
+        slottable._MAX_BLOCK, slottable._MIN_BLOCK = 4, 2
+
+    def teardown(self):
+        slottable._MAX_BLOCK, slottable._MIN_BLOCK = self._saved
+
+    @invariant()
+    def blocks_are_well_formed(self):
+        for host in self.caps:
+            tl = self.table.timeline(host)
+            keys = [k for block in tl._keys for k in block]
+            assert keys == sorted(set(keys)) and len(keys) == len(tl)
+            assert list(tl._mins) == [block[0] for block in tl._keys]
+            assert all(0 < len(block) <= 4 for block in tl._keys)
+            assert [len(b) for b in tl._usage] == [len(b) for b in tl._count] == [len(b) for b in tl._refs] \
+                == [len(b) for b in tl._times] == [len(b) for b in tl._keys]
+            assert [slottable.time_key(t) for block in tl._times for t in block] == keys
+            single = len(tl._keys) == 1
+            assert (tl._k0 is not None) == single and (not single or tl._k0 is tl._keys[0])
+
+
+TestTinyBlocksMachine = TinyBlocksMachine.TestCase
+TestTinyBlocksMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                          report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
