@@ -68,6 +68,11 @@ class HostStates:
     def row(self, host: str) -> int:
         return self._index[host]
 
+    @property
+    def valid_until(self) -> np.ndarray:
+        """Per host, the key of its next breakpoint after the time last asked about (`at`)."""
+        return self._hi
+
     def invalidate(self, host: str) -> None:
         self._clean = False
         i = self._index[host]

@@ -21,7 +21,7 @@ from .lease import Lease
 from .policies import HostSelectionPolicy, PreemptionPolicy
 from .reservations import Reservation, ReservationKind
 from .resources import NOTHING, Resources, add, fits
-from .slottable import SlotTable
+from .slottable import SlotTable, time_key
 
 
 @dataclass
@@ -122,26 +122,24 @@ class Mapper:
                         row = table.row(host)
                         used[row] -= amount
                         count[row] -= 1
-        fitting = np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
-        if len(hosts) != len(names):
-            allowed = np.zeros(len(names), dtype=bool)
-            allowed[[table.row(h) for h in hosts]] = True
-            fitting &= allowed
-        candidates = np.flatnonzero(fitting)
-        if not candidates.size:
+        ranked = self._rank(table, names, used, cap, count, hosts, smallest)
+        if not ranked:
             return None
-        ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates], count[candidates])]
         rows: dict[str, int] = {}
 
         def ranked_hosts():
             # lazily: a lease usually needs only the first few hosts of a long ranking
-            for i in ranked.tolist():
+            for i in ranked:
                 host = names[i]
                 rows[host] = i
                 yield host
 
         ordered = ranked_hosts()
         at_start: dict[str, tuple[Resources, Resources]] = {}
+        # hosts whose usage does not change before `end` need no walk along their timeline: what fits
+        # at the start fits throughout (with exclusions the arrays do not tell, so not then)
+        steady = None if excluding or (end <= start and not strict_end) else table.unchanged_until(start)
+        end_key = time_key(end)
 
         def instant(host: str) -> tuple[Resources, Resources]:
             pair = at_start.get(host)
@@ -155,12 +153,20 @@ class Mapper:
         held: dict[str, Resources] = {}
         until: dict[str, datetime] = {}
 
+        uniform = lease.request.uniform is not None
+
         def try_add(host: str, vnode: int) -> bool:
-            trial = add(held.get(host, NOTHING), requests[vnode])
-            used_now, cap_now = instant(host)
-            if not fits(used_now, trial, cap_now):   # not even at the start: no need to walk the timeline
-                return False
-            if strict_end:
+            before = held.get(host)
+            trial = requests[vnode] if before is None else add(before, requests[vnode])
+            # not even at the start: no need to walk the timeline (the filter stage already checked
+            # the smallest node, which for alike nodes is any first one on the host)
+            if before is not None or not uniform:
+                used_now, cap_now = instant(host)
+                if not fits(used_now, trial, cap_now):
+                    return False
+            if steady is not None and steady[rows[host]] >= end_key:
+                until[host] = end
+            elif strict_end:
                 if not table.fits(host, trial, start, end, excluding):
                     return False
                 until[host] = end
@@ -172,8 +178,6 @@ class Mapper:
             held[host] = trial
             nodes[vnode] = host
             return True
-
-        uniform = lease.request.uniform is not None
 
         def take_first_fitting(host: str) -> bool:
             if uniform:   # all nodes alike: the first one stands for any
@@ -211,6 +215,20 @@ class Mapper:
         if remaining:
             return None
         return Mapping(nodes=nodes, end=min(until[h] for h in held))
+
+    def _rank(self, table: SlotTable, names, used, cap, count, hosts: list[str], smallest: Resources) -> list[int]:
+        """Filter and score: the rows of the hosts where the smallest node fits at the start, best first
+        for the host-selection policy."""
+        fitting = np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
+        if len(hosts) != len(names):
+            allowed = np.zeros(len(names), dtype=bool)
+            allowed[[table.row(h) for h in hosts]] = True
+            fitting &= allowed
+        candidates = np.flatnonzero(fitting)
+        if not candidates.size:
+            return []
+        return candidates[self.host_selection.rank_indices(used[candidates], cap[candidates],
+                                                           count[candidates])].tolist()
 
     # -- preemption -------------------------------------------------------------------------------------
     def _place_with_preemption(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime,

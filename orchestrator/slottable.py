@@ -724,6 +724,14 @@ class SlotTable:
         used, count = snapshot.at(time_key(t))
         return snapshot.names, used, snapshot.capacity, count, (id(snapshot), snapshot.version)
 
+    def unchanged_until(self, t: datetime) -> "np.ndarray":
+        """Per host (rows as in `state_arrays`), the key (`time_key`) of its first breakpoint after t: its
+        usage stays what `state_arrays(t)` says until then. Read only."""
+        present, elsewhere = self._snapshots
+        snapshot = present if t == self.present else elsewhere
+        snapshot.at(time_key(t))
+        return snapshot.valid_until
+
     def row(self, host: str) -> int:
         """The host's row in the arrays `state_arrays` returns."""
         try:
