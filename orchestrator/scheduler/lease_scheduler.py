@@ -31,7 +31,7 @@ from ..reservations import Reservation, ReservationKind, ReservationState
 from ..resources import Resources, fits
 from ..slottable import SlotTable
 from ..states import LeaseState as S
-from ..timeutil import UTC, ZERO, ceil_time, parse_time
+from ..timeutil import UTC, ZERO, ceil_time, iso, parse_time
 from .enactment import EnactmentError, Enactor, NullEnactor
 from .evacuation import Evacuation, EvacuationPlanner
 from .vm_scheduler import VMScheduler
@@ -620,7 +620,7 @@ class LeaseScheduler:
         if host not in self.table.hosts:
             raise InvalidRequest("host", f"no host named {host!r}")
         if host in self.blocks:
-            raise InvalidRequest("host", f"{host} is already drained (from {self.blocks[host].start.isoformat()})")
+            raise InvalidRequest("host", f"{host} is already drained (from {iso(self.blocks[host].start)})")
         nexttime = now + self.config.non_schedulable_interval
         by = max(by, nexttime)
         ids = sorted({rr.lease_id for rr in self.table.reservations_overlapping(by, FOREVER, {host})})
@@ -634,7 +634,7 @@ class LeaseScheduler:
                     planned_later.append(lease)
                 else:   # mid-way through an overhead (suspending, resuming, migrating): let it finish
                     kept_until = max(kept_until, lease.open_vms()[-1].final_end)
-                    outcome[lease.id] = f"keeps {host} until {lease.open_vms()[-1].final_end.isoformat()}"
+                    outcome[lease.id] = f"keeps {host} until {iso(lease.open_vms()[-1].final_end)}"
                 continue
             self._unplan(lease)
             if self.config.preemption_mode == "migrate-first":
@@ -643,7 +643,7 @@ class LeaseScheduler:
                     self._commit_evacuation(lease, evacuation)
                     migration = evacuation.migration
                     outcome[lease.id] = (f"live-migrates to {', '.join(sorted({d for _, d in migration.transfers.values()}))}"
-                                         f" {migration.start.isoformat()}-{migration.end.isoformat()}")
+                                         f" {iso(migration.start)} → {iso(migration.end)}")
                     continue
             if lease.preemptible:
                 suspendable = self.config.suspension == "all" or (
@@ -651,14 +651,14 @@ class LeaseScheduler:
                 if suspendable and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
                     self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
                     self._replan(lease)
-                    outcome[lease.id] = f"suspends by {min(vm.final_end, by).isoformat()}"
+                    outcome[lease.id] = f"suspends by {iso(min(vm.final_end, by))}"
                 else:
                     self._requeue(lease, now)
                     outcome[lease.id] = "requeued (its VMs are stopped)"
                 continue
             self._replan(lease)
             kept_until = max(kept_until, vm.final_end)
-            outcome[lease.id] = f"keeps {host} until {vm.final_end.isoformat()} (not preemptible, nowhere to go)"
+            outcome[lease.id] = f"keeps {host} until {iso(vm.final_end)} (not preemptible, nowhere to go)"
         # leases planned on the host but not started: the best-effort ones go back to the queue (placed
         # again once the host is blocked); reservations are placed again, on it only before the block
         ars = []
@@ -682,7 +682,7 @@ class LeaseScheduler:
                 self._schedule_lease(lease, nexttime, now)
                 kept_until = max(kept_until, lease.last_vm.final_end)
                 block = self.block_host(host, kept_until)
-                outcome[lease.id] = f"keeps {host} until {kept_until.isoformat()} (fits nowhere else)"
+                outcome[lease.id] = f"keeps {host} until {iso(kept_until)} (fits nowhere else)"
         self._queue_dirty = True
         return DrainPlan(host=host, unavailable_from=block.start, leases=outcome)
 
