@@ -2,7 +2,7 @@
 # The main job on a fresh machine: install leasewise, describe four simulated hosts in a fresh SQLite
 # store, ask for leases the way users do (a best-effort job, an advance reservation that needs its
 # hosts, an immediate lease), look at the plan, then let the daemon enact it on the simulated driver with
-# a fast-forwarded clock, and list what happened. Nothing real is touched.
+# a fast-forwarded clock, list what happened and compare it with the plan. Nothing real is touched.
 #
 #   bash examples/demo.sh            (LEASEWISE_DEMO_STATE=path keeps the store somewhere else)
 set -euo pipefail
@@ -26,3 +26,4 @@ lw lease submit --nodes 1 --cpus 1 --memory 1024 --duration 20m --start now --na
 lw plan
 lw run --fast --until-idle
 lw lease list
+lw report                                                                  # planned vs enacted, per reservation
