@@ -184,6 +184,7 @@ def test_a_version_1_database_is_migrated_with_its_data_kept(path):
         assert host.config == HostConfig("h1", "qemu+tcp://10.0.0.1/system", state_dir="/var/save",
                                          shared_storage=("/nfs",))
         assert (host.vcpus, host.memory_mib, host.available) == (4, 8192, False)
+        assert host.unavailable_from is None   # (version 3: unavailable, since no known time)
         [lease] = s.load_leases()
         assert lease.id == 3 and lease.state is S.QUEUED and lease.request.user == "ann"
         assert lease.request.real_duration is None
