@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.simulator import check_invariants
 from scenario import ar, at, be, im, lease, plan, simulate, site
 
 H1, H2, H3, H4 = "host1", "host2", "host3", "host4"
@@ -241,3 +242,39 @@ def test_pack_and_spread_place_differently():
     spread = simulate(site(2, cpus=2, memory=4096), reqs, policy_host_selection="spread")
     assert plan(packed, 1)[0][3] == [H1]
     assert plan(spread, 1)[0][3] == [H1, H2]
+
+
+def test_a_short_lease_backfills_past_larger_ones_that_cannot_start():
+    """The future slot is taken (lease 2 at 14:00); leases 3 and 4 cannot run to their end before it;
+    lease 5 (4 nodes, 30 min) fits on host3/host4 until 14:00 and starts at once. (The queue's failure
+    memo once recorded lease 4, ruled out for its length, as not fitting at all, which then ruled out
+    lease 5 too: it started at 17:00.)"""
+    result = simulate(site(4, cpus=2, memory=4096),
+                      [be("13:00", 60, nodes=4), be("13:00", 60, nodes=8), be("13:00", 120, nodes=2),
+                       be("13:00", 180, nodes=3), be("13:00", 30, nodes=4)], suspension="none")
+    assert plan(result, 2)[0] == ("vm", "14:00:00", "15:00:00", ["host1", "host2", "host3", "host4"])
+    assert plan(result, 5)[0] == ("vm", "13:00:00", "13:30:00", ["host3", "host4"])
+    assert plan(result, 3)[0][1] == "15:00:00" and plan(result, 4)[0][1] == "15:00:00"
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("suspension", ["all", "none"])
+def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
+    """The memo only skips attempts that would fail: with it switched off, every lease gets the same
+    plan (random mixed workloads, with early ends, suspension on and off)."""
+    from orchestrator.config import Config, SchedulingConfig, SimulationConfig
+    from orchestrator.resources import Resources
+    from orchestrator.scheduler import lease_scheduler
+    from orchestrator.simulator import Simulator
+    from orchestrator.workloads.synthetic import synthetic_workload
+
+    workload = synthetic_workload(300, 6, Resources.of(2, 4096), seed=seed, target_load=1.3, max_nodes=5)
+    config = Config(scheduling=SchedulingConfig(suspension=suspension), simulation=SimulationConfig())
+
+    def outcome():
+        data = Simulator(workload, config, on_step=check_invariants).run().to_json()
+        return [(l["id"], l["state"], l["start"], l["end"], l["reservations"]) for l in data["leases"]]
+
+    with_memo = outcome()
+    monkeypatch.setattr(lease_scheduler._FailureMemo, "rules_out", lambda self, lease: False)
+    assert outcome() == with_memo

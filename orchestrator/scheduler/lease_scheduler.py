@@ -184,11 +184,11 @@ class LeaseScheduler:
             if not self.vm.can_schedule_in_future():
                 if full is None:
                     full = self._site_full(nexttime)
-                if full or memo.rules_out(lease) or (
-                        lease.state is S.QUEUED and not self.mapper.could_fit_at(lease, nexttime)):
+                ruled_out = full or memo.rules_out(lease)
+                if ruled_out or (lease.state is S.QUEUED and not self.mapper.could_fit_at(lease, nexttime)):
                     # (the last test is the first thing scheduling would try; asking it here spares
                     # the planning machinery for the many leases that cannot start now)
-                    if not full:
+                    if not ruled_out:   # (one the memo ruled out failed for a reason it already holds)
                         memo.record(lease, "instant")
                     kept.append(lease)
                     if self.config.max_in_future == 0:
@@ -197,6 +197,7 @@ class LeaseScheduler:
             try:
                 self._schedule_lease(lease, nexttime, now)
                 full = None
+                memo.table_changed()
             except NotSchedulable as exc:
                 kept.append(lease)
                 memo.record(lease, getattr(exc, "kind", None))
@@ -813,12 +814,18 @@ class _FailureMemo:
     Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
     and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
     size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
-    ("instant"), no larger lease does, whatever its duration. A lease that was placed but for too short
-    a run ("short") says nothing about larger ones and is not recorded.
+    ("instant"), no larger lease does, whatever its duration. A lease placed only for too short a run
+    ("short": its mapping ends at E, before t+d, and E-t is under its threshold) rules out n' >= n nodes
+    of the *same* size with d' >= d: the mapper walks the same hosts in the same order for them and puts
+    at least as much on each, so their mapping ends at or before E, while their threshold (the time to
+    suspend their nodes) is at least as long; this holds only while the table is as it was (placing
+    another lease changes the order of the hosts), so those entries go when a lease is placed. (Other
+    sizes may rank the hosts differently.)
     """
 
     def __init__(self):
         self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
+        self._short: dict[Resources, list[tuple[int, object]]] = {}
 
     @staticmethod
     def _shape(lease: Lease):
@@ -829,22 +836,32 @@ class _FailureMemo:
 
     def record(self, lease: Lease, kind: str | None) -> None:
         shape = self._shape(lease)
-        if shape is None or kind not in ("strict", "instant"):
+        if shape is None or kind not in ("strict", "instant", "short"):
             return
         n, r, d = shape
+        if kind == "short":
+            shorts = self._short.setdefault(r, [])
+            shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
+            shorts.append((n, d))
+            return
         entries = self._failed.setdefault(r, [])
         # keep only the smallest failures: an entry the new one rules out is redundant
         entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
                       if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
         entries.append((n, d, kind))
 
+    def table_changed(self) -> None:
+        self._short.clear()
+
     def rules_out(self, lease: Lease) -> bool:
-        if not self._failed:
+        if not self._failed and not self._short:
             return False
         shape = self._shape(lease)
         if shape is None:
             return False
         n, r, d = shape
+        if any(n >= fn and d >= fd for fn, fd in self._short.get(r, ())):
+            return True
         for fr, entries in self._failed.items():
             if fr != r and not all(a >= b for a, b in zip(r, fr)):
                 continue
