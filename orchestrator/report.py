@@ -524,8 +524,9 @@ def render_terminal(report: Report, console: "Console | None" = None) -> None:
     narrow = console.width < _WIDE
     if narrow:
         from rich import box
+    style = {**_NARROW, "box": box.SIMPLE_HEAD} if narrow else {}
     table = Table(title=f"plan vs enacted: {n} reservation{'s' * (n != 1)} of {scope} (times UTC{day}, Δ in s)",
-                  title_justify="left", **({**_NARROW, "box": box.SIMPLE_HEAD} if narrow else {}))
+                  title_justify="left", **style)
     failures = bool(report.failed)
     columns = ["lease", "rr", "kind", "hosts", "planned\nstart", "enacted\nstart", "Δ\nstart", "planned\nend",
                "enacted\nend", "Δ\nend"] + (["status"] if failures else [])
@@ -549,10 +550,12 @@ def render_terminal(report: Report, console: "Console | None" = None) -> None:
 
     live = report.live_migrations
     if live:
-        lt = Table(title="live migrations: predicted vs measured (slowest VM of each)", title_justify="left")
+        lt = Table(title="live migrations: predicted vs measured (slowest VM of each)", title_justify="left",
+                   **style)
         for column in ("lease", "rr", "vms", "hosts", "predicted\ns", "measured\ns", "error\ns",
                        "predicted\ndowntime ms", "downtime\nms", "error\nms", "outcome"):
-            lt.add_column(column, justify="left" if column in ("hosts", "outcome") else "right", overflow="fold")
+            lt.add_column(column, justify="left" if column in ("hosts", "outcome") else "right", overflow="fold",
+                          no_wrap=column not in ("hosts",))
         for r in live:
             lt.add_row(str(r.lease_id), str(r.reservation_id or "-"), str(len(r.vms)), escape(", ".join(r.hosts)),
                        _plain(r.predicted_seconds), _plain(r.measured_seconds), _seconds(r.duration_error),
