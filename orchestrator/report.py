@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import LeasewiseError
 from .reservations import ReservationKind
-from .timeline import KIND_COLOURS, KIND_ORDER, PlotUnavailable, TimelineError
+from .timeline import KIND_COLOURS, KIND_ORDER, PlotUnavailable, save_png
 from .timeutil import UTC, iso, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -706,14 +706,4 @@ def render_png(report: Report, path: str | os.PathLike[str], title: str | None =
         default += f" · first {len(rows)} of {len(report.rows)} rows"
     ax.set_title(title or default, loc="left", fontsize=10)
 
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=dpi)
-        tmp.replace(path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise TimelineError(f"cannot write {path} ({exc.strerror or exc})") from None
-    return path
+    return save_png(fig, path, dpi)

@@ -606,6 +606,11 @@ def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str | No
                      f"{timeline.end.strftime('%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S')} UTC")
     ax.set_title(title or default_title, loc="left", fontsize=11)
 
+    return save_png(fig, path, dpi)
+
+
+def save_png(fig, path: Path, dpi: int) -> Path:
+    """Write a matplotlib figure to `path` whole or not at all (through a temporary file beside it)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         fig.savefig(tmp, format="png", dpi=dpi)

@@ -326,13 +326,19 @@ def _migration_table(points: List[_Point], fit: Optional[MigrationFit], title: s
     return table
 
 
-def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
-    s = cfg.scheduling
-    table = Table(title="Fitted pre-copy model")
+def _fit_table(title: str) -> Table:
+    """A table of fitted values next to the configured ones, with the key each replaces."""
+    table = Table(title=title)
     table.add_column("parameter", style="bold")
     table.add_column("fitted", justify="right")
     table.add_column("configured", justify="right")
     table.add_column("\\[scheduling] key")
+    return table
+
+
+def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
+    s = cfg.scheduling
+    table = _fit_table("Fitted pre-copy model")
     table.add_row("bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth")
     table.add_row("overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
                   "live_migration_overhead")
@@ -354,6 +360,16 @@ def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
     return table
 
 
+#: options both commands take
+SettleOption = typer.Option(None, "--settle", metavar="S",
+                            help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver).")
+GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir", metavar="DIR",
+                              help="The lab guest's vmlinuz and initrd.img (as the hosts see them).")
+InventoryOption = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts.")
+DryRunOption = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing.")
+NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not store it.")
+
+
 @calibrate_app.command("migration")
 def migration_command(
     host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST",
@@ -365,13 +381,11 @@ def migration_command(
     max_downtime_text: Optional[str] = typer.Option(None, "--max-downtime", metavar="MS",
                                                     help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
     timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
-    settle_text: Optional[str] = typer.Option(None, "--settle", metavar="S",
-                                              help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver)."),
-    guest_dir: str = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir",
-                                  metavar="DIR", help="The lab guest's vmlinuz and initrd.img (as the hosts see them)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing."),
-    no_store: bool = typer.Option(False, "--no-store", help="Print the fit, do not store it."),
+    settle_text: Optional[str] = SettleOption,
+    guest_dir: str = GuestDirOption,
+    inventory: Optional[Path] = InventoryOption,
+    dry_run: bool = DryRunOption,
+    no_store: bool = NoStoreOption,
     state: Optional[Path] = common.StateOption,
     config: Optional[Path] = common.ConfigOption,
 ) -> None:
@@ -537,11 +551,7 @@ def _suspend_table(points: List[_SuspendPoint], suspend: Optional[RateFit], resu
 
 def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
     s = cfg.scheduling
-    table = Table(title="Fitted suspend/resume model: seconds = overhead + memory / rate")
-    table.add_column("parameter", style="bold")
-    table.add_column("fitted", justify="right")
-    table.add_column("configured", justify="right")
-    table.add_column("\\[scheduling] key")
+    table = _fit_table("Fitted suspend/resume model: seconds = overhead + memory / rate")
     table.add_row("suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate")
     table.add_row("suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
                   "(enactment_overhead; not applied)")
@@ -559,15 +569,13 @@ def suspend_command(
     host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
     sizes_text: str = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB."),
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
-    settle_text: Optional[str] = typer.Option(None, "--settle", metavar="S",
-                                              help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver)."),
+    settle_text: Optional[str] = SettleOption,
     state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR",
                                             help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
-    guest_dir: str = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir",
-                                  metavar="DIR", help="The lab guest's vmlinuz and initrd.img (as the hosts see them)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing."),
-    no_store: bool = typer.Option(False, "--no-store", help="Print the fit, do not store it."),
+    guest_dir: str = GuestDirOption,
+    inventory: Optional[Path] = InventoryOption,
+    dry_run: bool = DryRunOption,
+    no_store: bool = NoStoreOption,
     state: Optional[Path] = common.StateOption,
     config: Optional[Path] = common.ConfigOption,
 ) -> None:

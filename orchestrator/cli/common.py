@@ -60,3 +60,17 @@ def open_cluster(state: Optional[Path], config: Config, write: bool = True) -> I
 def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
     with Store.open(store_path(state, config)) as store:
         yield store
+
+
+def write_png(render_png, what, png: Path, console) -> None:
+    """Draw `what` into `png` with `render_png`; a drawing or writing failure is one line naming --png."""
+    from ..timeline import PlotUnavailable, TimelineError
+    from . import fail
+
+    try:
+        written = render_png(what, png)
+    except PlotUnavailable:
+        raise
+    except TimelineError as exc:
+        raise fail(f"--png: {exc}") from None
+    console.print(f"wrote {written}", markup=False)

@@ -14,10 +14,10 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..timeline import PlotUnavailable, TimelineError, build_timeline, render_png, render_terminal, require_plot
+from ..timeline import build_timeline, render_png, render_terminal, require_plot
 from ..timeutil import iso, parse_time
 from . import app, fail
-from .common import ConfigOption, StateOption, load, now, open_cluster, store_path
+from .common import ConfigOption, StateOption, load, now, open_cluster, store_path, write_png
 
 console = Console(highlight=False)
 
@@ -69,13 +69,7 @@ def plan(
         return
     render_terminal(timeline, console=console)
     if png is not None:
-        try:
-            written = render_png(timeline, png)
-        except PlotUnavailable:
-            raise
-        except TimelineError as exc:
-            raise fail(f"--png: {exc}") from None
-        console.print(f"wrote {written}", markup=False)
+        write_png(render_png, timeline, png, console)
 
 
 def _show(t: datetime) -> str:

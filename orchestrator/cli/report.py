@@ -16,9 +16,9 @@ from rich.console import Console
 
 from ..report import build_report, nothing_text, render_png, render_terminal
 from ..store import StoreError
-from ..timeline import PlotUnavailable, TimelineError, require_plot
+from ..timeline import require_plot
 from . import app, fail
-from .common import ConfigOption, StateOption, load, open_store, store_path
+from .common import ConfigOption, StateOption, load, open_store, store_path, write_png
 
 
 def _console() -> Console:
@@ -92,12 +92,6 @@ def report(
         return
     render_terminal(result, console=console)
     if png is not None:
-        try:
-            written = render_png(result, png)
-        except PlotUnavailable:
-            raise
-        except TimelineError as exc:
-            raise fail(f"--png: {exc}") from None
-        console.print(f"wrote {written}", markup=False)
+        write_png(render_png, result, png, console)
     if json_out is not None:
         console.print(f"wrote {json_out}", markup=False)

@@ -237,3 +237,13 @@ def domain_state(libvirt, conn, name: str) -> str | None:
         libvirt.VIR_DOMAIN_CRASHED: "crashed",
         libvirt.VIR_DOMAIN_PMSUSPENDED: "pmsuspended",
     }.get(state, f"state-{state}")
+
+
+def remove_lease_domains(libvirt, conns) -> None:
+    """Destroy and undefine every leasewise VM (lw-*) on the lab hosts: a test leaves nothing behind."""
+    for conn in conns.values():
+        for dom in conn.listAllDomains(0):
+            if dom.name().startswith("lw-"):
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)

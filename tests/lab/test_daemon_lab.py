@@ -8,11 +8,10 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from labkit import GUEST_DIR, REPO, domain_state
+from labkit import GUEST_DIR, REPO, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -78,12 +77,7 @@ def test_daemon_saves_best_effort_vm_for_an_ar_and_restores_it_after(lab, conns,
     finally:
         if daemon.poll() is None:
             daemon.kill()
-        for conn in conns.values():
-            for dom in conn.listAllDomains(0):
-                if dom.name().startswith("lw-"):
-                    if dom.isActive():
-                        dom.destroy()
-                    dom.undefineFlags(libvirt_mod.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        remove_lease_domains(libvirt_mod, conns)
 
     def running_at(vm: str, t: float) -> bool:
         samples = [host for at, host in seen[vm] if abs(at - t) < 0.75]

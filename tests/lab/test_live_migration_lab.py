@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from labkit import GUEST_DIR, REPO, domain_state
+from labkit import GUEST_DIR, REPO, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -87,12 +87,7 @@ def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, lib
     finally:
         if daemon.poll() is None:
             daemon.kill()
-        for conn in conns.values():
-            for dom in conn.listAllDomains(0):
-                if dom.name().startswith("lw-"):
-                    if dom.isActive():
-                        dom.destroy()
-                    dom.undefineFlags(libvirt_mod.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+        remove_lease_domains(libvirt_mod, conns)
 
     start_ts = ar_start.timestamp()
     before = [s for at, s in samples if at < start_ts - 25]
