@@ -21,6 +21,7 @@ the past, or a lease for which no host has room until its end, gets no evacuatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,11 +53,12 @@ class Evacuation:
 
 class EvacuationPlanner:
     def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
-                 host_selection: HostSelectionPolicy):
+                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool]):
         self.table = table
         self.config = config
         self.overheads = overheads
         self.host_selection = host_selection
+        self.may_suspend = may_suspend
 
     def dirty_rate(self, lease: Lease) -> float:
         rate = lease.request.dirty_rate_mib_s
@@ -72,9 +74,7 @@ class EvacuationPlanner:
 
     def fallback_time(self, lease: Lease) -> timedelta:
         """How long before the deadline a failed migration must be given up for suspension to fit."""
-        if self.config.suspension == "none" or (self.config.suspension == "serial" and lease.numnodes > 1):
-            return ZERO
-        return self.overheads.estimate_suspend(lease)
+        return self.overheads.estimate_suspend(lease) if self.may_suspend(lease) else ZERO
 
     def plan(self, lease: Lease, vm: Reservation, needed_by: datetime, avoid: set[str],
              now: datetime) -> Evacuation | None:

@@ -56,7 +56,8 @@ class LeaseScheduler:
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
         self.mapper = Mapper(table, self.host_selection, self.preemption)
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
-        self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection)
+        self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
+                                            self.vm.may_suspend)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue: list[Lease] = []
@@ -171,7 +172,7 @@ class LeaseScheduler:
         higher at every future instant, so every lease that did not fit then does not fit now."""
         if not self.queue or not self._queue_dirty:
             return
-        queue, keys = self.queue, self._queue_keys
+        queue = self.queue
         self.queue, self._queue_keys = [], []
         kept: list[Lease] = []
         stop = False
@@ -293,11 +294,9 @@ class LeaseScheduler:
                          evacuation.migration.start, evacuation.migration.end)
                 self._commit_evacuation(lease, evacuation)
                 return
-        suspension = self.config.suspension
         requeue = (
             (vm.state is ReservationState.SCHEDULED and vm.start >= at)
-            or suspension == "none"
-            or (suspension == "serial" and lease.numnodes > 1)
+            or not self.vm.may_suspend(lease)
             or lease.state not in (S.ACTIVE, S.SCHEDULED, S.RESUMED_READY)
             or not self.vm.can_suspend_by(lease, vm, min(vm.final_end, at), now)
         )
@@ -578,23 +577,19 @@ class LeaseScheduler:
         if continuation is None or continuation not in vms or len(vms) < 2:
             raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
                                        f"of an evacuation")
+        self.counters["failed_migrations"] += 1
         vm = vms[0]
         needed_by = parse_time(migration.extra["needed_by"], "needed_by")
         self._unplan(lease)
         lease.reservations.remove(continuation)
         vm.end = max(vm.end, needed_by)
         vm.post = []
-        suspension = self.config.suspension
-        can_suspend = (suspension == "all" or (suspension == "serial" and lease.numnodes == 1)) \
-            and self.vm.can_suspend_by(lease, vm, needed_by, now)
-        if can_suspend:
+        if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, needed_by, now):
             self.vm.plan_suspension(lease, vm, needed_by)
             if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
                    for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
-                self.counters["failed_migrations"] += 1
                 self._replan(lease)
                 return
-        self.counters["failed_migrations"] += 1
         self._requeue(lease, now)
 
     def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
@@ -647,9 +642,7 @@ class LeaseScheduler:
                                          f" {iso(migration.start)} → {iso(migration.end)}")
                     continue
             if lease.preemptible:
-                suspendable = self.config.suspension == "all" or (
-                    self.config.suspension == "serial" and lease.numnodes == 1)
-                if suspendable and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
+                if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
                     self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
                     self._replan(lease)
                     outcome[lease.id] = f"suspends by {iso(min(vm.final_end, by))}"

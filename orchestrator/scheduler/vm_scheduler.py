@@ -88,7 +88,7 @@ class VMScheduler:
         if resuming:
             duration += self.overheads.estimate_resume(lease)
 
-        strict_end = self.config.suspension == "none" or (self.config.suspension == "serial" and lease.numnodes > 1)
+        strict_end = not self.may_suspend(lease)
         found, too_short = self._fit_at(lease, [earliest], duration, min_duration, strict_end, only_hosts)
         in_future = False
         if found is None and allow_future:
@@ -245,6 +245,11 @@ class VMScheduler:
         return any(self.mapper.could_fit_at(lease, p) for p in points)
 
     # -- preemption ----------------------------------------------------------------------------------------
+    def may_suspend(self, lease: Lease) -> bool:
+        """Whether the `suspension` setting lets this lease be suspended at all."""
+        suspension = self.config.suspension
+        return suspension == "all" or (suspension == "serial" and lease.numnodes == 1)
+
     def can_suspend_by(self, lease: Lease, vm: Reservation, by: datetime, now: datetime) -> bool:
         """Enough run before `by` to be worth it, and the suspension would not have to start in the past."""
         if by - vm.start < self.overheads.scheduling_threshold(lease, resuming=False):
