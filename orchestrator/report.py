@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import LeasewiseError
 from .reservations import ReservationKind
-from .timeline import KIND_COLOURS, KIND_ORDER, PlotUnavailable, save_png
+from .timeline import KIND_COLOURS, KIND_ORDER, PlotUnavailable, save_png, style_time_axis
 from .timeutil import UTC, iso, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -628,7 +628,7 @@ def render_png(report: Report, path: str | os.PathLike[str], title: str | None =
     next to it and renamed). matplotlib's object API on the Agg canvas only: no pyplot, no backend switch."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
+        from matplotlib.dates import date2num
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
@@ -678,14 +678,7 @@ def render_png(report: Report, path: str | os.PathLike[str], title: str | None =
     ax.set_ylim(max(len(rows), 1), 0)
     ax.set_yticks([y + 0.5 for y in range(len(rows))], [row.label for row in rows], fontsize=8)
     ax.tick_params(axis="y", length=0)
-    locator = AutoDateLocator(tz=UTC)
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))
-    ax.set_xlabel("time (UTC)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    style_time_axis(ax)
 
     handles = [Patch(facecolor="0.5", alpha=0.35, edgecolor="0.5", label="planned (upper)"),
                Patch(facecolor="0.5", edgecolor="0.5", label="enacted (lower)")]

@@ -529,7 +529,7 @@ def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str | No
     Uses matplotlib's object API on the Agg canvas only: no pyplot, no change to the global backend."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
+        from matplotlib.dates import date2num
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
@@ -584,14 +584,7 @@ def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str | No
     ax.set_ylim(y, -gap)                       # first host at the top
     ax.set_yticks(yticks, ylabels)
     ax.tick_params(axis="y", length=0)
-    locator = AutoDateLocator(tz=UTC)
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))
-    ax.set_xlabel("time (UTC)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
+    style_time_axis(ax)
 
     handles = [Patch(facecolor=KIND_COLOURS[k], label=k.value) for k in timeline.kinds if k is not K.SHUTDOWN]
     if K.SHUTDOWN in timeline.kinds:
@@ -622,3 +615,17 @@ def save_png(fig, path: Path, dpi: int) -> Path:
             pass
         raise TimelineError(f"cannot write {path} ({exc.strerror or exc})") from None
     return path
+
+
+def style_time_axis(ax) -> None:
+    """The x axis of a time chart as every leasewise PNG draws it: UTC dates, light grid, open frame."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    locator = AutoDateLocator(tz=UTC)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))
+    ax.set_xlabel("time (UTC)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)

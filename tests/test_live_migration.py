@@ -8,14 +8,16 @@ as 41 s; the default margin is 30 s, so an evacuation for a 13:30 AR runs 13:28:
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
 
 import pytest
 
 from drivers.inventory import HostConfig
+from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from drivers.precopy import predict_precopy
+from orchestrator.clock import SimulatedClock
 from orchestrator.cluster import Cluster
 from orchestrator.config import config_from_dict
+from orchestrator.daemon import Daemon
 from orchestrator.resources import Resources
 from orchestrator.scheduler.enactment import EnactmentError, NullEnactor
 from orchestrator.store import Store
@@ -209,32 +211,31 @@ def test_an_evacuation_survives_a_round_trip_through_the_store(tmp_path):
     store.close()
 
 
+def _daemon_until_the_ar(tmp_path, **driver_config):
+    """The scenario on the daemon and the simulated driver (with `driver_config`): the best-effort lease
+    started at 13:00, the daemon stepped to 13:15, the AR submitted then. Returns the open store."""
+    store, cfg, _ = _cluster(tmp_path)
+    driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
+                                       SimulatedClock(T0), config=SimulatedDriverConfig(**driver_config))
+    with store.transaction():
+        cluster = Cluster(store, cfg)
+        cluster.submit(be("13:00", 60, memory=512), T0)
+        cluster.save(T0)
+    Daemon(store, cfg, driver, SimulatedClock(T0)).run(until=at("13:15"))
+    with store.transaction():
+        cluster = Cluster(store, cfg)
+        cluster.submit(ar("13:15", "13:30", 30, nodes=4), at("13:15"))
+        cluster.save(at("13:15"))
+    return store, cfg, driver
+
+
 def test_the_daemon_enacts_an_evacuation_through_the_driver(tmp_path):
     """The daemon on the simulated driver: the VM is on host5 after the switch-over, the AR starts on
     time, the best-effort lease is never suspended, and the log keeps predicted next to measured."""
-    from drivers.simulated import SimulatedDriver
-    from orchestrator.clock import SimulatedClock
-    from orchestrator.daemon import Daemon
-
-    path = tmp_path / "state.sqlite"
-    cfg = config_from_dict({"daemon": {"driver": "simulated", "poll_interval": "60s"},
-                            "scheduling": {"suspend_rate": 32, "resume_rate": 32}})
-    with Store.open(path) as store:
-        for name, cap in with_small_host():
-            store.add_host(HostConfig(name=name, uri="sim://", domain_type="qemu"), int(cap.cpu // 100),
-                           int(cap.memory))
-        driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
-                                           SimulatedClock(T0))
-        with store.transaction():
-            cluster = Cluster(store, cfg)
-            be_id = cluster.submit(be("13:00", 60, memory=512), T0).id
-            cluster.save(T0)
-        Daemon(store, cfg, driver, SimulatedClock(T0)).run(until=at("13:15"))
+    store, cfg, driver = _daemon_until_the_ar(tmp_path)
+    be_id, ar_id = 1, 2
+    with store:
         assert driver.locate("lw-1-0") == H1
-        with store.transaction():
-            cluster = Cluster(store, cfg)
-            ar_id = cluster.submit(ar("13:15", "13:30", 30, nodes=4), at("13:15")).id
-            cluster.save(at("13:15"))
         Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until=at("13:29:30"))
         assert driver.locate("lw-1-0") == H5       # moved, still running
         assert {v.state for v in driver.list_vms(H5)} == {"running"}
@@ -271,28 +272,8 @@ def test_a_migration_that_overruns_is_aborted_and_the_lease_suspended_in_time(tm
     """The link is slower than planned (1 MiB/s, not 12.5): at the reservation's abort_at (13:30 minus the
     16 s suspension minus 1 s) the daemon gives up, the VM is still on host1 and is suspended there by
     13:30; the AR starts on time."""
-    from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-    from orchestrator.clock import SimulatedClock
-    from orchestrator.daemon import Daemon
-
-    path = tmp_path / "state.sqlite"
-    cfg = config_from_dict({"daemon": {"driver": "simulated", "poll_interval": "60s"},
-                            "scheduling": {"suspend_rate": 32, "resume_rate": 32}})
-    with Store.open(path) as store:
-        for name, cap in with_small_host():
-            store.add_host(HostConfig(name=name, uri="sim://", domain_type="qemu"), int(cap.cpu // 100),
-                           int(cap.memory))
-        driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
-                                           SimulatedClock(T0), config=SimulatedDriverConfig(migration_bandwidth_mib_s=1.0))
-        with store.transaction():
-            cluster = Cluster(store, cfg)
-            cluster.submit(be("13:00", 60, memory=512), T0)
-            cluster.save(T0)
-        Daemon(store, cfg, driver, SimulatedClock(T0)).run(until=at("13:15"))
-        with store.transaction():
-            cluster = Cluster(store, cfg)
-            cluster.submit(ar("13:15", "13:30", 30, nodes=4), at("13:15"))
-            cluster.save(at("13:15"))
+    store, cfg, driver = _daemon_until_the_ar(tmp_path, migration_bandwidth_mib_s=1.0)
+    with store:
         migration = store.lease(1).reservations[1].pre[0]
         assert migration.extra["abort_at"] == "2026-01-01T13:29:43Z"
         Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)

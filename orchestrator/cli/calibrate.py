@@ -361,6 +361,7 @@ def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
 
 
 #: options both commands take
+SizesOption = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB.")
 SettleOption = typer.Option(None, "--settle", metavar="S",
                             help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver).")
 GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir", metavar="DIR",
@@ -374,7 +375,7 @@ NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not st
 def migration_command(
     host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST",
                                              help="Source, then destination (give it twice)."),
-    sizes_text: str = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB."),
+    sizes_text: str = SizesOption,
     dirty_text: str = typer.Option("0,1000,5000", "--dirty", metavar="PPS,...",
                                    help="Dirty rates in 4 KiB pages/s (256 pages/s = 1 MiB/s); must include 0."),
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Migrations per grid point (alternating A->B, B->A)."),
@@ -567,7 +568,7 @@ def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
 @calibrate_app.command("suspend")
 def suspend_command(
     host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
-    sizes_text: str = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB."),
+    sizes_text: str = SizesOption,
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
     settle_text: Optional[str] = SettleOption,
     state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR",

@@ -247,3 +247,10 @@ def remove_lease_domains(libvirt, conns) -> None:
                 if dom.isActive():
                     dom.destroy()
                 dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
+
+
+def daemon_config(path, scheduling: str = "") -> None:
+    """A config for the daemon on the lab: the libvirt driver, a 1 s poll, a 3 s graceful stop, 5 s shutdowns
+    planned, and the test's own `[scheduling]` lines."""
+    path.write_text('[daemon]\ndriver = "libvirt"\npoll_interval = "1s"\ngraceful_timeout = "3s"\n'
+                    '[scheduling]\nshutdown_time = "5s"\n' + scheduling)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from labkit import GUEST_DIR, REPO, domain_state, remove_lease_domains
+from labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -33,16 +33,10 @@ def where_running(libvirt_mod, conns, vm: str) -> str | None:
 def test_daemon_saves_best_effort_vm_for_an_ar_and_restores_it_after(lab, conns, libvirt_mod, tmp_path):
     state = tmp_path / "state.sqlite"
     config = tmp_path / "leasewise.toml"
-    config.write_text(
-        "[daemon]\n"
-        'driver = "libvirt"\n'
-        'poll_interval = "1s"\n'
-        'graceful_timeout = "3s"\n'
-        "[scheduling]\n"
-        'shutdown_time = "5s"\n'
+    daemon_config(config, (
         "suspend_rate = 32\n"      # 256 MiB: an 8 s suspension is planned (a TCG save takes 1-2 s)
         "resume_rate = 32\n"
-    )
+    ))
     common = ["--state", str(state), "--config", str(config)]
     guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
              "--cmdline", "console=ttyS0 quiet dirtier.mib=16 dirtier.pps=0"]

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from labkit import GUEST_DIR, REPO, domain_state, remove_lease_domains
+from labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -42,17 +42,11 @@ def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, lib
     first, second, small = lab.names[:3]
     state = tmp_path / "state.sqlite"
     config = tmp_path / "leasewise.toml"
-    config.write_text(
-        "[daemon]\n"
-        'driver = "libvirt"\n'
-        'poll_interval = "1s"\n'
-        'graceful_timeout = "3s"\n'
-        "[scheduling]\n"
-        'shutdown_time = "5s"\n'
+    daemon_config(config, (
         'preemption_mode = "migrate-first"\n'
         "live_migration_bandwidth = 64.0\n"   # MiB/s, given to libvirt too: 256 MiB in 4 s, planned 5 s
         'live_migration_margin = "20s"\n'
-    )
+    ))
     common = ["--state", str(state), "--config", str(config)]
     guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
              "--cmdline", "console=ttyS0 quiet dirtier.mib=16 dirtier.pps=0"]
