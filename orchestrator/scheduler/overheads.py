@@ -41,10 +41,16 @@ class Overheads:
     def estimate_suspend(self, lease: Lease) -> timedelta:
         """Upper bound of the time to suspend the whole lease: every VM in turn (the worst layout)."""
         overhead = self.config.enactment_overhead
+        alike = lease.request.uniform
+        if alike is not None:   # (a 64-node lease usually has one node size)
+            return (self.suspend_vm_time(alike.memory) + overhead) * lease.numnodes
         return sum((self.suspend_vm_time(n.memory) + overhead for n in lease.request.nodes), ZERO)
 
     def estimate_resume(self, lease: Lease) -> timedelta:
         overhead = self.config.enactment_overhead
+        alike = lease.request.uniform
+        if alike is not None:
+            return (self.resume_vm_time(alike.memory) + overhead) * lease.numnodes
         return sum((self.resume_vm_time(n.memory) + overhead for n in lease.request.nodes), ZERO)
 
     def shutdown_time(self, lease: Lease) -> timedelta:
