@@ -186,7 +186,7 @@ class LeaseScheduler:
                 if full is None:
                     full = self._site_full(nexttime)
                 ruled_out = full or memo.rules_out(lease)
-                if ruled_out or (lease.state is S.QUEUED and not self.mapper.could_fit_at(lease, nexttime)):
+                if ruled_out or not self.vm.could_start_now(lease, nexttime):
                     # (the last test is the first thing scheduling would try; asking it here spares
                     # the planning machinery for the many leases that cannot start now)
                     if not ruled_out:   # (one the memo ruled out failed for a reason it already holds)

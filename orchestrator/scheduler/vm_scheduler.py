@@ -75,15 +75,7 @@ class VMScheduler:
         remaining = lease.remaining
         shutdown = self.overheads.shutdown_time(lease)
         min_duration = self.overheads.scheduling_threshold(lease, resuming)
-        only_hosts = None
-        earliest = nexttime
-        if resuming:
-            last = lease.last_vm
-            assert last is not None
-            if self.config.migration == "no":
-                only_hosts = set(last.nodes.values())
-            else:
-                earliest = nexttime + self.overheads.estimate_migration(lease, last.nodes)
+        earliest, only_hosts = self._first_chance(lease, nexttime)
         duration = remaining + shutdown
         if resuming:
             duration += self.overheads.estimate_resume(lease)
@@ -114,6 +106,23 @@ class VMScheduler:
             self.plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=[], in_future=in_future)
 
+    def _first_chance(self, lease: Lease, nexttime: datetime) -> tuple[datetime, set[str] | None]:
+        """The earliest start to try and the hosts allowed: a suspended lease resumes where it was
+        (`migration = no`) or after its memory images have had time to move."""
+        if lease.state not in SUSPENDED_STATES:
+            return nexttime, None
+        last = lease.last_vm
+        assert last is not None
+        if self.config.migration == "no":
+            return nexttime, set(last.nodes.values())
+        return nexttime + self.overheads.estimate_migration(lease, last.nodes), None
+
+    def could_start_now(self, lease: Lease, nexttime: datetime) -> bool:
+        """Whether the first start `schedule` tries passes its instant check: if not, and the lease may
+        not be planned in the future, scheduling it now would fail (the queue asks this first)."""
+        earliest, only_hosts = self._first_chance(lease, nexttime)
+        return self.mapper.could_fit_at(lease, earliest, only_hosts)
+
     def _fit_at(self, lease: Lease, points: Iterable[datetime], duration, min_duration, strict_end: bool,
                 only_hosts) -> tuple[tuple[datetime, Mapping] | None, bool]:
         """The first point at which the lease maps for its duration (or at least `min_duration` when it
@@ -123,7 +132,7 @@ class VMScheduler:
         for start in points:
             end = start + duration
             # a vectorised look at every host at the start instant first: most points fail here
-            if not could_fit_at(lease, start):
+            if not could_fit_at(lease, start, only_hosts):
                 continue
             mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts)
             if mapping is None:
