@@ -6,13 +6,20 @@ host's entry remembers the window [lo, hi) of times over which it is valid (betw
 its timeline, as the slot table's integer time keys); a query at a new time recomputes only the hosts
 whose window it leaves, and a change to a host's reservations invalidates only that host. Filtering and
 ranking then run as vector operations.
+
+The question asked most ("how many nodes of this size could start at t, over all hosts": the queue's
+instant check, for every queued lease at every event) is kept the same way: per node size asked about,
+the count per host and its total, updated with the rows that change, so the answer is a lookup.
 """
 
 from __future__ import annotations
 
+from math import floor
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from .resources import NOTHING, Resources
 
 if TYPE_CHECKING:  # pragma: no cover
     from .slottable import HostTimeline
@@ -22,51 +29,198 @@ if TYPE_CHECKING:  # pragma: no cover
 _NEVER_LO = (1 << 63) - 1
 _NEVER_HI = -(1 << 63)
 
+#: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
+_MAX_SIZES = 32
+
+
+def nodes_that_fit(used: Resources, capacity: Resources, node: Resources) -> int:
+    """How many copies of `node` fit next to `used` within `capacity` (the float tolerance as in
+    `resources.fits`, the arithmetic as in `room_of`, so both agree)."""
+    most = None
+    for u, c, n in zip(used, capacity, node):
+        if n > 0:
+            k = floor((c - u + 1e-9) / n)
+            if most is None or k < most:
+                most = k
+    return max(most, 0) if most is not None else 0
+
+
+def room_of(node: Resources, used: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per row, how many copies of `node` fit (vectorised `nodes_that_fit`)."""
+    need = np.array(node, dtype=float)
+    wanted = need > 0
+    return np.maximum(np.floor((capacity[:, wanted] - used[:, wanted] + 1e-9) / need[wanted]).min(axis=1), 0)
+
+
+class _Room:
+    """Per host, how many nodes of one size fit at the states' time, and the sum."""
+
+    __slots__ = ("node", "per_row", "total", "_array", "known")
+
+    def __init__(self, node: Resources, per_row: list[int], groups: int) -> None:
+        self.node = node
+        self.per_row = per_row
+        self.total = sum(per_row)
+        self._array: np.ndarray | None = None
+        # per capacity group, usage -> count: a plan has few distinct usage vectors (the slot table
+        # shares them), so the count is worked out once per vector
+        self.known: list[dict[Resources, int]] = [{} for _ in range(groups)]
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.array(self.per_row, dtype=float)
+        return self._array
+
+    def copy(self) -> "_Room":
+        room = _Room.__new__(_Room)
+        room.node, room.per_row, room.total = self.node, list(self.per_row), self.total
+        room._array, room.known = self._array, self.known   # (never written in place: shared)
+        return room
+
 
 class HostStates:
     def __init__(self) -> None:
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list["HostTimeline"] = []
+        self._capacities: list[Resources] = []
+        self._groups: list[int] = []           # per row, its capacity's index in `_distinct`
+        self._distinct: dict[Resources, int] = {}
         self.capacity = np.zeros((0, 5))
-        self.used = np.zeros((0, 5))
-        self.count = np.zeros(0, dtype=np.int64)
+        # the states per row: Python lists are the truth, kept up to date row by row; the numpy
+        # copies (`used`, `count`) catch up with the rows in `_pending` when they are read
+        self._used_rows: list[Resources] = []
+        self._count_rows: list[int] = []
+        self._used = np.zeros((0, 5))
+        self._count = np.zeros(0, dtype=np.int64)
+        self._pending: set[int] = set()
         self._lo = np.zeros(0, dtype=np.int64)
         self._hi = np.zeros(0, dtype=np.int64)
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
+        # rows invalidated since the last `at`: a query at the same time recomputes just these, without
+        # comparing every row's window (the common case: the scheduler commits, then asks again)
+        self._dirty: set[int] = set()
+        self._rooms: dict[Resources, _Room] = {}
+        self._cpu_free: list[bool] = []   # per row: some CPU free
+        self._cpu_free_rows = 0
+        # the distinct usage vectors seen, numbered, with their numpy rows (`_palette`): the numpy copy of
+        # the usage is then one gather (`_palette[ids]`) instead of converting tuples
+        self._vector_ids: dict[Resources, int] = {}
+        self._palette = np.zeros((64, 5))
+        self._ids: list[int] = []
 
     def add_host(self, timeline: "HostTimeline") -> None:
         self._index[timeline.name] = len(self.names)
         self.names.append(timeline.name)
         self._timelines.append(timeline)
+        self._capacities.append(timeline.capacity)
         self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
-        self.used = np.vstack([self.used, np.zeros(5)])
-        self.count = np.append(self.count, 0)
-        self._lo = np.append(self._lo, np.int64(_NEVER_LO))
-        self._hi = np.append(self._hi, np.int64(_NEVER_HI))
         self._changed()
 
     def remove_host(self, name: str) -> None:
         i = self._index.pop(name)
-        del self.names[i], self._timelines[i]
+        del self.names[i], self._timelines[i], self._capacities[i]
         self.capacity = np.delete(self.capacity, i, axis=0)
-        self.used = np.delete(self.used, i, axis=0)
-        self.count = np.delete(self.count, i)
-        self._lo = np.delete(self._lo, i)
-        self._hi = np.delete(self._hi, i)
         self._index = {n: k for k, n in enumerate(self.names)}
         self._changed()
 
     def _changed(self) -> None:
-        # the rows themselves changed: caches keyed by `version` (the mapper's room per lease shape)
-        # must not survive, and `at` must not take the same-time shortcut
+        # the rows themselves changed: every row is recomputed at the next `at`, and what is kept per
+        # row (room per node size, free CPU) starts again from there
+        n = len(self.names)
         self._clean = False
+        self.last = None
         self.version += 1
+        self._dirty.clear()
+        self._distinct = {}
+        self._groups = [self._distinct.setdefault(c, len(self._distinct)) for c in self._capacities]
+        self._used_rows = [Resources()] * n
+        self._count_rows = [0] * n
+        self._vector_ids = {}
+        self._ids = [self._vector_id(Resources())] * n
+        self._used = np.zeros((n, 5))
+        self._count = np.zeros(n, dtype=np.int64)
+        self._pending = set()
+        self._lo = np.full(n, _NEVER_LO, dtype=np.int64)
+        self._hi = np.full(n, _NEVER_HI, dtype=np.int64)
+        self._rooms.clear()
+        self._cpu_free = [False] * n
+        self._cpu_free_rows = 0
+
+    def copy_from(self, other: "HostStates") -> None:
+        """Take over the states of another snapshot of the same hosts (rows in the same order)."""
+        self.version += 1
+        self._used_rows = list(other._used_rows)
+        self._count_rows = list(other._count_rows)
+        self._vector_ids = dict(other._vector_ids)
+        self._palette = other._palette.copy()
+        self._ids = list(other._ids)
+        self._used = other._used.copy()
+        self._count = other._count.copy()
+        self._pending = set(other._pending)
+        self._lo = other._lo.copy()
+        self._hi = other._hi.copy()
+        self.last = other.last
+        self._clean = other._clean
+        self._dirty = set(other._dirty)
+        self._rooms = {node: room.copy() for node, room in other._rooms.items()}
+        self._cpu_free = list(other._cpu_free)
+        self._cpu_free_rows = other._cpu_free_rows
 
     def row(self, host: str) -> int:
         return self._index[host]
+
+    @property
+    def used(self) -> np.ndarray:
+        """Usage per host x resource at the time last asked about (read only)."""
+        if self._pending:
+            self._catch_up()
+        return self._used
+
+    @property
+    def count(self) -> np.ndarray:
+        """Reservations per host at the time last asked about (read only)."""
+        if self._pending:
+            self._catch_up()
+        return self._count
+
+    def _catch_up(self) -> None:
+        rows = list(self._pending)
+        self._pending.clear()
+        count_rows, ids = self._count_rows, self._ids
+        if len(rows) <= 4:
+            # a few rows (a commit's hosts): element writes beat building index arrays
+            used, count, palette = self._used, self._count, self._palette
+            for i in rows:
+                used[i] = palette[ids[i]]
+                count[i] = count_rows[i]
+        elif 2 * len(rows) > len(ids):
+            self._used = self._palette[ids]
+            self._count = np.array(count_rows, dtype=np.int64)
+        else:
+            self._used[rows] = self._palette[[ids[i] for i in rows]]
+            self._count[rows] = [count_rows[i] for i in rows]
+
+    def _vector_id(self, used: Resources) -> int:
+        vid = self._vector_ids.get(used)
+        if vid is None:
+            ids = self._vector_ids
+            if len(ids) >= 1 << 16:   # a long run: start again from the vectors in use
+                ids.clear()
+                for i, v in enumerate(self._used_rows):
+                    self._ids[i] = ids.setdefault(v, len(ids))
+                self._palette = np.array(list(ids) + [NOTHING] * 64, dtype=float)
+                vid = ids.get(used)
+                if vid is not None:
+                    return vid
+            vid = ids[used] = len(ids)
+            if vid >= len(self._palette):
+                self._palette = np.vstack([self._palette, np.zeros_like(self._palette)])
+            self._palette[vid] = used
+        return vid
 
     @property
     def valid_until(self) -> np.ndarray:
@@ -75,26 +229,88 @@ class HostStates:
 
     def invalidate(self, host: str) -> None:
         self._clean = False
-        i = self._index[host]
-        self._lo[i] = _NEVER_LO
-        self._hi[i] = _NEVER_HI
+        self._dirty.add(self._index[host])
 
     def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(usage per host x resource, reservations per host) at the time whose slot-table key
         (`slottable.time_key`: integer microseconds) is k; the arrays are owned here: read only."""
-        if self._clean and k == self.last:
-            return self.used, self.count
-        self.last = k
-        stale = np.flatnonzero((self._lo > k) | (self._hi <= k))
-        self._clean = True
-        if stale.size:
-            self.version += 1
-            rows = stale.tolist()
-            timelines = self._timelines
-            windows = [timelines[i].window_key(k) for i in rows]
-            # one vectorised write per array instead of a numpy element write per host and field
-            self.used[stale] = [w[0] for w in windows]
-            self.count[stale] = [w[1] for w in windows]
-            self._lo[stale] = [w[2] for w in windows]
-            self._hi[stale] = [w[3] for w in windows]
+        self.bring_to(k)
         return self.used, self.count
+
+    def bring_to(self, k: int) -> None:
+        """Bring every row to the time whose slot-table key is k."""
+        dirty = self._dirty
+        if k == self.last:
+            if self._clean:
+                return
+            rows = sorted(dirty)
+        else:
+            self.last = k
+            stale = (self._lo > k) | (self._hi <= k)
+            if dirty:
+                stale[list(dirty)] = True
+            rows = np.flatnonzero(stale).tolist()
+        dirty.clear()
+        self._clean = True
+        if rows:
+            self._refresh(rows, k)
+
+    def _refresh(self, rows: list[int], k: int) -> None:
+        self.version += 1
+        timelines = self._timelines
+        windows = [timelines[i].window_key(k) for i in rows]
+        used_rows, count_rows = self._used_rows, self._count_rows
+        self._pending.update(rows)
+        lo, hi = self._lo, self._hi
+        ids, vector_ids, vector_id = self._ids, self._vector_ids, self._vector_id
+        for i, w in zip(rows, windows):
+            v = w[0]
+            used_rows[i] = v
+            count_rows[i] = w[1]
+            vid = vector_ids.get(v)
+            ids[i] = vid if vid is not None else vector_id(v)
+        if len(rows) <= 4:
+            for i, w in zip(rows, windows):
+                lo[i] = w[2]
+                hi[i] = w[3]
+        else:
+            lo[rows] = [w[2] for w in windows]
+            hi[rows] = [w[3] for w in windows]
+        capacities, groups = self._capacities, self._groups
+        for room in self._rooms.values():
+            per_row, known, node = room.per_row, room.known, room.node
+            total = room.total
+            for i, w in zip(rows, windows):
+                g = groups[i]
+                fit = known[g].get(w[0])
+                if fit is None:
+                    if len(known[g]) > 4096:
+                        known[g].clear()
+                    fit = known[g][w[0]] = nodes_that_fit(w[0], capacities[i], node)
+                total += fit - per_row[i]
+                per_row[i] = fit
+            room.total = total
+            room._array = None
+        cpu_free = self._cpu_free
+        free_rows = self._cpu_free_rows
+        for i, w in zip(rows, windows):
+            free = capacities[i][0] - w[0][0] > 1e-9
+            if free is not cpu_free[i]:
+                free_rows += 1 if free else -1
+                cpu_free[i] = free
+        self._cpu_free_rows = free_rows
+
+    # -- kept per row (valid after `at`) ---------------------------------------------------------------------
+    def room(self, node: Resources) -> _Room:
+        """How many nodes of this size each host can take at the time last asked about, and the sum."""
+        room = self._rooms.get(node)
+        if room is None:
+            if len(self._rooms) >= _MAX_SIZES:
+                del self._rooms[next(iter(self._rooms))]
+            per_row = room_of(node, self.used, self.capacity).astype(int).tolist()
+            room = self._rooms[node] = _Room(node, per_row, len(self._distinct))
+        return room
+
+    def site_full(self) -> bool:
+        """No CPU free on any host at the time last asked about."""
+        return self._cpu_free_rows == 0

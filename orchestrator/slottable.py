@@ -714,23 +714,38 @@ class SlotTable:
         self._keys[slot] = (t, k)
         return k
 
-    def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray", tuple]:
-        """(host names, usage rows, capacity rows, reservation counts, version) of every host at t,
-        equal versions mean equal contents. Queries at `present` (the scheduler's next schedulable time)
+    def _states(self, t: datetime) -> HostStates:
+        """The snapshot for t, brought to t. Queries at `present` (the scheduler's next schedulable time)
         use one snapshot, which moves forward with time and stays almost valid; others (an AR's start,
-        backfilling points) use the second, so they never disturb the first."""
+        backfilling points) use the second, so they never disturb the first. When the present one is
+        closer to t, the second starts from a copy of it: fewer hosts to bring up to date."""
         present, elsewhere = self._snapshots
-        snapshot = present if t == self.present else elsewhere
-        used, count = snapshot.at(time_key(t))
-        return snapshot.names, used, snapshot.capacity, count, (id(snapshot), snapshot.version)
+        k = time_key(t)
+        if t == self.present:
+            snapshot = present
+        else:
+            snapshot = elsewhere
+            if present.last is not None and (elsewhere.last is None
+                                             or abs(k - present.last) < abs(k - elsewhere.last)):
+                elsewhere.copy_from(present)
+        snapshot.bring_to(k)
+        return snapshot
+
+    def state_arrays(self, t: datetime) -> tuple[list[str], "np.ndarray", "np.ndarray", "np.ndarray", tuple]:
+        """(host names, usage rows, capacity rows, reservation counts, version) of every host at t;
+        equal versions mean equal contents."""
+        snapshot = self._states(t)
+        return snapshot.names, snapshot.used, snapshot.capacity, snapshot.count, (id(snapshot), snapshot.version)
+
+    def states_at(self, t: datetime) -> HostStates:
+        """The host states behind `state_arrays`, brought to t: with them, per node size, how many such
+        nodes each host can take, and whether any CPU is free (`HostStates.room`, `site_full`). Read only."""
+        return self._states(t)
 
     def unchanged_until(self, t: datetime) -> "np.ndarray":
         """Per host (rows as in `state_arrays`), the key (`time_key`) of its first breakpoint after t: its
         usage stays what `state_arrays(t)` says until then. Read only."""
-        present, elsewhere = self._snapshots
-        snapshot = present if t == self.present else elsewhere
-        snapshot.at(time_key(t))
-        return snapshot.valid_until
+        return self._states(t).valid_until
 
     def row(self, host: str) -> int:
         """The host's row in the arrays `state_arrays` returns."""
