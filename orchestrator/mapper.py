@@ -17,10 +17,11 @@ from datetime import datetime
 
 import numpy as np
 
+from .hoststates import room_of
 from .lease import Lease
 from .policies import HostSelectionPolicy, PreemptionPolicy
 from .reservations import Reservation, ReservationKind
-from .resources import NOTHING, Resources, add, fits
+from .resources import NOTHING, Resources, add, fits, scale
 from .slottable import SlotTable, time_key
 
 
@@ -34,6 +35,12 @@ class Mapping:
 
     def per_host(self, lease: Lease) -> dict[str, Resources]:
         """Total resources held on each host by this mapping."""
+        alike = lease.request.uniform
+        if alike is not None:   # (count the nodes per host, then one product each)
+            counts: dict[str, int] = {}
+            for host in self.nodes.values():
+                counts[host] = counts.get(host, 0) + 1
+            return {host: alike if k == 1 else scale(alike, k) for host, k in counts.items()}
         held: dict[str, Resources] = {}
         for vnode, host in self.nodes.items():
             held[host] = add(held.get(host, NOTHING), lease.request.nodes[vnode])
@@ -45,7 +52,7 @@ class Mapper:
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
-        self._room: dict[tuple, object] = {}
+        self._derived: dict[tuple, object] = {}
 
     def map(
         self,
@@ -63,57 +70,66 @@ class Mapper:
         hosts = list(self.table.hosts) if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         vnodes = sorted(range(lease.numnodes), key=lambda v: lease.request.nodes[v], reverse=True)
         mapping = None
-        if not strict_end:
-            # hosts that hold the lease to its end first: a placement cut short by a later reservation
-            # costs a suspension and a resumption, and the greedy order alone does not see that
-            mapping = self._place(lease, vnodes, hosts, start, end, True, ())
-        if mapping is None:
-            mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
+        if not strict_end and lease.request.uniform is not None and self.host_selection.packs:
+            # both placements below in one walk over the hosts
+            mapping = self._place(lease, vnodes, hosts, start, end, False, (), strict_first=True)
+        else:
+            if not strict_end:
+                # hosts that hold the lease to its end first: a placement cut short by a later reservation
+                # costs a suspension and a resumption, and the greedy order alone does not see that
+                mapping = self._place(lease, vnodes, hosts, start, end, True, ())
+            if mapping is None:
+                mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
         if mapping is not None or not allow_preemption or lease_of is None:
             return mapping
         return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)
 
-    def could_fit_at(self, lease: Lease, t: datetime) -> bool:
-        """A cheap necessary condition, vectorised over all hosts: enough room at the instant t. For a
-        lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
-        added up); otherwise the site's free total must cover the lease's total."""
+    def could_fit_at(self, lease: Lease, t: datetime, only_hosts: Collection[str] | None = None) -> bool:
+        """A cheap necessary condition over all hosts (or `only_hosts`): enough room at the instant t. For
+        a lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
+        added up: kept up to date by the host states, so this is a lookup); otherwise the site's free
+        total must cover the lease's total."""
         node = lease.request.uniform
-        names, used, cap, _, version = self.table.state_arrays(t)
-        key = (t, node, version)
-        room = self._room.get(key)
-        if room is None:
-            # how many such nodes the hosts can take at t (or, for mixed nodes, the free total):
-            # the same for every lease of that shape until the table changes, so remembered
-            if len(self._room) > 256:
-                self._room.clear()
-            free = cap - used
-            if node is not None:
-                need = np.array(node, dtype=float)
-                wanted = need > 0
-                per_host = np.floor((free[:, wanted] + 1e-9) / need[wanted]).min(axis=1)
-                room = float(np.clip(per_host, 0, None).sum())
-            else:
-                room = free.sum(axis=0) + 1e-9
-            self._room[key] = room
         if node is not None:
-            return room >= lease.numnodes
-        return bool(np.all(room >= np.array(lease.total_request)))
+            room = self.table.states_at(t).room(node)
+            if only_hosts is None:
+                return room.total >= lease.numnodes
+            row, per_row = self.table.row, room.per_row
+            return sum(per_row[row(h)] for h in only_hosts) >= lease.numnodes
+        _, used, cap, _, version = self.table.state_arrays(t)
+        key = ("free", version)
+        free = self._derived.get(key)
+        if free is None:
+            free = self._remember(key, (cap - used).sum(axis=0) + 1e-9)
+        return bool(np.all(free >= np.array(lease.total_request)))
 
     def site_full(self, t: datetime) -> bool:
         """No CPU free on any host at t."""
-        _, used, cap, _, _ = self.table.state_arrays(t)
-        return not bool(np.any(cap[:, 0] - used[:, 0] > 1e-9))
+        return self.table.states_at(t).site_full()
+
+    # The same states (`SlotTable.state_arrays`: one version each) are asked about again and again: by
+    # the filter and the score of the mapping at one time, twice when a strict placement is tried first.
+    # What depends only on the states is worked out once per version.
+    def _remember(self, key: tuple, value):
+        derived = self._derived
+        if len(derived) > 512:
+            derived.clear()
+        derived[key] = value
+        return value
 
     # -- filter, score, reserve ---------------------------------------------------------------------------
     def _place(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime, end: datetime,
-               strict_end: bool, excluding: Collection[Reservation]) -> Mapping | None:
+               strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False) -> Mapping | None:
         table = self.table
         requests = lease.request.nodes
+        alike = lease.request.uniform
         # per resource, the least any node asks: a host where even that does not fit can hold no node
         # (the node with the least memory is not enough: it may need more CPU than another node)
-        smallest = Resources(*(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
-        names, used, cap, count, _ = table.state_arrays(start)   # valid incrementally: no per-host bisect
+        smallest = alike if alike is not None else Resources(
+            *(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
+        names, used, cap, count, version = table.state_arrays(start)   # valid incrementally: no per-host bisect
         if excluding:
+            version = None   # (not the states the version names)
             # as if the excluded reservations were gone: only the rows of the hosts they hold change
             used, count = used.copy(), count.copy()
             for r in table.members(excluding):
@@ -122,9 +138,21 @@ class Mapper:
                         row = table.row(host)
                         used[row] -= amount
                         count[row] -= 1
-        ranked = self._rank(table, names, used, cap, count, hosts, smallest)
+        packing_alike = alike is not None and self.host_selection.packs
+        room = None
+        if packing_alike:
+            room = table.states_at(start).room(alike).array if version is not None else room_of(alike, used, cap)
+        ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room)
         if not ranked:
             return None
+        # hosts whose usage does not change before `end` need no walk along their timeline: what fits
+        # at the start fits throughout (with exclusions the arrays do not tell, so not then)
+        steady = None if excluding or (end <= start and not strict_end) else table.unchanged_until(start)
+        end_key = time_key(end)
+        if packing_alike:
+            steady_rows = None if steady is None else (steady[ranked] >= end_key).tolist()
+            return self._pack_alike(vnodes, alike, ranked, room[ranked].astype(int).tolist(), names, steady_rows,
+                                    start, end, strict_end, excluding, strict_first)
         rows: dict[str, int] = {}
 
         def ranked_hosts():
@@ -136,10 +164,6 @@ class Mapper:
 
         ordered = ranked_hosts()
         at_start: dict[str, tuple[Resources, Resources]] = {}
-        # hosts whose usage does not change before `end` need no walk along their timeline: what fits
-        # at the start fits throughout (with exclusions the arrays do not tell, so not then)
-        steady = None if excluding or (end <= start and not strict_end) else table.unchanged_until(start)
-        end_key = time_key(end)
 
         def instant(host: str) -> tuple[Resources, Resources]:
             pair = at_start.get(host)
@@ -216,19 +240,115 @@ class Mapper:
             return None
         return Mapping(nodes=nodes, end=min(until[h] for h in held))
 
-    def _rank(self, table: SlotTable, names, used, cap, count, hosts: list[str], smallest: Resources) -> list[int]:
-        """Filter and score: the rows of the hosts where the smallest node fits at the start, best first
-        for the host-selection policy."""
-        fitting = np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
-        if len(hosts) != len(names):
+    def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: list[int],
+                    names: list[str], steady: list[bool] | None, start: datetime, end: datetime, strict_end: bool,
+                    excluding: Collection[Reservation], strict_first: bool = False) -> Mapping | None:
+        """`_place` for nodes all alike on a packing policy: how many a host takes is worked out once per
+        host (the most that fit at the start instant, then checked along its timeline) instead of one
+        trial per node; the answer is the one node-by-node packing gives, since fitting is monotone in
+        the number of nodes. With `strict_first` (a placement that may end early, but one that holds to
+        the end is preferred) both packings are built in one walk over the hosts, sharing the timeline
+        walks: the strict one if it places every node, else the other."""
+        table = self.table
+        start_key, end_key = time_key(start), time_key(end)
+        n = len(vnodes)
+        strict = strict_end or strict_first
+        loose = not strict_end
+        held: list[str] = []               # the packing that holds to the end: node i on held[i]
+        held_count = 0
+        early: list[str] = []              # the one that may end early
+        early_count = 0
+        early_end: datetime | None = None
+        potential = sum(room)              # nodes the hosts not walked yet could take at the start
+        if steady is None:
+            steady = [False] * len(ranked)
+        # (the filter stage kept hosts with room for one node at least)
+        for row, k, steady_row in zip(ranked, room, steady):
+            host = names[row]
+            potential -= k
+            loose_take = None
+            if loose and early_count < n:
+                take = min(k, n - early_count)
+                if steady_row:
+                    fit_end = end
+                else:
+                    fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
+                    while (fit_end is None or fit_end <= start) and take > 1:
+                        take -= 1
+                        fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
+                    if fit_end is None or fit_end <= start:
+                        take = 0
+                loose_take = take
+                if take:
+                    early += [host] * take
+                    early_count += take
+                    if early_end is None or fit_end < early_end:
+                        early_end = fit_end
+            if strict:
+                take = min(k, n - held_count)
+                if steady_row:
+                    pass
+                elif loose_take == 0:      # not even one node fits at the start
+                    take = 0
+                elif loose_take == take:   # the walk above says whether it holds to the end
+                    if fit_end < end:
+                        take = 0 if take == 1 else self._most_that_fit(host, node, take - 1, start, end, excluding)
+                elif not excluding and take == 1:
+                    take = 1 if table.timeline(host).scan(start_key, end_key, node) is None else 0
+                else:
+                    take = self._most_that_fit(host, node, take, start, end, excluding)
+                if take:
+                    held += [host] * take
+                    held_count += take
+                    if held_count == n:
+                        return Mapping(nodes=dict(zip(vnodes, held)), end=end)
+                if held_count + potential < n:   # the rest of the hosts cannot make up the difference
+                    if not loose:
+                        return None
+                    strict = False
+            if loose and early_count == n and not strict:
+                break
+        if loose and early_count == n:
+            return Mapping(nodes=dict(zip(vnodes, early)), end=early_end)
+        return None
+
+    def _most_that_fit(self, host: str, node: Resources, most: int, start: datetime, end: datetime,
+                       excluding: Collection[Reservation]) -> int:
+        """The most copies of `node` (up to `most`) that fit on the host over [start, end)."""
+        fits_over = self.table.fits
+        if fits_over(host, scale(node, most), start, end, excluding):
+            return most
+        lo, hi = 0, most - 1        # fits(lo) holds (0 always), the answer is at most hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits_over(host, scale(node, mid), start, end, excluding):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _rank(self, table: SlotTable, names, used, cap, count, hosts: list[str], smallest: Resources,
+              version=None, room: np.ndarray | None = None) -> list[int]:
+        """Filter and score: the rows of the hosts where the smallest node fits at the start (`room`: where
+        at least one fits, for alike nodes), best first for the host-selection policy. Remembered per
+        version of the states when every host may be used."""
+        everywhere = len(hosts) == len(names)
+        key = ("rank", smallest, version)
+        if everywhere and version is not None:
+            ranked = self._derived.get(key)
+            if ranked is not None:
+                return ranked
+        fitting = room >= 1 if room is not None else np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
+        if not everywhere:
             allowed = np.zeros(len(names), dtype=bool)
             allowed[[table.row(h) for h in hosts]] = True
             fitting &= allowed
         candidates = np.flatnonzero(fitting)
-        if not candidates.size:
-            return []
-        return candidates[self.host_selection.rank_indices(used[candidates], cap[candidates],
-                                                           count[candidates])].tolist()
+        ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates],
+                                                             count[candidates])].tolist() if candidates.size else []
+        if everywhere and version is not None:
+            self._remember(key, ranked)
+        return ranked
 
     # -- preemption -------------------------------------------------------------------------------------
     def _place_with_preemption(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime,
