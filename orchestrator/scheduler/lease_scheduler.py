@@ -178,6 +178,7 @@ class LeaseScheduler:
         stop = False
         memo = _FailureMemo()
         full = None
+        room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         for lease in queue:
             if stop:
                 kept.append(lease)
@@ -185,8 +186,18 @@ class LeaseScheduler:
             if not self.vm.can_schedule_in_future():
                 if full is None:
                     full = self._site_full(nexttime)
+                    room.clear()
                 ruled_out = full or memo.rules_out(lease)
-                if ruled_out or not self.vm.could_start_now(lease, nexttime):
+                if not ruled_out:
+                    node = lease.request.uniform
+                    if node is not None and lease.state is S.QUEUED:   # (the instant check, remembered)
+                        total = room.get(node)
+                        if total is None:
+                            total = room[node] = self.table.states_at(nexttime).room(node).total
+                        possible = total >= lease.numnodes
+                    else:
+                        possible = self.vm.could_start_now(lease, nexttime)
+                if ruled_out or not possible:
                     # (the last test is the first thing scheduling would try; asking it here spares
                     # the planning machinery for the many leases that cannot start now)
                     if not ruled_out:   # (one the memo ruled out failed for a reason it already holds)
