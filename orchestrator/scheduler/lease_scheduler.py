@@ -179,29 +179,32 @@ class LeaseScheduler:
         memo = _FailureMemo()
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
+        only_now = not self.vm.can_schedule_in_future()
         for lease in queue:
             if stop:
                 kept.append(lease)
                 continue
-            if not self.vm.can_schedule_in_future():
+            if only_now:
                 if full is None:
                     full = self._site_full(nexttime)
                     room.clear()
-                ruled_out = full or memo.rules_out(lease)
-                if not ruled_out:
-                    node = lease.request.uniform
-                    if node is not None and lease.state is S.QUEUED:   # (the instant check, remembered)
-                        total = room.get(node)
-                        if total is None:
-                            total = room[node] = self.table.states_at(nexttime).room(node).total
-                        possible = total >= lease.numnodes
-                    else:
-                        possible = self.vm.could_start_now(lease, nexttime)
-                if ruled_out or not possible:
-                    # (the last test is the first thing scheduling would try; asking it here spares
-                    # the planning machinery for the many leases that cannot start now)
-                    if not ruled_out:   # (one the memo ruled out failed for a reason it already holds)
+                node = lease.request.uniform
+                if full:
+                    ruled_out = True
+                elif node is not None and lease.state is S.QUEUED:
+                    # the first thing scheduling would try, remembered per node size: asking it here
+                    # spares the planning machinery the many leases that cannot start now (and makes
+                    # the memo's "instant" entries needless for these)
+                    total = room.get(node)
+                    if total is None:
+                        total = room[node] = self.table.states_at(nexttime).room(node).total
+                    ruled_out = total < lease.numnodes or memo.rules_out(lease)
+                else:
+                    ruled_out = memo.rules_out(lease)
+                    if not ruled_out and not self.vm.could_start_now(lease, nexttime):
+                        ruled_out = True
                         memo.record(lease, "instant")
+                if ruled_out:
                     kept.append(lease)
                     if self.config.max_in_future == 0:
                         stop = True
@@ -215,8 +218,13 @@ class LeaseScheduler:
                 memo.record(lease, getattr(exc, "kind", None))
                 if self.config.max_in_future == 0:
                     stop = True
-        for lease in kept:
-            self._enqueue(lease)
+            only_now = not self.vm.can_schedule_in_future()
+        if self.queue:   # (leases requeued during the pass: merge in submit order)
+            for lease in kept:
+                self._enqueue(lease)
+        else:            # (kept is a subsequence of the queue: still in order)
+            self.queue = kept
+            self._queue_keys = [(lease.submit_time, lease.id) for lease in kept]
         self._queue_dirty = False
 
     def _site_full(self, t: datetime) -> bool:
