@@ -263,12 +263,18 @@ class HostStates:
         self._pending.update(rows)
         lo, hi = self._lo, self._hi
         ids, vector_ids, vector_id = self._ids, self._vector_ids, self._vector_id
+        cpu_free, free_rows, capacities = self._cpu_free, self._cpu_free_rows, self._capacities
         for i, w in zip(rows, windows):
             v = w[0]
             used_rows[i] = v
             count_rows[i] = w[1]
             vid = vector_ids.get(v)
             ids[i] = vid if vid is not None else vector_id(v)
+            free = capacities[i][0] - v[0] > 1e-9
+            if free is not cpu_free[i]:
+                free_rows += 1 if free else -1
+                cpu_free[i] = free
+        self._cpu_free_rows = free_rows
         if len(rows) <= 4:
             for i, w in zip(rows, windows):
                 lo[i] = w[2]
@@ -276,7 +282,7 @@ class HostStates:
         else:
             lo[rows] = [w[2] for w in windows]
             hi[rows] = [w[3] for w in windows]
-        capacities, groups = self._capacities, self._groups
+        groups = self._groups
         for room in self._rooms.values():
             per_row, known, node = room.per_row, room.known, room.node
             total = room.total
@@ -291,14 +297,6 @@ class HostStates:
                 per_row[i] = fit
             room.total = total
             room._array = None
-        cpu_free = self._cpu_free
-        free_rows = self._cpu_free_rows
-        for i, w in zip(rows, windows):
-            free = capacities[i][0] - w[0][0] > 1e-9
-            if free is not cpu_free[i]:
-                free_rows += 1 if free else -1
-                cpu_free[i] = free
-        self._cpu_free_rows = free_rows
 
     # -- kept per row (valid after `at`) ---------------------------------------------------------------------
     def room(self, node: Resources) -> _Room:

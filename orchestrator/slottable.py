@@ -488,6 +488,7 @@ class SlotTable:
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
         self._snapshots = (HostStates(), HostStates())
+        self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
         self._keys: list[tuple] = [(None, 0), (None, 0)]   # the last (start, key) and (end, key) asked
@@ -720,7 +721,12 @@ class SlotTable:
         backfilling points) use the second, so they never disturb the first. When the present one is
         closer to t, the second starts from a copy of it: fewer hosts to bring up to date."""
         present, elsewhere = self._snapshots
-        k = time_key(t)
+        memo = self._states_key
+        if memo[0] is t:   # (asked again and again about the same time object: the present, a point)
+            k = memo[1]
+        else:
+            k = time_key(t)
+            self._states_key = (t, k)
         if t == self.present:
             snapshot = present
         else:
