@@ -55,27 +55,23 @@ def room_of(node: Resources, used: np.ndarray, capacity: np.ndarray) -> np.ndarr
 class _Room:
     """Per host, how many nodes of one size fit at the states' time, and the sum."""
 
-    __slots__ = ("node", "per_row", "total", "_array", "known")
+    __slots__ = ("node", "per_row", "total", "array", "known", "stale")
 
-    def __init__(self, node: Resources, per_row: list[int], groups: int) -> None:
+    def __init__(self, node: Resources, array: np.ndarray, groups: int) -> None:
         self.node = node
-        self.per_row = per_row
-        self.total = sum(per_row)
-        self._array: np.ndarray | None = None
+        self.array = array               # per row, as numpy (the mapper's filter) ...
+        self.per_row = array.astype(int).tolist()   # ... and as Python ints (row by row)
+        self.total = sum(self.per_row)
+        self.stale: set[int] = set()   # rows changed since: brought up to date when next asked
         # per capacity group, usage -> count: a plan has few distinct usage vectors (the slot table
         # shares them), so the count is worked out once per vector
         self.known: list[dict[Resources, int]] = [{} for _ in range(groups)]
 
-    @property
-    def array(self) -> np.ndarray:
-        if self._array is None:
-            self._array = np.array(self.per_row, dtype=float)
-        return self._array
-
     def copy(self) -> "_Room":
         room = _Room.__new__(_Room)
         room.node, room.per_row, room.total = self.node, list(self.per_row), self.total
-        room._array, room.known = self._array, self.known   # (never written in place: shared)
+        room.array, room.known = self.array.copy(), self.known   # (the memo of counts is shared)
+        room.stale = set(self.stale)
         return room
 
 
@@ -166,7 +162,9 @@ class HostStates:
         self.last = other.last
         self._clean = other._clean
         self._dirty = set(other._dirty)
-        self._rooms = {node: room.copy() for node, room in other._rooms.items()}
+        # the counts per node size come along when there are few (a workload's handful of sizes);
+        # otherwise they are recounted, vectorised, when first asked about
+        self._rooms = {node: room.copy() for node, room in other._rooms.items()} if len(other._rooms) <= 4 else {}
         self._cpu_free = list(other._cpu_free)
         self._cpu_free_rows = other._cpu_free_rows
 
@@ -282,32 +280,47 @@ class HostStates:
         else:
             lo[rows] = [w[2] for w in windows]
             hi[rows] = [w[3] for w in windows]
-        groups = self._groups
         for room in self._rooms.values():
-            per_row, known, node = room.per_row, room.known, room.node
-            total = room.total
-            for i, w in zip(rows, windows):
-                g = groups[i]
-                fit = known[g].get(w[0])
-                if fit is None:
-                    if len(known[g]) > 4096:
-                        known[g].clear()
-                    fit = known[g][w[0]] = nodes_that_fit(w[0], capacities[i], node)
-                total += fit - per_row[i]
-                per_row[i] = fit
-            room.total = total
-            room._array = None
+            room.stale.update(rows)
 
     # -- kept per row (valid after `at`) ---------------------------------------------------------------------
     def room(self, node: Resources) -> _Room:
         """How many nodes of this size each host can take at the time last asked about, and the sum."""
         room = self._rooms.get(node)
-        if room is None:
-            if len(self._rooms) >= _MAX_SIZES:
+        if room is None or (len(room.stale) > 64 and len(room.stale) * 4 > len(self.names)):
+            # new, or many rows changed (a jump in time on a big site): one vectorised pass
+            if room is None and len(self._rooms) >= _MAX_SIZES:
                 del self._rooms[next(iter(self._rooms))]
-            per_row = room_of(node, self.used, self.capacity).astype(int).tolist()
-            room = self._rooms[node] = _Room(node, per_row, len(self._distinct))
+            array = room_of(node, self.used, self.capacity)
+            if room is None:
+                room = self._rooms[node] = _Room(node, array, len(self._distinct))
+            else:
+                room.array, room.per_row = array, array.astype(int).tolist()
+                room.total = sum(room.per_row)
+                room.stale.clear()
+        elif room.stale:
+            self._bring_room(room)
         return room
+
+    def _bring_room(self, room: _Room) -> None:
+        """Recount the rows changed since the room was last asked about."""
+        per_row, array, known, node = room.per_row, room.array, room.known, room.node
+        used_rows, capacities, groups = self._used_rows, self._capacities, self._groups
+        total = room.total
+        for i in room.stale:
+            v = used_rows[i]
+            g = groups[i]
+            fit = known[g].get(v)
+            if fit is None:
+                if len(known[g]) > 4096:
+                    known[g].clear()
+                fit = known[g][v] = nodes_that_fit(v, capacities[i], node)
+            if fit != per_row[i]:
+                total += fit - per_row[i]
+                per_row[i] = fit
+                array[i] = fit
+        room.stale.clear()
+        room.total = total
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""

@@ -47,6 +47,19 @@ class Mapping:
         return held
 
 
+def _walk(ranked: list[int], room: np.ndarray, steady: np.ndarray | None, end_key: int):
+    """(row, nodes that fit at the start, no change on the host before end_key) along the ranking, a
+    slice at a time: a lease usually needs only the first few hosts of a long ranking."""
+    i, size = 0, 128
+    while i < len(ranked):
+        rows = ranked[i:i + size]
+        fits = room[rows].astype(int).tolist()
+        quiet = (steady[rows] >= end_key).tolist() if steady is not None else [False] * len(rows)
+        yield from zip(rows, fits, quiet)
+        i += size
+        size = 1024
+
+
 class Mapper:
     def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy):
         self.table = table
@@ -140,8 +153,15 @@ class Mapper:
                         count[row] -= 1
         packing_alike = alike is not None and self.host_selection.packs
         room = None
+        potential = None
         if packing_alike:
-            room = table.states_at(start).room(alike).array if version is not None else room_of(alike, used, cap)
+            if version is not None:
+                counts = table.states_at(start).room(alike)
+                room = counts.array
+                if len(hosts) == len(names):
+                    potential = counts.total   # (every host with room is ranked)
+            else:
+                room = room_of(alike, used, cap)
         ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room)
         if not ranked:
             return None
@@ -150,9 +170,8 @@ class Mapper:
         steady = None if excluding or (end <= start and not strict_end) else table.unchanged_until(start)
         end_key = time_key(end)
         if packing_alike:
-            steady_rows = None if steady is None else (steady[ranked] >= end_key).tolist()
-            return self._pack_alike(vnodes, alike, ranked, room[ranked].astype(int).tolist(), names, steady_rows,
-                                    start, end, strict_end, excluding, strict_first)
+            return self._pack_alike(vnodes, alike, ranked, room, names, steady, start, end, strict_end, excluding,
+                                    strict_first, potential)
         rows: dict[str, int] = {}
 
         def ranked_hosts():
@@ -240,9 +259,10 @@ class Mapper:
             return None
         return Mapping(nodes=nodes, end=min(until[h] for h in held))
 
-    def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: list[int],
-                    names: list[str], steady: list[bool] | None, start: datetime, end: datetime, strict_end: bool,
-                    excluding: Collection[Reservation], strict_first: bool = False) -> Mapping | None:
+    def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: np.ndarray,
+                    names: list[str], steady: np.ndarray | None, start: datetime, end: datetime,
+                    strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False,
+                    potential: int | None = None) -> Mapping | None:
         """`_place` for nodes all alike on a packing policy: how many a host takes is worked out once per
         host (the most that fit at the start instant, then checked along its timeline) instead of one
         trial per node; the answer is the one node-by-node packing gives, since fitting is monotone in
@@ -259,11 +279,10 @@ class Mapper:
         early: list[str] = []              # the one that may end early
         early_count = 0
         early_end: datetime | None = None
-        potential = sum(room)              # nodes the hosts not walked yet could take at the start
-        if steady is None:
-            steady = [False] * len(ranked)
+        # nodes the hosts not walked yet could take at the start
+        potential = int(room[ranked].sum()) if potential is None else potential
         # (the filter stage kept hosts with room for one node at least)
-        for row, k, steady_row in zip(ranked, room, steady):
+        for row, k, steady_row in _walk(ranked, room, steady, end_key):
             host = names[row]
             potential -= k
             loose_take = None
