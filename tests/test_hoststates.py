@@ -1,0 +1,64 @@
+"""The host states kept incrementally (usage rows, counts of nodes that fit per node size, free CPU)
+against a from-scratch look at every host, through random changes to the table and queries at random
+times, at the scheduler's present and elsewhere."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.hoststates import nodes_that_fit
+from orchestrator.reservations import Reservation, ReservationKind
+from orchestrator.resources import Resources
+from orchestrator.slottable import SlotTable
+from orchestrator.timeutil import UTC
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+NODES = (Resources.of(1, 1024), Resources.of(2, 1024), Resources.of(1, 3000))
+
+
+def T(minutes: float) -> datetime:
+    return EPOCH + timedelta(minutes=minutes)
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 5), st.integers(0, 200), st.integers(1, 90),
+              st.sampled_from((1, 2)), st.sampled_from((512, 2048))),
+    st.tuples(st.just("remove"), st.integers(0, 1000)),
+    st.tuples(st.just("ask"), st.integers(0, 300), st.booleans(), st.sampled_from(NODES)),
+), min_size=1, max_size=60)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations)
+def test_states_match_a_fresh_look(ops):
+    capacities = {f"h{i}": Resources.of(2 + i % 3, 4096) for i in range(6)}
+    table = SlotTable(capacities)
+    held: list[Reservation] = []
+    for op in ops:
+        if op[0] == "add":
+            _, h, start, length, cpus, memory = op
+            host, amount = f"h{h}", Resources.of(cpus, memory)
+            if table.fits(host, amount, T(start), T(start + length)):
+                held.append(table.add(Reservation(1, ReservationKind.VM, T(start), T(start + length),
+                                                  {host: amount})))
+        elif op[0] == "remove":
+            if held:
+                table.remove(held.pop(op[1] % len(held)))
+        else:
+            _, at, present, node = op
+            t = T(at)
+            if present:
+                table.present = t
+            states = table.states_at(t)
+            usage = {h: table.usage_at(h, t) for h in capacities}
+            per_host = [nodes_that_fit(usage[h], capacities[h], node) for h in states.names]
+            room = states.room(node)
+            assert room.per_row == per_host
+            assert room.total == sum(per_host)
+            assert [int(x) for x in room.array] == per_host
+            assert states.site_full() == all(capacities[h].cpu - usage[h].cpu <= 1e-9 for h in capacities)
+            names, used, _, count, _ = table.state_arrays(t)
+            assert [tuple(row) for row in used.tolist()] == [tuple(map(float, usage[h])) for h in names]
