@@ -15,6 +15,7 @@ the count per host and its total, updated with the rows that change, so the answ
 from __future__ import annotations
 
 from math import floor
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -225,9 +226,11 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last asked about (`at`)."""
         return self._hi
 
-    def invalidate(self, host: str) -> None:
+    def invalidate(self, hosts: Iterable[str]) -> None:
+        """These hosts' reservations changed."""
         self._clean = False
-        self._dirty.add(self._index[host])
+        index = self._index
+        self._dirty.update([index[h] for h in hosts])
 
     def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(usage per host x resource, reservations per host) at the time whose slot-table key

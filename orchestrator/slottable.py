@@ -551,8 +551,9 @@ class SlotTable:
             raise InvalidRequest("end", f"reservation ends ({rr.end}) before it starts ({rr.start})")
         if rr.id and rr.id in self._reservations:
             raise InconsistentSchedule(f"reservation {rr.id} is already in the slot table")
-        for host in rr.resources:
-            self._timeline(host)
+        if not rr.resources.keys() <= self._hosts.keys():
+            for host in rr.resources:
+                self._timeline(host)   # (names the unknown host)
         if not rr.id:   # a reservation taken out and put back keeps its id
             rr.id = self._next_id
             self._next_id += 1
@@ -568,8 +569,8 @@ class SlotTable:
             hosts = self._hosts
             for host, amount in rr.resources.items():
                 hosts[host].add_keys(ks, ke, amount, start, end)
-                for snapshot in self._snapshots:
-                    snapshot.invalidate(host)
+            for snapshot in self._snapshots:
+                snapshot.invalidate(rr.resources)
         self._reservations[rr.id] = rr
         by_lease = self._by_lease
         held = by_lease.get(rr.lease_id)
@@ -590,8 +591,8 @@ class SlotTable:
             hosts = self._hosts
             for host, amount in rr.resources.items():
                 hosts[host].remove_keys(ks, ke, amount)
-                for snapshot in self._snapshots:
-                    snapshot.invalidate(host)
+            for snapshot in self._snapshots:
+                snapshot.invalidate(rr.resources)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
         if held is rr:
