@@ -516,14 +516,14 @@ def test_a_host_with_many_breakpoints_against_brute_force():
             assert hi == min((p for p in points if p > t), default=None)
 
     check()
-    assert len(table.timeline("h1")._keys) > 4                    # several blocks
+    assert len(table.timeline("h1")._blocks) > 4                  # several blocks
     rng.shuffle(live)
     while len(live) > 50:
         table.remove(live.pop())
     check()
     while live:
         table.remove(live.pop())
-    assert len(table.timeline("h1")) == 0 and table.timeline("h1")._keys == []
+    assert len(table.timeline("h1")) == 0 and table.timeline("h1")._blocks == []
     assert table.usage_at("h1", T(100)) == NOTHING
 
 
@@ -539,3 +539,62 @@ def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped()
     table.update(a, T(0), T(10), {"h1": R(1, 600), "h2": R(1, 512)})
     assert set(shared.values) == {NOTHING, R(1, 512), R(1, 600)}
     assert table.usage_at("h1", T(5)) == R(1, 600) and table.usage_at("h2", T(5)) == R(1, 512)
+    assert set(shared.vectors.values()) == {NOTHING, R(1, 512), R(1, 600)}   # code -> vector, swept alike
+
+
+def test_usage_codes_sort_after_every_key():
+    """A block holds its keys, then usage codes: every code must be above every key a datetime can make."""
+    from orchestrator import slottable
+    latest = datetime.max.replace(tzinfo=timezone(-timedelta(hours=23, minutes=59)))   # later than FOREVER
+    assert slottable.time_key(latest) > slottable.time_key(FOREVER)
+    assert slottable.time_key(latest) < slottable._CODE
+    assert slottable.time_key(datetime.min.replace(tzinfo=UTC)) > slottable.BEFORE_ALL
+
+
+def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
+    """usage_at reads a single-block host's block directly (SharedUsage.single), other hosts through their
+    timeline; both, and the timeline's own queries, with and without the strided read, give the same answers."""
+    import random
+    from orchestrator import slottable
+    rng = random.Random(3)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP})
+    tl = table.timeline("h1")
+    live = []
+
+    def check():
+        single = len(tl._blocks) == 1
+        assert table._shared.single["h1"] is (tl._blocks[0] if single else None)
+        for _ in range(200):
+            t = T(rng.randrange(-10, 4_100) + rng.choice((0, 0.5)))
+            expected = [r for r in live if r.start <= t < r.end]
+            used = Resources(sum(r.resources["h1"].cpu for r in expected), sum(r.resources["h1"].memory for r in expected))
+            assert table.usage_at("h1", t) == tl.usage_at(t) == tl.state_at(t)[0] == tl.window(t)[0] == used
+            assert tl.state_at(t)[1] == len(expected)
+
+    saved = slottable._PREFETCH
+    try:
+        while len(live) < 400:                     # one block up to 2 x _LOAD breakpoints, then several
+            start = rng.randrange(0, 4_000)
+            live.append(table.add(rr(len(live) + 1, start, start + rng.randrange(1, 60), {"h1": R(1, 1)})))
+            if len(live) in (5, 60, 400):
+                for slottable._PREFETCH in (0, saved, 1 << 30):
+                    check()
+        assert len(tl._blocks) > 1
+        assert table.usage_at("h2", T(0)) == NOTHING and table._shared.single["h2"] is None   # no block yet
+    finally:
+        slottable._PREFETCH = saved
+
+
+def test_a_removed_host_leaves_the_shared_usage_registry():
+    table = SlotTable({"h1": CAP, "h2": CAP})
+    r = table.add(rr(1, 0, 10, {"h2": R(1, 512)}))
+    gone = table.timeline("h2")
+    table.remove(r)
+    table.remove_host("h2")
+    shared = table._shared
+    assert "h2" not in shared.single and gone not in shared.timelines
+    shared.limit = len(shared.values)                             # the next new vector sweeps
+    table.add(rr(2, 0, 10, {"h1": R(2, 256)}))
+    assert table.usage_at("h1", T(5)) == R(2, 256)
+    with pytest.raises(InvalidRequest):
+        table.usage_at("h2", T(5))

@@ -236,25 +236,35 @@ TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=4
 class TinyBlocksMachine(SlotTableMachine):
     def __init__(self):
         super().__init__()
-        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK)
-        slottable._MAX_BLOCK, slottable._MIN_BLOCK = 4, 2
+        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH)
+        # and a sweep of the shared usage vectors whenever their number doubles (ids are freed, reused),
+        # and point queries that always read the block's cache lines first
+        slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH = 4, 2, 2, 0
 
     def teardown(self):
-        slottable._MAX_BLOCK, slottable._MIN_BLOCK = self._saved
+        slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH = self._saved
 
     @invariant()
     def blocks_are_well_formed(self):
         for host in self.caps:
             tl = self.table.timeline(host)
-            keys = [k for block in tl._keys for k in block]
+            # a block: its keys, then as many usage ids
+            assert all(len(block) % 2 == 0 for block in tl._blocks)
+            sizes = [len(block) // 2 for block in tl._blocks]
+            keys = [k for block, n in zip(tl._blocks, sizes) for k in block[:n]]
             assert keys == sorted(set(keys)) and len(keys) == len(tl)
-            assert list(tl._mins) == [block[0] for block in tl._keys]
-            assert all(0 < len(block) <= 4 for block in tl._keys)
+            assert list(tl._mins) == [block[0] for block in tl._blocks]
+            assert all(0 < n <= 4 for n in sizes)
             assert [len(b) for b in tl._usage] == [len(b) for b in tl._count] == [len(b) for b in tl._refs] \
-                == [len(b) for b in tl._times] == [len(b) for b in tl._keys]
+                == [len(b) for b in tl._times] == sizes
             assert [slottable.time_key(t) for block in tl._times for t in block] == keys
-            single = len(tl._keys) == 1
-            assert (tl._k0 is not None) == single and (not single or tl._k0 is tl._keys[0])
+            # the ids (in reverse order) name the very vectors of the usage lists, none of them freed
+            vectors = self.table._shared.vectors
+            for block, n, usage in zip(tl._blocks, sizes, tl._usage):
+                assert all(vectors[u] is used for u, used in zip(reversed(block[n:]), usage))
+            single = len(tl._blocks) == 1
+            assert (tl._k0 is not None) == single and (not single or tl._k0 is tl._blocks[0])
+            assert self.table._shared.single.get(host) is tl._k0      # what SlotTable.usage_at reads
 
 
 TestTinyBlocksMachine = TinyBlocksMachine.TestCase
