@@ -41,7 +41,13 @@ class IllegalTransition(LeasewiseError):
 
 
 class NotSchedulable(LeasewiseError):
-    """The scheduler could not find room for a lease (the reason is the message)."""
+    """The scheduler could not find room for a lease (the reason is the message). `kind` says why, for the
+    queue's failure memo: "instant" (no room even at the start), "strict" (not for the whole interval),
+    "short" (placed, but not for long enough), or None."""
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        self.kind = kind
 
 
 class InconsistentSchedule(LeasewiseError):

@@ -80,8 +80,11 @@ class Mapper:
     ) -> Mapping | None:
         """A mapping of every node of `lease` over [start, end) (or [start, earlier end) when not
         strict), or None. `lease_of` resolves reservation lease ids, needed for preemption."""
-        hosts = list(self.table.hosts) if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
-        vnodes = sorted(range(lease.numnodes), key=lambda v: lease.request.nodes[v], reverse=True)
+        hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
+        if lease.request.uniform is not None:
+            vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
+        else:
+            vnodes = sorted(range(lease.numnodes), key=lambda v: lease.request.nodes[v], reverse=True)
         mapping = None
         if not strict_end and lease.request.uniform is not None and self.host_selection.packs:
             # both placements below in one walk over the hosts

@@ -8,8 +8,10 @@ next event or arrival.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -25,6 +27,24 @@ from .timeutil import iso
 from .workloads import Workload, resolve_site
 
 StepHook = Callable[[LeaseScheduler, datetime], None]
+
+
+@contextmanager
+def collector_for_a_run() -> Iterator[None]:
+    """Python's cyclic garbage collector tuned for the length of one run, then put back as it was.
+
+    A run allocates millions of small objects that live to its end (plans, leases, events), and the
+    collector would walk them again and again: about a tenth of a KTH-SP2 run. During the run the
+    objects that exist already (the workload) are left out of collection (`gc.freeze`) and young
+    objects are collected every 100,000 allocations instead of 700; garbage cycles are still freed."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 @dataclass
@@ -83,6 +103,10 @@ class Simulator:
         self.clock = SimulatedClock(config.simulation.start)
 
     def run(self, max_steps_per_instant: int = 100_000) -> SimulationResult:
+        with collector_for_a_run():
+            return self._run(max_steps_per_instant)
+
+    def _run(self, max_steps_per_instant: int) -> SimulationResult:
         wall = time.perf_counter()
         sched = self.scheduler
         arrivals = self.workload.requests

@@ -92,3 +92,17 @@ def test_missing_workload_file():
     result = runner.invoke(app, ["simulate", "does-not-exist.lwf"])
     assert result.exit_code == 2
     assert "does-not-exist.lwf does not exist" in result.output
+
+
+def test_a_run_puts_the_garbage_collector_back_as_it_was():
+    """The simulator tunes Python's collector for one run only (threshold and freeze undone after)."""
+    import gc
+
+    from orchestrator.simulator import collector_for_a_run
+
+    before = gc.get_threshold()
+    with collector_for_a_run():
+        assert gc.get_threshold() != before
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0

@@ -215,7 +215,7 @@ class LeaseScheduler:
                 memo.table_changed()
             except NotSchedulable as exc:
                 kept.append(lease)
-                memo.record(lease, getattr(exc, "kind", None))
+                memo.record(lease, exc.kind)
                 if self.config.max_in_future == 0:
                     stop = True
             only_now = not self.vm.can_schedule_in_future()

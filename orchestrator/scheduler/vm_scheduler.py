@@ -90,10 +90,9 @@ class VMScheduler:
             if found is None:
                 raise NotSchedulable("the lease does not fit even on an empty site")
         if found is None:
-            exc = NotSchedulable("not enough resources available now")
             # why, for the queue's failure memo: "short" (placed, but not for long enough) is not monotone
-            exc.kind = "short" if too_short else ("strict" if strict_end else "instant")
-            raise exc
+            raise NotSchedulable("not enough resources available now",
+                                 "short" if too_short else ("strict" if strict_end else "instant"))
         start, mapping = found
         vm = self._vm_reservation(lease, start, mapping.end, mapping)
         if resuming:
