@@ -35,11 +35,12 @@ def collector_for_a_run() -> Iterator[None]:
 
     A run allocates millions of small objects that live to its end (plans, leases, events), and the
     collector would walk them again and again: about a tenth of a KTH-SP2 run. During the run the
-    objects that exist already (the workload) are left out of collection (`gc.freeze`) and young
-    objects are collected every 100,000 allocations instead of 700; garbage cycles are still freed."""
+    objects that exist already (the workload) are left out of collection (`gc.freeze`), young objects
+    are collected every 200,000 allocations instead of 700 and the survivors seldom walked again;
+    garbage cycles are still freed."""
     threshold = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(100_000, 50, 1000)
+    gc.set_threshold(200_000, 1000, 1000)
     try:
         yield
     finally:
