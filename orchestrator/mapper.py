@@ -7,6 +7,12 @@ reservations. With `strict_end` off the mapping may end early (the latest end th
 used), for leases that will be suspended. With preemption allowed, victim leases are added one at a
 time, the most preemptable first, until the lease fits; victims that turned out not to be needed are
 dropped again.
+
+Leases whose nodes are all alike (a 64-node job) on a packing policy are placed per host rather than per
+node: how many nodes a host takes comes from the host states' counts per node size, and only hosts
+whose usage changes before the end are walked along their timelines; a placement that may end early
+and the strict one it prefers are built in the same walk. The answer is the node-by-node greedy one
+(tests/test_mapper_alike.py holds the two side by side).
 """
 
 from __future__ import annotations
