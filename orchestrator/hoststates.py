@@ -9,13 +9,16 @@ ranking then run as vector operations.
 
 The question asked most ("how many nodes of this size could start at t, over all hosts": the queue's
 instant check, for every queued lease at every event) is kept the same way: per node size asked about,
-the count per host and its total, updated with the rows that change, so the answer is a lookup.
+the count per host and its total, brought up to date for the rows that changed when next asked (all at
+once, vectorised, after a jump that changed many), so the answer is a lookup. The Python rows are the
+truth; the numpy copies the mapper ranks with catch up when read, gathered from a palette of the
+distinct usage vectors (converting tuples row by row was the slow part).
 """
 
 from __future__ import annotations
 
-from math import floor
 from collections.abc import Iterable
+from math import floor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -97,7 +100,7 @@ class HostStates:
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
-        # rows invalidated since the last `at`: a query at the same time recomputes just these, without
+        # rows invalidated since the last `bring_to`: a query at the same time recomputes just these, without
         # comparing every row's window (the common case: the scheduler commits, then asks again)
         self._dirty: set[int] = set()
         self._rooms: dict[Resources, _Room] = {}
@@ -125,7 +128,7 @@ class HostStates:
         self._changed()
 
     def _changed(self) -> None:
-        # the rows themselves changed: every row is recomputed at the next `at`, and what is kept per
+        # the rows themselves changed: every row is recomputed at the next `bring_to`, and what is kept per
         # row (room per node size, free CPU) starts again from there
         n = len(self.names)
         self._clean = False
@@ -223,7 +226,7 @@ class HostStates:
 
     @property
     def valid_until(self) -> np.ndarray:
-        """Per host, the key of its next breakpoint after the time last asked about (`at`)."""
+        """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._hi
 
     def invalidate(self, hosts: Iterable[str]) -> None:
@@ -232,14 +235,9 @@ class HostStates:
         index = self._index
         self._dirty.update([index[h] for h in hosts])
 
-    def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(usage per host x resource, reservations per host) at the time whose slot-table key
-        (`slottable.time_key`: integer microseconds) is k; the arrays are owned here: read only."""
-        self.bring_to(k)
-        return self.used, self.count
-
     def bring_to(self, k: int) -> None:
-        """Bring every row to the time whose slot-table key is k."""
+        """Bring every row to the time whose slot-table key (`slottable.time_key`: integer microseconds)
+        is k: `used`, `count`, `valid_until`, `room` and `site_full` then answer for that time."""
         dirty = self._dirty
         if k == self.last:
             if self._clean:
@@ -286,7 +284,7 @@ class HostStates:
         for room in self._rooms.values():
             room.stale.update(rows)
 
-    # -- kept per row (valid after `at`) ---------------------------------------------------------------------
+    # -- kept per row (valid after `bring_to`) ---------------------------------------------------------------------
     def room(self, node: Resources) -> _Room:
         """How many nodes of this size each host can take at the time last asked about, and the sum."""
         room = self._rooms.get(node)
