@@ -40,18 +40,17 @@ class Overheads:
     # -- whole lease estimates -------------------------------------------------------------------------------
     def estimate_suspend(self, lease: Lease) -> timedelta:
         """Upper bound of the time to suspend the whole lease: every VM in turn (the worst layout)."""
-        overhead = self.config.enactment_overhead
-        alike = lease.request.uniform
-        if alike is not None:   # (a 64-node lease usually has one node size)
-            return (self.suspend_vm_time(alike.memory) + overhead) * lease.numnodes
-        return sum((self.suspend_vm_time(n.memory) + overhead for n in lease.request.nodes), ZERO)
+        return self._every_vm(lease, self.suspend_vm_time)
 
     def estimate_resume(self, lease: Lease) -> timedelta:
+        return self._every_vm(lease, self.resume_vm_time)
+
+    def _every_vm(self, lease: Lease, per_vm) -> timedelta:
         overhead = self.config.enactment_overhead
         alike = lease.request.uniform
-        if alike is not None:
-            return (self.resume_vm_time(alike.memory) + overhead) * lease.numnodes
-        return sum((self.resume_vm_time(n.memory) + overhead for n in lease.request.nodes), ZERO)
+        if alike is not None:   # (a 64-node lease usually has one node size: one product)
+            return (per_vm(alike.memory) + overhead) * lease.numnodes
+        return sum((per_vm(n.memory) + overhead for n in lease.request.nodes), ZERO)
 
     def shutdown_time(self, lease: Lease) -> timedelta:
         return self.config.shutdown_time + self.config.enactment_overhead * lease.numnodes
