@@ -235,6 +235,33 @@ class HostStates:
         index = self._index
         self._dirty.update([index[h] for h in hosts])
 
+    def changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
+        """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
+        it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
+        For the others the usage stays; a reservation put in only narrows their windows (its start or
+        end may fall inside one), and one taken off leaves them valid (its start and end bounded them)."""
+        k = self.last
+        if k is None:
+            return
+        index = self._index
+        if ks <= k < ke:
+            self._clean = False
+            self._dirty.update([index[h] for h in hosts])
+        elif not added:
+            return
+        elif ks > k:
+            hi = self._hi
+            for h in hosts:
+                i = index[h]
+                if ks < hi[i]:
+                    hi[i] = ks
+        else:
+            lo = self._lo
+            for h in hosts:
+                i = index[h]
+                if ke > lo[i]:
+                    lo[i] = ke
+
     def bring_to(self, k: int) -> None:
         """Bring every row to the time whose slot-table key (`slottable.time_key`: integer microseconds)
         is k: `used`, `count`, `valid_until`, `room` and `site_full` then answer for that time."""

@@ -641,7 +641,7 @@ class SlotTable:
             for host, amount in rr.resources.items():
                 hosts[host].add_keys(ks, ke, amount, start, end)
             for snapshot in self._snapshots:
-                snapshot.invalidate(rr.resources)
+                snapshot.changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
         by_lease = self._by_lease
         held = by_lease.get(rr.lease_id)
@@ -663,7 +663,7 @@ class SlotTable:
             for host, amount in rr.resources.items():
                 hosts[host].remove_keys(ks, ke, amount)
             for snapshot in self._snapshots:
-                snapshot.invalidate(rr.resources)
+                snapshot.changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
         if held is rr:

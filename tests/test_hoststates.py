@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from orchestrator.hoststates import nodes_that_fit
 from orchestrator.reservations import Reservation, ReservationKind
 from orchestrator.resources import Resources
-from orchestrator.slottable import SlotTable
+from orchestrator.slottable import AFTER_ALL, SlotTable, time_key
 from orchestrator.timeutil import UTC
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)   # (time keys count microseconds from here)
 NODES = (Resources.of(1, 1024), Resources.of(2, 1024), Resources.of(1, 3000))
 
 
@@ -62,3 +63,10 @@ def test_states_match_a_fresh_look(ops):
             assert states.site_full() == all(capacities[h].cpu - usage[h].cpu <= 1e-9 for h in capacities)
             names, used, _, count, _ = table.state_arrays(t)
             assert [tuple(row) for row in used.tolist()] == [tuple(map(float, usage[h])) for h in names]
+            # the mapper skips the timeline walk of a host whose usage stays until past the end: the
+            # window kept per row must never reach past a change of usage
+            for h, until in zip(names, table.unchanged_until(t).tolist()):
+                assert until > time_key(t)
+                if until != AFTER_ALL:
+                    later = table.changepoints_after(t, until=_EPOCH + timedelta(microseconds=until), hosts=[h])
+                    assert all(table.usage_at(h, p) == usage[h] for p in later), (h, later)
