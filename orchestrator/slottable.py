@@ -66,6 +66,9 @@ FOREVER = datetime.max.replace(tzinfo=UTC)
 
 #: the table's internal time: whole microseconds since the Unix epoch, exact for every datetime
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: amounts whose usage transitions are remembered at once, and transitions per amount (beyond these
+#: the memo starts again)
+_MAX_AMOUNTS = 1024
 _MICROSECOND = timedelta(microseconds=1)
 #: keys below and above every time a datetime can express (the edges of a host's first and last segment)
 BEFORE_ALL = -(1 << 63)
@@ -113,7 +116,7 @@ class SharedUsage:
     codes) stops among its keys. Whenever the table has doubled since the last sweep, the vectors whose
     code no breakpoint of the registered `timelines` holds any more are dropped."""
 
-    __slots__ = ("values", "vectors", "next", "limit", "timelines", "single")
+    __slots__ = ("values", "vectors", "next", "limit", "timelines", "single", "added", "taken")
 
     def __init__(self) -> None:
         self.values: dict[Resources, tuple[Resources, int]] = {NOTHING: (NOTHING, _CODE)}
@@ -123,6 +126,38 @@ class SharedUsage:
         self.timelines: list[HostTimeline] = []
         #: host name -> its only block (None while it has none or several): `SlotTable.usage_at`
         self.single: dict[str, array | None] = {}
+        # per amount, code -> (vector, code) of that usage plus (`added`) or minus (`taken`) the amount:
+        # a reservation's walk then costs a lookup by integer per breakpoint, not a sum and its hash
+        self.added: dict[Resources, dict[int, tuple[Resources, int]]] = {}
+        self.taken: dict[Resources, dict[int, tuple[Resources, int]]] = {}
+
+    def plus(self, amount: Resources) -> dict[int, tuple[Resources, int]]:
+        """The transitions for adding `amount` found so far (`step` finds the others)."""
+        memo = self.added.get(amount)
+        if memo is None:
+            if len(self.added) >= _MAX_AMOUNTS:
+                self.added.clear()
+            memo = self.added[amount] = {}
+        return memo
+
+    def minus(self, amount: Resources) -> dict[int, tuple[Resources, int]]:
+        memo = self.taken.get(amount)
+        if memo is None:
+            if len(self.taken) >= _MAX_AMOUNTS:
+                self.taken.clear()
+            memo = self.taken[amount] = {}
+        return memo
+
+    def step(self, code: int, amount: Resources, adding: bool) -> tuple[Resources, int]:
+        """(vector, code) of the usage under `code` plus or minus `amount`, remembered."""
+        vector = self.vectors[code]
+        used = _plus(vector, amount) if adding else _minus(vector, amount)
+        entry = self.values.get(used) or self.add(used)
+        memo = self.plus(amount) if adding else self.minus(amount)   # (after a sweep: a new one)
+        if len(memo) >= _MAX_AMOUNTS:
+            memo.clear()
+        memo[code] = entry
+        return entry
 
     def add(self, used: Resources) -> tuple[Resources, int]:
         """Give a code to a vector not in `values` yet (the caller looked); returns (it, its code)."""
@@ -144,6 +179,8 @@ class SharedUsage:
             if code not in held:
                 del values[used], vectors[code]
         self.limit = 2 * len(values) + _SWEEP_SLACK
+        self.added.clear()   # (they name dropped codes)
+        self.taken.clear()
 
 
 class HostTimeline:
@@ -289,14 +326,17 @@ class HostTimeline:
         b, i = self._split(ks, start)
         blocks, usage_, count_ = self._blocks, self._usage, self._count
         shared = self._shared
-        known = shared.values.get
+        memo = shared.plus(amount)
         while True:                      # every breakpoint in [start, end); `end` is one, so this stops
             block, usage, count = blocks[b], usage_[b], count_[b]
             for j in range(i, len(usage)):
                 if block[j] >= ke:
                     return
-                used = _plus(usage[j], amount)
-                usage[j], block[~j] = known(used) or shared.add(used)
+                entry = memo.get(block[~j])
+                if entry is None:
+                    entry = shared.step(block[~j], amount, True)
+                    memo = shared.plus(amount)
+                usage[j], block[~j] = entry
                 count[j] += 1
             b += 1
             i = 0
@@ -310,7 +350,7 @@ class HostTimeline:
         b = bisect_right(self._mins, ks) - 1
         i = bisect_left(blocks[b], ks)
         shared = self._shared
-        known = shared.values.get
+        memo = shared.minus(amount)
         walking = True
         while walking:
             block, usage, count = blocks[b], usage_[b], count_[b]
@@ -318,8 +358,11 @@ class HostTimeline:
                 if block[j] >= ke:
                     walking = False
                     break
-                used = _minus(usage[j], amount)
-                usage[j], block[~j] = known(used) or shared.add(used)
+                entry = memo.get(block[~j])
+                if entry is None:
+                    entry = shared.step(block[~j], amount, False)
+                    memo = shared.minus(amount)
+                usage[j], block[~j] = entry
                 count[j] -= 1
             b += 1
             i = 0

@@ -236,13 +236,17 @@ TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=4
 class TinyBlocksMachine(SlotTableMachine):
     def __init__(self):
         super().__init__()
-        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH)
+        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
+                       slottable._MAX_AMOUNTS)
         # and a sweep of the shared usage vectors whenever their number doubles (ids are freed, reused),
-        # and point queries that always read the block's cache lines first
-        slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH = 4, 2, 2, 0
+        # point queries that always read the block's cache lines first, and the memo of usage transitions
+        # per amount starting again after two amounts or two transitions
+        (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
+         slottable._MAX_AMOUNTS) = 4, 2, 2, 0, 2
 
     def teardown(self):
-        slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH = self._saved
+        (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
+         slottable._MAX_AMOUNTS) = self._saved
 
     @invariant()
     def blocks_are_well_formed(self):
