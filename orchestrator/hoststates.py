@@ -17,7 +17,7 @@ distinct usage vectors (converting tuples row by row was the slow part).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from math import floor
 from typing import TYPE_CHECKING
 
@@ -67,9 +67,9 @@ class _Room:
         self.per_row = array.astype(int).tolist()   # ... and as Python ints (row by row)
         self.total = sum(self.per_row)
         self.stale: set[int] = set()   # rows changed since: brought up to date when next asked
-        # per capacity group, usage -> count: a plan has few distinct usage vectors (the slot table
+        # per capacity group, usage code -> count: a plan has few distinct usage vectors (the slot table
         # shares them), so the count is worked out once per vector
-        self.known: list[dict[Resources, int]] = [{} for _ in range(groups)]
+        self.known: list[dict[int, int]] = [{} for _ in range(groups)]
 
     def copy(self) -> "_Room":
         room = _Room.__new__(_Room)
@@ -80,7 +80,14 @@ class _Room:
 
 
 class HostStates:
-    def __init__(self) -> None:
+    """`windows_at(timelines, rows, k)`: per row, (usage code, reservation count, lo, hi) of the row's
+    timeline at key k, and `vectors`: code -> usage vector (the slot table's `SharedUsage` codes, which
+    name one vector for as long as they exist: the memos here are keyed by them, integers)."""
+
+    def __init__(self, windows_at: Callable[[list, list[int], int], list[tuple[int, int, int, int]]],
+                 vectors: dict[int, Resources]) -> None:
+        self._windows_at = windows_at
+        self._vectors = vectors
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list["HostTimeline"] = []
@@ -97,6 +104,10 @@ class HostStates:
         self._pending: set[int] = set()
         self._lo = np.zeros(0, dtype=np.int64)
         self._hi = np.zeros(0, dtype=np.int64)
+        # a bound on the windows (at least every lo, at most every hi): a time between them is inside
+        # every row's window, so a move there needs no look at the arrays
+        self._max_lo = _NEVER_LO
+        self._min_hi = _NEVER_HI
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
@@ -111,6 +122,8 @@ class HostStates:
         self._vector_ids: dict[Resources, int] = {}
         self._palette = np.zeros((64, 5))
         self._ids: list[int] = []
+        self._code_rows: list[int] = []        # per row, the code of its usage
+        self._code_ids: dict[int, int] = {}    # code -> its vector's id in the palette
 
     def add_host(self, timeline: "HostTimeline") -> None:
         self._index[timeline.name] = len(self.names)
@@ -139,6 +152,8 @@ class HostStates:
         self._groups = [self._distinct.setdefault(c, len(self._distinct)) for c in self._capacities]
         self._used_rows = [Resources()] * n
         self._count_rows = [0] * n
+        self._code_rows = [-1] * n   # (no code: every row is recomputed before it is read)
+        self._code_ids = {}
         self._vector_ids = {}
         self._ids = [self._vector_id(Resources())] * n
         self._used = np.zeros((n, 5))
@@ -146,6 +161,7 @@ class HostStates:
         self._pending = set()
         self._lo = np.full(n, _NEVER_LO, dtype=np.int64)
         self._hi = np.full(n, _NEVER_HI, dtype=np.int64)
+        self._max_lo, self._min_hi = _NEVER_LO, _NEVER_HI
         self._rooms.clear()
         self._cpu_free = [False] * n
         self._cpu_free_rows = 0
@@ -155,6 +171,8 @@ class HostStates:
         self.version += 1
         self._used_rows = list(other._used_rows)
         self._count_rows = list(other._count_rows)
+        self._code_rows = list(other._code_rows)
+        self._code_ids = dict(other._code_ids)
         self._vector_ids = dict(other._vector_ids)
         self._palette = other._palette.copy()
         self._ids = list(other._ids)
@@ -163,6 +181,7 @@ class HostStates:
         self._pending = set(other._pending)
         self._lo = other._lo.copy()
         self._hi = other._hi.copy()
+        self._max_lo, self._min_hi = other._max_lo, other._min_hi
         self.last = other.last
         self._clean = other._clean
         self._dirty = set(other._dirty)
@@ -212,6 +231,7 @@ class HostStates:
             ids = self._vector_ids
             if len(ids) >= 1 << 16:   # a long run: start again from the vectors in use
                 ids.clear()
+                self._code_ids.clear()
                 for i, v in enumerate(self._used_rows):
                     self._ids[i] = ids.setdefault(v, len(ids))
                 self._palette = np.array(list(ids) + [NOTHING] * 64, dtype=float)
@@ -255,47 +275,64 @@ class HostStates:
                 i = index[h]
                 if ks < hi[i]:
                     hi[i] = ks
+            if ks < self._min_hi:
+                self._min_hi = ks
         else:
             lo = self._lo
             for h in hosts:
                 i = index[h]
                 if ke > lo[i]:
                     lo[i] = ke
+            if ke > self._max_lo:
+                self._max_lo = ke
 
     def bring_to(self, k: int) -> None:
         """Bring every row to the time whose slot-table key (`slottable.time_key`: integer microseconds)
         is k: `used`, `count`, `valid_until`, `room` and `site_full` then answer for that time."""
         dirty = self._dirty
+        exact = False
         if k == self.last:
             if self._clean:
                 return
             rows = sorted(dirty)
         else:
             self.last = k
-            stale = (self._lo > k) | (self._hi <= k)
-            if dirty:
-                stale[list(dirty)] = True
-            rows = np.flatnonzero(stale).tolist()
+            if self._max_lo <= k < self._min_hi:
+                rows = sorted(dirty)   # (k is inside every row's window)
+            else:
+                stale = (self._lo > k) | (self._hi <= k)
+                if dirty:
+                    stale[list(dirty)] = True
+                rows = stale.nonzero()[0].tolist()
+                exact = True
         dirty.clear()
         self._clean = True
         if rows:
             self._refresh(rows, k)
+        if exact and self.names:
+            self._max_lo, self._min_hi = int(self._lo.max()), int(self._hi.min())
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
-        timelines = self._timelines
-        windows = [timelines[i].window_key(k) for i in rows]
-        used_rows, count_rows = self._used_rows, self._count_rows
+        windows = self._windows_at(self._timelines, rows, k)
+        vectors = self._vectors
+        used_rows, count_rows, code_rows = self._used_rows, self._count_rows, self._code_rows
         self._pending.update(rows)
         lo, hi = self._lo, self._hi
-        ids, vector_ids, vector_id = self._ids, self._vector_ids, self._vector_id
+        ids, code_ids, vector_id = self._ids, self._code_ids, self._vector_id
         cpu_free, free_rows, capacities = self._cpu_free, self._cpu_free_rows, self._capacities
         for i, w in zip(rows, windows):
-            v = w[0]
-            used_rows[i] = v
+            code = w[0]
+            v = used_rows[i] = vectors[code]
+            code_rows[i] = code
             count_rows[i] = w[1]
-            vid = vector_ids.get(v)
-            ids[i] = vid if vid is not None else vector_id(v)
+            vid = code_ids.get(code)
+            if vid is None:
+                vid = vector_id(v)
+                if len(code_ids) >= 1 << 16:   # (codes of vectors long gone)
+                    code_ids.clear()
+                code_ids[code] = vid
+            ids[i] = vid
             free = capacities[i][0] - v[0] > 1e-9
             if free is not cpu_free[i]:
                 free_rows += 1 if free else -1
@@ -308,6 +345,12 @@ class HostStates:
         else:
             lo[rows] = [w[2] for w in windows]
             hi[rows] = [w[3] for w in windows]
+        most = max([w[2] for w in windows])
+        if most > self._max_lo:
+            self._max_lo = most
+        least = min([w[3] for w in windows])
+        if least < self._min_hi:
+            self._min_hi = least
         for room in self._rooms.values():
             room.stale.update(rows)
 
@@ -333,16 +376,16 @@ class HostStates:
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""
         per_row, array, known, node = room.per_row, room.array, room.known, room.node
-        used_rows, capacities, groups = self._used_rows, self._capacities, self._groups
+        code_rows, capacities, groups = self._code_rows, self._capacities, self._groups
         total = room.total
         for i in room.stale:
-            v = used_rows[i]
+            code = code_rows[i]
             g = groups[i]
-            fit = known[g].get(v)
+            fit = known[g].get(code)
             if fit is None:
                 if len(known[g]) > 4096:
                     known[g].clear()
-                fit = known[g][v] = nodes_that_fit(v, capacities[i], node)
+                fit = known[g][code] = nodes_that_fit(self._used_rows[i], capacities[i], node)
             if fit != per_row[i]:
                 total += fit - per_row[i]
                 per_row[i] = fit

@@ -559,6 +559,42 @@ class HostTimeline:
         return self._len
 
 
+def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[tuple[int, int, int, int]]:
+    """`HostTimeline.window_key` for many hosts at once, with the usage as its code (`SharedUsage`):
+    per row, (code, reservation count, lo, hi) of timelines[row] at key k. The host states refresh
+    their rows with it: one call for all of them, and integer codes they key their memos by."""
+    out = []
+    append = out.append
+    for r in rows:
+        tl = timelines[r]
+        block = tl._k0
+        if block is not None:   # (one block: the usual small host)
+            n = len(block) >> 1
+            if n > _PREFETCH:
+                block[:n:8]
+            i = bisect_right(block, k)
+            following = block[i]
+            if following >= _CODE:
+                following = AFTER_ALL
+            append((block[-i], tl._c0[i - 1], block[i - 1], following) if i else (_CODE, 0, BEFORE_ALL, following))
+            continue
+        mins = tl._mins
+        b = bisect_right(mins, k) - 1
+        if b < 0:
+            append((_CODE, 0, BEFORE_ALL, mins[0] if mins else AFTER_ALL))
+            continue
+        block = tl._blocks[b]
+        n = len(block) >> 1
+        if n > _PREFETCH:
+            block[:n:8]
+        i = bisect_right(block, k)        # >= 1
+        following = block[i]
+        if following >= _CODE:
+            following = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
+        append((block[-i], tl._count[b][i - 1], block[i - 1], following))
+    return out
+
+
 def _relevant(excluding: Collection[Reservation], host: str, t1: datetime, t2: datetime | None,
               present: dict[int, Reservation]) -> list[Reservation]:
     """The excluded reservations that matter on `host` in [t1, t2), each once; one that is not in the
@@ -599,7 +635,7 @@ class SlotTable:
         self._vectors = self._shared.vectors
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(), HostStates())
+        self._snapshots = (HostStates(windows_at, self._vectors), HostStates(windows_at, self._vectors))
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
