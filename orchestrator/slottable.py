@@ -322,6 +322,19 @@ class HostTimeline:
 
     def add_keys(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         """`add` for times already converted to keys (ks < ke)."""
+        if not self._len:
+            # an empty host (on a small site, most hosts between two leases): its one block, built at once
+            shared = self._shared
+            entry = shared.plus(amount).get(_CODE) or shared.step(_CODE, amount, True)
+            self._mins.append(ks)
+            self._blocks.append(array("q", (ks, ke, _CODE, entry[1])))
+            self._times.append([start, end])
+            self._usage.append([entry[0], NOTHING])
+            self._count.append(array("q", (1, 0)))
+            self._refs.append(array("q", (1, 1)))
+            self._len = 2
+            self._blocks_changed()
+            return
         self._split(ke, end)
         b, i = self._split(ks, start)
         blocks, usage_, count_ = self._blocks, self._usage, self._count
@@ -346,6 +359,14 @@ class HostTimeline:
 
     def remove_keys(self, ks: int, ke: int, amount: Resources) -> None:
         """`remove` for times already converted to keys (ks < ke)."""
+        if self._len == 2 and len(self._blocks) == 1:
+            refs = self._refs[0]
+            if refs[0] == 1 and refs[1] == 1:   # (then the host holds this reservation alone)
+                for blocks in (self._mins, self._blocks, self._times, self._usage, self._count, self._refs):
+                    del blocks[0:]
+                self._len = 0
+                self._blocks_changed()
+                return
         blocks, usage_, count_ = self._blocks, self._usage, self._count
         b = bisect_right(self._mins, ks) - 1
         i = bisect_left(blocks[b], ks)
