@@ -162,11 +162,12 @@ class Mapper:
                         count[row] -= 1
         packing_alike = alike is not None and self.host_selection.packs
         room = None
+        per_row = None
         potential = None
         if packing_alike:
             if version is not None:
                 counts = table.states_at(start).room(alike)
-                room = counts.array
+                room, per_row = counts.array, counts.per_row
                 if len(hosts) == len(names):
                     potential = counts.total   # (every host with room is ranked)
             else:
@@ -180,7 +181,7 @@ class Mapper:
         end_key = time_key(end)
         if packing_alike:
             return self._pack_alike(vnodes, alike, ranked, room, names, steady, start, end, strict_end, excluding,
-                                    strict_first, potential)
+                                    strict_first, potential, per_row)
         rows: dict[str, int] = {}
 
         def ranked_hosts():
@@ -271,7 +272,7 @@ class Mapper:
     def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: np.ndarray,
                     names: list[str], steady: np.ndarray | None, start: datetime, end: datetime,
                     strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False,
-                    potential: int | None = None) -> Mapping | None:
+                    potential: int | None = None, per_row: list[int] | None = None) -> Mapping | None:
         """`_place` for nodes all alike on a packing policy: how many a host takes is worked out once per
         host (the most that fit at the start instant, then checked along its timeline) instead of one
         trial per node; the answer is the one node-by-node packing gives, since fitting is monotone in
@@ -290,8 +291,29 @@ class Mapper:
         early_end: datetime | None = None
         # nodes the hosts not walked yet could take at the start
         potential = int(room[ranked].sum()) if potential is None else potential
+        # First the hosts at the head of the ranking whose usage stays until the end (`steady`): each
+        # takes all it has room for in both packings, with no walk along its timeline, so they are read
+        # from plain lists. Often they hold the whole lease; otherwise the walk below goes on from the
+        # first other host, as if it had taken these itself (with room for the lease on the ranked
+        # hosts, its strict packing is not given up on such hosts).
+        p = 0
+        if per_row is not None and steady is not None and potential >= n:
+            got = 0
+            for row in ranked:
+                if steady[row] < end_key:
+                    break
+                k = per_row[row]
+                if k >= n - got:
+                    held += [names[row]] * (n - got)
+                    return Mapping(nodes=dict(zip(vnodes, held)), end=end)
+                held += [names[row]] * k
+                got += k
+                p += 1
+            potential -= got
+            if got:
+                early, early_count, held_count, early_end = list(held), got, got, end
         # (the filter stage kept hosts with room for one node at least)
-        for row, k, steady_row in _walk(ranked, room, steady, end_key):
+        for row, k, steady_row in _walk(ranked[p:] if p else ranked, room, steady, end_key):
             host = names[row]
             potential -= k
             loose_take = None
@@ -371,7 +393,7 @@ class Mapper:
             allowed = np.zeros(len(names), dtype=bool)
             allowed[[table.row(h) for h in hosts]] = True
             fitting &= allowed
-        candidates = np.flatnonzero(fitting)
+        candidates = fitting.nonzero()[0]   # (flatnonzero: the same, with a Python-level wrapper)
         ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates],
                                                              count[candidates])].tolist() if candidates.size else []
         if everywhere and version is not None:
