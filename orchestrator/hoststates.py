@@ -310,7 +310,8 @@ class HostStates:
         if rows:
             self._refresh(rows, k)
         if exact and self.names:
-            self._max_lo, self._min_hi = int(self._lo.max()), int(self._hi.min())
+            # (the ufuncs' own reduce: ndarray.max goes through a Python-level wrapper)
+            self._max_lo, self._min_hi = int(np.maximum.reduce(self._lo)), int(np.minimum.reduce(self._hi))
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1

@@ -24,12 +24,19 @@ class Overheads:
     def __init__(self, config: SchedulingConfig):
         self.config = config
         self._thresholds: dict[tuple[int, bool], timedelta] = {}
+        self._vm_times: dict[tuple[float, float], timedelta] = {}   # (memory, rate) -> time, worked out once
 
     # -- per VM ------------------------------------------------------------------------------------------
     def _per_vm(self, memory_mib: float, rate: float, override: timedelta | None) -> timedelta:
         if override is not None:
             return override
-        return ceil_seconds(memory_mib / rate)
+        key = (memory_mib, rate)
+        time = self._vm_times.get(key)
+        if time is None:
+            if len(self._vm_times) > 4096:
+                self._vm_times.clear()
+            time = self._vm_times[key] = ceil_seconds(memory_mib / rate)
+        return time
 
     def suspend_vm_time(self, memory_mib: float) -> timedelta:
         return self._per_vm(memory_mib, self.config.suspend_rate, self.config.override_suspend_time)
