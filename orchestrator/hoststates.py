@@ -35,6 +35,8 @@ _NEVER_HI = -(1 << 63)
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
+#: `room_at` works out at most this many rows (or a quarter of the site) itself
+_MAX_DELTA_ROWS = 64
 
 
 def nodes_that_fit(used: Resources, capacity: Resources, node: Resources) -> int:
@@ -373,6 +375,35 @@ class HostStates:
         elif room.stale:
             self._bring_room(room)
         return room
+
+    def room_at(self, node: Resources, k: int, rows: list[int] | None = None) -> int | None:
+        """How many nodes of this size fit at the later key k (> the time brought to), over all rows or
+        `rows`, worked out from the counts kept here and the rows whose window ends by k, without moving
+        there; None when too many rows change by then (moving is then cheaper)."""
+        room = self.room(node)
+        hi, per_row = self._hi, room.per_row
+        if rows is None:
+            total = room.total
+            if k < self._min_hi:
+                return total
+            changed = (hi <= k).nonzero()[0].tolist()
+            if len(changed) > _MAX_DELTA_ROWS and 4 * len(changed) > len(self.names):
+                return None
+        else:
+            total = sum([per_row[i] for i in rows])
+            changed = [i for i in rows if hi[i] <= k]
+        if changed:
+            vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
+            for i, w in zip(changed, self._windows_at(self._timelines, changed, k)):
+                code = w[0]
+                memo = known[groups[i]]
+                fit = memo.get(code)
+                if fit is None:
+                    if len(memo) > 4096:
+                        memo.clear()
+                    fit = memo[code] = nodes_that_fit(vectors[code], capacities[i], node)
+                total += fit - per_row[i]
+        return total
 
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""

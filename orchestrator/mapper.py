@@ -113,11 +113,7 @@ class Mapper:
         total must cover the lease's total."""
         node = lease.request.uniform
         if node is not None:
-            room = self.table.states_at(t).room(node)
-            if only_hosts is None:
-                return room.total >= lease.numnodes
-            row, per_row = self.table.row, room.per_row
-            return sum(per_row[row(h)] for h in only_hosts) >= lease.numnodes
+            return self.table.room_total(node, t, only_hosts) >= lease.numnodes
         _, used, cap, _, version = self.table.state_arrays(t)
         key = ("free", version)
         free = self._derived.get(key)

@@ -927,6 +927,25 @@ class SlotTable:
         nodes each host can take, and whether any CPU is free (`HostStates.room`, `site_full`). Read only."""
         return self._states(t)
 
+    def room_total(self, node: Resources, t: datetime, hosts: Collection[str] | None = None) -> int:
+        """How many nodes of this size fit at the instant t over all hosts (or `hosts`): the instant
+        check the queue and the mapper make at the present, when a suspended lease's images could have
+        moved, at backfilling points. After the present it is worked out from the present's snapshot
+        and the hosts whose usage changes in between, so these checks do not drag the second snapshot
+        back and forth (it stays where the mappings at other times need it)."""
+        present = self.present
+        if present is not None and t > present:
+            snapshot = self._states(present)
+            rows = None if hosts is None else [snapshot.row(h) for h in hosts]
+            total = snapshot.room_at(node, time_key(t), rows)
+            if total is not None:
+                return total
+        snapshot = self._states(t)
+        room = snapshot.room(node)
+        if hosts is None:
+            return room.total
+        return sum(room.per_row[snapshot.row(h)] for h in hosts)
+
     def unchanged_until(self, t: datetime) -> "np.ndarray":
         """Per host (rows as in `state_arrays`), the key (`time_key`) of its first breakpoint after t: its
         usage stays what `state_arrays(t)` says until then. Read only."""

@@ -70,3 +70,9 @@ def test_states_match_a_fresh_look(ops):
                 if until != AFTER_ALL:
                     later = table.changepoints_after(t, until=_EPOCH + timedelta(microseconds=until), hosts=[h])
                     assert all(table.usage_at(h, p) == usage[h] for p in later), (h, later)
+            # the instant check, also at a time after the present (worked out from the present's rows;
+            # last: it may move the snapshot the checks above read)
+            later = T(at + 7)
+            fresh = {h: nodes_that_fit(table.usage_at(h, later), capacities[h], node) for h in capacities}
+            assert table.room_total(node, later) == sum(fresh.values())
+            assert table.room_total(node, later, ["h1", "h4"]) == fresh["h1"] + fresh["h4"]
