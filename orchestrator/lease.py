@@ -65,6 +65,7 @@ class LeaseRequest:
     #: every node is alike (None otherwise)
     total: Resources = field(default=Resources(), init=False, repr=False, compare=False)
     uniform: Resources | None = field(default=None, init=False, repr=False, compare=False)
+    numnodes: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -76,6 +77,7 @@ class LeaseRequest:
                 checked.add(node)
         object.__setattr__(self, "total", Resources(*(sum(n[i] for n in self.nodes) for i in range(5))))
         object.__setattr__(self, "uniform", self.nodes[0] if len(checked) == 1 else None)
+        object.__setattr__(self, "numnodes", len(self.nodes))
         if self.duration <= ZERO:
             raise InvalidRequest("duration", f"must be positive (got {self.duration})")
         object.__setattr__(self, "submit_time", as_utc(self.submit_time, "submit_time"))
@@ -88,11 +90,6 @@ class LeaseRequest:
             raise InvalidRequest("real_duration", f"must be positive (got {self.real_duration})")
         if self.dirty_rate_mib_s is not None and self.dirty_rate_mib_s < 0:
             raise InvalidRequest("dirty_rate", f"must not be negative (got {self.dirty_rate_mib_s})")
-
-    @property
-    def numnodes(self) -> int:
-        return len(self.nodes)
-
 
     @property
     def end(self) -> datetime | None:

@@ -180,6 +180,7 @@ class LeaseScheduler:
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         only_now = not self.vm.can_schedule_in_future()
+        strict_fcfs = self.config.max_in_future == 0   # (backfilling off: stop at the first lease kept)
         for lease in queue:
             if stop:
                 kept.append(lease)
@@ -206,7 +207,7 @@ class LeaseScheduler:
                         memo.record(lease, "instant")
                 if ruled_out:
                     kept.append(lease)
-                    if self.config.max_in_future == 0:
+                    if strict_fcfs:
                         stop = True
                     continue
             try:
@@ -216,7 +217,7 @@ class LeaseScheduler:
             except NotSchedulable as exc:
                 kept.append(lease)
                 memo.record(lease, exc.kind)
-                if self.config.max_in_future == 0:
+                if strict_fcfs:
                     stop = True
             only_now = not self.vm.can_schedule_in_future()
         if self.queue:   # (leases requeued during the pass: merge in submit order)
@@ -537,8 +538,9 @@ class LeaseScheduler:
     def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
-        freed_until = lease.open_vms()[-1].final_end
-        for later in [ov for ov in lease.open_vms() if ov is not vm and ov.start >= vm.end]:
+        open_vms = lease.open_vms()
+        freed_until = open_vms[-1].final_end
+        for later in [ov for ov in open_vms if ov is not vm and ov.start >= vm.end]:
             # an evacuation planned for after the real end is not needed any more
             for rr in later.all_parts():
                 if rr in self.table:
