@@ -335,6 +335,9 @@ class HostTimeline:
             self._len = 2
             self._blocks_changed()
             return
+        if self._k0 is not None:
+            self._add_in_one_block(ks, ke, amount, start, end)
+            return
         self._split(ke, end)
         b, i = self._split(ks, start)
         blocks, usage_, count_ = self._blocks, self._usage, self._count
@@ -354,6 +357,86 @@ class HostTimeline:
             b += 1
             i = 0
 
+    # A host with one block (up to 2 x _LOAD breakpoints: every host of a small site, most of a big one)
+    # is changed in place by the two methods below: no block-level search, one pass. They do what
+    # `_split`, the walk and `_unsplit` do for any number of blocks.
+    def _add_in_one_block(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
+        block = self._k0
+        times, usage, count, refs = self._times[0], self._usage[0], self._count[0], self._refs[0]
+        added = 0
+        j = bisect_left(block, ke, 0, len(refs))
+        if j < len(refs) and block[j] == ke:
+            refs[j] += 1
+        else:                            # a new breakpoint at j, carrying on the usage before it
+            code, used, held = (block[-j], usage[j - 1], count[j - 1]) if j else (_CODE, NOTHING, 0)
+            block.insert(len(block) - j, code)
+            block.insert(j, ke)
+            times.insert(j, end)
+            usage.insert(j, used)
+            count.insert(j, held)
+            refs.insert(j, 1)
+            added = 1
+        i = bisect_left(block, ks, 0, j)
+        if block[i] == ks:
+            refs[i] += 1
+        else:
+            code, used, held = (block[-i], usage[i - 1], count[i - 1]) if i else (_CODE, NOTHING, 0)
+            block.insert(len(block) - i, code)
+            block.insert(i, ks)
+            times.insert(i, start)
+            usage.insert(i, used)
+            count.insert(i, held)
+            refs.insert(i, 1)
+            added += 1
+            j += 1
+            if not i:
+                self._mins[0] = ks
+        shared = self._shared
+        memo = shared.plus(amount)
+        for m in range(i, j):            # the breakpoints in [ks, ke)
+            entry = memo.get(block[~m])
+            if entry is None:
+                entry = shared.step(block[~m], amount, True)
+                memo = shared.plus(amount)
+            usage[m], block[~m] = entry
+            count[m] += 1
+        if added:
+            self._len += added
+            if len(refs) > _MAX_BLOCK:
+                self._split_block(0)
+
+    def _remove_in_one_block(self, ks: int, ke: int, amount: Resources) -> None:
+        block = self._k0
+        times, usage, count, refs = self._times[0], self._usage[0], self._count[0], self._refs[0]
+        i = bisect_left(block, ks, 0, len(refs))
+        shared = self._shared
+        memo = shared.minus(amount)
+        j = i
+        while block[j] < ke:             # the breakpoints in [ks, ke); `ke` is one, so this stops
+            entry = memo.get(block[~j])
+            if entry is None:
+                entry = shared.step(block[~j], amount, False)
+                memo = shared.minus(amount)
+            usage[j], block[~j] = entry
+            count[j] -= 1
+            j += 1
+        gone = 0
+        for m in (j, i):                 # (the later one first: deleting it leaves i where it is)
+            r = refs[m] - 1
+            if r:
+                refs[m] = r
+            else:
+                del block[~m], block[m], times[m], usage[m], count[m], refs[m]
+                gone += 1
+        if gone:
+            self._len -= gone
+            if not refs:
+                for blocks in (self._mins, self._blocks, self._times, self._usage, self._count, self._refs):
+                    del blocks[0]
+                self._blocks_changed()
+            else:
+                self._mins[0] = block[0]
+
     def remove(self, start: datetime, end: datetime, amount: Resources) -> None:
         self.remove_keys(time_key(start), time_key(end), amount)
 
@@ -367,6 +450,9 @@ class HostTimeline:
                 self._len = 0
                 self._blocks_changed()
                 return
+        if self._k0 is not None:
+            self._remove_in_one_block(ks, ke, amount)
+            return
         blocks, usage_, count_ = self._blocks, self._usage, self._count
         b = bisect_right(self._mins, ks) - 1
         i = bisect_left(blocks[b], ks)
