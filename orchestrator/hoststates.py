@@ -210,6 +210,15 @@ class HostStates:
             self._catch_up()
         return self._count
 
+    def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`used[rows]` and `count[rows]`, read from the Python rows when the numpy copies lag: ranking a
+        few candidate hosts then does not bring every row's copy up to date."""
+        if not self._pending:
+            return self._used[rows], self._count[rows]
+        ids, counts = self._ids, self._count_rows
+        rows = rows.tolist()
+        return self._palette[[ids[i] for i in rows]], np.array([counts[i] for i in rows], dtype=np.int64)
+
     def _catch_up(self) -> None:
         rows = list(self._pending)
         self._pending.clear()

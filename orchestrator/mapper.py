@@ -145,7 +145,15 @@ class Mapper:
         # (the node with the least memory is not enough: it may need more CPU than another node)
         smallest = alike if alike is not None else Resources(
             *(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
-        names, used, cap, count, version = table.state_arrays(start)   # valid incrementally: no per-host bisect
+        packing_alike = alike is not None and self.host_selection.packs
+        gather = None
+        if packing_alike and not excluding:
+            # the room per host says which hosts are candidates; only their usage is read, for the ranking
+            states = table.states_at(start)   # valid incrementally: no per-host bisect
+            names, cap, version, gather = states.names, states.capacity, (id(states), states.version), states.gather
+            used = count = None
+        else:
+            names, used, cap, count, version = table.state_arrays(start)
         if excluding:
             version = None   # (not the states the version names)
             # as if the excluded reservations were gone: only the rows of the hosts they hold change
@@ -156,7 +164,6 @@ class Mapper:
                         row = table.row(host)
                         used[row] -= amount
                         count[row] -= 1
-        packing_alike = alike is not None and self.host_selection.packs
         room = None
         per_row = None
         potential = None
@@ -168,7 +175,7 @@ class Mapper:
                     potential = counts.total   # (every host with room is ranked)
             else:
                 room = room_of(alike, used, cap)
-        ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room)
+        ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room, gather)
         if not ranked:
             return None
         # hosts whose usage does not change before `end` need no walk along their timeline: what fits
@@ -374,10 +381,11 @@ class Mapper:
         return lo
 
     def _rank(self, table: SlotTable, names, used, cap, count, hosts: list[str], smallest: Resources,
-              version=None, room: np.ndarray | None = None) -> list[int]:
+              version=None, room: np.ndarray | None = None, gather=None) -> list[int]:
         """Filter and score: the rows of the hosts where the smallest node fits at the start (`room`: where
         at least one fits, for alike nodes), best first for the host-selection policy. Remembered per
-        version of the states when every host may be used."""
+        version of the states when every host may be used. `gather(rows)`: the usage and counts of
+        those rows, when `used` and `count` are not given."""
         everywhere = len(hosts) == len(names)
         key = ("rank", smallest, version)
         if everywhere and version is not None:
@@ -390,8 +398,11 @@ class Mapper:
             allowed[[table.row(h) for h in hosts]] = True
             fitting &= allowed
         candidates = fitting.nonzero()[0]   # (flatnonzero: the same, with a Python-level wrapper)
-        ranked = candidates[self.host_selection.rank_indices(used[candidates], cap[candidates],
-                                                             count[candidates])].tolist() if candidates.size else []
+        if not candidates.size:
+            ranked = []
+        else:
+            used_c, count_c = gather(candidates) if gather is not None else (used[candidates], count[candidates])
+            ranked = candidates[self.host_selection.rank_indices(used_c, cap[candidates], count_c)].tolist()
         if everywhere and version is not None:
             self._remember(key, ranked)
         return ranked
