@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from orchestrator.hoststates import nodes_that_fit
 from orchestrator.reservations import Reservation, ReservationKind
 from orchestrator.resources import Resources
+from orchestrator import slottable
 from orchestrator.slottable import AFTER_ALL, SlotTable, time_key
 from orchestrator.timeutil import UTC
 
@@ -35,6 +36,24 @@ operations = st.lists(st.one_of(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=operations)
 def test_states_match_a_fresh_look(ops):
+    _check(ops)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=operations)
+def test_states_match_a_fresh_look_with_sweeps(ops):
+    """The same, with the table's usage codes swept whenever their number doubles and its memo of usage
+    transitions restarting after two amounts: a row may then hold a code swept since (its usage is
+    still known to it)."""
+    saved = slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS
+    slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS = 2, 2
+    try:
+        _check(ops)
+    finally:
+        slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS = saved
+
+
+def _check(ops):
     capacities = {f"h{i}": Resources.of(2 + i % 3, 4096) for i in range(6)}
     table = SlotTable(capacities)
     held: list[Reservation] = []
