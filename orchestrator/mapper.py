@@ -283,7 +283,7 @@ class Mapper:
         the end is preferred) both packings are built in one walk over the hosts, sharing the timeline
         walks: the strict one if it places every node, else the other."""
         table = self.table
-        start_key, end_key = time_key(start), time_key(end)
+        start_key, end_key = None, time_key(end)
         n = len(vnodes)
         strict = strict_end or strict_first
         loose = not strict_end
@@ -347,6 +347,8 @@ class Mapper:
                     if fit_end < end:
                         take = 0 if take == 1 else self._most_that_fit(host, node, take - 1, start, end, excluding)
                 elif not excluding and take == 1:
+                    if start_key is None:
+                        start_key = time_key(start)
                     take = 1 if table.timeline(host).scan(start_key, end_key, node) is None else 0
                 else:
                     take = self._most_that_fit(host, node, take, start, end, excluding)
