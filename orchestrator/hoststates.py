@@ -211,10 +211,11 @@ class HostStates:
         return self._count
 
     def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`used[rows]` and `count[rows]`, read from the Python rows when the numpy copies lag: ranking a
-        few candidate hosts then does not bring every row's copy up to date."""
-        if not self._pending:
-            return self._used[rows], self._count[rows]
+        """`used[rows]` and `count[rows]`, read from the Python rows when the numpy copies lag behind on
+        more rows than asked for: ranking a few candidate hosts then does not bring every row's copy up
+        to date (and many candidates are read from the copies, brought up to date)."""
+        if len(rows) >= len(self._pending):
+            return self.used[rows], self.count[rows]
         ids, counts = self._ids, self._count_rows
         rows = rows.tolist()
         return self._palette[[ids[i] for i in rows]], np.array([counts[i] for i in rows], dtype=np.int64)
