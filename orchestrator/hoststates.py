@@ -4,13 +4,16 @@ The mapper's filter and score stages look at all hosts at the lease's start time
 simulated hour. Recomputing each host's usage (a bisect per host) made that the hottest loop. Here each
 host's entry remembers the window [lo, hi) of times over which it is valid (between two breakpoints of
 its timeline, as the slot table's integer time keys); a query at a new time recomputes only the hosts
-whose window it leaves, and a change to a host's reservations invalidates only that host. Filtering and
-ranking then run as vector operations.
+whose window it leaves, and a change to a host's reservations recomputes that host only if it changes
+the usage at the snapshot's time (otherwise it may only narrow the window). Filtering and ranking then
+run as vector operations. Rows are read from the slot table as usage *codes* (its shared vectors'
+numbers), so the memos here are keyed by integers.
 
 The question asked most ("how many nodes of this size could start at t, over all hosts": the queue's
 instant check, for every queued lease at every event) is kept the same way: per node size asked about,
 the count per host and its total, brought up to date for the rows that changed when next asked (all at
-once, vectorised, after a jump that changed many), so the answer is a lookup. The Python rows are the
+once, vectorised, after a jump that changed many), so the answer is a lookup; for a later time it is
+the lookup plus the hosts whose window ends by then (`room_at`). The Python rows are the
 truth; the numpy copies the mapper ranks with catch up when read, gathered from a palette of the
 distinct usage vectors (converting tuples row by row was the slow part).
 """
