@@ -131,21 +131,14 @@ class SharedUsage:
         self.added: dict[Resources, dict[int, tuple[Resources, int]]] = {}
         self.taken: dict[Resources, dict[int, tuple[Resources, int]]] = {}
 
-    def plus(self, amount: Resources) -> dict[int, tuple[Resources, int]]:
-        """The transitions for adding `amount` found so far (`step` finds the others)."""
-        memo = self.added.get(amount)
+    def transitions(self, amount: Resources, adding: bool) -> dict[int, tuple[Resources, int]]:
+        """The transitions for adding (or taking off) `amount` found so far (`step` finds the others)."""
+        memos = self.added if adding else self.taken
+        memo = memos.get(amount)
         if memo is None:
-            if len(self.added) >= _MAX_AMOUNTS:
-                self.added.clear()
-            memo = self.added[amount] = {}
-        return memo
-
-    def minus(self, amount: Resources) -> dict[int, tuple[Resources, int]]:
-        memo = self.taken.get(amount)
-        if memo is None:
-            if len(self.taken) >= _MAX_AMOUNTS:
-                self.taken.clear()
-            memo = self.taken[amount] = {}
+            if len(memos) >= _MAX_AMOUNTS:
+                memos.clear()
+            memo = memos[amount] = {}
         return memo
 
     def step(self, code: int, amount: Resources, adding: bool) -> tuple[Resources, int]:
@@ -153,7 +146,7 @@ class SharedUsage:
         vector = self.vectors[code]
         used = _plus(vector, amount) if adding else _minus(vector, amount)
         entry = self.values.get(used) or self.add(used)
-        memo = self.plus(amount) if adding else self.minus(amount)   # (after a sweep: a new one)
+        memo = self.transitions(amount, adding)   # (after a sweep: a new one)
         if len(memo) >= _MAX_AMOUNTS:
             memo.clear()
         memo[code] = entry
@@ -245,29 +238,35 @@ class HostTimeline:
         b = bisect_right(mins, k) - 1
         if b < 0:                        # before every breakpoint: first of the first block
             b = i = 0
-            code, used, count = _CODE, NOTHING, 0
             mins[0] = k
-            block = self._blocks[0]
         else:
             block = self._blocks[b]
             i = bisect_left(block, k)    # >= 1: block[0] == mins[b] <= k
             if block[i] == k:
                 self._refs[b][i] += 1
                 return b, i
-            code, used, count = block[-i], self._usage[b][i - 1], self._count[b][i - 1]
-        block.insert(len(block) - i, code)   # the code of the new breakpoint i, after that of i (reversed)
-        block.insert(i, k)
-        self._times[b].insert(i, t)
-        self._usage[b].insert(i, used)
-        self._count[b].insert(i, count)
-        refs = self._refs[b]
-        refs.insert(i, 1)
+        self._new_breakpoint(b, i, k, t)
         self._len += 1
-        if len(refs) > _MAX_BLOCK:
+        if len(self._refs[b]) > _MAX_BLOCK:
             half = self._split_block(b)
             if i >= half:
                 return b + 1, i - half
         return b, i
+
+    def _new_breakpoint(self, b: int, i: int, k: int, t: datetime) -> None:
+        """Put key k (time t) at position i of block b, the usage from it on being the one before it
+        (none before the first breakpoint of all, which is position 0 of block 0)."""
+        block = self._blocks[b]
+        if i:
+            code, used, held = block[-i], self._usage[b][i - 1], self._count[b][i - 1]
+        else:
+            code, used, held = _CODE, NOTHING, 0
+        block.insert(len(block) - i, code)   # the code of the new breakpoint i, after that of i (reversed)
+        block.insert(i, k)
+        self._times[b].insert(i, t)
+        self._usage[b].insert(i, used)
+        self._count[b].insert(i, held)
+        self._refs[b].insert(i, 1)
 
     def _split_block(self, b: int) -> int:
         block = self._blocks[b]
@@ -325,7 +324,7 @@ class HostTimeline:
         if not self._len:
             # an empty host (on a small site, most hosts between two leases): its one block, built at once
             shared = self._shared
-            entry = shared.plus(amount).get(_CODE) or shared.step(_CODE, amount, True)
+            entry = shared.transitions(amount, True).get(_CODE) or shared.step(_CODE, amount, True)
             self._mins.append(ks)
             self._blocks.append(array("q", (ks, ke, _CODE, entry[1])))
             self._times.append([start, end])
@@ -340,66 +339,57 @@ class HostTimeline:
             return
         self._split(ke, end)
         b, i = self._split(ks, start)
-        blocks, usage_, count_ = self._blocks, self._usage, self._count
-        shared = self._shared
-        memo = shared.plus(amount)
-        while True:                      # every breakpoint in [start, end); `end` is one, so this stops
-            block, usage, count = blocks[b], usage_[b], count_[b]
-            for j in range(i, len(usage)):
-                if block[j] >= ke:
-                    return
-                entry = memo.get(block[~j])
-                if entry is None:
-                    entry = shared.step(block[~j], amount, True)
-                    memo = shared.plus(amount)
-                usage[j], block[~j] = entry
-                count[j] += 1
+        self._shift_until(b, i, ke, amount, True)
+
+    def _shift_until(self, b: int, i: int, ke: int, amount: Resources, adding: bool) -> None:
+        """`_shift` every breakpoint from position i of block b up to key ke (a breakpoint), block by block."""
+        while True:
+            n = len(self._refs[b])
+            j = bisect_left(self._blocks[b], ke, i, n)
+            self._shift(b, i, j, amount, adding)
+            if j < n:
+                return
             b += 1
             i = 0
+
+    def _shift(self, b: int, i: int, j: int, amount: Resources, adding: bool) -> None:
+        """Add `amount` to (or take it off) the usage from breakpoints i to j - 1 of block b: each code
+        becomes the code of its usage plus or minus the amount, as remembered (`SharedUsage`)."""
+        block, usage, count = self._blocks[b], self._usage[b], self._count[b]
+        shared = self._shared
+        memo = shared.transitions(amount, adding)
+        one = 1 if adding else -1
+        for m in range(i, j):
+            entry = memo.get(block[~m])
+            if entry is None:
+                entry = shared.step(block[~m], amount, adding)
+                memo = shared.transitions(amount, adding)
+            usage[m], block[~m] = entry
+            count[m] += one
 
     # A host with one block (up to 2 x _LOAD breakpoints: every host of a small site, most of a big one)
     # is changed in place by the two methods below: no block-level search, one pass. They do what
     # `_split`, the walk and `_unsplit` do for any number of blocks.
     def _add_in_one_block(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         block = self._k0
-        times, usage, count, refs = self._times[0], self._usage[0], self._count[0], self._refs[0]
+        refs = self._refs[0]
         added = 0
         j = bisect_left(block, ke, 0, len(refs))
         if j < len(refs) and block[j] == ke:
             refs[j] += 1
-        else:                            # a new breakpoint at j, carrying on the usage before it
-            code, used, held = (block[-j], usage[j - 1], count[j - 1]) if j else (_CODE, NOTHING, 0)
-            block.insert(len(block) - j, code)
-            block.insert(j, ke)
-            times.insert(j, end)
-            usage.insert(j, used)
-            count.insert(j, held)
-            refs.insert(j, 1)
+        else:
+            self._new_breakpoint(0, j, ke, end)
             added = 1
         i = bisect_left(block, ks, 0, j)
         if block[i] == ks:
             refs[i] += 1
         else:
-            code, used, held = (block[-i], usage[i - 1], count[i - 1]) if i else (_CODE, NOTHING, 0)
-            block.insert(len(block) - i, code)
-            block.insert(i, ks)
-            times.insert(i, start)
-            usage.insert(i, used)
-            count.insert(i, held)
-            refs.insert(i, 1)
+            self._new_breakpoint(0, i, ks, start)
             added += 1
             j += 1
             if not i:
                 self._mins[0] = ks
-        shared = self._shared
-        memo = shared.plus(amount)
-        for m in range(i, j):            # the breakpoints in [ks, ke)
-            entry = memo.get(block[~m])
-            if entry is None:
-                entry = shared.step(block[~m], amount, True)
-                memo = shared.plus(amount)
-            usage[m], block[~m] = entry
-            count[m] += 1
+        self._shift(0, i, j, amount, True)   # the breakpoints in [ks, ke)
         if added:
             self._len += added
             if len(refs) > _MAX_BLOCK:
@@ -409,17 +399,8 @@ class HostTimeline:
         block = self._k0
         times, usage, count, refs = self._times[0], self._usage[0], self._count[0], self._refs[0]
         i = bisect_left(block, ks, 0, len(refs))
-        shared = self._shared
-        memo = shared.minus(amount)
-        j = i
-        while block[j] < ke:             # the breakpoints in [ks, ke); `ke` is one, so this stops
-            entry = memo.get(block[~j])
-            if entry is None:
-                entry = shared.step(block[~j], amount, False)
-                memo = shared.minus(amount)
-            usage[j], block[~j] = entry
-            count[j] -= 1
-            j += 1
+        j = bisect_left(block, ke, i, len(refs))
+        self._shift(0, i, j, amount, False)
         gone = 0
         for m in (j, i):                 # (the later one first: deleting it leaves i where it is)
             r = refs[m] - 1
@@ -453,26 +434,8 @@ class HostTimeline:
         if self._k0 is not None:
             self._remove_in_one_block(ks, ke, amount)
             return
-        blocks, usage_, count_ = self._blocks, self._usage, self._count
         b = bisect_right(self._mins, ks) - 1
-        i = bisect_left(blocks[b], ks)
-        shared = self._shared
-        memo = shared.minus(amount)
-        walking = True
-        while walking:
-            block, usage, count = blocks[b], usage_[b], count_[b]
-            for j in range(i, len(usage)):
-                if block[j] >= ke:
-                    walking = False
-                    break
-                entry = memo.get(block[~j])
-                if entry is None:
-                    entry = shared.step(block[~j], amount, False)
-                    memo = shared.minus(amount)
-                usage[j], block[~j] = entry
-                count[j] -= 1
-            b += 1
-            i = 0
+        self._shift_until(b, bisect_left(self._blocks[b], ks), ke, amount, False)
         self._unsplit(ks)
         self._unsplit(ke)
 
@@ -512,31 +475,8 @@ class HostTimeline:
     def window_key(self, k: int) -> tuple[Resources, int, int, int]:
         """(usage, reservation count) at key k and the keys [lo, hi) of the breakpoints around k between
         which they hold (BEFORE_ALL / AFTER_ALL where there is none)."""
-        block = self._k0
-        if block is not None:
-            n = len(block) >> 1
-            if n > _PREFETCH:
-                block[:n:8]
-            i = bisect_right(block, k)
-            following = block[i]
-            if following >= _CODE:       # k is at or after the last breakpoint
-                following = AFTER_ALL
-            if i:
-                return self._vectors[block[-i]], self._c0[i - 1], block[i - 1], following
-            return NOTHING, 0, BEFORE_ALL, following
-        mins = self._mins
-        b = bisect_right(mins, k) - 1
-        if b < 0:
-            return NOTHING, 0, BEFORE_ALL, mins[0] if mins else AFTER_ALL
-        block = self._blocks[b]
-        n = len(block) >> 1
-        if n > _PREFETCH:
-            block[:n:8]
-        i = bisect_right(block, k)        # >= 1
-        following = block[i]
-        if following >= _CODE:
-            following = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
-        return self._vectors[block[-i]], self._count[b][i - 1], block[i - 1], following
+        code, count, lo, hi = windows_at([self], [0], k)[0]
+        return self._vectors[code], count, lo, hi
 
     def scan(self, k1: int, k2: int | None, request: Resources,
              relevant: list[tuple[int, int, Resources]] | None = None):
