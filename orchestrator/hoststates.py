@@ -76,6 +76,14 @@ class _Room:
         # shares them), so the count is worked out once per vector
         self.known: list[dict[int, int]] = [{} for _ in range(groups)]
 
+    def learn(self, group: int, code: int, used: Resources, capacity: Resources) -> int:
+        """How many nodes fit next to usage `used` (code `code`) on a host of this capacity group, remembered."""
+        memo = self.known[group]
+        if len(memo) > 4096:
+            memo.clear()
+        fit = memo[code] = nodes_that_fit(used, capacity, self.node)
+        return fit
+
     def copy(self) -> "_Room":
         room = _Room.__new__(_Room)
         room.node, room.per_row, room.total = self.node, list(self.per_row), self.total
@@ -264,12 +272,6 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._hi
 
-    def invalidate(self, hosts: Iterable[str]) -> None:
-        """These hosts' reservations changed."""
-        self._clean = False
-        index = self._index
-        self._dirty.update([index[h] for h in hosts])
-
     def changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
         it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
@@ -409,28 +411,22 @@ class HostStates:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
             for i, w in zip(changed, self._windows_at(self._timelines, changed, k)):
                 code = w[0]
-                memo = known[groups[i]]
-                fit = memo.get(code)
+                fit = known[groups[i]].get(code)
                 if fit is None:
-                    if len(memo) > 4096:
-                        memo.clear()
-                    fit = memo[code] = nodes_that_fit(vectors[code], capacities[i], node)
+                    fit = room.learn(groups[i], code, vectors[code], capacities[i])
                 total += fit - per_row[i]
         return total
 
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""
-        per_row, array, known, node = room.per_row, room.array, room.known, room.node
+        per_row, array, known = room.per_row, room.array, room.known
         code_rows, capacities, groups = self._code_rows, self._capacities, self._groups
         total = room.total
         for i in room.stale:
             code = code_rows[i]
-            g = groups[i]
-            fit = known[g].get(code)
+            fit = known[groups[i]].get(code)
             if fit is None:
-                if len(known[g]) > 4096:
-                    known[g].clear()
-                fit = known[g][code] = nodes_that_fit(self._used_rows[i], capacities[i], node)
+                fit = room.learn(groups[i], code, self._used_rows[i], capacities[i])
             if fit != per_row[i]:
                 total += fit - per_row[i]
                 per_row[i] = fit

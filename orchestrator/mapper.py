@@ -146,12 +146,16 @@ class Mapper:
         smallest = alike if alike is not None else Resources(
             *(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
         packing_alike = alike is not None and self.host_selection.packs
-        gather = None
+        gather = room = per_row = potential = None
         if packing_alike and not excluding:
             # the room per host says which hosts are candidates; only their usage is read, for the ranking
             states = table.states_at(start)   # valid incrementally: no per-host bisect
             names, cap, version, gather = states.names, states.capacity, (id(states), states.version), states.gather
             used = count = None
+            counts = states.room(alike)
+            room, per_row = counts.array, counts.per_row
+            if len(hosts) == len(names):
+                potential = counts.total   # (every host with room is ranked)
         else:
             names, used, cap, count, version = table.state_arrays(start)
         if excluding:
@@ -164,16 +168,7 @@ class Mapper:
                         row = table.row(host)
                         used[row] -= amount
                         count[row] -= 1
-        room = None
-        per_row = None
-        potential = None
-        if packing_alike:
-            if version is not None:
-                counts = table.states_at(start).room(alike)
-                room, per_row = counts.array, counts.per_row
-                if len(hosts) == len(names):
-                    potential = counts.total   # (every host with room is ranked)
-            else:
+            if packing_alike:
                 room = room_of(alike, used, cap)
         ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room, gather)
         if not ranked:
