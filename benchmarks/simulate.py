@@ -20,13 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.config import config_from_dict  # noqa: E402
-from orchestrator.resources import Resources  # noqa: E402
-from orchestrator.simulator import Simulator  # noqa: E402
+from orchestrator.model.config import config_from_dict  # noqa: E402
+from orchestrator.model.resources import Resources  # noqa: E402
+from orchestrator.runtime.simulator import Simulator  # noqa: E402
 from orchestrator.workloads import load_workload  # noqa: E402
 from orchestrator.workloads.synthetic import synthetic_workload  # noqa: E402
 
-KTH = ROOT.parent / "shared" / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
+KTH = ROOT / "benchmarks" / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
 
 
 def _kth(n: int | None):

@@ -38,10 +38,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.reservations import Reservation, ReservationKind  # noqa: E402
-from orchestrator.resources import Resources  # noqa: E402
-from orchestrator.slottable import SlotTable  # noqa: E402
-from orchestrator.timeutil import UTC  # noqa: E402
+from orchestrator.model.reservations import Reservation, ReservationKind  # noqa: E402
+from orchestrator.model.resources import Resources  # noqa: E402
+from orchestrator.model.timeutil import UTC  # noqa: E402
+from orchestrator.planning.slottable.table import SlotTable  # noqa: E402
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 HOST_CAPACITY = Resources.of(8, 32768)

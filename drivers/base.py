@@ -6,10 +6,10 @@ runs one suite against both.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,35 @@ def validate_migration_args(
         raise ValueError(f"timeout_s must be greater than 0 (got {timeout_s})")
     if on_timeout not in ("abort", "force"):
         raise ValueError(f"on_timeout must be 'abort' or 'force' (got {on_timeout!r})")
+
+
+class MigrationRound(Protocol):
+    seconds: float
+    mib: float
+
+
+class MigrationCost(Protocol):
+    """What a migration model answers: the passes of one pre-copy migration and what they add up to."""
+
+    total_seconds: float
+    downtime_ms: float
+    transferred_mib: float
+    outcome: str
+    rounds: tuple[MigrationRound, ...]
+    remaining_mib: float
+
+    @property
+    def passes(self) -> int: ...
+
+
+class MigrationModel(Protocol):
+    """Times a pre-copy migration; the simulated driver is given the planner's model so a dry run moves
+    VMs as the plan expects (the model itself is planning's: `orchestrator.planning.precopy`)."""
+
+    def __call__(self, memory_mib: float, bandwidth_mib_s: float, dirty_rate_mib_s: float, max_downtime_ms: float,
+                 *, working_set_mib: float | None = None, timeout_s: float | None = None,
+                 on_timeout: Literal["abort", "force"] = "abort", overhead_s: float = 0.0,
+                 dirty_factor: float = 1.0) -> MigrationCost: ...
 
 
 class Driver(ABC):

@@ -37,3 +37,15 @@ class MigrationFailed(DriverError):
     def __init__(self, message: str, report: object | None = None):
         super().__init__(message)
         self.report = report
+
+
+class DriverConfigError(DriverError, ValueError):
+    """A driver's configuration (an inventory entry, a driver name) is bad; names the field, like every
+    input error leasewise reports."""
+
+    def __init__(self, field: str, problem: str, *, where: str | None = None):
+        self.field = field
+        self.problem = problem
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{field}: {problem}")

@@ -1,7 +1,7 @@
 """The host inventory file (TOML): which hosts the libvirt driver manages and how to reach them.
 
 The lab writes one (`deploy/lab/run/inventory.toml`); the CLI and the daemon read it. Mistakes are
-reported as one `ConfigError` line naming the file, the host and the key, because an operator edits
+reported as one `DriverConfigError` line naming the file, the host and the key, because an operator edits
 this file by hand.
 """
 
@@ -16,9 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from orchestrator.errors import ConfigError
-
 from .domain_xml import DOMAIN_TYPES
+from .errors import DriverConfigError
 
 INVENTORY_ENV = "LEASEWISE_INVENTORY"
 LAB_INVENTORY = Path("deploy/lab/run/inventory.toml")
@@ -43,23 +42,23 @@ class HostConfig:
         for key in ("name", "uri"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
-                raise ConfigError(key, "must be a non-empty string")
+                raise DriverConfigError(key, "must be a non-empty string")
         for key in ("ssh", "ssh_key", "known_hosts", "migration_uri"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(key, "must be a non-empty string when given")
+                raise DriverConfigError(key, "must be a non-empty string when given")
         if self.domain_type not in DOMAIN_TYPES:
-            raise ConfigError("domain_type", f"must be one of {', '.join(DOMAIN_TYPES)} (got {self.domain_type!r})")
+            raise DriverConfigError("domain_type", f"must be one of {', '.join(DOMAIN_TYPES)} (got {self.domain_type!r})")
         if not urlsplit(self.uri).scheme:
-            raise ConfigError("uri", f"{self.uri!r} is not a libvirt URI (e.g. qemu+tcp://10.77.0.11/system)")
+            raise DriverConfigError("uri", f"{self.uri!r} is not a libvirt URI (e.g. qemu+tcp://10.77.0.11/system)")
         if not isinstance(self.state_dir, str) or not posixpath.isabs(self.state_dir):
-            raise ConfigError("state_dir", f"must be an absolute path (got {self.state_dir!r})")
+            raise DriverConfigError("state_dir", f"must be an absolute path (got {self.state_dir!r})")
         if isinstance(self.shared_storage, str) or not isinstance(self.shared_storage, Iterable):
-            raise ConfigError("shared_storage", "must be a list of absolute paths")
+            raise DriverConfigError("shared_storage", "must be a list of absolute paths")
         prefixes = tuple(self.shared_storage)
         for prefix in prefixes:
             if not isinstance(prefix, str) or not posixpath.isabs(prefix):
-                raise ConfigError("shared_storage", f"must be a list of absolute paths (got {prefix!r})")
+                raise DriverConfigError("shared_storage", f"must be a list of absolute paths (got {prefix!r})")
         object.__setattr__(self, "shared_storage", tuple(posixpath.normpath(p) for p in prefixes))
 
     @property
@@ -89,51 +88,51 @@ _STRING_KEYS = _KEYS - {"shared_storage"}
 def _host_from_table(table: object, index: int, where: str) -> HostConfig:
     label = f"host[{index}]"
     if not isinstance(table, Mapping):
-        raise ConfigError(label, "must be a table ([[host]])", where=where)
+        raise DriverConfigError(label, "must be a table ([[host]])", where=where)
     name = table.get("name")
     if isinstance(name, str) and name:
         label = f"host {name!r}"
     unknown = sorted(set(table) - _KEYS)
     if unknown:
-        raise ConfigError(f"{label}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KEYS))})", where=where)
+        raise DriverConfigError(f"{label}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KEYS))})", where=where)
     for key in ("name", "uri"):
         if key not in table:
-            raise ConfigError(f"{label}.{key}", "is required", where=where)
+            raise DriverConfigError(f"{label}.{key}", "is required", where=where)
     for key in _STRING_KEYS & set(table):
         if not isinstance(table[key], str):
-            raise ConfigError(f"{label}.{key}", f"must be a string (got {table[key]!r})", where=where)
+            raise DriverConfigError(f"{label}.{key}", f"must be a string (got {table[key]!r})", where=where)
     if "shared_storage" in table and not isinstance(table["shared_storage"], list):
-        raise ConfigError(f"{label}.shared_storage", "must be a list of absolute paths", where=where)
+        raise DriverConfigError(f"{label}.shared_storage", "must be a list of absolute paths", where=where)
     try:
         return HostConfig(**dict(table))
-    except ConfigError as exc:
-        raise ConfigError(f"{label}.{exc.field}", exc.problem, where=where) from None
+    except DriverConfigError as exc:
+        raise DriverConfigError(f"{label}.{exc.field}", exc.problem, where=where) from None
 
 
 def load_inventory(path: str | os.PathLike[str]) -> list[HostConfig]:
-    """Read and validate an inventory file; raises `ConfigError` naming the file, host and key."""
+    """Read and validate an inventory file; raises `DriverConfigError` naming the file, host and key."""
     where = str(path)
     try:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
     except FileNotFoundError:
-        raise ConfigError("inventory", "file not found", where=where) from None
+        raise DriverConfigError("inventory", "file not found", where=where) from None
     except OSError as exc:
-        raise ConfigError("inventory", f"cannot be read ({exc.strerror or exc})", where=where) from None
+        raise DriverConfigError("inventory", f"cannot be read ({exc.strerror or exc})", where=where) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("inventory", f"is not valid TOML ({exc})", where=where) from None
+        raise DriverConfigError("inventory", f"is not valid TOML ({exc})", where=where) from None
     unknown = sorted(set(data) - {"host"})
     if unknown:
-        raise ConfigError(unknown[0], "unknown top-level key (only [[host]] tables are allowed)", where=where)
+        raise DriverConfigError(unknown[0], "unknown top-level key (only [[host]] tables are allowed)", where=where)
     tables = data.get("host")
     if not isinstance(tables, list) or not tables:
-        raise ConfigError("host", "no [[host]] entries", where=where)
+        raise DriverConfigError("host", "no [[host]] entries", where=where)
     hosts: list[HostConfig] = []
     seen: set[str] = set()
     for index, table in enumerate(tables):
         host = _host_from_table(table, index, where)
         if host.name in seen:
-            raise ConfigError(f"host {host.name!r}.name", "duplicate host name", where=where)
+            raise DriverConfigError(f"host {host.name!r}.name", "duplicate host name", where=where)
         seen.add(host.name)
         hosts.append(host)
     return hosts
@@ -150,7 +149,7 @@ def dump_inventory(hosts: Iterable[HostConfig]) -> str:
     names: set[str] = set()
     for host in hosts:
         if host.name in names:
-            raise ConfigError(f"host {host.name!r}.name", "duplicate host name")
+            raise DriverConfigError(f"host {host.name!r}.name", "duplicate host name")
         names.add(host.name)
         lines = ["[[host]]"]
         for f in fields(HostConfig):

@@ -31,9 +31,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
-from orchestrator.clock import Clock, RealClock
+from drivers.clock import Clock, RealClock
 
 from .base import (
     Driver,

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.errors import ConfigError
-
 from .base import Driver
+from .errors import DriverConfigError
 
 DRIVER_NAMES = ("simulated", "libvirt")
 
@@ -28,4 +27,4 @@ def create_driver(name: str, **options: Any) -> Driver:
         from .libvirt_driver import LibvirtDriver
 
         return LibvirtDriver(**options)
-    raise ConfigError("driver", f"unknown driver {name!r} (choose one of: {', '.join(DRIVER_NAMES)})")
+    raise DriverConfigError("driver", f"unknown driver {name!r} (choose one of: {', '.join(DRIVER_NAMES)})")

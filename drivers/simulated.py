@@ -29,12 +29,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_args
 
-from orchestrator.clock import SimulatedClock
-from orchestrator.timeutil import UTC, ZERO, as_utc
-
 from .base import (
     Driver,
     HostInfo,
+    MigrationModel,
     MigrationProgress,
     MigrationReport,
     OnTimeout,
@@ -45,12 +43,20 @@ from .base import (
     VMStateName,
     validate_migration_args,
 )
+from .clock import UTC, SimulatedClock, as_utc
 from .domain_xml import render_domain_xml
-from .errors import HostUnreachable, MigrationFailed, OperationFailed, UnknownHost, VMAlreadyExists, VMNotFound
+from .errors import (
+    HostUnreachable,
+    MigrationFailed,
+    OperationFailed,
+    UnknownHost,
+    VMAlreadyExists,
+    VMNotFound,
+)
 from .inventory import is_under
-from .precopy import predict_precopy
 
 MIB = 1024 * 1024
+ZERO = timedelta(0)
 STATE_FORMAT = "leasewise-simulated-hosts"
 STATE_VERSION = 1
 OPERATIONS = frozenset({"start", "stop", "suspend", "resume", "move_state", "migrate"})
@@ -163,6 +169,8 @@ class SimulatedDriver(Driver):
         clock: SimulatedClock | None = None,
         config: SimulatedDriverConfig | None = None,
         state_file: str | os.PathLike[str] | None = None,
+        *,
+        migration_model: MigrationModel,
     ):
         if not hosts:
             raise ValueError("hosts must name at least one host")
@@ -174,6 +182,7 @@ class SimulatedDriver(Driver):
             self._capacity[host] = cap
         self.clock = clock if clock is not None else SimulatedClock(datetime.now(UTC))
         self.config = config if config is not None else SimulatedDriverConfig()
+        self._migration_model = migration_model
         unknown = set(self.config.host_down_at) - set(self._capacity)
         if unknown:
             raise ValueError(f"host_down_at names unknown host {sorted(unknown)[0]!r}")
@@ -192,10 +201,12 @@ class SimulatedDriver(Driver):
         clock: SimulatedClock | None = None,
         config: SimulatedDriverConfig | None = None,
         state_file: str | os.PathLike[str] | None = None,
+        *,
+        migration_model: MigrationModel,
     ) -> "SimulatedDriver":
         """A driver over the hosts a store knows: name -> (vcpus, memory MiB), e.g.
         `{h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}`."""
-        return cls(dict(capacities), clock, config, state_file)
+        return cls(dict(capacities), clock, config, state_file, migration_model=migration_model)
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -514,7 +525,7 @@ class SimulatedDriver(Driver):
         if why:
             raise failure(why)
 
-        result = predict_precopy(
+        result = self._migration_model(
             spec.memory_mib,
             bandwidth_mib_s if bandwidth_mib_s is not None else self.config.migration_bandwidth_mib_s,
             spec.dirty_rate_mib_s,

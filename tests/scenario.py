@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from orchestrator.config import Config, SchedulingConfig, SimulationConfig
-from orchestrator.lease import LeaseRequest, LeaseType
-from orchestrator.resources import Resources
-from orchestrator.simulator import SimulationResult, Simulator, check_invariants
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.runtime.simulator import SimulationResult, Simulator, check_invariants
 from orchestrator.workloads import Workload
 
 T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)

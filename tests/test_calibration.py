@@ -14,25 +14,27 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from orchestrator.calibration import (
-    CALIBRATION_KEY,
+from orchestrator.analysis.calibration import (
     MAX_DIRTY_FACTOR,
-    CalibrationError,
     MigrationSample,
     RateSample,
-    apply_calibration,
     fit_migration,
     fit_rates,
-    load_calibration,
     migration_record,
     pages_to_mib_s,
     predict_sample,
-    store_calibration,
 )
 from orchestrator.cli import app
-from orchestrator.config import SchedulingConfig
-from orchestrator.store import Store
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import SchedulingConfig
+from orchestrator.model.timeutil import UTC
+from orchestrator.state.calibrated import (
+    CALIBRATION_KEY,
+    CalibrationError,
+    apply_calibration,
+    load_calibration,
+    store_calibration,
+)
+from orchestrator.state.store import Store
 
 SIZES = (128, 256, 512)
 DIRTY_PPS = (0, 1000, 5000)

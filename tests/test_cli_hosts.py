@@ -2,11 +2,11 @@
 an in-process SSH server for the SSH, SFTP and clock checks) and remove (--drain), against a store in a
 temporary directory."""
 
+import hashlib
 import json
 import re
 import socket
 import sqlite3
-import hashlib
 import time
 from datetime import datetime
 from pathlib import Path
@@ -14,19 +14,19 @@ from pathlib import Path
 import libvirt
 import paramiko
 import pytest
-
 from sshserver import SSHServer
 from typer.testing import CliRunner
 
+from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig, dump_inventory
 from drivers.simulated import SimulatedDriver
 from orchestrator.cli import app, common
-from orchestrator.clock import SimulatedClock
-from orchestrator.config import Config
-from orchestrator.daemon import Daemon
-from orchestrator.states import LeaseState
-from orchestrator.store import Store
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.store import Store
 
 NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -100,7 +100,8 @@ def hosts_in(store_path: Path) -> dict:
 def daemon_step(store_path: Path, at: datetime) -> None:
     with Store.open(store_path) as store:
         driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
-                                           SimulatedClock(at), state_file=store_path.with_suffix(".hosts.json"))
+                                           SimulatedClock(at), state_file=store_path.with_suffix(".hosts.json"),
+                                           migration_model=predict_precopy)
         Daemon(store, Config(), driver, SimulatedClock(at)).step()
 
 

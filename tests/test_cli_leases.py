@@ -18,17 +18,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
-from orchestrator.clock import SimulatedClock
 from orchestrator.cli import app, common
-from orchestrator.config import Config
-from orchestrator.daemon import Daemon
-from orchestrator.lease import LeaseType, VMImage
-from orchestrator.reservations import ReservationKind
-from orchestrator.resources import Resources, add, fits
-from orchestrator.states import LeaseState
-from orchestrator.store import Store
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config
+from orchestrator.model.lease import LeaseType, VMImage
+from orchestrator.model.reservations import ReservationKind
+from orchestrator.model.resources import Resources, add, fits
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted(p for p in (ROOT / "tests" / "data" / "bad_leases").iterdir() if p.suffix in (".yaml", ".args"))
@@ -100,7 +101,8 @@ def daemon_step(store_path: Path, at: datetime) -> None:
     to the store, as `leasewise run` keeps them): due reservations are enacted."""
     with Store.open(store_path) as store:
         driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
-                                           SimulatedClock(at), state_file=store_path.with_suffix(".hosts.json"))
+                                           SimulatedClock(at), state_file=store_path.with_suffix(".hosts.json"),
+                                           migration_model=predict_precopy)
         Daemon(store, Config(), driver, SimulatedClock(at)).step()
 
 

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from drivers.base import VMSpec
 from drivers.inventory import HostConfig, dump_inventory
 from drivers.libvirt_driver import LibvirtDriver
-from drivers.precopy import predict_precopy
 from orchestrator.cli import app
+from orchestrator.planning.precopy import predict_precopy
 
 PREFIX = ["migrate"]
 

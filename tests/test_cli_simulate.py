@@ -60,10 +60,9 @@ def test_simulate_writes_csv_one_row_per_lease(tmp_path):
 def test_simulate_reads_gzipped_swf(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[workload.swf]\nfirst = 50\n")
-    result = runner.invoke(app, ["simulate", "../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz", "--config",
+    trace = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "NASA-iPSC-1993-3.1-cln.swf.gz"
+    result = runner.invoke(app, ["simulate", str(trace), "--config",
                                  str(config), "--quiet", "--json", str(tmp_path / "o.json")])
-    if not Path("../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz").exists():
-        pytest.fail("the shared SWF sample ../shared/data/NASA-iPSC-1993-3.1-cln.swf.gz is missing")
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "o.json").read_text())
     assert len(data["leases"]) == 50 and data["metrics"]["leases_done"] == 50
@@ -98,7 +97,7 @@ def test_a_run_puts_the_garbage_collector_back_as_it_was():
     """The simulator tunes Python's collector for one run only (threshold and freeze undone after)."""
     import gc
 
-    from orchestrator.simulator import collector_for_a_run
+    from orchestrator.runtime.simulator import collector_for_a_run
 
     before = gc.get_threshold()
     with collector_for_a_run():

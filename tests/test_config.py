@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.config import (
+from orchestrator.model.config import (
     Config,
     SchedulingConfig,
     SimulationConfig,
@@ -20,9 +20,9 @@ from orchestrator.config import (
     load_config,
     parse_site,
 )
-from orchestrator.errors import ConfigError
-from orchestrator.resources import Resources
-from orchestrator.timeutil import UTC
+from orchestrator.model.errors import ConfigError
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD_CONFIGS = sorted((ROOT / "tests" / "data" / "bad_configs").glob("*.toml"))

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.clock import SimulatedClock
-from orchestrator.cluster import Cluster
-from orchestrator.config import config_from_dict
-from orchestrator.daemon import Daemon
-from orchestrator.lease import LeaseRequest, LeaseType
-from orchestrator.resources import Resources
-from orchestrator.store import Store
-from orchestrator.timeutil import UTC, iso
+from orchestrator.model.config import config_from_dict
+from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC, iso
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store
 
 T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,7 @@ def driver_for(path: Path, sim_state: Path | None, **driver_config) -> Simulated
     with Store.open(path) as store:
         capacities = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
     return SimulatedDriver.for_hosts(capacities, SimulatedClock(T0), config=SimulatedDriverConfig(**driver_config),
-                                     state_file=sim_state)
+                                     state_file=sim_state, migration_model=predict_precopy)
 
 
 def run(path: Path, cfg, driver, start: datetime = T0, **kw) -> Daemon:

@@ -7,20 +7,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from scenario import T0, ar, at, be
 from typer.testing import CliRunner
 
+from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver
 from orchestrator.cli import app, common
-from orchestrator.clock import SimulatedClock
-from orchestrator.cluster import Cluster
-from orchestrator.config import config_from_dict
-from orchestrator.daemon import Daemon
-from orchestrator.errors import InvalidRequest
-from orchestrator.reservations import ReservationKind
-from orchestrator.store import Store
-
-from scenario import T0, ar, at, be
+from orchestrator.model.config import config_from_dict
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.reservations import ReservationKind
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store
 
 runner = CliRunner()
 
@@ -186,7 +186,8 @@ def test_bad_drain_input_is_one_line(cli_store, args, message):
 # -- the daemon -------------------------------------------------------------------------------------------
 def test_the_daemon_empties_a_drained_host(store):
     config = cfg()
-    driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}, SimulatedClock(T0))
+    driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}, SimulatedClock(T0),
+                                      migration_model=predict_precopy)
     lease = submit(store, config, be("13:00", 60, memory=512), T0)
     Daemon(store, config, driver, SimulatedClock(T0)).run(until=at("13:10"))
     assert driver.locate(f"lw-{lease}-0") == "host1"

@@ -56,12 +56,19 @@ from pathlib import Path
 import pytest
 
 from drivers.base import Driver, MigrationProgress, VMSpec
-from drivers.errors import MigrationFailed, OperationFailed, UnknownHost, VMAlreadyExists, VMNotFound
+from drivers.clock import SimulatedClock
+from drivers.errors import (
+    MigrationFailed,
+    OperationFailed,
+    UnknownHost,
+    VMAlreadyExists,
+    VMNotFound,
+)
 from drivers.inventory import HostConfig
 from drivers.libvirt_driver import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.clock import SimulatedClock
-from orchestrator.timeutil import UTC
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.precopy import predict_precopy
 
 MIB = 1024 * 1024
 
@@ -274,7 +281,7 @@ def simulated_target(tmp_path: Path) -> ContractTarget:
     shared = "/srv/leasewise/shared"
     config = SimulatedDriverConfig(shared_storage=(shared,), domain_type="kvm")
     clock = SimulatedClock(datetime(2026, 1, 5, tzinfo=UTC))
-    driver = SimulatedDriver({"sim-a": (8, 8192), "sim-b": (8, 8192)}, clock, config)
+    driver = SimulatedDriver({"sim-a": (8, 8192), "sim-b": (8, 8192)}, clock, config, migration_model=predict_precopy)
     return ContractTarget("simulated", driver, "sim-a", "sim-b", state_dir=shared)
 
 

@@ -12,15 +12,18 @@ from pathlib import Path
 import pytest
 
 from drivers.base import VMSpec
+from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.libvirt_driver import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.clock import SimulatedClock
-from orchestrator.config import DaemonConfig
-from orchestrator.lease import Lease, LeaseRequest, LeaseType, VMImage
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources
-from orchestrator.scheduler.driver_enactor import (
+from orchestrator.model.config import DaemonConfig
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.enactment import EnactmentError, Enactor
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.driver_enactor import (
     DriverEnactor,
     UnreachableHosts,
     lease_vm_names,
@@ -28,8 +31,6 @@ from orchestrator.scheduler.driver_enactor import (
     vm_name,
     vm_spec,
 )
-from orchestrator.scheduler.enactment import EnactmentError, Enactor
-from orchestrator.timeutil import UTC
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -95,7 +96,7 @@ class StopSpy(SimulatedDriver):
 def sim(config: SimulatedDriverConfig | None = None, hosts=None, **capacities):
     clock = SimulatedClock(T0)
     driver = StopSpy(capacities or {"h1": (8, 8192), "h2": (8, 8192), "h3": (8, 8192)}, clock,
-                     config or SimulatedDriverConfig())
+                     config or SimulatedDriverConfig(), migration_model=predict_precopy)
     log = Log()
     daemon = DaemonConfig(state_dir="/var/lw/state", graceful_timeout=timedelta(seconds=42))
     return DriverEnactor(driver, hosts, daemon, log), driver, log
@@ -370,7 +371,7 @@ def test_a_failing_record_callback_does_not_fail_the_operation():
     def broken(kind, lease_id, detail):
         raise RuntimeError("log is full")
 
-    driver = SimulatedDriver({"h1": (4, 4096)}, SimulatedClock(T0))
+    driver = SimulatedDriver({"h1": (4, 4096)}, SimulatedClock(T0), migration_model=predict_precopy)
     enactor = DriverEnactor(driver, None, DaemonConfig(), broken)
     lease = make_lease(17)
     enactor.start_vms(lease, vm_rr(lease, {0: "h1", 1: "h1"}))

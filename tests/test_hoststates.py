@@ -9,12 +9,12 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.hoststates import nodes_that_fit
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources
-from orchestrator import slottable
-from orchestrator.slottable import AFTER_ALL, SlotTable, time_key
-from orchestrator.timeutil import UTC
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.slottable import table as slottable
+from orchestrator.planning.slottable.hoststates import nodes_that_fit
+from orchestrator.planning.slottable.table import AFTER_ALL, SlotTable, time_key
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)   # (time keys count microseconds from here)

@@ -6,13 +6,24 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator.errors import IllegalTransition, InvalidRequest
-from orchestrator.lease import Lease, LeaseRequest, LeaseType
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources, parse_capacity, within
-from orchestrator.slottable import SlotTable
-from orchestrator.states import FINAL_STATES, TRANSITIONS, LeaseState, can_transition
-from orchestrator.timeutil import UTC, ceil_seconds, iso, parse_duration, parse_time
+from orchestrator.model.errors import IllegalTransition, InvalidRequest
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources, parse_capacity, within
+from orchestrator.model.states import (
+    FINAL_STATES,
+    TRANSITIONS,
+    LeaseState,
+    can_transition,
+)
+from orchestrator.model.timeutil import (
+    UTC,
+    ceil_seconds,
+    iso,
+    parse_duration,
+    parse_time,
+)
+from orchestrator.planning.slottable.table import SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 S = LeaseState

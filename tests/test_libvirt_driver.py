@@ -19,12 +19,12 @@ from pathlib import Path
 import libvirt  # a hard requirement here: these tests must fail, not vanish, without libvirt-python
 import paramiko
 import pytest
-
 from sshserver import SSHServer
 
 from drivers.base import VMSpec
 from drivers.domain_xml import LEASEWISE_NS, lease_id_from_xml, render_domain_xml
 from drivers.errors import (
+    DriverConfigError,
     DriverUnavailable,
     HostUnreachable,
     MigrationFailed,
@@ -33,10 +33,21 @@ from drivers.errors import (
     VMAlreadyExists,
     VMNotFound,
 )
-from drivers.inventory import HostConfig, dump_inventory, load_inventory, resolve_inventory_path
-from drivers.libvirt_driver import INSTALL_HINT, LibvirtDriver, downtime_at, downtime_steps, format_version
+from drivers.inventory import (
+    HostConfig,
+    dump_inventory,
+    load_inventory,
+    resolve_inventory_path,
+)
+from drivers.libvirt_driver import (
+    INSTALL_HINT,
+    LibvirtDriver,
+    downtime_at,
+    downtime_steps,
+    format_version,
+)
 from drivers.registry import create_driver
-from orchestrator.errors import ConfigError
+from orchestrator.planning.precopy import predict_precopy
 
 NODE_B = """<node><cpu><nodes>1</nodes><sockets>1</sockets><cores>8</cores><threads>1</threads>
 <mhz>2000</mhz><model>x86_64</model></cpu><memory>16777216</memory></node>"""
@@ -258,8 +269,8 @@ def test_registry_builds_by_name_and_rejects_unknown_names(hosts):
         assert isinstance(drv, LibvirtDriver) and drv.hosts() == ["a", "b"]
     finally:
         drv.close()
-    assert create_driver("simulated", hosts={"h": (1, 1)}).hosts() == ["h"]
-    with pytest.raises(ConfigError, match="unknown driver 'xen'"):
+    assert create_driver("simulated", hosts={"h": (1, 1)}, migration_model=predict_precopy).hosts() == ["h"]
+    with pytest.raises(DriverConfigError, match="unknown driver 'xen'"):
         create_driver("xen")
 
 
@@ -368,7 +379,7 @@ def test_inventory_loads_defaults_and_round_trips(tmp_path):
 def test_inventory_errors_are_one_line_naming_the_key(tmp_path, text, message):
     path = tmp_path / "inventory.toml"
     path.write_text(text)
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(DriverConfigError) as caught:
         load_inventory(path)
     assert message in str(caught.value)
     assert str(caught.value).startswith(str(path))

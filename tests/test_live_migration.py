@@ -10,20 +10,19 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from scenario import T0, ar, at, be, lease, plan, simulate, site
 
+from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from drivers.precopy import predict_precopy
-from orchestrator.clock import SimulatedClock
-from orchestrator.cluster import Cluster
-from orchestrator.config import config_from_dict
-from orchestrator.daemon import Daemon
-from orchestrator.resources import Resources
-from orchestrator.scheduler.enactment import EnactmentError, NullEnactor
-from orchestrator.store import Store
-from orchestrator.timeutil import iso
-
-from scenario import T0, ar, at, be, lease, plan, simulate, site
+from orchestrator.model.config import config_from_dict
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import iso
+from orchestrator.planning.enactment import EnactmentError, NullEnactor
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store
 
 H1, H5 = "host1", "host5"
 SMALL = ("host5", Resources.of(1, 512))   # holds a 512 MiB best-effort VM, not a 1024 MiB AR node
@@ -216,7 +215,8 @@ def _daemon_until_the_ar(tmp_path, **driver_config):
     started at 13:00, the daemon stepped to 13:15, the AR submitted then. Returns the open store."""
     store, cfg, _ = _cluster(tmp_path)
     driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
-                                       SimulatedClock(T0), config=SimulatedDriverConfig(**driver_config))
+                                       SimulatedClock(T0), config=SimulatedDriverConfig(**driver_config),
+                                       migration_model=predict_precopy)
     with store.transaction():
         cluster = Cluster(store, cfg)
         cluster.submit(be("13:00", 60, memory=512), T0)
@@ -257,7 +257,7 @@ def test_the_daemon_enacts_an_evacuation_through_the_driver(tmp_path):
 def test_a_stored_calibration_times_the_planned_migrations(tmp_path):
     """What `leasewise calibrate migration` stored replaces the configured model parameters: at a
     calibrated 51.2 MiB/s plus 2 s of overhead, moving 512 MiB is planned as 12 s."""
-    from orchestrator.calibration import CALIBRATION_KEY
+    from orchestrator.state.calibrated import CALIBRATION_KEY
 
     store, cfg, _ = _cluster(tmp_path)
     store.set_meta(CALIBRATION_KEY, {"migration": {"bandwidth_mib_s": 51.2, "overhead_s": 2.0, "dirty_factor": None}})

@@ -6,14 +6,14 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from orchestrator.lease import Lease, LeaseRequest, LeaseType
-from orchestrator.mapper import Mapper, Mapping
-from orchestrator.policies import HOST_SELECTION, PREEMPTION
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources
-from orchestrator.slottable import SlotTable
-from orchestrator.states import LeaseState
-from orchestrator.timeutil import UTC
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.mapper import Mapper, Mapping
+from orchestrator.planning.policies import HOST_SELECTION, PREEMPTION
+from orchestrator.planning.slottable.table import SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 CAP = Resources.of(8, 8192)

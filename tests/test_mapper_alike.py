@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.lease import Lease, LeaseRequest, LeaseType
-from orchestrator.mapper import Mapper, Mapping
-from orchestrator.policies import HOST_SELECTION, PREEMPTION
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources, fits, scale
-from orchestrator.slottable import SlotTable
-from orchestrator.timeutil import UTC
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources, fits, scale
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.mapper import Mapper, Mapping
+from orchestrator.planning.policies import HOST_SELECTION, PREEMPTION
+from orchestrator.planning.slottable.table import SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,14 +6,19 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from orchestrator.errors import ConfigError, InvalidRequest
-from orchestrator.lease import Lease, LeaseRequest, LeaseType
-from orchestrator.policies import ADMISSION, HOST_SELECTION, PREEMPTION, Registry
-from orchestrator.policies.admission import AcceptAll, NoAdvanceReservations
-from orchestrator.policies.host_selection import Greedy, Pack, Spread
-from orchestrator.policies.preemption import ARPreemptsBE, NoPreemption
-from orchestrator.resources import Resources
-from orchestrator.timeutil import UTC
+from orchestrator.model.errors import ConfigError, InvalidRequest
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.policies import (
+    ADMISSION,
+    HOST_SELECTION,
+    PREEMPTION,
+    Registry,
+)
+from orchestrator.planning.policies.admission import AcceptAll, NoAdvanceReservations
+from orchestrator.planning.policies.host_selection import Greedy, Pack, Spread
+from orchestrator.planning.policies.preemption import ARPreemptsBE, NoPreemption
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 

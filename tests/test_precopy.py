@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from drivers.precopy import Round, predict_precopy
+from orchestrator.planning.precopy import Round, predict_precopy
 
 
 def test_idle_guest_takes_memory_over_bandwidth_plus_overhead_with_no_extra_rounds():

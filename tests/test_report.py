@@ -12,15 +12,21 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
-
-from orchestrator.cli import app
-from orchestrator.report import ALL, Stats, build_report, render_png, render_terminal
-from orchestrator.store import Event, Store
-from orchestrator.timeutil import UTC, iso
 
 # the daemon test's helpers: a store of simulated hosts, submissions, the daemon on a simulated clock
 from test_daemon import LeaseType, config, driver_for, make_store, request, run, submit
+from typer.testing import CliRunner
+
+from orchestrator.analysis.report import (
+    ALL,
+    Stats,
+    build_report,
+    render_png,
+    render_terminal,
+)
+from orchestrator.cli import app
+from orchestrator.model.timeutil import UTC, iso
+from orchestrator.state.store import Event, Store
 
 T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

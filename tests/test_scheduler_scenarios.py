@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from orchestrator.simulator import check_invariants
 from scenario import ar, at, be, im, lease, plan, simulate, site
+
+from orchestrator.runtime.simulator import check_invariants
 
 H1, H2, H3, H4 = "host1", "host2", "host3", "host4"
 
@@ -262,10 +262,10 @@ def test_a_short_lease_backfills_past_larger_ones_that_cannot_start():
 def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     """The memo only skips attempts that would fail: with it switched off, every lease gets the same
     plan (random mixed workloads, with early ends, suspension on and off)."""
-    from orchestrator.config import Config, SchedulingConfig, SimulationConfig
-    from orchestrator.resources import Resources
-    from orchestrator.scheduler import lease_scheduler
-    from orchestrator.simulator import Simulator
+    from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+    from orchestrator.model.resources import Resources
+    from orchestrator.planning import lease_scheduler  # noqa: F401
+    from orchestrator.runtime.simulator import Simulator
     from orchestrator.workloads.synthetic import synthetic_workload
 
     workload = synthetic_workload(300, 6, Resources.of(2, 4096), seed=seed, target_load=1.3, max_nodes=5)

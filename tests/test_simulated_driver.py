@@ -5,11 +5,17 @@ from datetime import datetime, timedelta
 import pytest
 
 from drivers.base import MigrationProgress, VMSpec
-from drivers.errors import HostUnreachable, MigrationFailed, OperationFailed, UnknownHost, VMAlreadyExists
-from drivers.precopy import predict_precopy
+from drivers.clock import SimulatedClock
+from drivers.errors import (
+    HostUnreachable,
+    MigrationFailed,
+    OperationFailed,
+    UnknownHost,
+    VMAlreadyExists,
+)
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.clock import SimulatedClock
-from orchestrator.timeutil import UTC
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.precopy import predict_precopy
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SHARED = "/srv/shared"
@@ -18,7 +24,7 @@ SHARED = "/srv/shared"
 def make(config: SimulatedDriverConfig | None = None, **hosts: tuple[int, int]) -> tuple[SimulatedDriver, SimulatedClock]:
     clock = SimulatedClock(T0)
     capacities = hosts or {"a": (8, 8192), "b": (8, 8192)}
-    return SimulatedDriver(capacities, clock, config or SimulatedDriverConfig()), clock
+    return SimulatedDriver(capacities, clock, config or SimulatedDriverConfig(), migration_model=predict_precopy), clock
 
 
 def elapsed(clock: SimulatedClock) -> float:

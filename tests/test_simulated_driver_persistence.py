@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from drivers.base import VMSpec
+from drivers.clock import SimulatedClock
 from drivers.errors import OperationFailed, UnknownHost, VMNotFound
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.clock import SimulatedClock
-from orchestrator.timeutil import UTC
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.precopy import predict_precopy
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 SHARED = "/srv/shared"
@@ -24,7 +25,7 @@ CONFIG = SimulatedDriverConfig(shared_storage=(SHARED,))
 
 
 def make(state_file, clock: SimulatedClock | None = None, hosts=HOSTS) -> SimulatedDriver:
-    return SimulatedDriver(hosts, clock or SimulatedClock(T0), CONFIG, state_file=state_file)
+    return SimulatedDriver(hosts, clock or SimulatedClock(T0), CONFIG, state_file=state_file, migration_model=predict_precopy)
 
 
 def snapshot(driver: SimulatedDriver) -> dict:
@@ -101,9 +102,10 @@ def test_state_survives_sigkill_of_the_process_that_wrote_it(tmp_path):
         from datetime import datetime
         from drivers.base import VMSpec
         from drivers.simulated import SimulatedDriver
-        from orchestrator.clock import SimulatedClock
-        from orchestrator.timeutil import UTC
-        driver = SimulatedDriver({HOSTS!r}, SimulatedClock(datetime(2026, 1, 5, tzinfo=UTC)), state_file={str(path)!r})
+        from drivers.clock import SimulatedClock
+        from orchestrator.model.timeutil import UTC
+        from orchestrator.planning.precopy import predict_precopy
+        driver = SimulatedDriver({HOSTS!r}, SimulatedClock(datetime(2026, 1, 5, tzinfo=UTC)), state_file={str(path)!r}, migration_model=predict_precopy)
         driver.start(VMSpec("lw-1-0", 1, 64, lease_id="1"), "a")
         driver.start(VMSpec("lw-1-1", 1, 64, lease_id="1"), "b")
         driver.suspend("lw-1-1", "/var/save/lw-1-1.save")
@@ -195,11 +197,13 @@ def test_bad_state_files_are_refused_naming_the_file(tmp_path):
 
 def test_for_hosts_builds_from_store_capacities(tmp_path):
     clock = SimulatedClock(T0)
-    driver = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json")
+    driver = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json",
+                                     migration_model=predict_precopy)
     assert driver.hosts() == ["h1", "h2"] and driver.clock is clock
     assert (driver.host_info("h2").vcpus, driver.host_info("h2").memory_mib) == (2, 2048)
     driver.start(VMSpec("v", 1, 64), "h2")
-    again = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json")
+    again = SimulatedDriver.for_hosts({"h1": (4, 4096), "h2": (2, 2048)}, clock, state_file=tmp_path / "s.json",
+                                     migration_model=predict_precopy)
     assert again.locate("v") == "h2"
     with pytest.raises(UnknownHost):
         again.list_vms("h3")
@@ -207,7 +211,7 @@ def test_for_hosts_builds_from_store_capacities(tmp_path):
 
 def test_without_a_state_file_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    driver = SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG)
+    driver = SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG, migration_model=predict_precopy)
     assert driver.state_file is None
     driver.start(VMSpec("v", 1, 64), "a")
     driver.suspend("v", "/var/save/v.save")
@@ -215,4 +219,4 @@ def test_without_a_state_file_nothing_is_written(tmp_path, monkeypatch):
     with pytest.raises(VMNotFound):
         driver.stop("v")
     assert list(tmp_path.iterdir()) == []
-    assert snapshot(SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG)) == {"a": [], "b": []}
+    assert snapshot(SimulatedDriver(HOSTS, SimulatedClock(T0), CONFIG, migration_model=predict_precopy)) == {"a": [], "b": []}

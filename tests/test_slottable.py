@@ -18,11 +18,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from orchestrator.errors import InconsistentSchedule, InvalidRequest
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import NOTHING, Resources
-from orchestrator.slottable import FOREVER, SlotTable
-from orchestrator.timeutil import UTC
+from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import NOTHING, Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 CAP = Resources.of(8, 8192)
@@ -544,7 +544,7 @@ def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped()
 
 def test_usage_codes_sort_after_every_key():
     """A block holds its keys, then usage codes: every code must be above every key a datetime can make."""
-    from orchestrator import slottable
+    from orchestrator.planning.slottable import table as slottable
     latest = datetime.max.replace(tzinfo=timezone(-timedelta(hours=23, minutes=59)))   # later than FOREVER
     assert slottable.time_key(latest) > slottable.time_key(FOREVER)
     assert slottable.time_key(latest) < slottable._CODE
@@ -555,7 +555,8 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
     """usage_at reads a single-block host's block directly (SharedUsage.single), other hosts through their
     timeline; both, and the timeline's own queries, with and without the strided read, give the same answers."""
     import random
-    from orchestrator import slottable
+
+    from orchestrator.planning.slottable import table as slottable
     rng = random.Random(3)
     table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP})
     tl = table.timeline("h1")

@@ -13,13 +13,19 @@ from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
-from orchestrator.reservations import Reservation, ReservationKind
-from orchestrator.resources import Resources
-from orchestrator import slottable
-from orchestrator.slottable import FOREVER, SlotTable
-from orchestrator.timeutil import UTC
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.slottable import table as slottable
+from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 HOSTS = ("h0", "h1", "h2")

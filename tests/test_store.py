@@ -13,19 +13,30 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from scenario import T0, ar, be, site
 
 from drivers.inventory import HostConfig
-from orchestrator.config import Config, SchedulingConfig, SimulationConfig
-from orchestrator.lease import Lease, LeaseRequest, LeaseType, VMImage
-from orchestrator.reservations import Reservation, ReservationKind, ReservationState
-from orchestrator.resources import Resources
-from orchestrator.simulator import Simulator, check_invariants
-from orchestrator.states import LeaseState
-from orchestrator.store import (SCHEMA_VERSION, HostRecord, Store, StoreError, apply_migrations,
-                                default_store_path, reservation_detail)
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.reservations import (
+    Reservation,
+    ReservationKind,
+    ReservationState,
+)
+from orchestrator.model.resources import Resources
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC
+from orchestrator.runtime.simulator import Simulator, check_invariants
+from orchestrator.state.store import (
+    SCHEMA_VERSION,
+    HostRecord,
+    Store,
+    StoreError,
+    apply_migrations,
+    default_store_path,
+    reservation_detail,
+)
 from orchestrator.workloads import Workload
-from scenario import T0, ar, be, site
 
 S = LeaseState
 K = ReservationKind

@@ -14,27 +14,31 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from drivers.inventory import HostConfig
-from orchestrator.cli import app
-from orchestrator.cluster import Cluster
-from orchestrator.config import Config, load_config
-from orchestrator.lease import Lease, LeaseRequest, LeaseType
-from orchestrator.reservations import Reservation, ReservationKind, ReservationState
-from orchestrator.resources import Resources
-from orchestrator.simulator import Simulator
-from orchestrator.store import Store
-from orchestrator.timeline import (
+from orchestrator.analysis.timeline import (
     KIND_CHARS,
     KIND_COLOURS,
     PLOT_INSTALL_HINT,
     PlotUnavailable,
+    bars_from_plan,
     build_timeline,
     pick_window,
-    bars_from_plan,
     render_png,
     render_terminal,
     timeline_from_result,
 )
-from orchestrator.timeutil import UTC
+from orchestrator.cli import app
+from orchestrator.model.config import Config, load_config
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.reservations import (
+    Reservation,
+    ReservationKind,
+    ReservationState,
+)
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
+from orchestrator.runtime.simulator import Simulator
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store
 from orchestrator.workloads import load_workload
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -256,7 +260,7 @@ def test_png_uses_no_pyplot_and_leaves_the_backend_alone(tmp_path):
         "import sys, matplotlib\n"
         "before = dict.__getitem__(matplotlib.rcParams, 'backend')\n"   # get_backend() would import pyplot
         "from datetime import datetime, timezone\n"
-        "from orchestrator.timeline import Timeline, HostRow, render_png\n"
+        "from orchestrator.analysis.timeline import Timeline, HostRow, render_png\n"
         "t = datetime(2026, 1, 1, tzinfo=timezone.utc)\n"
         f"render_png(Timeline([HostRow('h1')], t, t.replace(hour=1)), {str(tmp_path / 'x.png')!r})\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
@@ -268,7 +272,7 @@ def test_png_uses_no_pyplot_and_leaves_the_backend_alone(tmp_path):
 
 
 def test_png_into_a_missing_directory_is_one_error(tmp_path):
-    from orchestrator.timeline import TimelineError
+    from orchestrator.analysis.timeline import TimelineError
 
     tl = build_timeline([(lease(1), rr(1, K.VM, 0, 10, "h1"))], ["h1"])
     with pytest.raises(TimelineError, match="cannot write"):

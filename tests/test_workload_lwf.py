@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config import Config, SimulationConfig, config_from_dict
-from orchestrator.errors import ConfigError, InvalidRequest, WorkloadError
-from orchestrator.lease import LeaseType, VMImage
-from orchestrator.resources import Resources
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config, SimulationConfig, config_from_dict
+from orchestrator.model.errors import ConfigError, InvalidRequest, WorkloadError
+from orchestrator.model.lease import LeaseType, VMImage
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
 from orchestrator.workloads import Workload, load_workload, resolve_site
 from orchestrator.workloads.lwf import parse_lwf, parse_lwf_time
 

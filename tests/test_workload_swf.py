@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config import Config, config_from_dict
-from orchestrator.errors import WorkloadError
-from orchestrator.lease import LeaseType
-from orchestrator.resources import Resources
-from orchestrator.timeutil import UTC
+from orchestrator.model.config import Config, config_from_dict
+from orchestrator.model.errors import WorkloadError
+from orchestrator.model.lease import LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC
 from orchestrator.workloads import load_workload, resolve_site
 from orchestrator.workloads.swf import (
     SKIP_CANCELLED,
@@ -25,7 +25,7 @@ from orchestrator.workloads.swf import (
     parse_swf,
 )
 
-DATA = Path("/work/shared/data")
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 KTH = DATA / "KTH-SP2-1996-2.1-cln.swf.gz"
 NASA = DATA / "NASA-iPSC-1993-3.1-cln.swf.gz"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -249,10 +249,8 @@ def test_mapping_property(jobs, ppn):
 
 
 # -- the Parallel Workloads Archive samples ------------------------------------------------------------------
-needs_data = pytest.mark.skipif(not KTH.exists() or not NASA.exists(), reason="PWA samples not in /work/shared/data")
 
 
-@needs_data
 def test_kth_sp2_loads_fast_with_the_expected_counts():
     began = time.perf_counter()
     w = load_workload(KTH)
@@ -272,7 +270,6 @@ def test_kth_sp2_loads_fast_with_the_expected_counts():
     assert elapsed < 2.0, f"loading KTH took {elapsed:.2f} s"  # ~0.35 s here; generous for slow CI
 
 
-@needs_data
 def test_nasa_ipsc_loads_with_the_expected_counts():
     w = load_workload(NASA)
     assert len(w.requests) == 18066
@@ -282,7 +279,6 @@ def test_nasa_ipsc_loads_with_the_expected_counts():
     assert (lid, first.numnodes, first.duration, first.submit_time) == ("1", 128, timedelta(seconds=1451), T0)
 
 
-@needs_data
 def test_kth_first_and_window_options():
     w = load_workload(KTH, config(first=100))
     assert len(w.requests) == 100 and w.requests[0][0] == "15"

@@ -9,10 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.errors import InvalidRequest
-from orchestrator.lease import LeaseType
-from orchestrator.resources import Resources, within
-from orchestrator.workloads.synthetic import DEFAULT_START, offered_load, synthetic_workload
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import LeaseType
+from orchestrator.model.resources import Resources, within
+from orchestrator.workloads.synthetic import (
+    DEFAULT_START,
+    offered_load,
+    synthetic_workload,
+)
 
 HOST = Resources.of(8, 32768)
 

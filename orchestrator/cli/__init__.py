@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from drivers.errors import DriverError
+from orchestrator.model.errors import LeasewiseError
 
-from ..errors import LeasewiseError
 
 class ErrorLineTyper(typer.Typer):
     """A Typer whose commands turn leasewise's own errors into one red line and exit code 2, both from
@@ -56,7 +56,16 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 
 def _register_commands() -> None:
-    from . import calibrate, hosts, leases, migrate, plan, report, run, simulate  # noqa: F401  (each module adds its commands to `app`)
+    from orchestrator.cli import (  # noqa: F401  (each module adds its commands to `app`)
+        calibrate,
+        hosts,
+        leases,
+        migrate,
+        plan,
+        report,
+        run,
+        simulate,
+    )
 
 
 _register_commands()

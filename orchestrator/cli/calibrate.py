@@ -6,7 +6,7 @@ bandwidth, per-migration overhead and dirty-rate factor to the measured total ti
 (orchestrator/calibration.py). `calibrate suspend --host A [...]` saves and restores guests of each size
 on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
 each, then the fitted parameters, and store them in the store's meta table (key `calibration`), from
-where `orchestrator.calibration.apply_calibration` feeds them to the scheduler.
+where `orchestrator.state.calibrated.apply_calibration` feeds them to the scheduler.
 
 The driver is chosen as the other commands choose it: `--dry-run` is the simulated driver (nothing is
 touched and nothing stored); `--inventory FILE` is the libvirt driver over that inventory; otherwise
@@ -39,13 +39,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import Driver, VMSpec
+from drivers.clock import RealClock, SimulatedClock
 from drivers.errors import DriverError, MigrationFailed
-
-from ..calibration import (
-    CALIBRATION_KEY,
-    MIGRATION_SECTION,
-    SUSPEND_SECTION,
-    CalibrationError,
+from orchestrator.analysis.calibration import (
     MAX_DIRTY_FACTOR,
     MigrationFit,
     MigrationSample,
@@ -55,14 +51,20 @@ from ..calibration import (
     fit_rates,
     migration_record,
     pages_to_mib_s,
-    store_calibration,
     suspend_record,
 )
-from ..clock import RealClock, SimulatedClock
-from ..config import Config
-from ..errors import LeasewiseError
-from ..store import Store
-from . import ErrorLineTyper, app, common, fail
+from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.model.config import Config
+from orchestrator.model.errors import LeasewiseError
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.state.calibrated import (
+    CALIBRATION_KEY,
+    MIGRATION_SECTION,
+    SUSPEND_SECTION,
+    CalibrationError,
+    store_calibration,
+)
+from orchestrator.state.store import Store
 
 calibrate_app = ErrorLineTyper(
     name="calibrate",
@@ -194,7 +196,7 @@ def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optiona
             if max(sizes) > capacities[host][1]:
                 raise fail(f"--sizes: {max(sizes)} MiB does not fit on host {host} ({capacities[host][1]} MiB)")
         clock = SimulatedClock(common.now())
-        driver = SimulatedDriver(capacities, clock, _simulated_config(cfg))
+        driver = SimulatedDriver(capacities, clock, _simulated_config(cfg), migration_model=predict_precopy)
         return Setup(driver, "simulated", lambda s: clock.sleep(timedelta(seconds=s)))
 
     from drivers.registry import create_driver

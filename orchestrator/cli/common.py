@@ -15,10 +15,10 @@ from typing import Optional
 
 import typer
 
-from ..cluster import Cluster
-from ..config import Config, load_config
-from ..store import Store, default_store_path
-from ..timeutil import UTC
+from orchestrator.model.config import Config, load_config
+from orchestrator.model.timeutil import UTC
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store, default_store_path
 
 #: options every store-backed command takes
 StateOption = typer.Option(None, "--state", help="SQLite store (default: \\[daemon] store, else under $XDG_DATA_HOME/leasewise)")
@@ -64,8 +64,8 @@ def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
 
 def write_png(render_png, what, png: Path, console) -> None:
     """Draw `what` into `png` with `render_png`; a drawing or writing failure is one line naming --png."""
-    from ..timeline import PlotUnavailable, TimelineError
-    from . import fail
+    from orchestrator.analysis.timeline import PlotUnavailable, TimelineError
+    from orchestrator.cli import fail
 
     try:
         written = render_png(what, png)

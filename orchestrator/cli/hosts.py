@@ -43,15 +43,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import HostInfo
+from drivers.errors import DriverConfigError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
-
-from ..errors import ConfigError
-from ..lease import Lease, LeaseType
-from ..reservations import ReservationState
-from ..states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
-from ..store import HostRecord, Store
-from ..timeutil import iso, parse_duration, parse_time
-from . import ErrorLineTyper, app, common, fail
+from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.model.errors import ConfigError
+from orchestrator.model.lease import Lease, LeaseType
+from orchestrator.model.reservations import ReservationState
+from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
+from orchestrator.model.timeutil import iso, parse_duration, parse_time
+from orchestrator.state.store import HostRecord, Store
 
 host_app = ErrorLineTyper(
     name="host",
@@ -208,7 +208,7 @@ def _config_from_options(name: str, uri: Optional[str], domain_type: str, ssh: O
             raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]")
     try:
         return HostConfig(**values)
-    except ConfigError as exc:
+    except (ConfigError, DriverConfigError) as exc:
         option = "NAME" if exc.field == "name" else "--" + exc.field.replace("_", "-")
         raise fail(f"{option}: {exc.problem}") from None
 

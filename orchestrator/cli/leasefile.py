@@ -34,10 +34,10 @@ from typing import Any
 
 import yaml
 
-from ..errors import InvalidRequest
-from ..lease import LeaseRequest, LeaseType, VMImage
-from ..resources import Resources
-from ..timeutil import as_utc, iso, parse_duration, parse_time
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import as_utc, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
 KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",

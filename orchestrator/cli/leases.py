@@ -24,15 +24,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..cluster import check_hosts_can_hold
-from ..errors import InvalidRequest
-from ..lease import Lease
-from ..reservations import Reservation
-from ..states import FINAL_STATES, RUNNING_STATES, LeaseState
-from ..store import Event
-from ..timeutil import iso, parse_duration
-from . import ErrorLineTyper, app, common, fail
-from .leasefile import KEYS, flag_label, load_lease_file, request_from_fields
+from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli.leasefile import (
+    KEYS,
+    flag_label,
+    load_lease_file,
+    request_from_fields,
+)
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import Lease
+from orchestrator.model.reservations import Reservation
+from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
+from orchestrator.model.timeutil import iso, parse_duration
+from orchestrator.state.cluster import check_hosts_can_hold
+from orchestrator.state.store import Event
 
 #: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
 EXIT_REJECTED = 3

@@ -1,7 +1,7 @@
 """`leasewise migrate`: live-migrate one VM by hand, or (--dry-run) ask the pre-copy model what it would cost.
 
 The dry run exists so an operator can check the scheduler's prediction against a real migration of the
-same VM: same model (drivers.precopy), same parameters.
+same VM: same model (orchestrator.planning.precopy), same parameters.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -12,15 +12,20 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
-
-from ..errors import LeasewiseError
-from . import app, fail
+from orchestrator.cli import app, fail
+from orchestrator.model.errors import LeasewiseError
 
 MIB = 1024 * 1024
 
@@ -71,7 +76,7 @@ def _dry_run(
     timeout: float, on_timeout: str, memory: Optional[float], dirty_rate: Optional[float],
     overhead: float, dirty_factor: float, console: Console,
 ) -> None:
-    from drivers.precopy import predict_precopy
+    from orchestrator.planning.precopy import predict_precopy
 
     if bandwidth is None:
         raise fail("--bandwidth is needed for --dry-run (the effective migration bandwidth, MiB/s)")

@@ -14,10 +14,23 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..timeline import build_timeline, render_png, render_terminal, require_plot
-from ..timeutil import iso, parse_time
-from . import app, fail
-from .common import ConfigOption, StateOption, load, now, open_cluster, store_path, write_png
+from orchestrator.analysis.timeline import (
+    build_timeline,
+    render_png,
+    render_terminal,
+    require_plot,
+)
+from orchestrator.cli import app, fail
+from orchestrator.cli.common import (
+    ConfigOption,
+    StateOption,
+    load,
+    now,
+    open_cluster,
+    store_path,
+    write_png,
+)
+from orchestrator.model.timeutil import iso, parse_time
 
 console = Console(highlight=False)
 

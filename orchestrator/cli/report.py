@@ -1,7 +1,7 @@
 """`leasewise report`: planned and enacted times of every reservation side by side, from the event log.
 
 Read-only: one read transaction on the store, nothing written back. The computation is
-`orchestrator.report.build_report` (events in, rows and summary out); this module only reads the store,
+`orchestrator.analysis.report.build_report` (events in, rows and summary out); this module only reads the store,
 checks the options and prints or writes the result.
 """
 
@@ -14,11 +14,23 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..report import build_report, nothing_text, render_png, render_terminal
-from ..store import StoreError
-from ..timeline import require_plot
-from . import app, fail
-from .common import ConfigOption, StateOption, load, open_store, store_path, write_png
+from orchestrator.analysis.report import (
+    build_report,
+    nothing_text,
+    render_png,
+    render_terminal,
+)
+from orchestrator.analysis.timeline import require_plot
+from orchestrator.cli import app, fail
+from orchestrator.cli.common import (
+    ConfigOption,
+    StateOption,
+    load,
+    open_store,
+    store_path,
+    write_png,
+)
+from orchestrator.state.store import StoreError
 
 
 def _console() -> Console:

@@ -11,11 +11,11 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..clock import RealClock, SimulatedClock
-from ..store import Store
-from ..timeutil import parse_time
-from . import app, fail
-from .common import ConfigOption, StateOption, load, now, store_path
+from drivers.clock import RealClock, SimulatedClock
+from orchestrator.cli import app, fail
+from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
+from orchestrator.model.timeutil import parse_time
+from orchestrator.state.store import Store
 
 console = Console(highlight=False)
 
@@ -32,7 +32,11 @@ def run(
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
-    from ..daemon import Daemon, fast_clock_start, simulated_driver_for  # (drivers load only when run)
+    from orchestrator.runtime.daemon import (  # (drivers load only when run)
+        Daemon,
+        fast_clock_start,
+        simulated_driver_for,
+    )
 
     cfg = load(config)
     stop_at = parse_time(until, "--until") if until else None

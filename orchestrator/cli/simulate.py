@@ -13,15 +13,25 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from ..config import load_config
-from ..simulator import SimulationResult, Simulator
-from ..timeline import render_png, require_plot, timeline_from_result
-from ..timeutil import iso
-from ..workloads import load_workload
-from . import app, fail
+from orchestrator.analysis.timeline import (
+    render_png,
+    require_plot,
+    timeline_from_result,
+)
+from orchestrator.cli import app, fail
+from orchestrator.model.config import load_config
+from orchestrator.model.timeutil import iso
+from orchestrator.runtime.simulator import SimulationResult, Simulator
+from orchestrator.workloads import load_workload
 
 console = Console(highlight=False)
 

@@ -36,14 +36,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Iterable
 from xml.parsers import expat
 
-from ..errors import InvalidRequest, WorkloadError
-from ..lease import LeaseRequest, LeaseType, VMImage
-from ..resources import Resources
-from ..timeutil import ZERO, iso, parse_time
-from . import Workload, check_fits_site
+from orchestrator.model.errors import InvalidRequest, WorkloadError
+from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import ZERO, iso, parse_time
+from orchestrator.workloads import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Config
+    from orchestrator.model.config import Config
 
 _TIME = re.compile(r"^\s*(\+?)(?:(\d+):)?(\d+):(\d+):(\d+(?:\.\d*)?)\s*$")
 
@@ -382,14 +382,15 @@ class _Reader:
 
 def parse_lwf(data: bytes | str, config: "Config | None" = None, source: str = "<lwf>") -> Workload:
     """Parse LWF text (bytes or str) into a Workload; `source` names the file in error messages."""
-    from ..config import Config
+    from orchestrator.model.config import Config
 
     return _Reader(_parse_xml(data, source), config or Config(), source).workload()
 
 
 def load_lwf(path, config: "Config | None" = None) -> Workload:
     """Read an LWF file (see `load_workload` for format detection and gzip)."""
-    from . import _read
     from pathlib import Path
+
+    from orchestrator.workloads import _read
 
     return parse_lwf(_read(Path(path)), config, source=str(path))

@@ -34,13 +34,13 @@ import math
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidRequest, WorkloadError
-from ..lease import LeaseRequest, LeaseType
-from ..resources import Resources
-from . import Workload
+from orchestrator.model.errors import InvalidRequest, WorkloadError
+from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.workloads import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Config
+    from orchestrator.model.config import Config
 
 NFIELDS = 18
 FIELD_NAMES = (
@@ -81,7 +81,7 @@ def _number(token: str, index: int, where: str) -> float:
 
 def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "<swf>") -> Workload:
     """Parse SWF text into a Workload (see the module docstring for the mapping)."""
-    from ..config import Config
+    from orchestrator.model.config import Config
 
     config = config or Config()
     opts = config.swf
@@ -199,6 +199,6 @@ def load_swf(path, config: "Config | None" = None) -> Workload:
     """Read an SWF file, gzip-compressed or not."""
     from pathlib import Path
 
-    from . import _read
+    from orchestrator.workloads import _read
 
     return parse_swf(_read(Path(path)), config, source=str(path))

@@ -16,11 +16,11 @@ import math
 import random
 from datetime import datetime, timedelta
 
-from ..errors import InvalidRequest
-from ..lease import LeaseRequest, LeaseType
-from ..resources import Resources
-from ..timeutil import UTC, as_utc
-from . import Workload
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.timeutil import UTC, as_utc
+from orchestrator.workloads import Workload
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -12,10 +12,10 @@ import pytest
 from labkit import GUEST_DIR
 from typer.testing import CliRunner
 
-from orchestrator.calibration import CALIBRATION_KEY
 from orchestrator.cli import app
 from orchestrator.cli.calibrate import VM_PREFIX
-from orchestrator.store import Store
+from orchestrator.state.calibrated import CALIBRATION_KEY
+from orchestrator.state.store import Store
 
 pytestmark = pytest.mark.lab
 

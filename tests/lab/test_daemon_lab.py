@@ -10,7 +10,6 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-
 from labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]

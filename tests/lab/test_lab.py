@@ -6,7 +6,6 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-
 from labkit import LAB, SHARED_DIR
 
 pytestmark = pytest.mark.lab

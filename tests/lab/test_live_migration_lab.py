@@ -11,7 +11,6 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-
 from labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
@@ -35,7 +34,7 @@ def states(libvirt_mod, conns, vm: str) -> dict[str, str]:
 
 @pytest.mark.lab
 def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, libvirt_mod, tmp_path):
-    from orchestrator.store import Store
+    from orchestrator.state.store import Store
 
     if len(lab.names) < 3:
         pytest.fail("this test needs three lab hosts (deploy/lab/lab up -n 3)")

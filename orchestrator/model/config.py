@@ -1,0 +1,479 @@
+"""Configuration: a TOML file read once into frozen dataclasses that are passed around (no singleton).
+
+Tables and keys follow Haizea's option names in snake_case (`[scheduling] backfilling`, `suspend_rate`, ...).
+Every value is checked when the dataclass is built, so `SchedulingConfig(backfilling="sometimes")` fails
+the same way a bad TOML file does, and a `Config` that exists is a valid one. Errors are `ConfigError`s
+whose field is the dotted key (`scheduling.backfilling`) and whose problem lists the allowed values.
+
+Durations accept a number of seconds, a string such as "30s", "5m", "1h30m", "01:00:00", or a TOML
+local time (`shutdown_time = 00:00:30`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any, Mapping
+
+from orchestrator.model.errors import ConfigError, InvalidRequest
+from orchestrator.model.resources import Resources, parse_capacity
+from orchestrator.model.timeutil import UTC, ZERO, as_utc, parse_duration, parse_time
+
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+
+BACKFILLING = ("off", "aggressive", "conservative")
+SUSPENSION = ("none", "serial", "all")
+EXCLUSION = ("local", "global")
+MIGRATION = ("no", "yes", "yes-notransfer")
+ON_ENACTMENT_ERROR = ("fail-lease", "stop")
+PREEMPTION_MODE = ("migrate-first", "suspend-only")
+
+
+# -- value coercion (each names the dotted key it is checking) -------------------------------------------
+def _kind(value: object) -> str:
+    """How a wrong value is described in an error: its TOML type, and the value itself when short."""
+    if isinstance(value, str):
+        return f"the string {value!r}" if len(value) <= 40 else "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, datetime):
+        return "a date-time"
+    if isinstance(value, date):
+        return "a date"
+    if isinstance(value, time):
+        return "a time"
+    return type(value).__name__
+
+
+def _choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
+    listed = ", ".join(f'"{a}"' for a in allowed)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"must be one of {listed} (got {_kind(value)})")
+    if value not in allowed:
+        hint = difflib.get_close_matches(value, allowed, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(key, f"must be one of {listed} (got {value!r}{extra})")
+    return value
+
+
+def _number(key: str, value: object, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(key, f"must be a number {'greater than zero' if positive else '>= 0'} (got {_kind(value)})")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ConfigError(key, f"must be a finite number (got {value})")
+    if positive and number <= 0:
+        raise ConfigError(key, f"must be greater than zero (got {value})")
+    if not positive and number < 0:
+        raise ConfigError(key, f"must not be negative (got {value})")
+    return number
+
+
+def _integer(key: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ConfigError(key, f"must be an integer >= {minimum} (got {_kind(value)} {value!r})")
+    if value < minimum:
+        raise ConfigError(key, f"must be an integer >= {minimum} (got {value})")
+    return value
+
+
+def _duration(key: str, value: object) -> timedelta:
+    """Seconds, a duration string, a TOML local time or a timedelta; never negative."""
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, bool):
+        raise ConfigError(key, "must be a duration such as 30, \"30s\", \"5m\" or \"01:00:00\" (got a boolean)")
+    elif isinstance(value, (int, float)):
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigError(key, f"must be a finite number of seconds (got {value})")
+        result = timedelta(seconds=value)
+    elif isinstance(value, time) and not isinstance(value, datetime):
+        if value.tzinfo is not None:
+            raise ConfigError(key, "a duration cannot have a time zone")
+        result = timedelta(hours=value.hour, minutes=value.minute, seconds=value.second,
+                           microseconds=value.microsecond)
+    elif isinstance(value, str):
+        try:
+            result = parse_duration(value, key)
+        except InvalidRequest as exc:
+            raise ConfigError(key, exc.problem) from None
+    else:
+        raise ConfigError(key, f"must be a duration such as 30, \"30s\", \"5m\" or \"01:00:00\" (got {_kind(value)})")
+    if result < ZERO:
+        raise ConfigError(key, f"must not be negative (got {value!r})")
+    return result
+
+
+def _optional_duration(key: str, value: object) -> timedelta | None:
+    return None if value is None else _duration(key, value)
+
+
+def _name(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(key, f"must be a non-empty string (got {_kind(value)})")
+    return value.strip()
+
+
+def _bool(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false (got {_kind(value)})")
+    return value
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)
+
+
+# -- [scheduling] -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SchedulingConfig:
+    """How the scheduler plans: backfilling depth, suspension, migration and their costs, policies."""
+
+    backfilling: str | int = "aggressive"
+    suspension: str = "all"
+    suspend_rate: float = 32.0               # MB/s a memory image is written at
+    resume_rate: float = 32.0                # MB/s it is read back at
+    suspendresume_exclusion: str = "local"
+    migration: str = "yes"
+    migration_bandwidth: float = 12.5        # MB/s (100 Mbit/s)
+    shutdown_time: timedelta = ZERO
+    enactment_overhead: timedelta = ZERO
+    scheduling_threshold_factor: float = 1.0
+    force_scheduling_threshold: timedelta | None = None
+    override_suspend_time: timedelta | None = None
+    override_resume_time: timedelta | None = None
+    non_schedulable_interval: timedelta = ZERO
+    policy_admission: str = "accept-all"
+    policy_preemption: str = "ar-preempts-be"
+    policy_host_selection: str = "greedy"
+    on_enactment_error: str = "fail-lease"
+    # live migration as a planning move (preemption by evacuation, drain): the pre-copy model's parameters
+    preemption_mode: str = "migrate-first"
+    live_migration_bandwidth: float | None = None   # MiB/s effective; None = migration_bandwidth
+    live_migration_overhead: timedelta = ZERO       # fixed setup time of one live migration
+    live_migration_dirty_factor: float = 1.0        # measured dirtying / declared dirty rate
+    max_downtime_ms: float = 300.0                  # the stop-and-copy may pause a guest this long
+    dirty_rate: float = 0.0                         # MiB/s a VM dirties when its lease does not say
+    live_migration_margin: timedelta = timedelta(seconds=30)   # evacuations end this long before the AR
+
+    def __post_init__(self) -> None:
+        p = "scheduling."
+        bf = self.backfilling
+        if isinstance(bf, str) and bf.strip().isdigit():
+            bf = int(bf.strip())
+        if isinstance(bf, int) and not isinstance(bf, bool):
+            if bf < 0:
+                raise ConfigError(p + "backfilling", f'must be "off", "aggressive", "conservative" or an integer >= 0 (got {bf})')
+        elif isinstance(bf, str) and bf in BACKFILLING:
+            pass
+        else:
+            shown = repr(bf) if isinstance(bf, str) else _kind(bf)
+            hint = difflib.get_close_matches(bf, BACKFILLING, n=1) if isinstance(bf, str) else []
+            extra = f"; did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(p + "backfilling",
+                              f'must be "off", "aggressive", "conservative" or an integer >= 0 (got {shown}{extra})')
+        _set(self, "backfilling", bf)
+        _set(self, "suspension", _choice(p + "suspension", self.suspension, SUSPENSION))
+        _set(self, "suspend_rate", _number(p + "suspend_rate", self.suspend_rate, positive=True))
+        _set(self, "resume_rate", _number(p + "resume_rate", self.resume_rate, positive=True))
+        _set(self, "suspendresume_exclusion", _choice(p + "suspendresume_exclusion", self.suspendresume_exclusion, EXCLUSION))
+        _set(self, "migration", _choice(p + "migration", self.migration, MIGRATION))
+        _set(self, "migration_bandwidth", _number(p + "migration_bandwidth", self.migration_bandwidth, positive=True))
+        for name in ("shutdown_time", "enactment_overhead", "non_schedulable_interval"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        for name in ("force_scheduling_threshold", "override_suspend_time", "override_resume_time"):
+            _set(self, name, _optional_duration(p + name, getattr(self, name)))
+        _set(self, "scheduling_threshold_factor", _number(p + "scheduling_threshold_factor", self.scheduling_threshold_factor))
+        for name in ("policy_admission", "policy_preemption", "policy_host_selection"):
+            _set(self, name, _name(p + name, getattr(self, name)))
+        _set(self, "on_enactment_error", _choice(p + "on_enactment_error", self.on_enactment_error, ON_ENACTMENT_ERROR))
+        _set(self, "preemption_mode", _choice(p + "preemption_mode", self.preemption_mode, PREEMPTION_MODE))
+        if self.live_migration_bandwidth is not None:
+            _set(self, "live_migration_bandwidth",
+                 _number(p + "live_migration_bandwidth", self.live_migration_bandwidth, positive=True))
+        for name in ("live_migration_overhead", "live_migration_margin"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        _set(self, "live_migration_dirty_factor",
+             _number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor))
+        _set(self, "max_downtime_ms", _number(p + "max_downtime_ms", self.max_downtime_ms, positive=True))
+        _set(self, "dirty_rate", _number(p + "dirty_rate", self.dirty_rate))
+
+    @property
+    def live_bandwidth(self) -> float:
+        """MiB/s a live migration gets: its own setting, else the memory-image migration bandwidth."""
+        return self.live_migration_bandwidth if self.live_migration_bandwidth is not None else self.migration_bandwidth
+
+    @property
+    def max_in_future(self) -> int:
+        """How many future reservations backfilling may make: 0 off, 1 aggressive, -1 unlimited, else N."""
+        bf = self.backfilling
+        if bf == "off":
+            return 0
+        if bf == "aggressive":
+            return 1
+        if bf == "conservative":
+            return -1
+        return int(bf)
+
+
+# -- [simulation] -----------------------------------------------------------------------------------------
+_SITE = re.compile(r"^\s*(\d+)\s+(\S.*)$")
+
+
+def parse_site(text: str, field: str = "simulation.site") -> list[tuple[str, Resources]]:
+    """Parse Haizea's resources string `N CPU:100,Memory:1024` (commas or spaces between the pairs)."""
+    if not isinstance(text, str):
+        raise ConfigError(field, f'must be a string such as "4 CPU:100,Memory:1024" (got {_kind(text)})')
+    match = _SITE.match(text)
+    if not match:
+        raise ConfigError(field, f'{text!r} is not "NUMHOSTS CPU:amount,Memory:amount[,...]" (e.g. "4 CPU:100,Memory:1024")')
+    count = int(match.group(1))
+    if count < 1:
+        raise ConfigError(field, f"needs at least one host (got {count})")
+    spec = ",".join(match.group(2).split())
+    try:
+        capacity = parse_capacity(spec, field)
+        capacity.validate(field)
+    except InvalidRequest as exc:
+        raise ConfigError(exc.field, exc.problem) from None
+    return [(f"host{i}", capacity) for i in range(1, count + 1)]
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Where a simulation starts and, optionally, the simulated site."""
+
+    start: datetime = DEFAULT_START
+    site: str | None = None
+    _hosts: tuple[tuple[str, Resources], ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        start = self.start
+        if isinstance(start, str):
+            try:
+                start = parse_time(start, "simulation.start")
+            except InvalidRequest as exc:
+                raise ConfigError("simulation.start", exc.problem) from None
+        elif isinstance(start, datetime):
+            if start.tzinfo is None or start.utcoffset() is None:
+                raise ConfigError("simulation.start",
+                                  f"{start.isoformat()} has no time zone (write e.g. 2026-01-01T00:00:00Z)")
+            start = as_utc(start, "simulation.start")
+        else:
+            raise ConfigError("simulation.start",
+                              f"must be a date-time with a time zone such as 2026-01-01T00:00:00Z (got {_kind(start)})")
+        _set(self, "start", start)
+        if self.site is not None:
+            _set(self, "_hosts", tuple(parse_site(self.site)))
+
+    @property
+    def hosts(self) -> list[tuple[str, Resources]] | None:
+        """The site as `[("host1", capacity), ...]`, or None when the configuration names no site."""
+        return None if self._hosts is None else list(self._hosts)
+
+
+# -- [workload.swf] ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SWFConfig:
+    """How an SWF trace (Parallel Workloads Archive) becomes leases."""
+
+    processors_per_node: int = 1
+    memory_per_vm: int = 1024
+    first: int | None = None
+    window_start: float | None = None
+    window_end: float | None = None
+    preemptible: bool = True
+
+    def __post_init__(self) -> None:
+        p = "workload.swf."
+        _set(self, "processors_per_node", _integer(p + "processors_per_node", self.processors_per_node, minimum=1))
+        _set(self, "memory_per_vm", _integer(p + "memory_per_vm", self.memory_per_vm, minimum=1))
+        if self.first is not None:
+            _set(self, "first", _integer(p + "first", self.first, minimum=1))
+        for name in ("window_start", "window_end"):
+            value = getattr(self, name)
+            if value is not None:
+                _set(self, name, _duration(p + name, value).total_seconds())
+        if self.window_start is not None and self.window_end is not None and self.window_end <= self.window_start:
+            raise ConfigError(p + "window_end",
+                              f"must be after window_start ({self.window_end:g} s <= {self.window_start:g} s)")
+        _set(self, "preemptible", _bool(p + "preemptible", self.preemptible))
+
+
+# -- [daemon] ----------------------------------------------------------------------------------------------
+DRIVERS = ("simulated", "libvirt")
+ON_LOST_VM = ("fail", "requeue")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """How `leasewise run` and the lease/host commands reach the store and the hosts."""
+
+    store: str | None = None                 # SQLite file; default under the XDG data dir
+    driver: str = "simulated"                # simulated | libvirt
+    inventory: str | None = None             # host inventory (libvirt driver) when hosts come from a file
+    poll_interval: timedelta = timedelta(seconds=2)   # how often the daemon looks at the store and the hosts
+    on_lost_vm: str = "fail"                 # a VM the plan says runs but is gone: fail the lease or requeue it
+    graceful_timeout: timedelta = timedelta(seconds=30)   # shutdown before destroy
+    state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
+
+    def __post_init__(self) -> None:
+        p = "daemon."
+        for name in ("store", "inventory"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(p + name, f"must be a file path (got {_kind(value)})")
+        _set(self, "driver", _choice(p + "driver", self.driver, DRIVERS))
+        _set(self, "on_lost_vm", _choice(p + "on_lost_vm", self.on_lost_vm, ON_LOST_VM))
+        for name in ("poll_interval", "graceful_timeout"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        if self.poll_interval.total_seconds() <= 0:
+            raise ConfigError(p + "poll_interval", "must be greater than zero")
+        if not isinstance(self.state_dir, str) or not self.state_dir.startswith("/"):
+            raise ConfigError(p + "state_dir", f"must be an absolute path (got {self.state_dir!r})")
+
+
+# -- the whole configuration ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Config:
+    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    swf: SWFConfig = field(default_factory=SWFConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+
+# table path -> dataclass built from it
+_TABLES: dict[str, type] = {
+    "scheduling": SchedulingConfig,
+    "simulation": SimulationConfig,
+    "workload.swf": SWFConfig,
+    "daemon": DaemonConfig,
+}
+# tables that only group other tables
+_GROUPS = {"workload": ("swf",)}
+
+
+def _keys(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.init]
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    hint = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]}?)" if hint else ""
+
+
+def _table(path: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(path, f"must be a table, written [{path}] (got {_kind(value)})")
+    return value
+
+
+def _home_of(key: str) -> str | None:
+    for table, cls in _TABLES.items():
+        if key in _keys(cls):
+            return table
+    return None
+
+
+def config_from_dict(data: Mapping[str, Any], source: str | None = None) -> Config:
+    """Build a Config from a parsed TOML document; `source` (a file name) prefixes error messages."""
+    try:
+        return _build(data)
+    except ConfigError as exc:
+        if source is None or exc.where:
+            raise
+        raise ConfigError(exc.field, exc.problem, where=source) from None
+
+
+def _build(data: Mapping[str, Any]) -> Config:
+    if not isinstance(data, Mapping):
+        raise ConfigError("config", f"must be a table of tables (got {_kind(data)})")
+    top_level = list(_TABLES) + list(_GROUPS)
+    top_level = [t for t in top_level if "." not in t]
+    for key, value in data.items():
+        if key in top_level:
+            continue
+        home = _home_of(key)
+        if home is not None and not isinstance(value, dict):
+            raise ConfigError(key, f"unknown key at the top level (it belongs in [{home}])")
+        kind = "table" if isinstance(value, dict) else "key"
+        raise ConfigError(key, f"unknown {kind}{_suggest(key, top_level)}")
+
+    tables: dict[str, Mapping[str, Any]] = {}
+    for group, members in _GROUPS.items():
+        if group not in data:
+            continue
+        body = _table(group, data[group])
+        for key, value in body.items():
+            if key in members:
+                tables[f"{group}.{key}"] = _table(f"{group}.{key}", value)
+                continue
+            if not isinstance(value, dict):
+                home = next((f"{group}.{m}" for m in members if key in _keys(_TABLES[f"{group}.{m}"])), None)
+                where = f" (it belongs in [{home}])" if home else ""
+                raise ConfigError(f"{group}.{key}", f"unknown key{where}")
+            hint = difflib.get_close_matches(key, list(members), n=1, cutoff=0.6)
+            extra = f" (did you mean {group}.{hint[0]}?)" if hint else ""
+            raise ConfigError(f"{group}.{key}", f"unknown table{extra}")
+    for name in _TABLES:
+        if "." not in name and name in data:
+            tables[name] = _table(name, data[name])
+
+    built: dict[str, object] = {}
+    for name, cls in _TABLES.items():
+        body = tables.get(name, {})
+        allowed = _keys(cls)
+        for key in body:
+            if key not in allowed:
+                hint = _suggest(key, allowed)
+                if not hint and "-" in key and key.replace("-", "_") in allowed:
+                    hint = f" (did you mean {key.replace('-', '_')}?)"
+                raise ConfigError(f"{name}.{key}", f"unknown key{hint}")
+        built[name] = cls(**body)
+    return Config(scheduling=built["scheduling"], simulation=built["simulation"], swf=built["workload.swf"],
+                  daemon=built["daemon"])
+
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a TOML configuration file; None gives every default."""
+    if path is None:
+        return Config()
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read the configuration file ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}", "not valid UTF-8") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_LINE.search(message)
+        line = match.group(1) if match else "?"
+        reason = _TOML_LINE.sub("", message).strip() or "syntax error"
+        raise ConfigError(f"{path}:{line}", f"not valid TOML ({reason})") from None
+    return config_from_dict(data, source=str(path))

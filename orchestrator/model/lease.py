@@ -1,0 +1,186 @@
+"""The lease: what was asked for (type, nodes, resources, duration) and what happened to it so far.
+
+A lease is mutable (state, accumulated run time, its reservations in the plan) but its request is not:
+`LeaseRequest` is frozen and validated once, so every later component can trust it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from orchestrator.model.errors import IllegalTransition, InvalidRequest
+from orchestrator.model.reservations import ReservationState
+from orchestrator.model.resources import Resources
+from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
+from orchestrator.model.timeutil import ZERO, as_utc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from orchestrator.model.reservations import Reservation
+
+
+class LeaseType(str, Enum):
+    ADVANCE_RESERVATION = "advance-reservation"  # exact start, strict end
+    BEST_EFFORT = "best-effort"                  # as soon as possible, may be suspended
+    IMMEDIATE = "immediate"                      # now or never
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def short(self) -> str:
+        return {"advance-reservation": "AR", "best-effort": "BE", "immediate": "IM"}[self.value]
+
+
+@dataclass(frozen=True, slots=True)
+class VMImage:
+    """What a VM boots: a disk image, or a kernel + initrd + command line (the lab's tiny guest)."""
+
+    disk: str | None = None
+    size_mib: float = 0
+    kernel: str | None = None
+    initrd: str | None = None
+    cmdline: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """A validated request: `nodes` holds the resources of each virtual node, in order."""
+
+    type: LeaseType
+    nodes: tuple[Resources, ...]
+    duration: timedelta
+    submit_time: datetime
+    start: datetime | None = None          # required for advance reservations, ignored otherwise
+    preemptible: bool = True
+    real_duration: timedelta | None = None  # simulation only: the lease really ends after this much run time
+    image: VMImage | None = None
+    user: str = ""
+    name: str = ""
+    dirty_rate_mib_s: float | None = None   # per-lease memory dirty rate for live-migration predictions
+
+    #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
+    #: every node is alike (None otherwise)
+    total: Resources = field(default=Resources(), init=False, repr=False, compare=False)
+    uniform: Resources | None = field(default=None, init=False, repr=False, compare=False)
+    numnodes: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise InvalidRequest("nodes", "a lease needs at least one node")
+        checked = set()
+        for i, node in enumerate(self.nodes):
+            if node not in checked:   # a 64-node lease usually has one node size: check it once
+                node.validate(f"nodes[{i}]")
+                checked.add(node)
+        object.__setattr__(self, "total", Resources(*(sum(n[i] for n in self.nodes) for i in range(5))))
+        object.__setattr__(self, "uniform", self.nodes[0] if len(checked) == 1 else None)
+        object.__setattr__(self, "numnodes", len(self.nodes))
+        if self.duration <= ZERO:
+            raise InvalidRequest("duration", f"must be positive (got {self.duration})")
+        object.__setattr__(self, "submit_time", as_utc(self.submit_time, "submit_time"))
+        if self.type is LeaseType.ADVANCE_RESERVATION:
+            if self.start is None:
+                raise InvalidRequest("start", "an advance reservation needs a start time")
+        if self.start is not None:
+            object.__setattr__(self, "start", as_utc(self.start, "start"))
+        if self.real_duration is not None and self.real_duration <= ZERO:
+            raise InvalidRequest("real_duration", f"must be positive (got {self.real_duration})")
+        if self.dirty_rate_mib_s is not None and self.dirty_rate_mib_s < 0:
+            raise InvalidRequest("dirty_rate", f"must not be negative (got {self.dirty_rate_mib_s})")
+
+    @property
+    def end(self) -> datetime | None:
+        return None if self.start is None else self.start + self.duration
+
+
+@dataclass(eq=False)
+class Lease:
+    """A lease in the system. Identity is the id; `history` keeps every (time, state) it went through."""
+
+    id: int
+    request: LeaseRequest
+    state: LeaseState = LeaseState.NEW
+    accumulated: timedelta = ZERO          # run time already done (leases suspended and resumed)
+    history: list[tuple[datetime, LeaseState]] = field(default_factory=list)
+    reservations: list["Reservation"] = field(default_factory=list)  # VM reservations, in plan order
+    start_time: datetime | None = None     # first time its VMs ran
+    end_time: datetime | None = None       # when it reached a final state
+    reason: str = ""                       # why it was rejected / failed
+    suspensions: int = 0
+    requeues: int = 0
+    migrations: int = 0
+
+    # -- request shortcuts -------------------------------------------------------------------------
+    @property
+    def type(self) -> LeaseType:
+        return self.request.type
+
+    @property
+    def numnodes(self) -> int:
+        return self.request.numnodes
+
+    @property
+    def preemptible(self) -> bool:
+        return self.request.preemptible
+
+    @property
+    def submit_time(self) -> datetime:
+        return self.request.submit_time
+
+    @property
+    def total_request(self) -> Resources:
+        return self.request.total
+
+    @property
+    def remaining(self) -> timedelta:
+        """Requested run time not yet done."""
+        return self.request.duration - self.accumulated
+
+    @property
+    def remaining_real(self) -> timedelta | None:
+        """Run time until the lease really ends (simulation), when that is known."""
+        if self.request.real_duration is None:
+            return None
+        return self.request.real_duration - self.accumulated
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    # -- state ---------------------------------------------------------------------------------------
+    def set_state(self, target: LeaseState, at: datetime) -> None:
+        """Move to `target`, refusing any edge the state table does not have."""
+        if not can_transition(self.state, target):
+            raise IllegalTransition(self.id, self.state, target)
+        self.state = target
+        self.history.append((at, target))
+        if target in FINAL_STATES:
+            self.end_time = at
+
+    # -- plan ----------------------------------------------------------------------------------------
+    @property
+    def last_vm(self) -> "Reservation | None":
+        return self.reservations[-1] if self.reservations else None
+
+    def open_vms(self) -> list["Reservation"]:
+        """The VM reservations not yet over, in plan order: usually the last one; two while the lease is
+        being evacuated (the one running now on the old hosts, and its continuation on the new ones)."""
+        out = []
+        for vm in reversed(self.reservations[-2:]):
+            if all(rr.state is ReservationState.DONE for rr in vm.all_parts()):
+                break
+            out.append(vm)
+            if not (vm.continues and vm.pre):
+                break
+        return out[::-1]
+
+    @property
+    def running_vm(self) -> "Reservation | None":
+        """The VM reservation whose VMs run now, if any."""
+        return next((vm for vm in reversed(self.open_vms()) if vm.state is ReservationState.ACTIVE), None)
+
+    def __repr__(self) -> str:
+        return f"<Lease {self.id} {self.type.short} {self.state} nodes={self.numnodes}>"

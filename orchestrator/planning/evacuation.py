@@ -1,0 +1,190 @@
+"""Evacuation: moving a running lease's VMs live to other hosts, planned like any other overhead.
+
+When an advance reservation (or a drain) needs hosts that running VMs hold, the lease scheduler first
+asks for an evacuation; only when there is none does it suspend (or requeue) the lease. For a lease whose
+VM reservation V runs on hosts that must be free by `needed_by`, the plan is:
+
+    V             [V.start, m_end)   cut where the last moving VM switches over (the VMs run there until then)
+    live-migrate  [m_start, m_end)   the moving VMs' room on their destinations, network out at each source
+                                     and in at each destination
+    V'            [m_end, end)       the rest of the run on the new hosts (`continues`: nothing to start),
+                                     then its shutdown
+
+Each move takes what the pre-copy model (`orchestrator.planning.precopy`) predicts from the VM's memory, its dirty rate
+(the lease's, else `dirty_rate`), `live_bandwidth`, `max_downtime_ms`, `live_migration_overhead` and
+`live_migration_dirty_factor`, rounded up to whole seconds. The moves of one evacuation run one after the
+other (the daemon migrates one VM at a time), laid out backwards from `needed_by - live_migration_margin`.
+Two live migrations that share a host are serialised (an evacuation moves earlier until it overlaps none),
+not given shares of the bandwidth. A VM that would never converge, a layout that would have to start in
+the past, or a lease for which no host has room until its end, gets no evacuation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orchestrator.model.config import SchedulingConfig
+from orchestrator.model.lease import Lease
+from orchestrator.model.reservations import (
+    Reservation,
+    ReservationKind,
+    ReservationState,
+)
+from orchestrator.model.resources import NOTHING, Resources, add
+from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
+from orchestrator.planning.overheads import Overheads
+from orchestrator.planning.policies import HostSelectionPolicy
+from orchestrator.planning.precopy import PrecopyResult, predict_precopy
+from orchestrator.planning.slottable.table import SlotTable
+
+_MAX_SHIFTS = 16
+_SLACK = timedelta(seconds=1)   # how many times an evacuation moves earlier to dodge other live migrations
+
+
+@dataclass
+class Evacuation:
+    """An evacuation ready to commit: `vm` (already cut at the switch-over), the live migration, and the
+    continuation VM reservation (its `pre` is the migration, its `post` the shutdown)."""
+
+    vm: Reservation
+    migration: Reservation
+    continuation: Reservation
+    predicted: dict[int, PrecopyResult]
+
+
+class EvacuationPlanner:
+    def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
+                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool]):
+        self.table = table
+        self.config = config
+        self.overheads = overheads
+        self.host_selection = host_selection
+        self.may_suspend = may_suspend
+
+    def dirty_rate(self, lease: Lease) -> float:
+        rate = lease.request.dirty_rate_mib_s
+        return self.config.dirty_rate if rate is None else rate
+
+    def predict(self, lease: Lease, vnode: int) -> PrecopyResult:
+        """What moving one VM of the lease costs, per the pre-copy model and the configured parameters."""
+        cfg = self.config
+        return predict_precopy(
+            lease.request.nodes[vnode].memory, cfg.live_bandwidth, self.dirty_rate(lease), cfg.max_downtime_ms,
+            overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=cfg.live_migration_dirty_factor,
+        )
+
+    def fallback_time(self, lease: Lease) -> timedelta:
+        """How long before the deadline a failed migration must be given up for suspension to fit."""
+        return self.overheads.estimate_suspend(lease) if self.may_suspend(lease) else ZERO
+
+    def plan(self, lease: Lease, vm: Reservation, needed_by: datetime, avoid: set[str],
+             now: datetime) -> Evacuation | None:
+        """Move the VMs of `vm` that sit on `avoid` hosts elsewhere, done `live_migration_margin` before
+        `needed_by`. `vm` and the rest of the lease's plan must be out of the slot table; nothing is
+        committed here. None when there is no such evacuation."""
+        if vm.state is not ReservationState.ACTIVE:
+            return None
+        if any(not self.table.fits(host, amount, max(vm.start, now), needed_by)
+               for host, amount in vm.resources.items()):
+            return None   # its VMs cannot even stay where they are until then
+        moving = sorted(v for v, h in vm.nodes.items() if h in avoid)
+        if not moving:
+            return None
+        predicted: dict[int, PrecopyResult] = {}
+        total = ZERO
+        for v in moving:
+            result = self.predict(lease, v)
+            if result.outcome != "completed":
+                return None   # it would never get under the downtime limit
+            predicted[v] = result
+            total += ceil_seconds(result.total_seconds)
+        m_end = needed_by - self.config.live_migration_margin
+        for _ in range(_MAX_SHIFTS):
+            m_start = m_end - total
+            if m_start < now or m_start < vm.start:
+                return None   # predicted to overrun: there is not enough time left
+            remaining = lease.remaining - (m_end - vm.start)
+            if remaining <= ZERO:
+                return None   # the lease is done before it would have moved
+            end = m_end + remaining + self.overheads.shutdown_time(lease)
+            nodes = self._destinations(lease, vm, moving, avoid, m_start, end)
+            if nodes is None:
+                return None
+            hosts = {vm.nodes[v] for v in moving} | {nodes[v] for v in moving}
+            clash = [rr.start for rr in self.table.reservations_overlapping(m_start, m_end, hosts)
+                     if rr.kind is ReservationKind.LIVE_MIGRATE]
+            if not clash:
+                return self._build(lease, vm, nodes, moving, predicted, m_start, m_end, end, needed_by)
+            m_end = min(clash)   # serialise: end before the other migration starts, and look again
+        return None
+
+    def _destinations(self, lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
+                      start: datetime, end: datetime) -> dict[int, str] | None:
+        """vnode -> host for the whole lease over [start, end): staying VMs keep their hosts, moving ones
+        go, largest first, to the first host in the policy's order that can hold them until `end`."""
+        table = self.table
+        requests = lease.request.nodes
+        nodes = dict(vm.nodes)
+        held: dict[str, Resources] = {}
+        for v, host in vm.nodes.items():
+            if v not in moving:
+                held[host] = add(held.get(host, NOTHING), requests[v])
+        names, used, cap, count, _ = table.state_arrays(start)
+        order = [names[i] for i in self.host_selection.rank_indices(used, cap, count).tolist()]
+        candidates = [h for h in order if h not in avoid]
+        for v in sorted(moving, key=lambda v: requests[v], reverse=True):
+            for host in candidates:
+                trial = add(held.get(host, NOTHING), requests[v])
+                if table.fits(host, trial, start, end):
+                    held[host] = trial
+                    nodes[v] = host
+                    break
+            else:
+                return None
+        return nodes
+
+    def _build(self, lease: Lease, vm: Reservation, nodes: dict[int, str], moving: list[int],
+               predicted: dict[int, PrecopyResult], m_start: datetime, m_end: datetime, end: datetime,
+               needed_by: datetime) -> Evacuation:
+        cfg = self.config
+        requests = lease.request.nodes
+        bandwidth = cfg.live_bandwidth
+        held: dict[str, Resources] = {}
+        for v in moving:
+            src, dst = vm.nodes[v], nodes[v]
+            held[dst] = add(held.get(dst, NOTHING), requests[v])
+            held[dst] = add(held[dst], self._metered(dst, Resources(0, 0, 0, bandwidth, 0)))
+            held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))
+        # (a source keeps its entry even when it meters no network: the plan shows both ends)
+        # the last moment a running migration may still finish: then the fallback (suspension) has just
+        # the time it needs, plus a second for the daemon to notice
+        fallback = self.fallback_time(lease)
+        abort_at = max(m_end, needed_by - fallback - (_SLACK if fallback else ZERO))
+        migration = Reservation(
+            lease_id=lease.id, kind=ReservationKind.LIVE_MIGRATE, start=m_start, end=m_end, resources=held,
+            transfers={v: (vm.nodes[v], nodes[v]) for v in moving},
+            extra={
+                "needed_by": iso(needed_by),
+                "abort_at": iso(abort_at),
+                "max_downtime_ms": cfg.max_downtime_ms,
+                "bandwidth_mib_s": cfg.live_migration_bandwidth,
+                "predicted": {str(v): {"seconds": predicted[v].total_seconds,
+                                       "downtime_ms": predicted[v].downtime_ms,
+                                       "passes": predicted[v].passes} for v in moving},
+            },
+        )
+        per_host: dict[str, Resources] = {}
+        for v, host in nodes.items():
+            per_host[host] = add(per_host.get(host, NOTHING), requests[v])
+        continuation = Reservation(lease_id=lease.id, kind=ReservationKind.VM, start=m_end, end=end,
+                                   resources=per_host, nodes=nodes, continues=True, pre=[migration])
+        migration.vm = continuation
+        vm.end = m_end
+        vm.post = []
+        return Evacuation(vm=vm, migration=migration, continuation=continuation, predicted=predicted)
+
+    def _metered(self, host: str, amount: Resources) -> Resources:
+        cap = self.table.capacity(host)
+        return Resources(*(a if c > 0 else 0 for a, c in zip(amount, cap)))

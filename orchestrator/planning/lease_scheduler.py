@@ -1,0 +1,893 @@
+"""The lease scheduler: admission, the best-effort queue, preemption, and reacting to reservation events.
+
+Advance reservations and immediate leases are scheduled (or rejected) as they arrive; best-effort leases
+wait in a queue processed in submit order (stopping at the first failure when backfilling is off). An AR
+that needs capacity held by preemptible best-effort leases suspends them so that the suspension is done by
+its start, or, when that is impossible or too short to be worth it, cancels and requeues them. Suspended
+leases are requeued and resumed later, possibly on other hosts (their memory images migrated first).
+When a lease ends early or is cancelled, the best-effort leases planned in the future are re-planned so
+the freed capacity is used.
+
+Events (a reservation starting or ending, a VM ending early) come from one heap; `process_events(now)`
+handles every event due at `now`; `next_event_time()` says when the next one is due. The clock that
+drives it (simulated or real) is the caller's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import heapq
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.model.config import SchedulingConfig
+from orchestrator.model.errors import (
+    InconsistentSchedule,
+    InvalidRequest,
+    NotSchedulable,
+)
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
+from orchestrator.model.reservations import (
+    Reservation,
+    ReservationKind,
+    ReservationState,
+)
+from orchestrator.model.resources import Resources, fits
+from orchestrator.model.states import LeaseState as S
+from orchestrator.model.timeutil import UTC, ZERO, ceil_time, iso, parse_time
+from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor
+from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
+from orchestrator.planning.mapper import Mapper
+from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
+from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.planning.vm_scheduler import VMScheduler
+
+log = logging.getLogger(__name__)
+
+# event phases at one instant: early ends, then ends, then the starts that free hosts (shutdown,
+# suspension: their VMs must be gone before others start there), then every other start
+_PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
+_FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
+#: the end of a drained host's block: it stays unavailable until made available again
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+class LeaseScheduler:
+    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None):
+        self.table = table
+        self.config = config
+        self.enactor: Enactor = enactor or NullEnactor()
+        self.admission = ADMISSION.create(config.policy_admission)
+        self.preemption = PREEMPTION.create(config.policy_preemption)
+        self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
+        self.mapper = Mapper(table, self.host_selection, self.preemption)
+        self.vm = VMScheduler(table, self.mapper, config, self.lease)
+        self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
+                                            self.vm.may_suspend)
+        self.leases: dict[int, Lease] = {}
+        self.pending: list[Lease] = []
+        self.queue: list[Lease] = []
+        self._queue_keys: list[tuple] = []
+        self._events: list[tuple] = []
+        self._seq = 0
+        self._next_id = 1
+        self._misfit_cache: dict[tuple, str | None] = {}
+        self._queue_dirty = False
+        #: drained hosts: host -> the reservation that holds all of it from the drain on
+        self.blocks: dict[str, Reservation] = {}
+        #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
+        self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "image_migrations": 0,
+                         "failed_migrations": 0, "premature_ends": 0, "predicted_downtime_ms_total": 0.0}
+
+    # -- leases -------------------------------------------------------------------------------------------
+    def lease(self, lease_id: int) -> Lease:
+        try:
+            return self.leases[lease_id]
+        except KeyError:
+            raise InvalidRequest("lease", f"no lease with id {lease_id}") from None
+
+    def submit(self, request: LeaseRequest, now: datetime, lease_id: int | None = None) -> Lease:
+        """Admit a request: it becomes pending (scheduled at the next `schedule`) or rejected at once."""
+        if lease_id is None:
+            lease_id = self._next_id
+        if lease_id in self.leases:
+            raise InvalidRequest("lease", f"id {lease_id} is already taken")
+        self._next_id = max(self._next_id, lease_id + 1)
+        lease = Lease(id=lease_id, request=request)
+        lease.history.append((now, S.NEW))
+        self.leases[lease.id] = lease
+        reason = self.admission.reject_reason(lease) or self._site_misfit(lease)
+        if reason:
+            self._reject(lease, reason, now)
+        else:
+            lease.set_state(S.PENDING, now)
+            self.pending.append(lease)
+        return lease
+
+    def _site_misfit(self, lease: Lease) -> str | None:
+        """A lease that could not run even on an empty site is rejected now rather than queued forever."""
+        key = lease.request.nodes
+        if key not in self._misfit_cache:
+            self._misfit_cache[key] = self._site_misfit_uncached(lease)
+        return self._misfit_cache[key]
+
+    def _site_misfit_uncached(self, lease: Lease) -> str | None:
+        caps = [self.table.capacity(h) for h in self.table.hosts]
+        largest = self.table.largest_capacity()
+        for i, node in enumerate(lease.request.nodes):
+            for field in ("cpu", "memory", "disk", "net_in", "net_out"):
+                if getattr(node, field) > getattr(largest, field) + 1e-9:
+                    return (f"nodes[{i}].{field}: {getattr(node, field):g} is more than any host has "
+                            f"({getattr(largest, field):g})")
+        placed = 0
+        for cap in caps:
+            free = cap
+            for node in lease.request.nodes[placed:]:
+                if not fits(Resources(), node, free):
+                    break
+                free = Resources(*(f - n for f, n in zip(free, node)))
+                placed += 1
+            if placed == lease.numnodes:
+                return None
+        return f"nodes: {lease.numnodes} nodes do not fit on the site even when it is empty"
+
+    def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
+        lease.reason = reason
+        lease.set_state(S.REJECTED, now)
+        log.info("lease %s rejected: %s", lease.id, reason)
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def nexttime(self, now: datetime) -> datetime:
+        nexttime = now + self.config.non_schedulable_interval
+        self.table.present = nexttime
+        return nexttime
+
+    def schedule(self, now: datetime) -> None:
+        """Place what arrived: immediate leases, then advance reservations, then the best-effort queue."""
+        nexttime = self.nexttime(now)
+        pending, self.pending = self.pending, []
+        for kind in (LeaseType.IMMEDIATE, LeaseType.ADVANCE_RESERVATION):
+            for lease in pending:
+                if lease.type is kind:
+                    try:
+                        self._schedule_lease(lease, nexttime, now)
+                    except NotSchedulable as exc:
+                        self._reject(lease, str(exc), now)
+        for lease in pending:
+            if lease.type is LeaseType.BEST_EFFORT:
+                lease.set_state(S.QUEUED, now)
+                self._enqueue(lease)
+        self._process_queue(nexttime, now)
+
+    def _forget_future(self, lease: Lease) -> None:
+        """The lease no longer counts against the backfilling budget (it started, ended or was dropped)."""
+        if lease.id in self.vm.future_leases:
+            self.vm.future_leases.discard(lease.id)
+            self._queue_dirty = True
+
+    def _enqueue(self, lease: Lease) -> None:
+        self._queue_dirty = True
+        key = (lease.submit_time, lease.id)
+        i = bisect.bisect(self._queue_keys, key)
+        self._queue_keys.insert(i, key)
+        self.queue.insert(i, lease)
+
+    def _process_queue(self, nexttime: datetime, now: datetime) -> None:
+        """One pass over the queue in submit order. Skipped when nothing changed since the last pass:
+        with no reservation removed (none ended, was cut or dropped) every host's usage is the same or
+        higher at every future instant, so every lease that did not fit then does not fit now."""
+        if not self.queue or not self._queue_dirty:
+            return
+        queue = self.queue
+        self.queue, self._queue_keys = [], []
+        kept: list[Lease] = []
+        stop = False
+        memo = _FailureMemo()
+        full = None
+        room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
+        only_now = not self.vm.can_schedule_in_future()
+        strict_fcfs = self.config.max_in_future == 0   # (backfilling off: stop at the first lease kept)
+        for lease in queue:
+            if stop:
+                kept.append(lease)
+                continue
+            if only_now:
+                if full is None:
+                    full = self._site_full(nexttime)
+                    room.clear()
+                node = lease.request.uniform
+                if full:
+                    ruled_out = True
+                elif node is not None and lease.state is S.QUEUED:
+                    # the first thing scheduling would try, remembered per node size: asking it here
+                    # spares the planning machinery the many leases that cannot start now (and makes
+                    # the memo's "instant" entries needless for these)
+                    total = room.get(node)
+                    if total is None:
+                        total = room[node] = self.table.states_at(nexttime).room(node).total
+                    ruled_out = total < lease.numnodes or memo.rules_out(lease)
+                else:
+                    ruled_out = memo.rules_out(lease)
+                    if not ruled_out and not self.vm.could_start_now(lease, nexttime):
+                        ruled_out = True
+                        memo.record(lease, "instant")
+                if ruled_out:
+                    kept.append(lease)
+                    if strict_fcfs:
+                        stop = True
+                    continue
+            try:
+                self._schedule_lease(lease, nexttime, now)
+                full = None
+                memo.table_changed()
+            except NotSchedulable as exc:
+                kept.append(lease)
+                memo.record(lease, exc.kind)
+                if strict_fcfs:
+                    stop = True
+            only_now = not self.vm.can_schedule_in_future()
+        if self.queue:   # (leases requeued during the pass: merge in submit order)
+            for lease in kept:
+                self._enqueue(lease)
+        else:            # (kept is a subsequence of the queue: still in order)
+            self.queue = kept
+            self._queue_keys = [(lease.submit_time, lease.id) for lease in kept]
+        self._queue_dirty = False
+
+    def _site_full(self, t: datetime) -> bool:
+        """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""
+        return self.mapper.site_full(t)
+
+    def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
+        """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
+        resuming = lease.state is S.SUSPENDED_QUEUED
+        at = nexttime
+        for _ in range(8):
+            placement = self.vm.schedule(lease, at)
+            migrations = []
+            if resuming and self.config.migration != "no":
+                migrations = self.vm.plan_migration(lease, placement.vm, nexttime)
+                if migrations and migrations[-1].end > placement.vm.first_start:
+                    at = migrations[-1].end  # transfers take longer than estimated: look again later
+                    continue
+            break
+        else:
+            raise NotSchedulable("memory-image transfers could not be fitted before resumption")
+        vm = placement.vm
+        # the victims' plans come out first, the new lease goes in, then each victim is re-planned
+        # around it (evacuated, suspended or requeued) against the table as it now is
+        for victim in placement.victims:
+            self._unplan(victim)
+        vm.pre = migrations + vm.pre
+        for rr in vm.pre + vm.post:
+            rr.vm = vm
+        lease.reservations.append(vm)
+        self._set_premature_end(lease)
+        for rr in vm.all_parts():
+            self._commit(rr)
+        needed = set(vm.resources)
+        for victim in placement.victims:
+            self._preempt(victim, vm.start, needed, now)
+        if placement.in_future:
+            self.vm.future_leases.add(lease.id)
+        if resuming:
+            lease.set_state(S.SUSPENDED_SCHEDULED, now)
+        else:
+            lease.set_state(S.SCHEDULED, now)
+        log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+
+    def _set_premature_end(self, lease: Lease) -> None:
+        """Simulation: mark where the lease really ends inside its open VM reservations (the run time
+        not yet accounted for starts at the first one's start; an evacuated lease's two are contiguous)."""
+        vms = lease.open_vms()
+        for vm in vms:
+            vm.premature_end = None
+        remaining = lease.remaining_real
+        if remaining is None or not vms:
+            return
+        ends = vms[0].start + max(remaining, ZERO)
+        for vm in vms:
+            if ends < vm.end:
+                vm.premature_end = max(ends, vm.start)
+                return
+
+    def _unplan(self, lease: Lease) -> None:
+        """Take every unfinished part of the lease's plan out of the slot table (the objects stay)."""
+        for vm in lease.open_vms():
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+
+    def _replan(self, lease: Lease) -> None:
+        """Put the unfinished parts of the lease's plan (back) into the slot table."""
+        self._set_premature_end(lease)
+        for vm in lease.open_vms():
+            for rr in vm.all_parts():
+                if rr.state is not ReservationState.DONE and rr not in self.table:
+                    self._commit(rr)
+
+    # -- preemption ------------------------------------------------------------------------------------------
+    def _preempt(self, lease: Lease, at: datetime, needed: set[str], now: datetime) -> None:
+        """Make `lease` (its plan already out of the table) give way on the `needed` hosts from `at`:
+        evacuate its VMs live (`migrate-first`), else suspend it to be done by then, else requeue it."""
+        vm = lease.last_vm
+        if vm is None:
+            raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
+        if self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm:
+            evacuation = self.evacuation.plan(lease, vm, at, needed, now + self.config.non_schedulable_interval)
+            if evacuation is not None:
+                log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
+                         evacuation.migration.start, evacuation.migration.end)
+                self._commit_evacuation(lease, evacuation)
+                return
+        requeue = (
+            (vm.state is ReservationState.SCHEDULED and vm.start >= at)
+            or not self.vm.may_suspend(lease)
+            or lease.state not in (S.ACTIVE, S.SCHEDULED, S.RESUMED_READY)
+            or not self.vm.can_suspend_by(lease, vm, min(vm.final_end, at), now)
+        )
+        log.info("lease %s preempted at %s (%s)", lease.id, at, "requeue" if requeue else "suspend")
+        if requeue:
+            self._requeue(lease, now)
+            return
+        self.vm.plan_suspension(lease, vm, min(vm.final_end, at))
+        self._replan(lease)
+
+    def _commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
+        continuation = evacuation.continuation
+        self.vm.plan_shutdown(lease, continuation)
+        lease.reservations.append(continuation)
+        self._replan(lease)
+
+    def _requeue(self, lease: Lease, now: datetime) -> None:
+        """Drop the lease's plan and put it back in the queue; running VMs are killed (their work lost)."""
+        running = lease.state in (S.ACTIVE, S.RESUMING, S.RESUMED_READY)
+        vm = lease.last_vm
+        self._drop_plan(lease, now)
+        if running:
+            self._enact("kill_vms", lease, vm)
+            lease.accumulated = ZERO
+            lease.set_state(S.QUEUED, now)
+        elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
+            lease.set_state(S.SUSPENDED_QUEUED, now)
+        else:
+            lease.set_state(S.QUEUED, now)
+        lease.requeues += 1
+        self.counters["requeues"] += 1
+        self._enqueue(lease)
+
+    def _drop_plan(self, lease: Lease, now: datetime) -> None:
+        """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
+        self._forget_future(lease)
+        for vm in reversed(lease.open_vms()):
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+            if vm.state is ReservationState.ACTIVE:
+                vm.end = now
+                vm.post = []
+                vm.state = ReservationState.DONE
+            elif vm.state is ReservationState.SCHEDULED and vm is lease.reservations[-1]:
+                # (the VM reservation before a suspension, or one being evacuated, stays in the history)
+                lease.reservations.pop()
+
+    # -- cancel / re-plan ----------------------------------------------------------------------------------------
+    def cancel(self, lease_id: int, now: datetime) -> Lease:
+        lease = self.lease(lease_id)
+        if lease.is_final:
+            raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+        running = lease.state in (S.ACTIVE, S.SUSPENDING, S.RESUMING, S.RESUMED_READY)
+        vm = lease.last_vm
+        freed_until = vm.final_end if vm is not None and vm in self.table else now
+        if lease in self.pending:
+            self.pending.remove(lease)
+        if lease in self.queue:
+            i = self.queue.index(lease)
+            del self.queue[i], self._queue_keys[i]
+        self._drop_plan(lease, now)
+        if running and vm is not None:
+            self._enact("kill_vms", lease, vm)
+        lease.set_state(S.CANCELLED, now)
+        self.reevaluate(now, freed_until)
+        return lease
+
+    def reevaluate(self, now: datetime, freed_until: datetime | None = None) -> None:
+        """Re-plan best-effort leases planned in the future, so capacity freed early is used.
+
+        `freed_until`: the capacity that became free lies in [now, freed_until); a lease can only move
+        to a start inside that range (elsewhere nothing changed since it was planned)."""
+        nexttime = self.nexttime(now)
+        future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
+        for lease in future:
+            vm = lease.last_vm
+            if vm is None or any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts()):
+                continue
+            if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
+                continue
+            if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
+                continue
+            self._drop_plan(lease, now)
+            lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+            try:
+                self._schedule_lease(lease, nexttime, now)
+            except NotSchedulable:
+                self._enqueue(lease)
+
+    # -- events ------------------------------------------------------------------------------------------------
+    def _commit(self, rr: Reservation) -> None:
+        self.table.add(rr)
+        self._push(rr.start, _START_FREEING if rr.kind in _FREEING else _START, rr)
+        self._push(rr.end, _END, rr)
+        if rr.premature_end is not None:
+            self._push(rr.premature_end, _PREMATURE, rr)
+
+    def _uncommit(self, rr: Reservation) -> None:
+        self.table.remove(rr)
+        self._queue_dirty = True
+
+    def _push(self, t: datetime, phase: int, rr: Reservation) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, phase, self._seq, rr))
+
+    def _is_due(self, t: datetime, phase: int, rr: Reservation) -> bool:
+        if rr not in self.table:
+            return False
+        if phase >= _START_FREEING:
+            return rr.state is ReservationState.SCHEDULED and rr.start == t
+        if phase == _END:
+            return rr.state is ReservationState.ACTIVE and rr.end == t
+        return rr.state is ReservationState.ACTIVE and rr.premature_end == t and rr.kind is ReservationKind.VM
+
+    def next_event_time(self) -> datetime | None:
+        events = self._events
+        while events:
+            t, phase, _, rr = events[0]
+            if self._is_due(t, phase, rr) or (phase < _START_FREEING and rr in self.table
+                                              and rr.state is ReservationState.SCHEDULED):
+                return t
+            heapq.heappop(events)
+        return None
+
+    def process_events(self, now: datetime) -> bool:
+        """Handle every event due at or before `now`; True if any was handled."""
+        handled = False
+        events = self._events
+        while events and events[0][0] <= now:
+            t, phase, _, rr = heapq.heappop(events)
+            if not self._is_due(t, phase, rr):
+                continue
+            handled = True
+            if phase == _PREMATURE:
+                self._handle_premature_end(rr, now)
+            elif phase == _END:
+                self._handle_end(rr, now)
+            else:
+                self._handle_start(rr, now)
+        return handled
+
+    def _lease_of(self, rr: Reservation) -> Lease:
+        return self.leases[rr.lease_id]
+
+    def _handle_start(self, rr: Reservation, now: datetime) -> None:
+        lease = self._lease_of(rr)
+        rr.state = ReservationState.ACTIVE
+        kind = rr.kind
+        vm = rr.vm
+        if kind is ReservationKind.VM:
+            self._forget_future(lease)
+            if rr.continues:
+                pass   # its VMs arrived by live migration and run already
+            elif lease.state is S.RESUMED_READY:
+                lease.set_state(S.ACTIVE, now)
+            else:
+                lease.set_state(S.ACTIVE, now)
+                if lease.start_time is None:
+                    lease.start_time = now
+                if not self._enact("start_vms", lease, rr):
+                    return
+        elif kind is ReservationKind.SHUTDOWN:
+            if not self._enact("stop_vms", lease, rr):
+                return
+        elif kind is ReservationKind.SUSPEND:
+            if vm is not None and rr is vm.post[0]:
+                lease.set_state(S.SUSPENDING, now)
+            if not self._enact("suspend_vms", lease, rr):
+                return
+        elif kind is ReservationKind.RESUME:
+            if lease.state is not S.RESUMING:
+                lease.set_state(S.RESUMING, now)
+            if not self._enact("resume_vms", lease, rr):
+                return
+        elif kind is ReservationKind.MIGRATE:
+            if lease.state is not S.MIGRATING:
+                lease.set_state(S.MIGRATING, now)
+            self._forget_future(lease)
+            if not self._enact("migrate_images", lease, rr):
+                return
+        elif kind is ReservationKind.LIVE_MIGRATE:
+            if not self._enact("live_migrate", lease, rr, now):
+                return
+        if rr.end <= now and rr in self.table:
+            self._handle_end(rr, now)
+
+    def _handle_end(self, rr: Reservation, now: datetime) -> None:
+        lease = self._lease_of(rr)
+        rr.state = ReservationState.DONE
+        self._uncommit(rr)
+        kind = rr.kind
+        vm = rr.vm
+        if kind is ReservationKind.VM:
+            lease.accumulated += now - rr.start
+        elif kind is ReservationKind.SHUTDOWN:
+            self._finish(lease, now)
+        elif kind is ReservationKind.SUSPEND:
+            if vm is not None and rr is vm.post[-1]:
+                lease.set_state(S.SUSPENDED_PENDING, now)
+                lease.suspensions += 1
+                self.counters["suspensions"] += 1
+                lease.set_state(S.SUSPENDED_QUEUED, now)
+                self._enqueue(lease)
+        elif kind is ReservationKind.RESUME:
+            if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
+                lease.set_state(S.RESUMED_READY, now)
+        elif kind is ReservationKind.MIGRATE:
+            lease.migrations += len(rr.transfers)
+            self.counters["image_migrations"] += 1
+            if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
+                lease.set_state(S.SUSPENDED_SCHEDULED, now)
+        elif kind is ReservationKind.LIVE_MIGRATE:
+            lease.migrations += len(rr.transfers)
+            self.counters["migrations"] += len(rr.transfers)
+            predicted = rr.extra.get("predicted", {})
+            self.counters["predicted_downtime_ms_total"] += sum(p["downtime_ms"] for p in predicted.values())
+
+    def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
+        """The lease's work finished before its VM reservation did: stop it now, free the rest."""
+        lease = self._lease_of(vm)
+        open_vms = lease.open_vms()
+        freed_until = open_vms[-1].final_end
+        for later in [ov for ov in open_vms if ov is not vm and ov.start >= vm.end]:
+            # an evacuation planned for after the real end is not needed any more
+            for rr in later.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+            lease.reservations.remove(later)
+        for rr in vm.post:
+            if rr in self.table:
+                self._uncommit(rr)
+        vm.post = []
+        vm.premature_end = None
+        self.counters["premature_ends"] += 1
+        self._uncommit(vm)
+        vm.end = now
+        vm.state = ReservationState.DONE
+        lease.accumulated += now - vm.start
+        self._enact("stop_vms", lease, vm)
+        if not lease.is_final:
+            self._finish(lease, now)
+        self.reevaluate(now, freed_until)
+
+    def _finish(self, lease: Lease, now: datetime) -> None:
+        self._forget_future(lease)
+        lease.set_state(S.DONE, now)
+
+    # -- enactment ------------------------------------------------------------------------------------------
+    def _enact(self, operation: str, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
+        """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went.
+        A live migration that fails is not an error of the lease: its VMs are still running where they were,
+        and the evacuation falls back to suspension or requeueing."""
+        if rr is None:
+            return True
+        try:
+            getattr(self.enactor, operation)(lease, rr)
+            return True
+        except EnactmentError as exc:
+            if operation == "live_migrate" and now is not None:
+                log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
+                # (a migration that ran until it was aborted ended after the step began: plan from then,
+                # in whole seconds like the rest of the plan)
+                failed_at = getattr(exc, "at", None) or now
+                self._migration_failed(lease, rr, max(now, ceil_time(failed_at)))
+                return False
+            if self.config.on_enactment_error == "stop":
+                raise
+            log.error("lease %s: %s failed: %s", lease.id, operation, exc)
+            now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
+            self._fail(lease, f"{operation}: {exc}", now)
+            return False
+
+    def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
+        """The VMs stayed on their hosts: drop the evacuation, then suspend them on those hosts in time
+        for whatever needed the hosts, or requeue the lease when that cannot be done."""
+        continuation = migration.vm
+        vms = lease.open_vms()
+        if continuation is None or continuation not in vms or len(vms) < 2:
+            raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
+                                       f"of an evacuation")
+        self.counters["failed_migrations"] += 1
+        vm = vms[0]
+        needed_by = parse_time(migration.extra["needed_by"], "needed_by")
+        self._unplan(lease)
+        lease.reservations.remove(continuation)
+        vm.end = max(vm.end, needed_by)
+        vm.post = []
+        if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, needed_by, now):
+            self.vm.plan_suspension(lease, vm, needed_by)
+            if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
+                   for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
+                self._replan(lease)
+                return
+        self._requeue(lease, now)
+
+    def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
+        vm = lease.last_vm
+        if vm is not None:
+            for rr in vm.all_parts():
+                if rr in self.table:
+                    self._uncommit(rr)
+        self._forget_future(lease)
+        if lease in self.queue:
+            i = self.queue.index(lease)
+            del self.queue[i], self._queue_keys[i]
+        lease.reason = reason
+        if not lease.is_final:
+            lease.set_state(S.FAILED, now)
+
+    # -- drain -------------------------------------------------------------------------------------------------
+    def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
+        """Plan to empty `host` by `by` and keep it empty: running VMs are live-migrated elsewhere (with
+        `migrate-first`), else suspended, else requeued when preemptible; leases planned on it are
+        re-planned elsewhere. What can do neither (a running advance reservation with nowhere to go, or
+        one planned that fits nowhere else) keeps the host until it ends: the host is unavailable from
+        the latest of those ends and `by`."""
+        if host not in self.table.hosts:
+            raise InvalidRequest("host", f"no host named {host!r}")
+        if host in self.blocks:
+            raise InvalidRequest("host", f"{host} is already drained (from {iso(self.blocks[host].start)})")
+        nexttime = now + self.config.non_schedulable_interval
+        by = max(by, nexttime)
+        ids = sorted({rr.lease_id for rr in self.table.reservations_overlapping(by, FOREVER, {host})})
+        outcome: dict[int, str] = {}
+        kept_until = by
+        planned_later: list[Lease] = []
+        for lease in (self.leases[i] for i in ids):
+            vm = lease.running_vm
+            if vm is None or lease.state is not S.ACTIVE or len(lease.open_vms()) > 1:
+                if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
+                    planned_later.append(lease)
+                else:   # mid-way through an overhead (suspending, resuming, migrating): let it finish
+                    kept_until = max(kept_until, lease.open_vms()[-1].final_end)
+                    outcome[lease.id] = f"keeps {host} until {iso(lease.open_vms()[-1].final_end)}"
+                continue
+            self._unplan(lease)
+            if self.config.preemption_mode == "migrate-first":
+                evacuation = self.evacuation.plan(lease, vm, by, {host}, nexttime)
+                if evacuation is not None:
+                    self._commit_evacuation(lease, evacuation)
+                    migration = evacuation.migration
+                    outcome[lease.id] = (f"live-migrates to {', '.join(sorted({d for _, d in migration.transfers.values()}))}"
+                                         f" {iso(migration.start)} → {iso(migration.end)}")
+                    continue
+            if lease.preemptible:
+                if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
+                    self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
+                    self._replan(lease)
+                    outcome[lease.id] = f"suspends by {iso(min(vm.final_end, by))}"
+                else:
+                    self._requeue(lease, now)
+                    outcome[lease.id] = "requeued (its VMs are stopped)"
+                continue
+            self._replan(lease)
+            kept_until = max(kept_until, vm.final_end)
+            outcome[lease.id] = f"keeps {host} until {iso(vm.final_end)} (not preemptible, nowhere to go)"
+        # leases planned on the host but not started: the best-effort ones go back to the queue (placed
+        # again once the host is blocked); reservations are placed again, on it only before the block
+        ars = []
+        for lease in planned_later:
+            self._drop_plan(lease, now)
+            if lease.type is LeaseType.BEST_EFFORT:
+                lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+                self._enqueue(lease)
+                outcome[lease.id] = "re-planned on other hosts"
+            else:
+                ars.append(lease)
+        block = self.block_host(host, kept_until)
+        for lease in ars:
+            try:
+                self._schedule_lease(lease, nexttime, now)
+                outcome[lease.id] = f"re-planned on {', '.join(lease.last_vm.hosts)}"
+            except NotSchedulable:
+                # no room elsewhere: it keeps its host, which is then unavailable only after it
+                self.table.remove(block)
+                del self.blocks[host]
+                self._schedule_lease(lease, nexttime, now)
+                kept_until = max(kept_until, lease.last_vm.final_end)
+                block = self.block_host(host, kept_until)
+                outcome[lease.id] = f"keeps {host} until {iso(kept_until)} (fits nowhere else)"
+        self._queue_dirty = True
+        return DrainPlan(host=host, unavailable_from=block.start, leases=outcome)
+
+    def block_host(self, host: str, since: datetime) -> Reservation:
+        """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
+        block = Reservation(lease_id=0, kind=ReservationKind.UNAVAILABLE, start=since, end=FOREVER,
+                            resources={host: self.table.capacity(host)})
+        self.table.add(block)
+        self.blocks[host] = block
+        return block
+
+    def undrain(self, host: str, now: datetime) -> None:
+        """Make a drained host available again: leases planned in the future may move earlier onto it
+        (leases that moved away and run elsewhere stay where they are)."""
+        block = self.blocks.pop(host, None)
+        if block is None:
+            raise InvalidRequest("host", f"{host} is not drained")
+        self.table.remove(block)
+        self._queue_dirty = True
+        self.reevaluate(now, FOREVER)
+
+    # -- persistence and operations from outside ------------------------------------------------------
+    def restore(self, leases: list[Lease], future: list[int] = (), counters: dict | None = None) -> None:
+        """Rebuild the scheduler from stored leases: their unfinished reservations go back into the slot
+        table (keeping their ids) and the event heap, queued leases into the queue in submit order."""
+        for lease in sorted(leases, key=lambda l: l.id):
+            self.leases[lease.id] = lease
+            self._next_id = max(self._next_id, lease.id + 1)
+            if lease.is_final:
+                continue
+            if lease.state is S.PENDING:
+                self.pending.append(lease)
+            elif lease.state in (S.QUEUED, S.SUSPENDED_QUEUED):
+                self._enqueue(lease)
+            for vm in lease.open_vms():
+                for rr in vm.all_parts():
+                    if rr.state is not ReservationState.DONE and rr not in self.table:
+                        self._commit(rr)
+        self.vm.future_leases = {i for i in future if i in self.leases and not self.leases[i].is_final}
+        if counters:
+            self.counters.update({k: v for k, v in counters.items() if k in self.counters})
+        self._queue_dirty = True
+
+    def end_early(self, lease_id: int, now: datetime) -> Lease:
+        """The lease's VMs stopped by themselves before its planned end (seen on the hosts): done now."""
+        lease = self.lease(lease_id)
+        vm = lease.running_vm
+        if lease.state is not S.ACTIVE or vm is None:
+            raise InvalidRequest("lease", f"lease {lease_id} is {lease.state}, not running")
+        self._handle_premature_end(vm, now)
+        return lease
+
+    def lose(self, lease_id: int, now: datetime, requeue: bool, reason: str) -> Lease:
+        """The lease's VMs vanished from the hosts (found at reconciliation): fail it, or requeue it from
+        scratch."""
+        lease = self.lease(lease_id)
+        if requeue and lease.type is LeaseType.BEST_EFFORT:
+            self._drop_plan(lease, now)
+            lease.accumulated = ZERO
+            lease.reason = reason
+            target = S.QUEUED
+            if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
+                target = S.FAILED
+            lease.set_state(target, now)
+            if target is S.QUEUED:
+                lease.requeues += 1
+                self._enqueue(lease)
+        else:
+            self._fail(lease, reason, now)
+        return lease
+
+    def extend(self, lease_id: int, by, now: datetime) -> Lease:
+        """Lengthen a lease by `by`; refused, with the reason, when its hosts cannot hold it longer."""
+        lease = self.lease(lease_id)
+        if by <= ZERO:
+            raise InvalidRequest("by", f"must be positive (got {by})")
+        if lease.is_final:
+            raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+        request = dataclasses.replace(lease.request, duration=lease.request.duration + by)
+        vm = lease.last_vm
+        if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in self.table:
+            lease.request = request
+            return lease
+        if vm.is_suspending:
+            raise InvalidRequest("by", f"lease {lease_id} is planned to be suspended at {vm.end.isoformat()}; "
+                                       "it will run longer when it resumes")
+        shutdown = vm.post[0] if vm.post else None
+        old_end = vm.final_end
+        new_end = old_end + by
+        for host, amount in vm.resources.items():
+            if not self.table.fits(host, amount, old_end, new_end):
+                raise InvalidRequest("by", f"cannot extend lease {lease_id} by {by}: host {host} is reserved "
+                                           f"between {old_end.isoformat()} and {new_end.isoformat()}")
+        lease.request = request
+        if shutdown is not None:
+            self._uncommit(shutdown)
+        self._uncommit(vm)
+        vm.end += by
+        if shutdown is not None:
+            shutdown.start += by
+            shutdown.end += by
+        self._commit(vm)
+        if shutdown is not None:
+            self._commit(shutdown)
+        return lease
+
+    # -- introspection -----------------------------------------------------------------------------------------
+    def active_leases(self) -> list[Lease]:
+        return [l for l in self.leases.values() if not l.is_final]
+
+    def idle(self) -> bool:
+        """Nothing pending, queued or planned (a drained host's block is not a plan)."""
+        return not self.pending and not self.queue and len(self.table) == len(self.blocks)
+
+
+@dataclass
+class DrainPlan:
+    """What a drain does: when the host becomes unavailable, and what happens to each lease on it."""
+
+    host: str
+    unavailable_from: datetime
+    leases: dict[int, str]
+
+
+class _FailureMemo:
+    """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
+
+    Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
+    and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
+    size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
+    ("instant"), no larger lease does, whatever its duration. A lease placed only for too short a run
+    ("short": its mapping ends at E, before t+d, and E-t is under its threshold) rules out n' >= n nodes
+    of the *same* size with d' >= d: the mapper walks the same hosts in the same order for them and puts
+    at least as much on each, so their mapping ends at or before E, while their threshold (the time to
+    suspend their nodes) is at least as long; this holds only while the table is as it was (placing
+    another lease changes the order of the hosts), so those entries go when a lease is placed. (Other
+    sizes may rank the hosts differently.)
+    """
+
+    def __init__(self):
+        self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
+        self._short: dict[Resources, list[tuple[int, object]]] = {}
+
+    @staticmethod
+    def _shape(lease: Lease):
+        node = lease.request.uniform
+        if node is None or lease.state is not S.QUEUED:
+            return None
+        return lease.numnodes, node, lease.remaining
+
+    def record(self, lease: Lease, kind: str | None) -> None:
+        shape = self._shape(lease)
+        if shape is None or kind not in ("strict", "instant", "short"):
+            return
+        n, r, d = shape
+        if kind == "short":
+            shorts = self._short.setdefault(r, [])
+            shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
+            shorts.append((n, d))
+            return
+        entries = self._failed.setdefault(r, [])
+        # keep only the smallest failures: an entry the new one rules out is redundant
+        entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
+                      if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
+        entries.append((n, d, kind))
+
+    def table_changed(self) -> None:
+        self._short.clear()
+
+    def rules_out(self, lease: Lease) -> bool:
+        if not self._failed and not self._short:
+            return False
+        shape = self._shape(lease)
+        if shape is None:
+            return False
+        n, r, d = shape
+        if any(n >= fn and d >= fd for fn, fd in self._short.get(r, ())):
+            return True
+        for fr, entries in self._failed.items():
+            if fr != r and not all(a >= b for a, b in zip(r, fr)):
+                continue
+            for fn, fd, kind in entries:
+                if n >= fn and (kind == "instant" or d >= fd):
+                    return True
+        return False

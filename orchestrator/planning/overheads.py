@@ -1,0 +1,167 @@
+"""How long the overheads of a lease take, and how they are laid out in time.
+
+Suspending a VM writes its memory to disk at `suspend_rate` MB/s (rounded up to whole seconds) plus the
+enactment overhead; resuming reads it back at `resume_rate`. With `local` exclusion a host saves one VM
+at a time (hosts in parallel); with `global` exclusion the whole lease saves one VM at a time (a shared
+filesystem). Suspensions are laid out backwards from the time they must be done by, resumptions forwards
+from the time they may start. Migration of suspended leases moves memory images in rounds in which no
+host appears twice, each round as long as its largest image takes at the migration bandwidth.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from orchestrator.model.config import SchedulingConfig
+from orchestrator.model.lease import Lease
+from orchestrator.model.timeutil import ZERO, ceil_seconds
+
+#: one entry of a suspension/resumption layout: [start, end) and host -> vnodes handled then
+Step = tuple[datetime, datetime, dict[str, list[int]]]
+
+
+class Overheads:
+    def __init__(self, config: SchedulingConfig):
+        self.config = config
+        self._thresholds: dict[tuple[int, bool], timedelta] = {}
+        self._vm_times: dict[tuple[float, float], timedelta] = {}   # (memory, rate) -> time, worked out once
+
+    # -- per VM ------------------------------------------------------------------------------------------
+    def _per_vm(self, memory_mib: float, rate: float, override: timedelta | None) -> timedelta:
+        if override is not None:
+            return override
+        key = (memory_mib, rate)
+        time = self._vm_times.get(key)
+        if time is None:
+            if len(self._vm_times) > 4096:
+                self._vm_times.clear()
+            time = self._vm_times[key] = ceil_seconds(memory_mib / rate)
+        return time
+
+    def suspend_vm_time(self, memory_mib: float) -> timedelta:
+        return self._per_vm(memory_mib, self.config.suspend_rate, self.config.override_suspend_time)
+
+    def resume_vm_time(self, memory_mib: float) -> timedelta:
+        return self._per_vm(memory_mib, self.config.resume_rate, self.config.override_resume_time)
+
+    # -- whole lease estimates -------------------------------------------------------------------------------
+    def estimate_suspend(self, lease: Lease) -> timedelta:
+        """Upper bound of the time to suspend the whole lease: every VM in turn (the worst layout)."""
+        return self._every_vm(lease, self.suspend_vm_time)
+
+    def estimate_resume(self, lease: Lease) -> timedelta:
+        return self._every_vm(lease, self.resume_vm_time)
+
+    def _every_vm(self, lease: Lease, per_vm) -> timedelta:
+        overhead = self.config.enactment_overhead
+        alike = lease.request.uniform
+        if alike is not None:   # (a 64-node lease usually has one node size: one product)
+            return (per_vm(alike.memory) + overhead) * lease.numnodes
+        return sum((per_vm(n.memory) + overhead for n in lease.request.nodes), ZERO)
+
+    def shutdown_time(self, lease: Lease) -> timedelta:
+        return self.config.shutdown_time + self.config.enactment_overhead * lease.numnodes
+
+    def scheduling_threshold(self, lease: Lease, resuming: bool) -> timedelta:
+        """Shortest run worth starting: the overheads it will cost, times (1 + factor), so a lease is not
+        started only to be suspended at once (thrashing)."""
+        if self.config.force_scheduling_threshold is not None:
+            return self.config.force_scheduling_threshold
+        key = (lease.id, resuming)   # a lease's nodes never change: compute once
+        cached = self._thresholds.get(key)
+        if cached is None:
+            safe = self.estimate_suspend(lease)
+            if resuming:
+                safe += self.estimate_resume(lease)
+            cached = self._thresholds[key] = safe + safe * self.config.scheduling_threshold_factor
+        return cached
+
+    def transfer_time(self, memory_mib: float) -> timedelta:
+        return ceil_seconds(memory_mib / self.config.migration_bandwidth)
+
+    def estimate_migration(self, lease: Lease, nodes: dict[int, str]) -> timedelta:
+        """Time to move every memory image off its current host, the busiest source being the bottleneck."""
+        if self.config.migration != "yes":
+            return ZERO
+        per_host: dict[str, float] = {}
+        for vnode, host in nodes.items():
+            per_host[host] = per_host.get(host, 0) + lease.request.nodes[vnode].memory
+        return self.transfer_time(max(per_host.values())) if per_host else ZERO
+
+    # -- layouts ---------------------------------------------------------------------------------------------
+    def suspend_layout(self, lease: Lease, nodes: dict[int, str], by: datetime) -> list[Step]:
+        """Suspension steps ending by `by`, laid out backwards, earliest first."""
+        steps = self._layout(lease, nodes, by, backward=True, per_vm=self.suspend_vm_time)
+        return sorted(steps, key=lambda s: s[0])
+
+    def resume_layout(self, lease: Lease, nodes: dict[int, str], at: datetime) -> list[Step]:
+        """Resumption steps starting at `at`, laid out forwards, earliest first."""
+        steps = self._layout(lease, nodes, at, backward=False, per_vm=self.resume_vm_time)
+        return sorted(steps, key=lambda s: s[0])
+
+    def _layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool, per_vm) -> list[Step]:
+        overhead = self.config.enactment_overhead
+        requests = lease.request.nodes
+        steps: list[list] = []
+        if self.config.suspendresume_exclusion == "global":
+            t = time
+            for vnode in sorted(nodes):
+                op = per_vm(requests[vnode].memory) + overhead
+                if backward:
+                    steps.append([t - op, t, {nodes[vnode]: [vnode]}])
+                    t -= op
+                else:
+                    steps.append([t, t + op, {nodes[vnode]: [vnode]}])
+                    t += op
+            return [tuple(s) for s in steps]  # type: ignore[misc]
+        # local: each host handles its own VMs one after another, hosts in parallel
+        by_host: dict[str, list[int]] = {}
+        for vnode in sorted(nodes):
+            by_host.setdefault(nodes[vnode], []).append(vnode)
+        grouped: dict[tuple[datetime, datetime], dict[str, list[int]]] = {}
+        for host, vnodes in by_host.items():
+            t = time
+            for vnode in vnodes:
+                op = per_vm(requests[vnode].memory)
+                span = (t - op, t) if backward else (t, t + op)
+                t = span[0] if backward else span[1]
+                grouped.setdefault(span, {}).setdefault(host, []).append(vnode)
+        for (start, end), mapping in grouped.items():
+            count = sum(len(v) for v in mapping.values())
+            if backward:
+                start -= overhead * count
+            else:
+                end += overhead * count
+            steps.append([start, end, mapping])
+        # the enactment overhead is paid by one enactment agent: steps must not overlap
+        if backward:
+            steps.sort(key=lambda s: s[1], reverse=True)
+            for prev, cur in zip(steps, steps[1:]):
+                if cur[1] > prev[0]:
+                    shift = cur[1] - prev[0]
+                    cur[0] -= shift
+                    cur[1] -= shift
+        else:
+            steps.sort(key=lambda s: s[0])
+            for prev, cur in zip(steps, steps[1:]):
+                if cur[0] < prev[1]:
+                    shift = prev[1] - cur[0]
+                    cur[0] += shift
+                    cur[1] += shift
+        return [tuple(s) for s in steps]  # type: ignore[misc]
+
+    def migration_rounds(self, lease: Lease, moves: dict[int, tuple[str, str]]) -> list[dict[int, tuple[str, str]]]:
+        """Group image transfers in rounds in which no host is a source or destination twice."""
+        pending = dict(sorted(moves.items()))
+        rounds = []
+        while pending:
+            busy: set[str] = set()
+            current = {}
+            for vnode, (src, dst) in pending.items():
+                if src not in busy and dst not in busy:
+                    current[vnode] = (src, dst)
+                    busy.update((src, dst))
+            for vnode in current:
+                del pending[vnode]
+            rounds.append(current)
+        return rounds

@@ -1,0 +1,247 @@
+"""The daemon: enacts the plan on a clock through a driver, and keeps the store in step with the hosts.
+
+Each step takes the store's write lock, rebuilds the cluster (so leases submitted or cancelled by other
+processes are picked up without a restart), looks at the hosts (VMs that stopped by themselves end their
+lease early; VMs that vanished are lost), handles every reservation event that is due — starting,
+suspending, resuming, migrating and stopping VMs through the driver — schedules what arrived, writes
+back and commits. Then it waits for the next event or the poll interval, whichever comes first.
+
+Recovery: on start, before the first step, the store is reconciled with what the hosts really run:
+a VM the store thinks is running but is gone fails or requeues its lease (`[daemon] on_lost_vm`); a VM
+that runs and belongs to a lease is adopted (nothing to do: the plan already has it); a `lw-*` domain
+no lease accounts for is reported, never touched. Because every enactment is idempotent (starting a VM
+that already runs, stopping one that is gone...), a daemon killed at any moment and started again
+redoes at most the step it was in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from drivers.base import Driver
+from drivers.clock import Clock, SimulatedClock
+from orchestrator.model.config import Config
+from orchestrator.model.errors import InconsistentSchedule
+from orchestrator.model.lease import Lease
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
+from orchestrator.state.cluster import Cluster
+from orchestrator.state.store import Store
+
+log = logging.getLogger(__name__)
+
+#: a lease whose VMs exist on hosts
+_LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
+
+
+@dataclass
+class StepReport:
+    time: datetime
+    next_event: datetime | None
+    idle: bool
+    notes: list[str] = field(default_factory=list)
+
+
+class Daemon:
+    def __init__(self, store: Store, config: Config, driver: Driver, clock: Clock,
+                 say: Callable[[str], None] | None = None):
+        self.store = store
+        self.config = config
+        self.driver = driver
+        self.clock = clock
+        self.say = say or (lambda line: None)
+        self._notes: list[str] = []
+        self._reconciled_at: datetime | None = None
+        hosts = {h.name: h.config for h in store.hosts()}
+        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now)
+
+    # -- logging into the store -------------------------------------------------------------------------
+    def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
+        now = self.clock.now()
+        wall = detail.get("wall_seconds")
+        if isinstance(wall, (int, float)):
+            # when the operation ran, for `leasewise report`: it has just ended on a real clock; a
+            # fast-forwarded clock stands still while the (simulated) driver spends its time
+            took = timedelta(seconds=wall)
+            started = now if isinstance(self.clock, SimulatedClock) else now - took
+            detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
+        self.store.append_event(now, kind, lease_id, **detail)
+        what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
+        self._notes.append(f"{kind} lease {lease_id}: {what}")
+
+    # -- recovery -------------------------------------------------------------------------------------------
+    def reconcile(self) -> list[str]:
+        """Compare the store with the hosts once, at start."""
+        now = self.clock.now()
+        notes: list[str] = []
+        with self.store.transaction():
+            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
+            # a daemon killed mid-step may have enacted that step's stops and suspensions without
+            # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
+            # committing them. Restarted on a real clock, that step was due by now; resumed on a fast
+            # clock (from the time of the last committed step), it was the next event's step.
+            horizon = now
+            saved = self.store.get_meta("daemon_clock")
+            following = cluster.scheduler.next_event_time()
+            if saved and parse_time(saved, "daemon_clock") == now and following is not None:
+                horizon = max(now, following)
+            known = set()
+            for lease in list(cluster.scheduler.leases.values()):
+                vm = lease.last_vm
+                if vm is None:
+                    continue
+                for vnode in vm.nodes:
+                    known.add(self.enactor.vm_name(lease.id, vnode))
+                if lease.state not in _LIVE:
+                    continue
+                try:
+                    running = self.enactor.running_vms(lease)
+                except UnreachableHosts as exc:
+                    notes.append(f"lease {lease.id}: cannot check its VMs now ({exc}); looked at again later")
+                    continue
+                missing = sorted(v for v, host in running.items() if host is None)
+                if missing and _stop_due(lease, horizon):
+                    notes.append(f"lease {lease.id}: VMs already stopped or saved for the step due at "
+                                 f"{iso(horizon)}: it will be completed")
+                    continue
+                if not missing:
+                    notes.append(f"lease {lease.id}: adopted its {len(running)} running VM(s)")
+                    self.store.append_event(now, "reconciled", lease.id, outcome="adopted")
+                    continue
+                requeue = self.config.daemon.on_lost_vm == "requeue"
+                reason = f"VM(s) {', '.join(self.enactor.vm_name(lease.id, v) for v in missing)} gone from their hosts"
+                cluster.scheduler.lose(lease.id, now, requeue=requeue, reason=reason)
+                notes.append(f"lease {lease.id}: {reason}: {'requeued' if requeue else 'failed'}")
+                self.store.append_event(now, "reconciled", lease.id, outcome="requeued" if requeue else "failed",
+                                        reason=reason)
+            for host, name in self.enactor.unknown_domains(known):
+                notes.append(f"unknown domain {name} on {host}: left alone")
+                self.store.append_event(now, "reconciled", None, outcome="unknown-domain", host=host, vm=name)
+            # no scheduling here: the first step handles the events due now first, then schedules
+            cluster.save(now)
+        self._reconciled_at = now
+        for line in notes:
+            self.say(line)
+        return notes
+
+    # -- one step ------------------------------------------------------------------------------------------
+    def step(self) -> StepReport:
+        now = self.clock.now()
+        self._notes = []
+        with self.store.transaction():
+            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
+            sched = cluster.scheduler
+            if now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
+                self._notice_ended_vms(cluster, now)
+            for _ in range(10_000):
+                handled = sched.process_events(now)
+                sched.schedule(now)
+                if not handled:
+                    break
+            else:
+                raise InconsistentSchedule(f"no progress at {now}")
+            cluster.save(now)
+            self.store.set_meta("daemon_clock", iso(now))
+            following = sched.next_event_time()
+            idle = following is None and not sched.queue and not sched.pending
+        for line in self._notes:
+            self.say(f"{iso(now)} {line}")
+        return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))
+
+    def _notice_ended_vms(self, cluster: Cluster, now: datetime) -> None:
+        """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost."""
+        sched = cluster.scheduler
+        for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
+            vm = lease.last_vm
+            if vm is None or vm.start > now or _stop_due(lease, now):
+                continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
+            try:
+                running = self.enactor.running_vms(lease)
+            except UnreachableHosts:
+                continue   # a host that does not answer says nothing about its VMs: decide later
+            if any(host is not None for host in running.values()):
+                continue
+            states = self._vm_states(lease)
+            if states and all(state == "shutoff" for state in states.values()):
+                sched.end_early(lease.id, now)
+                self._notes.append(f"lease {lease.id}: its VMs shut down by themselves: done early")
+            else:
+                requeue = self.config.daemon.on_lost_vm == "requeue"
+                sched.lose(lease.id, now, requeue=requeue, reason="its VMs are gone from their hosts")
+                self._notes.append(f"lease {lease.id}: VMs gone: {'requeued' if requeue else 'failed'}")
+
+    def _vm_states(self, lease: Lease) -> dict[str, str]:
+        """VM name -> its state on its planned host, for the lease's VMs that are still defined there."""
+        vm = lease.last_vm
+        names = {self.enactor.vm_name(lease.id, v): h for v, h in vm.nodes.items()} if vm else {}
+        states: dict[str, str] = {}
+        for host in set(names.values()):
+            try:
+                listed = self.driver.list_vms(host)
+            except Exception as exc:  # an unreachable host: nothing known, decide nothing
+                log.warning("cannot list VMs on %s: %s", host, exc)
+                return {}
+            for info in listed:
+                if names.get(info.name) == host:
+                    states[info.name] = info.state
+        return states
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None) -> int:
+        """Step until stopped (or idle / past `until`); returns the number of steps."""
+        self.reconcile()
+        steps = 0
+        poll = self.config.daemon.poll_interval
+        while True:
+            report = self.step()
+            steps += 1
+            if until_idle and report.idle:
+                return steps
+            if until is not None and report.time >= until:
+                return steps
+            if max_steps is not None and steps >= max_steps:
+                return steps
+            wake = report.time + poll
+            if isinstance(self.clock, SimulatedClock):
+                # fast-forward: jump straight to the next event; when nothing is planned, to the next poll
+                wake = report.next_event if report.next_event is not None else wake
+            elif report.next_event is not None:
+                wake = min(wake, report.next_event)
+            if until is not None:
+                wake = min(wake, until)
+            self.clock.sleep_until(wake)
+
+
+def _stop_due(lease: Lease, by: datetime) -> bool:
+    """Whether the lease's plan stops or saves its VMs at or before `by`."""
+    vm = lease.last_vm
+    return vm is not None and any(rr.start <= by for rr in vm.post)
+
+
+def fast_clock_start(store: Store, default: datetime) -> datetime:
+    """Where a fast-forwarded daemon resumes: the time of its last committed step, if any."""
+    saved = store.get_meta("daemon_clock")
+    return parse_time(saved, "daemon_clock") if saved else default
+
+
+def simulated_driver_for(store: Store, state_file: Path | None):
+    """A simulated driver whose hosts are the store's (capacities), kept in `state_file` if given.
+
+    It gets its own clock: operations cost it time without moving the daemon's clock."""
+    from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
+
+    capacities = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
+    clock = SimulatedClock(fast_clock_start(store, datetime.now().astimezone()))
+    config = SimulatedDriverConfig(shared_storage=("/var/lib/libvirt/images",))
+    return SimulatedDriver.for_hosts(capacities, clock, config=config, state_file=state_file,
+                                     migration_model=predict_precopy)
+
+
+def lease_summary(lease: Lease) -> str:
+    return f"lease {lease.id} {lease.type.short} {lease.state}"

@@ -1,0 +1,421 @@
+"""The enactor the daemon uses: the scheduler's start/stop/suspend/resume/migrate, done through a `Driver`.
+
+Names. Virtual node `v` of lease `n` is the VM `lw-<n>-<v>` (`vm_name`), the same on whichever host it
+runs, so a restarted daemon finds its VMs by name alone; the lease id is also in the domain's metadata.
+A suspended VM's memory image is `<state dir>/<vm name>.state` (not `.save`: libvirt takes
+`<dir>/<vm>.save` for a managed-save image and then refuses to undefine the domain), the state dir being that of the host it was
+suspended on (its `HostConfig.state_dir` when the enactor knows the host, else `[daemon] state_dir`). A
+transfer copies the image to the same path on the destination, so a resumption reads it from there too.
+
+Idempotence. After a crash the daemon may enact again what it had already done before it died, so every
+operation accepts the outcome it would have produced: a start finds the VM already running on its planned
+host, a stop finds no VM, a suspension finds the VM saved, a resumption finds it running on its host. The
+driver is tried first and the hosts are asked only when it refuses, so the usual path costs one call.
+
+Failures. Driver errors become one `EnactmentError` line naming the operation, the VM and the host (the
+scheduler then fails the lease). A start that fails part-way stops the VMs it had started: the lease is
+failed and must not leave VMs behind. Stops go on through every VM before reporting what failed.
+
+Every operation's `OperationReport` goes to `record(kind, lease_id, detail)` ("enacted"; an idempotent
+no-op is "enactment-skipped", a failure "enactment-failed"), for the daemon to keep in the event log.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import posixpath
+import re
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from drivers.base import Driver, OperationReport, VMInfo, VMSpec
+from drivers.errors import DriverError, HostUnreachable, VMAlreadyExists, VMNotFound
+from drivers.inventory import HostConfig
+from orchestrator.model.config import DaemonConfig
+from orchestrator.model.lease import Lease
+from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.planning.enactment import EnactmentError
+
+log = logging.getLogger(__name__)
+
+VM_PREFIX = "lw-"
+ACTIVE_STATES = frozenset({"running", "paused"})
+_NAME = re.compile(r"lw-(\d+)-(\d+)")
+
+Recorder = Callable[[str, int, dict], None]
+
+
+def _planned(rr: Reservation) -> dict[str, Any]:
+    """Which reservation an operation enacted and when the plan had it, for `leasewise report`."""
+    return {"reservation": rr.id, "reservation_kind": rr.kind.value, "planned_start": iso(rr.start), "planned_end": iso(rr.end)}
+
+
+def vm_name(lease_id: int, vnode: int) -> str:
+    """The VM of virtual node `vnode` of lease `lease_id`."""
+    return f"{VM_PREFIX}{lease_id}-{vnode}"
+
+
+def parse_vm_name(name: str) -> tuple[int, int] | None:
+    """(lease id, vnode) of a name made by `vm_name`, or None for any other name."""
+    match = _NAME.fullmatch(name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def lease_vm_names(lease: Lease) -> list[str]:
+    """The names of all the lease's VMs, in vnode order."""
+    return [vm_name(lease.id, v) for v in range(lease.numnodes)]
+
+
+def vm_spec(lease: Lease, vnode: int) -> VMSpec:
+    """What to boot for one virtual node: its CPU (percent, rounded up to whole vCPUs) and memory, the
+    lease's image, and the lease id for the domain's metadata."""
+    node = lease.request.nodes[vnode]
+    image = lease.request.image
+    return VMSpec(
+        name=vm_name(lease.id, vnode),
+        vcpus=max(1, math.ceil(node.cpu / 100 - 1e-9)),
+        memory_mib=max(1, math.ceil(node.memory - 1e-9)),
+        disk_image=image.disk if image is not None else None,
+        kernel=image.kernel if image is not None else None,
+        initrd=image.initrd if image is not None else None,
+        cmdline=image.cmdline if image is not None else None,
+        lease_id=str(lease.id),
+        dirty_rate_mib_s=lease.request.dirty_rate_mib_s or 0.0,
+    )
+
+
+class UnreachableHosts(EnactmentError):
+    """Some hosts could not be asked what runs on them; nothing can be concluded about their VMs."""
+
+    def __init__(self, message: str, hosts: list[str]):
+        super().__init__(message)
+        self.hosts = hosts
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class DriverEnactor:
+    """Implements the `Enactor` protocol through a driver (see the module docstring)."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        hosts: dict[str, HostConfig] | None,
+        config: DaemonConfig,
+        record: Recorder | None = None,
+        now: Callable[[], datetime] | None = None,
+    ):
+        """`now`: the daemon's clock, to time live migrations against their deadline (without one, the
+        planned start of the migration stands for now)."""
+        self.driver = driver
+        self.hosts = dict(hosts) if hosts else {}
+        self.config = config
+        self._record = record
+        self._now = now
+
+    # -- naming ----------------------------------------------------------------------------------------
+    vm_name = staticmethod(vm_name)          # the module's function, for callers holding only the enactor
+
+    def state_dir(self, host: str) -> str:
+        cfg = self.hosts.get(host)
+        return cfg.state_dir if cfg is not None else self.config.state_dir
+
+    def state_path(self, lease_id: int, vnode: int, host: str) -> str:
+        """Where the memory image of the vnode goes when it is suspended on `host`."""
+        return posixpath.join(self.state_dir(host), f"{vm_name(lease_id, vnode)}.state")
+
+    def _image_path(self, lease: Lease, rr: Reservation, vnode: int, fallback: str) -> str:
+        """Where the vnode's memory image is now: the path it was saved to on the host it was suspended on
+        (a transfer keeps the path). That host is the vnode's host in the VM reservation before the one
+        this resumption belongs to, else the source of its transfer, else `fallback`."""
+        return self.state_path(lease.id, vnode, self._suspended_on(lease, rr, vnode) or fallback)
+
+    @staticmethod
+    def _suspended_on(lease: Lease, rr: Reservation, vnode: int) -> str | None:
+        vm = rr.vm
+        if vm is not None:
+            for i, other in enumerate(lease.reservations):
+                if other is vm:
+                    if i > 0 and vnode in lease.reservations[i - 1].nodes:
+                        return lease.reservations[i - 1].nodes[vnode]
+                    break
+            for pre in vm.pre:
+                if pre.kind is ReservationKind.MIGRATE and vnode in pre.transfers:
+                    return pre.transfers[vnode][0]
+        return None
+
+    # -- recording -------------------------------------------------------------------------------------
+    def _emit(self, kind: str, lease_id: int, detail: dict[str, Any]) -> None:
+        if self._record is None:
+            return
+        try:
+            self._record(kind, lease_id, detail)
+        except Exception:  # the operation happened: a broken log must not turn it into a failure
+            log.exception("recording %s of lease %s failed", kind, lease_id)
+
+    def _enacted(self, lease_id: int, vnode: int | None, report: OperationReport, vm: str | None = None,
+                 rr: Reservation | None = None, **extra: Any) -> None:
+        detail = {
+            "operation": report.operation,
+            "vm": report.vm or vm or "",
+            "vnode": vnode,
+            "host": report.host,
+            "wall_seconds": report.wall_seconds,
+            "bytes": report.bytes,
+            **(_planned(rr) if rr is not None else {}),
+            **extra,
+        }
+        log.info("lease %s: %s %s on %s took %.3f s", lease_id, detail["operation"], detail["vm"],
+                 report.host, report.wall_seconds)
+        self._emit("enacted", lease_id, detail)
+
+    def _skipped(self, lease_id: int, operation: str, vm: str, vnode: int, host: str | None, why: str) -> None:
+        log.info("lease %s: %s %s on %s: nothing to do (%s)", lease_id, operation, vm, host, why)
+        self._emit("enactment-skipped", lease_id,
+                   {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "reason": why})
+
+    def _error(self, lease_id: int, operation: str, vm: str, vnode: int | None, host: str | None,
+               exc: BaseException | str, rr: Reservation | None = None, **extra: Any) -> EnactmentError:
+        """The one-line error for a failed operation, recorded as "enactment-failed"."""
+        message = _one_line(str(exc)) or type(exc).__name__
+        prefix = f"{operation} {vm} on {host or '?'}"
+        # drivers often start their messages with the same words: say them once
+        text = message if message.startswith(prefix) else f"{prefix}: {message}"
+        detail = {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "error": text,
+                  **(_planned(rr) if rr is not None else {}), **extra}
+        if not isinstance(exc, str):
+            detail["error_type"] = type(exc).__name__
+        log.warning("lease %s: %s", lease_id, text)
+        self._emit("enactment-failed", lease_id, detail)
+        return EnactmentError(text)
+
+    # -- looking at hosts ------------------------------------------------------------------------------
+    def _info(self, name: str, host: str) -> VMInfo | None:
+        """The VM `name` as `host` lists it, or None (also when the host cannot be asked)."""
+        try:
+            return next((i for i in self.driver.list_vms(host) if i.name == name), None)
+        except DriverError as exc:
+            log.debug("cannot list the VMs of %s: %s", host, exc)
+            return None
+
+    def _where(self, name: str) -> str | None:
+        try:
+            return self.driver.locate(name)
+        except DriverError:
+            return None
+
+    # -- the Enactor protocol --------------------------------------------------------------------------
+    def start_vms(self, lease: Lease, rr: Reservation) -> None:
+        started: list[tuple[int, str, str]] = []
+        for vnode, host in sorted(rr.nodes.items()):
+            spec = vm_spec(lease, vnode)
+            try:
+                self._start_one(lease, vnode, spec, host, rr)
+            except EnactmentError as exc:
+                undone = self._roll_back(lease, started)
+                if started:
+                    raise EnactmentError(f"{exc} ({undone})") from exc
+                raise
+            started.append((vnode, spec.name, host))
+
+    def _start_one(self, lease: Lease, vnode: int, spec: VMSpec, host: str, rr: Reservation) -> None:
+        try:
+            report = self.driver.start(spec, host)
+        except VMAlreadyExists as exc:
+            info = self._info(spec.name, host)
+            if info is not None and info.state in ACTIVE_STATES:
+                self._skipped(lease.id, "start", spec.name, vnode, host, f"already {info.state} on {host}")
+                return
+            if info is not None:
+                raise self._error(lease.id, "start", spec.name, vnode, host,
+                                  f"a VM of that name is already defined there ({info.state})", rr=rr) from exc
+            elsewhere = self._where(spec.name)
+            where = f"already exists on {elsewhere}" if elsewhere else str(exc)
+            raise self._error(lease.id, "start", spec.name, vnode, host, where, rr=rr) from exc
+        except (DriverError, ValueError) as exc:  # ValueError: the driver refused the spec (e.g. the image)
+            raise self._error(lease.id, "start", spec.name, vnode, host, exc, rr=rr) from exc
+        self._enacted(lease.id, vnode, report, rr=rr)
+
+    def _roll_back(self, lease: Lease, started: list[tuple[int, str, str]]) -> str:
+        """Stop what a failed start had started; says what happened, for the error message."""
+        failed = []
+        for vnode, name, host in reversed(started):
+            try:
+                report = self.driver.stop(name, graceful_timeout=0)
+            except VMNotFound:
+                continue
+            except DriverError as exc:
+                self._error(lease.id, "stop", name, vnode, host, exc, rollback=True)
+                failed.append(name)
+                continue
+            self._enacted(lease.id, vnode, report, rollback=True)
+        n = len(started)
+        text = f"stopped the {n} VM{'s' if n > 1 else ''} already started"
+        if failed:
+            text += f"; could not stop {', '.join(failed)}"
+        return text
+
+    def stop_vms(self, lease: Lease, rr: Reservation) -> None:
+        self._stop_all(lease, rr, "stop", self.config.graceful_timeout.total_seconds())
+
+    def kill_vms(self, lease: Lease, rr: Reservation) -> None:
+        self._stop_all(lease, rr, "kill", 0.0)
+
+    def _stop_all(self, lease: Lease, rr: Reservation, operation: str, graceful_timeout: float) -> None:
+        """Stop every VM of the lease wherever it is; one already gone is fine. All are tried before the
+        first failure is reported."""
+        errors: list[EnactmentError] = []
+        for vnode in range(lease.numnodes):
+            name = vm_name(lease.id, vnode)
+            planned = rr.nodes.get(vnode) or (rr.vm.nodes.get(vnode) if rr.vm is not None else None)
+            try:
+                report = self.driver.stop(name, graceful_timeout=graceful_timeout)
+            except VMNotFound:
+                self._skipped(lease.id, operation, name, vnode, planned, "no such VM")
+                continue
+            except DriverError as exc:
+                errors.append(self._error(lease.id, operation, name, vnode, planned, exc, rr=rr))
+                continue
+            self._enacted(lease.id, vnode, report, rr=rr, **({"killed": True} if operation == "kill" else {}))
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise EnactmentError(f"{errors[0]}{more}")
+
+    def suspend_vms(self, lease: Lease, rr: Reservation) -> None:
+        for vnode, host in sorted(rr.nodes.items()):
+            name = vm_name(lease.id, vnode)
+            path = self.state_path(lease.id, vnode, host)
+            try:
+                report = self.driver.suspend(name, path)
+            except HostUnreachable as exc:
+                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path, rr=rr) from exc
+            except DriverError as exc:
+                info = self._info(name, host)
+                if info is not None and info.state == "saved" and self._image_there(host, path):
+                    self._skipped(lease.id, "suspend", name, vnode, host, f"already saved to {path}")
+                    continue
+                raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path, rr=rr) from exc
+            self._enacted(lease.id, vnode, report, rr=rr, path=path)
+
+    def _image_there(self, host: str, path: str) -> bool:
+        """Whether `host` has a save image at `path`, when the driver can tell (the simulated one can);
+        True when it cannot."""
+        exists = getattr(self.driver, "state_file_exists", None)
+        return bool(exists(host, path)) if callable(exists) else True
+
+    def resume_vms(self, lease: Lease, rr: Reservation) -> None:
+        for vnode, host in sorted(rr.nodes.items()):
+            name = vm_name(lease.id, vnode)
+            path = self._image_path(lease, rr, vnode, host)
+            try:
+                report = self.driver.resume(name, path, host)
+            except HostUnreachable as exc:
+                raise self._error(lease.id, "resume", name, vnode, host, exc, path=path, rr=rr) from exc
+            except DriverError as exc:
+                info = self._info(name, host)
+                if info is not None and info.state in ACTIVE_STATES:
+                    self._skipped(lease.id, "resume", name, vnode, host, f"already {info.state} on {host}")
+                    continue
+                problem: DriverError | str = exc
+                if isinstance(exc, VMAlreadyExists):
+                    elsewhere = self._where(name)
+                    if elsewhere is not None and elsewhere != host:
+                        problem = f"already running on {elsewhere}"
+                raise self._error(lease.id, "resume", name, vnode, host, problem, path=path, rr=rr) from exc
+            self._enacted(lease.id, vnode, report, rr=rr, path=path)
+
+    def migrate_images(self, lease: Lease, rr: Reservation) -> None:
+        for vnode, (src, dst) in sorted(rr.transfers.items()):
+            name = vm_name(lease.id, vnode)
+            path = self.state_path(lease.id, vnode, src)
+            try:
+                report = self.driver.move_state(path, src, dst)
+            except DriverError as exc:
+                raise self._error(lease.id, "move_state", name, vnode, src, exc, path=path, src=src,
+                                  dst=dst, rr=rr) from exc
+            self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst)
+
+    def live_migrate(self, lease: Lease, rr: Reservation) -> None:
+        """Move each VM of the live-migration reservation to its destination, one after the other, with
+        the planned maximum downtime and bandwidth. A migration still running at the reservation's
+        `abort_at` (the last moment that leaves time for the fallback) is aborted: the VM stays on its
+        source and the scheduler falls back. A VM already on its destination is skipped."""
+        extra = rr.extra
+        predicted = extra.get("predicted", {})
+        abort_at = parse_time(extra["abort_at"], "abort_at") if extra.get("abort_at") else None
+        for vnode, (src, dst) in sorted(rr.transfers.items()):
+            name = vm_name(lease.id, vnode)
+            guess = predicted.get(str(vnode), {})
+            expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
+                        "predicted_downtime_ms": guess.get("downtime_ms")}
+            now = self._now() if self._now is not None else rr.start
+            timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
+            if timeout <= 0:
+                raise self._error(lease.id, "migrate", name, vnode, src,
+                                  f"no time left: the fallback had to start by {iso(abort_at)}", **expected, rr=rr)
+            try:
+                report = self.driver.migrate(name, dst, max_downtime_ms=float(extra.get("max_downtime_ms", 300.0)),
+                                             bandwidth_mib_s=extra.get("bandwidth_mib_s"), timeout_s=timeout,
+                                             on_timeout="abort")
+            except DriverError as exc:
+                if self._where(name) == dst:
+                    self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}")
+                    continue
+                measured = getattr(exc, "report", None)
+                details = {"outcome": getattr(measured, "outcome", "failed"),
+                           "total_seconds": getattr(measured, "total_seconds", None)}
+                error = self._error(lease.id, "migrate", name, vnode, src, exc, **expected, **details, rr=rr)
+                if self._now is not None:
+                    error.at = self._now()   # when it gave up: the fallback is planned from then
+                raise error from exc
+            self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
+                                                           report.bytes_transferred), rr=rr, **expected,
+                          total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
+                          iterations=report.iterations, outcome=report.outcome)
+
+    # -- reconciliation ------------------------------------------------------------------------------------
+    def running_vms(self, lease: Lease) -> dict[int, str | None]:
+        """vnode -> host it really runs (or is paused) on, None when it does not run on its hosts.
+
+        The hosts asked are those of the lease's open VM reservations. Raises `UnreachableHosts` when one of
+        them cannot be asked: a VM there is neither known to run nor known to be gone."""
+        # while a lease is being evacuated its VMs may be on the old hosts or the new ones
+        hosts = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
+        wanted = {vm_name(lease.id, v): v for v in range(lease.numnodes)}
+        found: dict[int, str | None] = {v: None for v in range(lease.numnodes)}
+        unreachable: dict[str, str] = {}
+        for host in sorted(hosts):
+            try:
+                infos = self.driver.list_vms(host)
+            except DriverError as exc:
+                unreachable[host] = _one_line(str(exc))
+                continue
+            for info in infos:
+                vnode = wanted.get(info.name)
+                if vnode is not None and info.state in ACTIVE_STATES:
+                    found[vnode] = host
+        if unreachable:
+            hosts = sorted(unreachable)
+            raise UnreachableHosts(
+                f"lease {lease.id}: cannot tell which VMs run: "
+                + "; ".join(f"{h}: {unreachable[h]}" for h in hosts), hosts)
+        return found
+
+    def unknown_domains(self, known_names: Iterable[str]) -> list[tuple[str, str]]:
+        """(host, name) of every domain named lw-* that no lease accounts for; reported, never touched.
+        Hosts that cannot be asked are skipped (and logged)."""
+        known = set(known_names)
+        strays = []
+        for host in self.driver.hosts():
+            try:
+                infos = self.driver.list_vms(host)
+            except DriverError as exc:
+                log.warning("cannot look for unknown domains on %s: %s", host, exc)
+                continue
+            strays.extend((host, i.name) for i in infos if i.name.startswith(VM_PREFIX) and i.name not in known)
+        return sorted(strays)

@@ -1,0 +1,160 @@
+"""The cluster as the commands and the daemon see it: the lease scheduler over what the store holds.
+
+Every operation is: open a write transaction on the store, rebuild the scheduler from it (hosts, leases,
+their unfinished reservations), apply the operation, write back what changed, commit. Two processes
+doing this at once are serialised by SQLite's write lock, so nothing is double-booked; one that waits
+longer than the store's busy timeout is told to retry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from orchestrator.model.config import Config
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.reservations import Reservation
+from orchestrator.model.states import FINAL_STATES, LeaseState
+from orchestrator.model.timeutil import UTC, iso
+from orchestrator.planning.enactment import Enactor
+from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
+from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
+from orchestrator.state.store import Store, reservation_detail
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: every state but the final ones
+LIVE_STATES = tuple(s for s in LeaseState if s not in FINAL_STATES)
+
+
+class Cluster:
+    def __init__(self, store: Store, config: Config, enactor: Enactor | None = None, live_only: bool = False):
+        """`live_only`: leave finished leases in the store (the daemon's steps never change them, and a
+        long history would otherwise be read at every step)."""
+        self.store = store
+        self.config = config
+        hosts = store.hosts()
+        self.hosts = {h.name: h for h in hosts}
+        self.table = SlotTable([(h.name, h.capacity) for h in hosts])
+        self.table.skip_ids(store.max_reservation_id())
+        # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
+        self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
+        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor)
+        leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
+        self._live = {l.id for l in leases if not l.is_final}
+        self._workload_ids = store.workload_ids()
+        self.scheduler.restore(leases, future=store.get_meta("future_leases", []) or [],
+                               counters=store.get_meta("counters", {}) or {})
+        for host in hosts:
+            if not host.available:   # drained: nothing may be planned there from then on
+                self.scheduler.block_host(host.name, host.unavailable_from or _EPOCH)
+        self._seen = {l.id: len(l.history) for l in leases}
+        self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
+
+    # -- operations ---------------------------------------------------------------------------------------
+    def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
+        """Admit and schedule a request at once: the lease comes back scheduled, queued or rejected."""
+        lease_id = self.store.next_lease_id()
+        lease = self.scheduler.submit(request, now, lease_id=lease_id)
+        self._live.add(lease.id)
+        if workload_id is not None:
+            self._workload_ids[lease.id] = workload_id
+        self.store.append_event(now, "submitted", lease.id, type=lease.type.value, nodes=lease.numnodes,
+                                duration_s=request.duration.total_seconds())
+        self.scheduler.schedule(now)
+        return lease
+
+    def cancel(self, lease_id: int, now: datetime) -> Lease:
+        lease = self.scheduler.cancel(lease_id, now)
+        self.scheduler.schedule(now)
+        return lease
+
+    def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
+        lease = self.scheduler.extend(lease_id, by, now)
+        self.store.append_event(now, "extended", lease_id, by_s=by.total_seconds())
+        return lease
+
+    def lease(self, lease_id: int) -> Lease:
+        return self.scheduler.lease(lease_id)
+
+    def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
+        """Plan the host empty by `by` (live migrations, else suspensions, else requeues) and mark it
+        unavailable from then on."""
+        plan = self.scheduler.drain(host, by, now)
+        self.store.set_host_available(host, False, since=plan.unavailable_from)
+        self.hosts[host] = self.store.host(host)
+        self.store.append_event(now, "drained", None, host=host, unavailable_from=iso(plan.unavailable_from),
+                                leases={str(i): what for i, what in plan.leases.items()})
+        self.scheduler.schedule(now)
+        return plan
+
+    def undrain(self, host: str, now: datetime) -> None:
+        """Make a drained host available again; queued leases may use it at once."""
+        self.scheduler.undrain(host, now)
+        self.store.set_host_available(host, True)
+        self.hosts[host] = self.store.host(host)
+        self.store.append_event(now, "undrained", None, host=host)
+        self.scheduler.schedule(now)
+
+    def workload_id(self, lease: Lease) -> str | None:
+        return self._workload_ids.get(lease.id)
+
+    # -- persistence --------------------------------------------------------------------------------------
+    def save(self, now: datetime) -> None:
+        """Write back every lease that may have changed, and log what changed in its plan and state."""
+        for lease_id in sorted(self._live):
+            lease = self.scheduler.leases[lease_id]
+            seen = self._seen.get(lease_id, 0)
+            for at, state in lease.history[seen:]:
+                self.store.append_event(at, "state", lease_id, state=state.value,
+                                        **({"reason": lease.reason} if lease.reason and lease.is_final else {}))
+            plan = _plan_of(lease)
+            if plan and plan != self._planned.get(lease_id):
+                # a new plan, or one changed without a state change (an AR cutting a running lease short)
+                self.store.append_event(now, "planned", lease_id,
+                                        reservations=[reservation_detail(rr) for rr in _current_parts(lease)])
+            self.store.save_lease(lease, self._workload_ids.get(lease_id))
+            self._seen[lease_id] = len(lease.history)
+            self._planned[lease_id] = plan
+        self.store.set_meta("future_leases", sorted(self.scheduler.vm.future_leases))
+        self.store.set_meta("counters", dict(self.scheduler.counters))
+
+    def plan(self, start: datetime | None = None, end: datetime | None = None) -> list[tuple[Lease, Reservation]]:
+        """Every reservation of every lease meeting [start, end), in time order."""
+        out = []
+        for lease in self.scheduler.leases.values():
+            for vm in lease.reservations:
+                for rr in vm.all_parts():
+                    if (end is None or rr.start < end) and (start is None or rr.end > start or rr.end == rr.start >= start):
+                        out.append((lease, rr))
+        out.sort(key=lambda pair: (pair[1].start, pair[0].id, pair[1].id))
+        return out
+
+
+def _current_parts(lease: Lease) -> list[Reservation]:
+    """The reservations of the lease's current plan: its open VM reservations (two while it is being
+    evacuated), else its last one, with their overheads."""
+    return [rr for vm in (lease.open_vms() or lease.reservations[-1:]) for rr in vm.all_parts()]
+
+
+def _plan_of(lease: Lease) -> tuple:
+    """What the lease's current plan says (kinds, times, hosts), to notice that it changed."""
+    return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in _current_parts(lease))
+
+
+def check_hosts_can_hold(cluster: Cluster, request: LeaseRequest) -> None:
+    """Refuse, naming the field, a request no host could ever hold (rather than queue it forever)."""
+    if not cluster.hosts:
+        raise InvalidRequest("hosts", "no hosts: add one with `leasewise host add` or `leasewise host import`")
+    largest = cluster.table.largest_capacity()
+    for i, node in enumerate(request.nodes):
+        for field in ("cpu", "memory"):
+            if getattr(node, field) > getattr(largest, field) + 1e-9:
+                unit = "vCPUs" if field == "cpu" else "MiB"
+                asked = node.vcpus if field == "cpu" else node.memory
+                most = largest.vcpus if field == "cpu" else largest.memory
+                raise InvalidRequest(f"nodes[{i}].{'cpus' if field == 'cpu' else 'memory'}",
+                                     f"{asked:g} {unit} is more than any host has ({most:g} {unit})")
+    if request.numnodes > len(cluster.hosts) * max(1, int(largest.cpu // max(request.nodes[0].cpu, 1))):
+        raise InvalidRequest("nodes", f"{request.numnodes} nodes cannot fit on {len(cluster.hosts)} hosts")

@@ -1,0 +1,830 @@
+"""The SQLite store shared by the daemon and every CLI command: hosts, leases, their plans, an event log.
+
+One database file (`default_store_path()`, or whatever the caller passes) opened by each process with its
+own `Store` (no module-level connection). It runs in WAL mode, so readers never block the writer, with a
+busy timeout, so two processes writing at once wait for each other instead of failing with "database is
+locked"; the file is kept at mode 0600 because it names hosts, users and SSH key paths.
+
+Every write runs inside `Store.transaction()` (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception):
+a crash between two writes leaves the previous consistent state. Reads that span several queries run in
+one read transaction, so they see one snapshot even while another process commits.
+
+Schema changes are migrations: `MIGRATIONS[i]` moves a database from version i to i + 1 (PRAGMA
+user_version). Opening an older database migrates it forward in one transaction; a database newer than
+this code is refused.
+
+Times are stored as fixed-width ISO 8601 UTC text (`2026-01-01T13:00:00.000000Z`, so text order is time
+order) and read back as aware UTC datetimes; durations as float seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from drivers.inventory import HostConfig
+from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.reservations import (
+    Reservation,
+    ReservationKind,
+    ReservationState,
+)
+from orchestrator.model.resources import Resources
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC, as_utc, iso, parse_time
+
+log = logging.getLogger(__name__)
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+BUSY_TIMEOUT_S = 5.0
+#: PRAGMA application_id of a leasewise state database ("LWST"), so another program's file is refused
+APPLICATION_ID = 0x4C575354
+
+
+class StoreError(LeasewiseError):
+    """The state database cannot be opened, is too new, or a write names a missing / duplicate thing."""
+
+
+# -- paths ---------------------------------------------------------------------------------------------------
+def default_store_path(env: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_DATA_HOME/leasewise/state.sqlite`, else `~/.local/share/leasewise/state.sqlite`.
+
+    A relative XDG_DATA_HOME is ignored, as the XDG base directory spec says."""
+    environ = os.environ if env is None else env
+    base = environ.get("XDG_DATA_HOME", "")
+    if not base or not os.path.isabs(base):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = os.path.join(home, ".local", "share")
+    return Path(base) / "leasewise" / "state.sqlite"
+
+
+def _tighten_modes(path: Path) -> None:
+    """Mode 0600 on the database and its WAL files, by path (never opening them)."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            if stat.S_IMODE(file.stat().st_mode) != FILE_MODE:
+                os.chmod(file, FILE_MODE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{file}: cannot set mode 600 ({exc.strerror or exc})") from None
+
+
+def _secure_file(path: Path) -> None:
+    """Create `path` with mode 0600 before SQLite touches it; tighten an existing file (and its WAL files)."""
+    if not path.parent.exists():
+        os.makedirs(path.parent, mode=DIR_MODE, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot open the state database ({exc.strerror or exc})") from None
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode != FILE_MODE:
+            if mode & 0o077:
+                log.warning("%s: mode was %o, set to 600", path, mode)
+            os.fchmod(fd, FILE_MODE)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot set mode 600 on the state database ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        try:
+            if stat.S_IMODE(side.stat().st_mode) != FILE_MODE:
+                os.chmod(side, FILE_MODE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"{side}: cannot set mode 600 ({exc.strerror or exc})") from None
+
+
+# -- encoding ------------------------------------------------------------------------------------------------
+def _t(value: datetime | None) -> str | None:
+    """Fixed-width ISO 8601 UTC text: always microseconds, so comparing the text compares the times."""
+    if value is None:
+        return None
+    return as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dt(text: str | None) -> datetime | None:
+    return None if text is None else parse_time(text)
+
+
+def _secs(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _td(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def _res(r: Resources) -> dict[str, float]:
+    return dict(r._asdict())
+
+
+def _unres(d: Mapping[str, float]) -> Resources:
+    return Resources(**d)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    """Event details may carry times, durations, enums and sets; everything else must be plain JSON."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def reservation_detail(rr: Reservation) -> dict[str, Any]:
+    """A reservation as plain JSON data (the encoding of the reservations table), e.g. for a "planned" event."""
+    return {
+        "id": rr.id,
+        "lease_id": rr.lease_id,
+        "kind": rr.kind.value,
+        "start": iso(rr.start),
+        "end": iso(rr.end),
+        "state": rr.state.value,
+        "resources": {h: _res(r) for h, r in rr.resources.items()},
+        "nodes": {str(v): h for v, h in rr.nodes.items()},
+        "transfers": {str(v): list(t) for v, t in rr.transfers.items()},
+        **({"continues": True} if rr.continues else {}),
+        **({"extra": rr.extra} if rr.extra else {}),
+    }
+
+
+# -- schema --------------------------------------------------------------------------------------------------
+Migration = Sequence[str] | Callable[[sqlite3.Connection], None]
+
+_V1 = (
+    """CREATE TABLE hosts (
+        name TEXT PRIMARY KEY,
+        uri TEXT NOT NULL,
+        domain_type TEXT NOT NULL,
+        ssh TEXT,
+        ssh_key TEXT,
+        known_hosts TEXT,
+        migration_uri TEXT,
+        state_dir TEXT NOT NULL,
+        shared_storage TEXT NOT NULL DEFAULT '[]',        -- JSON list of path prefixes
+        vcpus INTEGER NOT NULL CHECK (vcpus > 0),
+        memory_mib INTEGER NOT NULL CHECK (memory_mib > 0),
+        available INTEGER NOT NULL DEFAULT 1 CHECK (available IN (0, 1)),
+        added_at TEXT NOT NULL
+    )""",
+    """CREATE TABLE leases (
+        id INTEGER PRIMARY KEY,
+        workload_id TEXT,                                 -- the id the submitter knows it by (LWF id, ...)
+        name TEXT NOT NULL DEFAULT '',
+        user TEXT NOT NULL DEFAULT '',
+        type TEXT NOT NULL,
+        state TEXT NOT NULL,
+        preemptible INTEGER NOT NULL CHECK (preemptible IN (0, 1)),
+        nodes TEXT NOT NULL,                              -- JSON list of resource dicts, one per vnode
+        duration_s REAL NOT NULL,
+        start TEXT,                                       -- requested start (advance reservations)
+        submit_time TEXT NOT NULL,
+        image TEXT,                                       -- JSON VMImage or NULL
+        dirty_rate REAL,
+        accumulated_s REAL NOT NULL DEFAULT 0,
+        reason TEXT NOT NULL DEFAULT '',
+        suspensions INTEGER NOT NULL DEFAULT 0,
+        migrations INTEGER NOT NULL DEFAULT 0,
+        requeues INTEGER NOT NULL DEFAULT 0,
+        start_time TEXT,
+        end_time TEXT
+    )""",
+    "CREATE INDEX leases_state ON leases (state)",
+    "CREATE INDEX leases_user ON leases (user)",
+    """CREATE TABLE lease_states (
+        lease_id INTEGER NOT NULL REFERENCES leases (id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,                             -- index in Lease.history
+        time TEXT NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (lease_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE reservations (
+        id INTEGER PRIMARY KEY,                           -- Reservation.id (assigned by the slot table)
+        lease_id INTEGER NOT NULL REFERENCES leases (id) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        start TEXT NOT NULL,
+        "end" TEXT NOT NULL,
+        state TEXT NOT NULL,
+        resources TEXT NOT NULL,                          -- JSON host -> resource dict
+        nodes TEXT NOT NULL,                              -- JSON vnode -> host
+        transfers TEXT NOT NULL,                          -- JSON vnode -> [source, destination]
+        vm_id INTEGER REFERENCES reservations (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+        position INTEGER NOT NULL                         -- order among the lease's parts
+    )""",
+    "CREATE INDEX reservations_lease ON reservations (lease_id, position)",
+    "CREATE INDEX reservations_vm ON reservations (vm_id)",
+    """CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time TEXT NOT NULL,
+        lease_id INTEGER,                                 -- no foreign key: the log outlives what it mentions
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '{}'
+    )""",
+    "CREATE INDEX events_lease ON events (lease_id, id)",
+    "CREATE INDEX events_time ON events (time)",
+    """CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL                               -- JSON
+    )""",
+    "INSERT INTO meta (key, value) VALUES ('next_lease_id', '1')",
+)
+
+_V2 = (
+    # simulation-only fields, stored so a round trip through the store is exact
+    "ALTER TABLE leases ADD COLUMN real_duration_s REAL",
+    "ALTER TABLE reservations ADD COLUMN premature_end TEXT",
+    # the history and the event log are append-only
+    """CREATE TRIGGER lease_states_append_only BEFORE UPDATE ON lease_states
+       BEGIN SELECT RAISE(ABORT, 'lease_states is append-only'); END""",
+    """CREATE TRIGGER events_append_only BEFORE UPDATE ON events
+       BEGIN SELECT RAISE(ABORT, 'events is append-only'); END""",
+)
+
+#: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
+#: Each is a list of SQL statements or a function of the connection; all run inside one transaction
+#: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
+_V3 = (
+    # live migration as a planning move: continuation VM reservations and a migration's predictions
+    "ALTER TABLE reservations ADD COLUMN continues INTEGER NOT NULL DEFAULT 0 CHECK (continues IN (0, 1))",
+    "ALTER TABLE reservations ADD COLUMN extra TEXT NOT NULL DEFAULT '{}'",   # JSON
+    # a drained host is unavailable from this time on (NULL: from whenever it was marked unavailable)
+    "ALTER TABLE hosts ADD COLUMN unavailable_from TEXT",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def apply_migrations(conn: sqlite3.Connection, upto: int = SCHEMA_VERSION) -> int:
+    """Bring the database on `conn` (autocommit mode) to version `upto`; returns the version it had.
+
+    Runs in one BEGIN IMMEDIATE transaction, reading the version again once the write lock is held, so two
+    processes opening an old database at once migrate it once."""
+    current = _check_version(conn)
+    if current >= upto:   # the usual case: no write lock needed just to open
+        return current
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = _check_version(conn)
+        for version in range(current, upto):
+            migration = MIGRATIONS[version]
+            if callable(migration):
+                migration(conn)
+            else:
+                for statement in migration:
+                    conn.execute(statement)
+        if upto > current:
+            conn.execute(f"PRAGMA user_version = {int(upto)}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+        return current
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _check_version(conn: sqlite3.Connection) -> int:
+    """The schema version, after refusing another program's database and one newer than this code."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id not in (0, APPLICATION_ID):
+        raise StoreError(f"not a leasewise state database (application_id {app_id:#x})")
+    if current == 0:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
+        if tables:
+            raise StoreError("not a leasewise state database (it has tables but no schema version)")
+    if current > SCHEMA_VERSION:
+        raise StoreError(f"database schema version {current} is newer than this leasewise supports "
+                         f"({SCHEMA_VERSION}); upgrade leasewise")
+    return current
+
+
+# -- records -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HostRecord:
+    """A host as the store knows it: how to reach it, its capacity, and whether leases may use it."""
+
+    config: HostConfig
+    vcpus: int
+    memory_mib: int
+    available: bool
+    added_at: datetime
+    unavailable_from: datetime | None = None     # a drained host: leases may not use it from then on
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def capacity(self) -> Resources:
+        return Resources.of(self.vcpus, self.memory_mib)
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    time: datetime
+    kind: str
+    lease_id: int | None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+_HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
+                 "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from")
+#: the columns that hold the (immutable) request: a lease saved again must not change them
+_REQUEST_COLUMNS = ("name", "user", "type", "preemptible", "nodes", "duration_s", "start", "submit_time", "image",
+                    "dirty_rate", "real_duration_s")
+_STATE_COLUMNS = ("state", "accumulated_s", "reason", "suspensions", "migrations", "requeues", "start_time",
+                  "end_time")
+_LEASE_COLUMNS = ("id", "workload_id") + _REQUEST_COLUMNS + _STATE_COLUMNS
+_RR_COLUMNS = ("id", "lease_id", "kind", "start", "end", "state", "resources", "nodes", "transfers", "vm_id",
+               "position", "premature_end", "continues", "extra")
+
+
+def _q(column: str) -> str:
+    return f'"{column}"'
+
+
+def _capacity(value: object, what: str, host: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise StoreError(f"host {host!r}: {what} must be a positive integer (got {value!r})")
+    return value
+
+
+# -- the store -----------------------------------------------------------------------------------------------
+class Store:
+    """One process's connection to the state database. Not thread-safe: one Store per thread."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path):
+        self._conn = conn
+        self.path = path
+        self._savepoints = 0
+
+    # -- opening -------------------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S) -> "Store":
+        """Open (creating it with mode 0600, and migrating it) the database at `path`, by default
+        `default_store_path()`. Raises `StoreError` with a one-line message naming the file."""
+        path = Path(path) if path is not None else default_store_path()
+        _secure_file(path)
+        try:
+            conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: cannot open the state database ({exc})") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            _check_version(conn)   # before changing anything in a file that may not be ours
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"WAL journal mode is not available (got {mode}); is it on a network filesystem?")
+            conn.execute("PRAGMA foreign_keys = ON")
+            apply_migrations(conn)
+        except StoreError as exc:
+            conn.close()
+            raise StoreError(f"{path}: {exc}") from None
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"{path}: cannot open the state database ({_sqlite_message(exc)})") from None
+        # the -wal / -shm files SQLite just created. By path only: opening and closing a descriptor on
+        # the database here would drop every POSIX lock this process holds on it (fcntl locks belong to
+        # the process, not the descriptor), and another process could then reset the WAL under us
+        _tighten_modes(path)
+        return cls(conn, path)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def schema_version(self) -> int:
+        return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits to the database (PRAGMA data_version).
+
+        Cheap (no I/O beyond the WAL index): the daemon compares it with the value it saw last to learn
+        that a CLI command changed something. Commits made through this Store do not change it."""
+        return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    # -- transactions ------------------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """BEGIN IMMEDIATE ... COMMIT; ROLLBACK if the block raises. Nested use is a savepoint."""
+        conn = self._conn
+        if conn.in_transaction:
+            self._savepoints += 1
+            name = f"leasewise_sp{self._savepoints}"
+            conn.execute(f"SAVEPOINT {name}")
+            try:
+                yield self
+            except BaseException:
+                conn.execute(f"ROLLBACK TO {name}")
+                conn.execute(f"RELEASE {name}")
+                raise
+            conn.execute(f"RELEASE {name}")
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._busy(exc) from None
+        try:
+            yield self
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise self._busy(exc) from None
+
+    @contextmanager
+    def snapshot(self) -> Iterator["Store"]:
+        """A read-only view: every query inside sees one snapshot, and writers are not blocked."""
+        with self._read():
+            yield self
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """Several queries seeing one snapshot (a deferred read transaction unless one is open already)."""
+        conn = self._conn
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def _busy(self, exc: sqlite3.OperationalError) -> Exception:
+        message = _sqlite_message(exc)
+        if "locked" in message or "busy" in message:
+            return StoreError(f"{self.path}: the state database stayed busy (another leasewise process is "
+                              f"writing to it): {message}")
+        return exc
+
+    # -- meta --------------------------------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.transaction():
+            self._conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                               "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, _json(value)))
+
+    def next_lease_id(self) -> int:
+        """Allocate a lease id no other process gets: one UPDATE ... RETURNING under the write lock, never
+        below an id already stored."""
+        sql = ("UPDATE meta SET value = max(CAST(value AS INTEGER), "
+               "(SELECT coalesce(max(id), 0) + 1 FROM leases)) + 1 "
+               "WHERE key = 'next_lease_id' RETURNING CAST(value AS INTEGER) - 1")
+        with self.transaction():
+            rows = self._conn.execute(sql).fetchall()
+            if not rows:   # the row was deleted by hand: start again from the stored leases
+                self._conn.execute("INSERT INTO meta (key, value) VALUES ('next_lease_id', '1')")
+                rows = self._conn.execute(sql).fetchall()
+        return int(rows[0][0])
+
+    def max_reservation_id(self) -> int:
+        """The largest reservation id stored: a new slot table must hand out ids above it."""
+        return self._conn.execute("SELECT coalesce(max(id), 0) FROM reservations").fetchone()[0]
+
+    # -- hosts ----------------------------------------------------------------------------------------------------
+    def add_host(self, config: HostConfig, vcpus: int, memory_mib: int, *, available: bool = True,
+                 at: datetime | None = None) -> HostRecord:
+        name = config.name
+        record = HostRecord(config=config, vcpus=_capacity(vcpus, "vcpus", name),
+                            memory_mib=_capacity(memory_mib, "memory_mib", name), available=bool(available),
+                            added_at=as_utc(at, "added_at") if at is not None else datetime.now(UTC))
+        values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
+                  config.migration_uri, config.state_dir, _json(list(config.shared_storage)), record.vcpus,
+                  record.memory_mib, int(record.available), _t(record.added_at), None)
+        with self.transaction():
+            try:
+                self._conn.execute(f"INSERT INTO hosts ({', '.join(_HOST_COLUMNS)}) "
+                                   f"VALUES ({', '.join('?' * len(_HOST_COLUMNS))})", values)
+            except sqlite3.IntegrityError:
+                raise StoreError(f"host {name!r} already exists") from None
+        return record
+
+    def _update_host(self, name: str, sql: str, params: tuple) -> None:
+        with self.transaction():
+            if self._conn.execute(f"UPDATE hosts SET {sql} WHERE name = ?", (*params, name)).rowcount == 0:
+                raise StoreError(f"no host named {name!r}")
+
+    def update_host_capacity(self, name: str, vcpus: int, memory_mib: int) -> None:
+        self._update_host(name, "vcpus = ?, memory_mib = ?",
+                          (_capacity(vcpus, "vcpus", name), _capacity(memory_mib, "memory_mib", name)))
+
+    def set_host_available(self, name: str, available: bool, since: datetime | None = None) -> None:
+        """Mark a host (un)available to leases; `since`: from when (a drain), kept until it is available again."""
+        since = as_utc(since, "since") if since is not None and not available else None
+        self._update_host(name, "available = ?, unavailable_from = ?", (int(bool(available)), _t(since)))
+
+    def remove_host(self, name: str) -> None:
+        """Forget a host. Does not look at reservations: the caller refuses to remove a host in use."""
+        with self.transaction():
+            if self._conn.execute("DELETE FROM hosts WHERE name = ?", (name,)).rowcount == 0:
+                raise StoreError(f"no host named {name!r}")
+
+    def hosts(self) -> list[HostRecord]:
+        """Every host, in the order they were added."""
+        rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
+        return [self._host(row) for row in rows]
+
+    def host(self, name: str) -> HostRecord:
+        row = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise StoreError(f"no host named {name!r}")
+        return self._host(row)
+
+    def _host(self, row: tuple) -> HostRecord:
+        (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
+         available, added_at, unavailable_from) = row
+        try:
+            config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
+                                known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
+                                shared_storage=tuple(json.loads(shared)))
+        except LeasewiseError as exc:
+            raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None
+        return HostRecord(config=config, vcpus=vcpus, memory_mib=memory, available=bool(available),
+                          added_at=_dt(added_at), unavailable_from=_dt(unavailable_from))
+
+    # -- leases ---------------------------------------------------------------------------------------------------
+    def save_lease(self, lease: Lease, workload_id: str | None = None) -> None:
+        """Write the lease, append its history entries not stored yet, and replace its reservations with
+        its current plan. `workload_id` None keeps the one stored before."""
+        req = lease.request
+        request_values = (
+            req.name, req.user, req.type.value, int(req.preemptible), _json([_res(n) for n in req.nodes]),
+            _secs(req.duration), _t(req.start), _t(req.submit_time),
+            None if req.image is None else _json(_image_dict(req.image)),
+            req.dirty_rate_mib_s, _secs(req.real_duration),
+        )
+        state_values = (
+            lease.state.value, _secs(lease.accumulated), lease.reason, lease.suspensions, lease.migrations,
+            lease.requeues, _t(lease.start_time), _t(lease.end_time),
+        )
+        conn = self._conn
+        with self.transaction():
+            stored = conn.execute(f"SELECT {', '.join(map(_q, _REQUEST_COLUMNS))} FROM leases WHERE id = ?",
+                                  (lease.id,)).fetchone()
+            if stored is None:
+                conn.execute(f"INSERT INTO leases ({', '.join(map(_q, _LEASE_COLUMNS))}) "
+                             f"VALUES ({', '.join('?' * len(_LEASE_COLUMNS))})",
+                             (lease.id, workload_id, *request_values, *state_values))
+            else:
+                # the duration may grow (`lease extend`); anything else differing means an id clash
+                changed = [c for c, a, b in zip(_REQUEST_COLUMNS, stored, request_values)
+                           if c != "duration_s"
+                           and (json.loads(a) if c in ("nodes", "image") and a else a)
+                           != (json.loads(b) if c in ("nodes", "image") and b else b)]
+                if changed:
+                    raise StoreError(f"lease {lease.id} is already stored with a different request "
+                                     f"({', '.join(changed)} differ): two leases were given the same id")
+                conn.execute(f"UPDATE leases SET workload_id = coalesce(?, workload_id), duration_s = ?, "
+                             f"{', '.join(f'{_q(c)} = ?' for c in _STATE_COLUMNS)} WHERE id = ?",
+                             (workload_id, _secs(req.duration), *state_values, lease.id))
+            self._append_history(lease)
+            self._replace_reservations(lease)
+
+    def _append_history(self, lease: Lease) -> None:
+        conn = self._conn
+        count, = conn.execute("SELECT count(*) FROM lease_states WHERE lease_id = ?", (lease.id,)).fetchone()
+        history = lease.history
+        if count > len(history):
+            raise StoreError(f"lease {lease.id}: the store has {count} history entries, this copy only "
+                             f"{len(history)} (another process saved a newer version)")
+        if count:
+            last = conn.execute("SELECT time, state FROM lease_states WHERE lease_id = ? AND seq = ?",
+                                (lease.id, count - 1)).fetchone()
+            at, state = history[count - 1]
+            if last != (_t(at), state.value):
+                raise StoreError(f"lease {lease.id}: history entry {count - 1} differs from the stored one "
+                                 f"({last[1]} at {last[0]} stored, {state.value} at {_t(at)} here)")
+        conn.executemany("INSERT INTO lease_states (lease_id, seq, time, state) VALUES (?, ?, ?, ?)",
+                         [(lease.id, seq, _t(at), state.value)
+                          for seq, (at, state) in enumerate(history[count:], start=count)])
+
+    def _replace_reservations(self, lease: Lease) -> None:
+        conn = self._conn
+        rows = []
+        position = 0
+        seen: set[int] = set()
+        for vm in lease.reservations:
+            for part in vm.all_parts():
+                if not part.id:
+                    raise StoreError(f"lease {lease.id}: a {part.kind.value} reservation has no id "
+                                     f"(it never went through the slot table)")
+                if part.id in seen:
+                    raise StoreError(f"lease {lease.id}: reservation id {part.id} appears twice in its plan")
+                if part.lease_id != lease.id:
+                    raise StoreError(f"lease {lease.id}: reservation {part.id} belongs to lease {part.lease_id}")
+                seen.add(part.id)
+                rows.append((part.id, lease.id, part.kind.value, _t(part.start), _t(part.end), part.state.value,
+                             _json({h: _res(r) for h, r in part.resources.items()}),
+                             _json({str(v): h for v, h in part.nodes.items()}),
+                             _json({str(v): list(t) for v, t in part.transfers.items()}),
+                             None if part is vm else vm.id, position, _t(part.premature_end),
+                             int(part.continues), _json(part.extra)))
+                position += 1
+        conn.execute("DELETE FROM reservations WHERE lease_id = ?", (lease.id,))
+        try:
+            conn.executemany(f"INSERT INTO reservations ({', '.join(map(_q, _RR_COLUMNS))}) "
+                             f"VALUES ({', '.join('?' * len(_RR_COLUMNS))})", rows)
+        except sqlite3.IntegrityError:
+            clash = conn.execute(
+                f"SELECT id, lease_id FROM reservations WHERE lease_id != ? AND id IN "
+                f"({', '.join('?' * len(seen))}) LIMIT 1", (lease.id, *seen)).fetchone()
+            if clash is not None:
+                raise StoreError(f"lease {lease.id}: reservation id {clash[0]} is already used by lease "
+                                 f"{clash[1]} (seed the slot table above max_reservation_id())") from None
+            raise
+
+    def load_leases(self) -> list[Lease]:
+        """Every lease, rebuilt with its request, state, history, counters and plan, by id."""
+        return self._load_leases("", ())
+
+    def lease(self, lease_id: int) -> Lease:
+        found = self._load_leases("WHERE id = ?", (lease_id,))
+        if not found:
+            raise StoreError(f"no lease with id {lease_id}")
+        return found[0]
+
+    def leases(self, state: LeaseState | str | Iterable[LeaseState | str] | None = None,
+               user: str | None = None) -> list[Lease]:
+        """Leases in `state` (one or several) and/or of `user`, by id."""
+        clauses, params = [], []
+        if state is not None:
+            states = [state] if isinstance(state, str) else list(state)
+            values = [LeaseState(s).value for s in states]
+            clauses.append(f"state IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+        if user is not None:
+            clauses.append("user = ?")
+            params.append(user)
+        return self._load_leases(f"WHERE {' AND '.join(clauses)}" if clauses else "", tuple(params))
+
+    def workload_ids(self) -> dict[int, str]:
+        """lease id -> the workload id it was saved with (only leases that have one)."""
+        rows = self._conn.execute("SELECT id, workload_id FROM leases WHERE workload_id IS NOT NULL")
+        return {i: w for i, w in rows}
+
+    def _load_leases(self, where: str, params: tuple) -> list[Lease]:
+        select = f"SELECT id FROM leases {where}"
+        with self._read() as conn:
+            lease_rows = conn.execute(f"SELECT {', '.join(map(_q, _LEASE_COLUMNS))} FROM leases {where} "
+                                      f"ORDER BY id", params).fetchall()
+            history_rows = conn.execute(f"SELECT lease_id, time, state FROM lease_states WHERE lease_id IN "
+                                        f"({select}) ORDER BY lease_id, seq", params).fetchall()
+            rr_rows = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
+                                   f"({select}) ORDER BY lease_id, position", params).fetchall()
+        histories: dict[int, list[tuple[datetime, LeaseState]]] = {}
+        for lease_id, at, state in history_rows:
+            histories.setdefault(lease_id, []).append((_dt(at), LeaseState(state)))
+        plans: dict[int, list[tuple]] = {}
+        for row in rr_rows:
+            plans.setdefault(row[1], []).append(row)
+        leases = []
+        for row in lease_rows:
+            lease_id = row[0]
+            try:
+                lease = _lease_from_row(row)
+                lease.history = histories.get(lease_id, [])
+                lease.reservations = _plan_from_rows(plans.get(lease_id, []))
+            except (LeasewiseError, ValueError, KeyError, TypeError) as exc:
+                raise StoreError(f"{self.path}: lease {lease_id} cannot be read back: {exc}") from None
+            leases.append(lease)
+        return leases
+
+    # -- events ---------------------------------------------------------------------------------------------------
+    def append_event(self, time: datetime, kind: str, lease_id: int | None = None, **detail: Any) -> int:
+        """Append to the event log (planned, enacted, failed, driver-report, reconciled, ...); returns its id."""
+        if not isinstance(kind, str) or not kind.strip():
+            raise StoreError(f"event kind must be a non-empty string (got {kind!r})")
+        try:
+            text = _json(detail)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"event {kind!r}: detail is not JSON data ({exc})") from None
+        with self.transaction():
+            cur = self._conn.execute("INSERT INTO events (time, lease_id, kind, detail) VALUES (?, ?, ?, ?)",
+                                     (_t(time), lease_id, kind, text))
+        return cur.lastrowid
+
+    def events(self, lease_id: int | None = None, since: datetime | None = None,
+               after_id: int | None = None) -> list[Event]:
+        """Events in the order they were appended; `since` keeps those at or after a time, `after_id`
+        those appended after the event with that id (for following the log)."""
+        clauses, params = [], []
+        if lease_id is not None:
+            clauses.append("lease_id = ?")
+            params.append(lease_id)
+        if since is not None:
+            clauses.append("time >= ?")
+            params.append(_t(since))
+        if after_id is not None:
+            clauses.append("id > ?")
+            params.append(after_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._conn.execute(f"SELECT id, time, kind, lease_id, detail FROM events {where} ORDER BY id",
+                                  params).fetchall()
+        return [Event(id=i, time=_dt(t), kind=k, lease_id=l, detail=json.loads(d)) for i, t, k, l, d in rows]
+
+
+# -- rebuilding -----------------------------------------------------------------------------------------------
+def _image_dict(image: VMImage) -> dict[str, Any]:
+    return {"disk": image.disk, "size_mib": image.size_mib, "kernel": image.kernel, "initrd": image.initrd,
+            "cmdline": image.cmdline}
+
+
+def _lease_from_row(row: tuple) -> Lease:
+    values = dict(zip(_LEASE_COLUMNS, row))
+    image = values["image"]
+    request = LeaseRequest(
+        type=LeaseType(values["type"]),
+        nodes=tuple(_unres(n) for n in json.loads(values["nodes"])),
+        duration=_td(values["duration_s"]),
+        submit_time=_dt(values["submit_time"]),
+        start=_dt(values["start"]),
+        preemptible=bool(values["preemptible"]),
+        real_duration=_td(values["real_duration_s"]),
+        image=None if image is None else VMImage(**json.loads(image)),
+        user=values["user"],
+        name=values["name"],
+        dirty_rate_mib_s=values["dirty_rate"],
+    )
+    return Lease(
+        id=values["id"], request=request, state=LeaseState(values["state"]),
+        accumulated=_td(values["accumulated_s"]), start_time=_dt(values["start_time"]),
+        end_time=_dt(values["end_time"]), reason=values["reason"], suspensions=values["suspensions"],
+        requeues=values["requeues"], migrations=values["migrations"],
+    )
+
+
+def _plan_from_rows(rows: list[tuple]) -> list[Reservation]:
+    """VM reservations in plan order, each with its pre (parts placed before it) and post (after it) parts."""
+    vms: dict[int, tuple[Reservation, int]] = {}
+    order: list[Reservation] = []
+    parts: list[tuple[Reservation, int, int]] = []
+    for row in rows:
+        v = dict(zip(_RR_COLUMNS, row))
+        rr = Reservation(
+            lease_id=v["lease_id"], kind=ReservationKind(v["kind"]), start=_dt(v["start"]), end=_dt(v["end"]),
+            resources={h: _unres(r) for h, r in json.loads(v["resources"]).items()},
+            nodes={int(k): h for k, h in json.loads(v["nodes"]).items()},
+            transfers={int(k): (t[0], t[1]) for k, t in json.loads(v["transfers"]).items()},
+            state=ReservationState(v["state"]), id=v["id"], premature_end=_dt(v["premature_end"]),
+            continues=bool(v["continues"]), extra=json.loads(v["extra"]),
+        )
+        if v["vm_id"] is None:
+            vms[rr.id] = (rr, v["position"])
+            order.append(rr)
+        else:
+            parts.append((rr, v["vm_id"], v["position"]))
+    for rr, vm_id, position in parts:   # rows come in plan order, so pre and post keep their order
+        if vm_id not in vms:
+            raise ValueError(f"reservation {rr.id} belongs to VM reservation {vm_id}, which is missing")
+        vm, vm_position = vms[vm_id]
+        rr.vm = vm
+        (vm.pre if position < vm_position else vm.post).append(rr)
+    return order
+
+
+def _sqlite_message(exc: sqlite3.Error) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
