@@ -56,7 +56,7 @@ from orchestrator.analysis.calibration import (
 from orchestrator.cli import ErrorLineTyper, app, common, fail
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
-from orchestrator.planning.precopy import predict_precopy
+from orchestrator.runtime.driver_factory import make_driver, simulated_config
 from orchestrator.state.calibrated import (
     CALIBRATION_KEY,
     MIGRATION_SECTION,
@@ -150,22 +150,6 @@ class Setup:
     host_configs: dict = field(default_factory=dict)   # name -> HostConfig (libvirt)
 
 
-def _simulated_config(cfg: Config):
-    """The simulated driver with the configured [scheduling] values as the model's true parameters."""
-    from drivers.simulated import SimulatedDriverConfig
-
-    s = cfg.scheduling
-    return SimulatedDriverConfig(
-        migration_bandwidth_mib_s=s.live_bandwidth,
-        migration_overhead=s.live_migration_overhead,
-        dirty_factor=s.live_migration_dirty_factor,
-        suspend_rate_mib_s=s.suspend_rate,
-        suspend_overhead=s.enactment_overhead,
-        resume_rate_mib_s=s.resume_rate,
-        resume_overhead=s.enactment_overhead,
-    )
-
-
 def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optional[Path],
            state: Optional[Path], cfg: Config) -> Setup:
     """The driver the command runs on, after checking that it manages `hosts`."""
@@ -173,8 +157,6 @@ def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optiona
 
     use_libvirt = not dry_run and (inventory is not None or cfg.daemon.driver == "libvirt")
     if not use_libvirt:
-        from drivers.simulated import SimulatedDriver
-
         if dry_run and inventory is not None:
             raise fail("--inventory: not with --dry-run (a dry run uses the simulated driver)")
         path = common.store_path(state, cfg)
@@ -196,10 +178,9 @@ def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optiona
             if max(sizes) > capacities[host][1]:
                 raise fail(f"--sizes: {max(sizes)} MiB does not fit on host {host} ({capacities[host][1]} MiB)")
         clock = SimulatedClock(common.now())
-        driver = SimulatedDriver(capacities, clock, _simulated_config(cfg), migration_model=predict_precopy)
+        driver = make_driver("simulated", [], capacities=capacities, clock=clock,
+                             simulated=simulated_config(cfg.scheduling, shared_storage=()))
         return Setup(driver, "simulated", lambda s: clock.sleep(timedelta(seconds=s)))
-
-    from drivers.registry import create_driver
 
     if inventory is not None or cfg.daemon.inventory:
         configs = load_inventory(inventory if inventory is not None else Path(cfg.daemon.inventory))
@@ -215,7 +196,7 @@ def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optiona
             raise fail(f"--host: unknown host {host!r} (known: {', '.join(by_name) or 'none'})")
     try:
         # One downtime step: the max downtime stays what the model is given for the whole migration.
-        driver = create_driver("libvirt", hosts=[by_name[h] for h in hosts], downtime_steps=1)
+        driver = make_driver("libvirt", [by_name[h] for h in hosts], downtime_steps=1)
     except (LeasewiseError, DriverError, ValueError) as exc:
         raise fail(str(exc)) from None
     clock = RealClock()

@@ -116,9 +116,9 @@ def _seconds(option: str, text: str) -> float:
 
 # -- asking hosts ------------------------------------------------------------------------------------------
 def _libvirt_host_info(cfg: HostConfig) -> HostInfo:
-    from drivers.registry import create_driver
+    from orchestrator.runtime.driver_factory import make_driver
 
-    driver = create_driver("libvirt", hosts=[cfg], retry_attempts=1)
+    driver = make_driver("libvirt", [cfg], retry_attempts=1)
     try:
         return driver.host_info(cfg.name)
     finally:

@@ -57,7 +57,7 @@ def _check_options(
 def _libvirt_driver(inventory: Optional[Path]):
     """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
     from drivers.inventory import load_inventory
-    from drivers.registry import create_driver
+    from orchestrator.runtime.driver_factory import make_driver
 
     path = resolve_inventory_path(inventory)
     if path is None:
@@ -66,7 +66,7 @@ def _libvirt_driver(inventory: Optional[Path]):
             "(the lab writes deploy/lab/run/inventory.toml)"
         )
     try:
-        return create_driver("libvirt", hosts=load_inventory(path))
+        return make_driver("libvirt", load_inventory(path))
     except (LeasewiseError, DriverError, ValueError) as exc:
         raise fail(str(exc)) from None
 

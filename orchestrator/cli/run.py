@@ -62,9 +62,9 @@ def run(
             if driver_name == "simulated":
                 driver = simulated_driver_for(store, sim_state)
             else:
-                from drivers.libvirt_driver import LibvirtDriver
+                from orchestrator.runtime.driver_factory import make_driver
 
-                driver = LibvirtDriver([h.config for h in store.hosts()])
+                driver = make_driver(driver_name, [h.config for h in store.hosts()])
             clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
             try:

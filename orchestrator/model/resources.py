@@ -13,6 +13,7 @@ import math
 from typing import NamedTuple
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.tolerance import EPSILON
 
 
 class Resources(NamedTuple):
@@ -71,11 +72,11 @@ def scale(a: Resources, k: float) -> Resources:
 def fits(used: Resources, extra: Resources, capacity: Resources) -> bool:
     """True when `used + extra` stays within `capacity` on every resource (with float tolerance)."""
     return (
-        used[0] + extra[0] <= capacity[0] + 1e-9
-        and used[1] + extra[1] <= capacity[1] + 1e-9
-        and used[2] + extra[2] <= capacity[2] + 1e-9
-        and used[3] + extra[3] <= capacity[3] + 1e-9
-        and used[4] + extra[4] <= capacity[4] + 1e-9
+        used[0] + extra[0] <= capacity[0] + EPSILON
+        and used[1] + extra[1] <= capacity[1] + EPSILON
+        and used[2] + extra[2] <= capacity[2] + EPSILON
+        and used[3] + extra[3] <= capacity[3] + EPSILON
+        and used[4] + extra[4] <= capacity[4] + EPSILON
     )
 
 

@@ -6,10 +6,13 @@ import math
 from datetime import datetime, timedelta, timezone
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.tolerance import EPSILON
 
 UTC = timezone.utc
 ZERO = timedelta(0)
 SECOND = timedelta(seconds=1)
+#: later than any plan, yet early enough that adding a lease's length to it cannot overflow a datetime
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def as_utc(value: datetime, field: str = "time") -> datetime:
@@ -45,7 +48,7 @@ def ceil_time(t: datetime) -> datetime:
 
 def ceil_seconds(seconds: float) -> timedelta:
     """Round a duration up to whole seconds, as the planner works in whole seconds."""
-    return timedelta(seconds=math.ceil(seconds - 1e-9))
+    return timedelta(seconds=math.ceil(seconds - EPSILON))
 
 
 def _number(digits: str, field: str, problem: str) -> float:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from orchestrator.model.errors import ConfigError, WorkloadError
 from orchestrator.model.lease import LeaseRequest
 from orchestrator.model.resources import Resources, within
+from orchestrator.model.tolerance import EPSILON
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
@@ -68,7 +69,7 @@ def _node_verdict(node: Resources, hosts: list[tuple[str, Resources]]) -> "bool 
         return True
     for index, name in enumerate(Resources._fields):
         largest = max(capacity[index] for _, capacity in hosts)
-        if node[index] > largest + 1e-9:
+        if node[index] > largest + EPSILON:
             unit = _RES_UNIT[name]
             return name, f"asks {node[index]:g}{unit} but the largest host has {largest:g}{unit}"
     return "", f"({node.describe()}) fits on no single host of the site"

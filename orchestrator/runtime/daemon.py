@@ -29,8 +29,8 @@ from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
-from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
+from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 
@@ -234,13 +234,10 @@ def simulated_driver_for(store: Store, state_file: Path | None):
     """A simulated driver whose hosts are the store's (capacities), kept in `state_file` if given.
 
     It gets its own clock: operations cost it time without moving the daemon's clock."""
-    from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-
-    capacities = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
+    hosts = store.hosts()
     clock = SimulatedClock(fast_clock_start(store, datetime.now().astimezone()))
-    config = SimulatedDriverConfig(shared_storage=("/var/lib/libvirt/images",))
-    return SimulatedDriver.for_hosts(capacities, clock, config=config, state_file=state_file,
-                                     migration_model=predict_precopy)
+    return make_driver("simulated", [h.config for h in hosts], capacities={h.name: (h.vcpus, h.memory_mib) for h in hosts},
+                       clock=clock, state_file=state_file)
 
 
 def lease_summary(lease: Lease) -> str:

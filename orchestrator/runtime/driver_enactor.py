@@ -37,6 +37,7 @@ from orchestrator.model.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import EnactmentError
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ def vm_spec(lease: Lease, vnode: int) -> VMSpec:
     image = lease.request.image
     return VMSpec(
         name=vm_name(lease.id, vnode),
-        vcpus=max(1, math.ceil(node.cpu / 100 - 1e-9)),
-        memory_mib=max(1, math.ceil(node.memory - 1e-9)),
+        vcpus=max(1, math.ceil(node.cpu / 100 - EPSILON)),
+        memory_mib=max(1, math.ceil(node.memory - EPSILON)),
         disk_image=image.disk if image is not None else None,
         kernel=image.kernel if image is not None else None,
         initrd=image.initrd if image is not None else None,

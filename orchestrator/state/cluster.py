@@ -16,6 +16,7 @@ from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import UTC, iso
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
@@ -150,7 +151,7 @@ def check_hosts_can_hold(cluster: Cluster, request: LeaseRequest) -> None:
     largest = cluster.table.largest_capacity()
     for i, node in enumerate(request.nodes):
         for field in ("cpu", "memory"):
-            if getattr(node, field) > getattr(largest, field) + 1e-9:
+            if getattr(node, field) > getattr(largest, field) + EPSILON:
                 unit = "vCPUs" if field == "cpu" else "MiB"
                 asked = node.vcpus if field == "cpu" else node.memory
                 most = largest.vcpus if field == "cpu" else largest.memory

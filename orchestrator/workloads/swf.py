@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.workloads import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,7 +132,7 @@ def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "
             site = _header_site(max_nodes, max_procs, config)
             hosts = configured if configured is not None else site
             if hosts is not None:
-                fitting = [cap for _, cap in hosts if cap[0] + 1e-9 >= node[0] and cap[1] + 1e-9 >= node[1]]
+                fitting = [cap for _, cap in hosts if cap[0] + EPSILON >= node[0] and cap[1] + EPSILON >= node[1]]
                 limit_vms = len(fitting)
             site_known = True
         fields = stripped.split()

@@ -15,17 +15,13 @@ import os
 import re
 import shutil
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-# tests/ has no __init__.py: put it on sys.path so the lab can re-run tests/test_driver_contract.py's suite
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from labkit import (  # noqa: E402
+from tests.lab.labkit import (
     GUEST_BUILD,
     GUEST_DIR,
     INVENTORY,
@@ -118,7 +114,7 @@ def lab(request) -> Lab:
 
 @pytest.fixture(scope="session")
 def lab_inventory_path(lab) -> Path:
-    """The inventory `deploy/lab/lab up` wrote (what tests/test_driver_contract.py's docstring asks for)."""
+    """The inventory `deploy/lab/lab up` wrote (what tests/drivers/test_driver_contract.py's docstring asks for)."""
     return lab.inventory
 
 

@@ -22,7 +22,7 @@ GUEST_DIR = Path(os.environ.get("LEASEWISE_GUEST_DIR", "/var/lib/libvirt/images/
 SHARED_DIR = Path("/var/lib/libvirt/images")
 LAB_HOSTS = 3
 VM_PREFIX = "lwtest-"
-TEST_VM_PREFIXES = (VM_PREFIX, "lwct-")  # ours, and tests/test_driver_contract.py's (cleaned after each test)
+TEST_VM_PREFIXES = (VM_PREFIX, "lwct-")  # ours, and tests/drivers/test_driver_contract.py's (cleaned after each test)
 
 GUEST_MEMORY_MIB = 256
 

@@ -9,13 +9,13 @@ import math
 import re
 
 import pytest
-from labkit import GUEST_DIR
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.cli.calibrate import VM_PREFIX
 from orchestrator.state.calibrated import CALIBRATION_KEY
 from orchestrator.state.store import Store
+from tests.lab.labkit import GUEST_DIR
 
 pytestmark = pytest.mark.lab
 

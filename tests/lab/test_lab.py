@@ -6,7 +6,8 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-from labkit import LAB, SHARED_DIR
+
+from tests.lab.labkit import LAB, SHARED_DIR
 
 pytestmark = pytest.mark.lab
 

@@ -1,16 +1,16 @@
-"""tests/test_driver_contract.py's driver contract, run against a LibvirtDriver on the real lab (as that
+"""tests/drivers/test_driver_contract.py's driver contract, run against a LibvirtDriver on the real lab (as that
 module's docstring describes), including the live-migration cases the in-process test hypervisor cannot run.
 """
 
 from __future__ import annotations
 
 import pytest
-from labkit import GUEST_DIR, SHARED_DIR
-from test_driver_contract import ContractTarget, DriverContract
 
 from drivers.base import VMSpec
 from drivers.inventory import load_inventory
 from drivers.libvirt_driver import LibvirtDriver
+from tests.drivers.test_driver_contract import ContractTarget, DriverContract
+from tests.lab.labkit import GUEST_DIR, SHARED_DIR
 
 CONTRACT_STATE_DIR = SHARED_DIR / "leasewise-contract"   # shared by every lab host
 

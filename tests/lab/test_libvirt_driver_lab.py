@@ -14,7 +14,8 @@ import time
 import warnings
 
 import pytest
-from labkit import DIRTIER_LINE, domain_state, guest_spec
+
+from tests.lab.labkit import DIRTIER_LINE, domain_state, guest_spec
 
 pytestmark = pytest.mark.lab
 

@@ -11,7 +11,14 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
+
+from tests.lab.labkit import (
+    GUEST_DIR,
+    REPO,
+    daemon_config,
+    domain_state,
+    remove_lease_domains,
+)
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 

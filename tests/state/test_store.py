@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from scenario import T0, ar, be, site
 
 from drivers.inventory import HostConfig
 from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
@@ -37,6 +36,7 @@ from orchestrator.state.store import (
     reservation_detail,
 )
 from orchestrator.workloads import Workload
+from tests.support.scenario import T0, ar, be, site
 
 S = LeaseState
 K = ReservationKind

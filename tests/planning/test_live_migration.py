@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from scenario import T0, ar, at, be, lease, plan, simulate, site
 
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
@@ -23,6 +22,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
+from tests.support.scenario import T0, ar, at, be, lease, plan, simulate, site
 
 H1, H5 = "host1", "host5"
 SMALL = ("host5", Resources.of(1, 512))   # holds a 512 MiB best-effort VM, not a 1024 MiB AR node

@@ -113,7 +113,7 @@ def test_state_survives_sigkill_of_the_process_that_wrote_it(tmp_path):
         time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGKILL)

@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-
-# the daemon test's helpers: a store of simulated hosts, submissions, the daemon on a simulated clock
-from test_daemon import LeaseType, config, driver_for, make_store, request, run, submit
 from typer.testing import CliRunner
 
 from orchestrator.analysis.report import (
@@ -27,6 +24,17 @@ from orchestrator.analysis.report import (
 from orchestrator.cli import app
 from orchestrator.model.timeutil import UTC, iso
 from orchestrator.state.store import Event, Store
+
+# the daemon test's helpers: a store of simulated hosts, submissions, the daemon on a simulated clock
+from tests.runtime.test_daemon import (
+    LeaseType,
+    config,
+    driver_for,
+    make_store,
+    request,
+    run,
+    submit,
+)
 
 T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -28,7 +28,7 @@ from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 
 T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(**daemon):

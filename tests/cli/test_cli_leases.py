@@ -23,7 +23,6 @@ from drivers.simulated import SimulatedDriver
 from orchestrator.cli import app, common
 from orchestrator.model.config import Config
 from orchestrator.model.lease import LeaseType, VMImage
-from orchestrator.model.reservations import ReservationKind
 from orchestrator.model.resources import Resources, add, fits
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
@@ -31,7 +30,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted(p for p in (ROOT / "tests" / "data" / "bad_leases").iterdir() if p.suffix in (".yaml", ".args"))
 NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 T = lambda hh, mm=0, ss=0: datetime(2027, 3, 1, hh, mm, ss, tzinfo=UTC)  # noqa: E731

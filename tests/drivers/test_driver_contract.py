@@ -16,12 +16,11 @@ target: it has no virDomainMigrate3.
 
 Running the contract on the real lab
 ------------------------------------
-Add a module under tests/lab/ (tests/ has no __init__.py, so put tests/ on sys.path first, e.g. in
-tests/lab/conftest.py: `sys.path.insert(0, str(Path(__file__).resolve().parents[1]))`), then::
+Add a module under tests/lab/ (tests/ is a package, so the suite imports by its full name), then::
 
     # tests/lab/test_lab_contract.py
     import pytest
-    from test_driver_contract import ContractTarget, DriverContract
+    from tests.drivers.test_driver_contract import ContractTarget, DriverContract
     from drivers.base import VMSpec
     from drivers.inventory import load_inventory
     from drivers.libvirt_driver import LibvirtDriver

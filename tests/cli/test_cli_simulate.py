@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 
-DATA = Path(__file__).parent / "data"
-EXAMPLES = Path(__file__).parent.parent / "examples"
+DATA = Path(__file__).resolve().parents[1] / "data"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 runner = CliRunner()
 
 
@@ -60,7 +60,7 @@ def test_simulate_writes_csv_one_row_per_lease(tmp_path):
 def test_simulate_reads_gzipped_swf(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[workload.swf]\nfirst = 50\n")
-    trace = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "NASA-iPSC-1993-3.1-cln.swf.gz"
+    trace = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "NASA-iPSC-1993-3.1-cln.swf.gz"
     result = runner.invoke(app, ["simulate", str(trace), "--config",
                                  str(config), "--quiet", "--json", str(tmp_path / "o.json")])
     assert result.exit_code == 0, result.output

@@ -19,7 +19,6 @@ from pathlib import Path
 import libvirt  # a hard requirement here: these tests must fail, not vanish, without libvirt-python
 import paramiko
 import pytest
-from sshserver import SSHServer
 
 from drivers.base import VMSpec
 from drivers.domain_xml import LEASEWISE_NS, lease_id_from_xml, render_domain_xml
@@ -48,6 +47,7 @@ from drivers.libvirt_driver import (
 )
 from drivers.registry import create_driver
 from orchestrator.planning.precopy import predict_precopy
+from tests.support.sshserver import SSHServer
 
 NODE_B = """<node><cpu><nodes>1</nodes><sockets>1</sockets><cores>8</cores><threads>1</threads>
 <mhz>2000</mhz><model>x86_64</model></cpu><memory>16777216</memory></node>"""

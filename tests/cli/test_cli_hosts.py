@@ -14,7 +14,6 @@ from pathlib import Path
 import libvirt
 import paramiko
 import pytest
-from sshserver import SSHServer
 from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
@@ -27,6 +26,7 @@ from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
+from tests.support.sshserver import SSHServer
 
 NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 

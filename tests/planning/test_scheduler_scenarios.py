@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from scenario import ar, at, be, im, lease, plan, simulate, site
 
 from orchestrator.runtime.simulator import check_invariants
+from tests.support.scenario import ar, at, be, im, lease, plan, simulate, site
 
 H1, H2, H3, H4 = "host1", "host2", "host3", "host4"
 

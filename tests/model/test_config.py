@@ -24,7 +24,7 @@ from orchestrator.model.errors import ConfigError
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BAD_CONFIGS = sorted((ROOT / "tests" / "data" / "bad_configs").glob("*.toml"))
 
 

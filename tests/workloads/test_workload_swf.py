@@ -25,7 +25,7 @@ from orchestrator.workloads.swf import (
     parse_swf,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 KTH = DATA / "KTH-SP2-1996-2.1-cln.swf.gz"
 NASA = DATA / "NASA-iPSC-1993-3.1-cln.swf.gz"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -4,10 +4,9 @@ CLI and the daemon on the simulated driver."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
-from scenario import T0, ar, at, be
 from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
@@ -21,6 +20,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
+from tests.support.scenario import T0, ar, at, be
 
 runner = CliRunner()
 

@@ -18,7 +18,7 @@ from orchestrator.model.timeutil import UTC
 from orchestrator.workloads import Workload, load_workload, resolve_site
 from orchestrator.workloads.lwf import parse_lwf, parse_lwf_time
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 BAD = sorted((ROOT / "tests" / "data" / "bad_workloads").glob("*.*"))
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
