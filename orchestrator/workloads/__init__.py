@@ -10,31 +10,17 @@ without knowing the file formats); they are re-exported here for the readers and
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.model.errors import WorkloadError
 from orchestrator.model.workload import Workload, check_fits_site, resolve_site
+from orchestrator.workloads.files import read_workload_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
 
 __all__ = ["Workload", "load_workload", "resolve_site", "check_fits_site"]
-
-
-def _read(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise WorkloadError(str(path), f"cannot read the workload file ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise WorkloadError(str(path), f"not a valid gzip file ({exc})") from None
-    return raw
 
 
 def load_workload(path: str | Path, config: "Config | None" = None) -> Workload:
@@ -44,7 +30,7 @@ def load_workload(path: str | Path, config: "Config | None" = None) -> Workload:
 
     config = config or Config()
     path = Path(path)
-    data = _read(path)
+    data = read_workload_file(path)
     name = path.name.lower()
     if name.endswith(".gz"):
         name = name[:-3]

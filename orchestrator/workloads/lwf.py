@@ -40,7 +40,7 @@ from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import ZERO, iso, parse_time
-from orchestrator.workloads import Workload, check_fits_site
+from orchestrator.model.workload import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
@@ -391,6 +391,6 @@ def load_lwf(path, config: "Config | None" = None) -> Workload:
     """Read an LWF file (see `load_workload` for format detection and gzip)."""
     from pathlib import Path
 
-    from orchestrator.workloads import _read
+    from orchestrator.workloads.files import read_workload_file
 
-    return parse_lwf(_read(Path(path)), config, source=str(path))
+    return parse_lwf(read_workload_file(Path(path)), config, source=str(path))

@@ -38,7 +38,7 @@ from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.tolerance import EPSILON
-from orchestrator.workloads import Workload
+from orchestrator.model.workload import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
@@ -200,6 +200,6 @@ def load_swf(path, config: "Config | None" = None) -> Workload:
     """Read an SWF file, gzip-compressed or not."""
     from pathlib import Path
 
-    from orchestrator.workloads import _read
+    from orchestrator.workloads.files import read_workload_file
 
-    return parse_swf(_read(Path(path)), config, source=str(path))
+    return parse_swf(read_workload_file(Path(path)), config, source=str(path))

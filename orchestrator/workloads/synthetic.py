@@ -20,7 +20,7 @@ from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC, as_utc
-from orchestrator.workloads import Workload
+from orchestrator.model.workload import Workload
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
 
