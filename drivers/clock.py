@@ -1,9 +1,11 @@
 """Virtual time and real time behind one interface (as SimPy's Environment / RealtimeEnvironment).
 
 The simulator and the simulated driver run on `SimulatedClock`: waiting is a jump of the clock, never a sleep.
-The daemon and the libvirt driver run on `RealClock`. Code that waits asks the clock, so the one event loop
-(`orchestrator.runtime.eventloop`) serves both. The clocks live with the drivers, the lowest layer, because
-a driver waits on the same clock as the loop that calls it.
+The daemon and the libvirt driver run on `RealClock` (the daemon on a `SimulatedClock` when fast-forwarded).
+Code that waits asks the clock, so the one event loop (`orchestrator.runtime.eventloop`) serves both: it
+jumps or sleeps by the clock's `sleep_until`, and polls for outside work only on a clock that
+`moves_by_itself`. The clocks live with the drivers, the lowest layer, because a driver waits on the same
+clock as the loop that calls it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ def as_utc(value: datetime, field: str = "time") -> datetime:
 
 
 class Clock(Protocol):
+    #: True for the wall clock, whose time passes while code runs (operations take some of it, and requests
+    #: from outside can come at any moment); False for a clock that moves only when waited on.
+    moves_by_itself: bool
+
     def now(self) -> datetime: ...
 
     def sleep(self, delta: timedelta) -> None: ...
@@ -32,6 +38,8 @@ class Clock(Protocol):
 
 class SimulatedClock:
     """A clock that only moves when told to; `sleep` advances it instantly."""
+
+    moves_by_itself = False
 
     def __init__(self, start: datetime):
         self._now = as_utc(start, "start")
@@ -54,7 +62,10 @@ class SimulatedClock:
 
 
 class RealClock:
-    """Wall-clock time in UTC; `speedup` > 1 fast-forwards (used by `run --dry-run`)."""
+    """Wall-clock time in UTC; `speedup` > 1 runs it faster than the wall (so a test of real-time waiting
+    stays short)."""
+
+    moves_by_itself = True
 
     def __init__(self, speedup: float = 1.0):
         self._speedup = speedup

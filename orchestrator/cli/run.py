@@ -1,4 +1,4 @@
-"""`leasewise run`: the daemon that enacts the plan (see orchestrator/daemon.py)."""
+"""`leasewise run`: the daemon that enacts the plan (see orchestrator/runtime/daemon.py)."""
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
@@ -68,13 +68,13 @@ def run(
             clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
             try:
-                steps = daemon.run(until_idle=until_idle or dry_run, until=stop_at, max_steps=max_steps)
-            except KeyboardInterrupt:
-                console.print("stopped")
-                return
+                ran = daemon.run(until_idle=until_idle or dry_run, until=stop_at, max_steps=max_steps)
             finally:
                 driver.close()
-            console.print(f"{steps} steps; clock at {clock.now().isoformat()}")
+            if ran.stopped_by == "interrupt":
+                console.print("stopped")
+                return
+            console.print(f"{ran.steps} steps; clock at {clock.now().isoformat()}")
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -4,7 +4,8 @@ Each step takes the store's write lock, rebuilds the cluster (so leases submitte
 processes are picked up without a restart), looks at the hosts (VMs that stopped by themselves end their
 lease early; VMs that vanished are lost), handles every reservation event that is due — starting,
 suspending, resuming, migrating and stopping VMs through the driver — schedules what arrived, writes
-back and commits. Then it waits for the next event or the poll interval, whichever comes first.
+back and commits. The event loop (`orchestrator.runtime.eventloop`) takes the steps: after each it waits
+for the next event or the poll interval, whichever comes first (a fast-forwarded clock jumps to the event).
 
 Recovery: on start, before the first step, the store is reconciled with what the hosts really run:
 a VM the store thinks is running but is gone fails or requeues its lease (`[daemon] on_lost_vm`); a VM
@@ -31,6 +32,7 @@ from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
+from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 
@@ -58,6 +60,7 @@ class Daemon:
         self.say = say or (lambda line: None)
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
+        self._idle = False
         hosts = {h.name: h.config for h in store.hosts()}
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now)
 
@@ -66,10 +69,10 @@ class Daemon:
         now = self.clock.now()
         wall = detail.get("wall_seconds")
         if isinstance(wall, (int, float)):
-            # when the operation ran, for `leasewise report`: it has just ended on a real clock; a
-            # fast-forwarded clock stands still while the (simulated) driver spends its time
+            # when the operation ran, for `leasewise report`: it has just ended on a clock that moves by
+            # itself; a fast-forwarded clock stands still while the (simulated) driver spends its time
             took = timedelta(seconds=wall)
-            started = now if isinstance(self.clock, SimulatedClock) else now - took
+            started = now - took if self.clock.moves_by_itself else now
             detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
         self.store.append_event(now, kind, lease_id, **detail)
         what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
@@ -132,7 +135,10 @@ class Daemon:
 
     # -- one step ------------------------------------------------------------------------------------------
     def step(self) -> StepReport:
-        now = self.clock.now()
+        """One step at the clock's time (the event loop's steps go through `step_at`)."""
+        return self._step(self.clock.now())
+
+    def _step(self, now: datetime) -> StepReport:
         self._notes = []
         with self.store.transaction():
             cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
@@ -192,30 +198,28 @@ class Daemon:
                     states[info.name] = info.state
         return states
 
-    # -- the loop ------------------------------------------------------------------------------------------
-    def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None) -> int:
-        """Step until stopped (or idle / past `until`); returns the number of steps."""
+    # -- what the event loop steps -------------------------------------------------------------------------
+    def start(self) -> datetime | None:
+        """Reconcile the store with the hosts before the first step, which is due at once."""
         self.reconcile()
-        steps = 0
-        poll = self.config.daemon.poll_interval
-        while True:
-            report = self.step()
-            steps += 1
-            if until_idle and report.idle:
-                return steps
-            if until is not None and report.time >= until:
-                return steps
-            if max_steps is not None and steps >= max_steps:
-                return steps
-            wake = report.time + poll
-            if isinstance(self.clock, SimulatedClock):
-                # fast-forward: jump straight to the next event; when nothing is planned, to the next poll
-                wake = report.next_event if report.next_event is not None else wake
-            elif report.next_event is not None:
-                wake = min(wake, report.next_event)
-            if until is not None:
-                wake = min(wake, until)
-            self.clock.sleep_until(wake)
+        return None
+
+    def step_at(self, now: datetime) -> datetime | None:
+        report = self._step(now)
+        self._idle = report.idle
+        return report.next_event
+
+    def is_idle(self) -> bool:
+        return self._idle
+
+    def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None) -> RunResult:
+        """Reconcile, then step until stopped by Ctrl-C (or idle / past `until` / after `max_steps`).
+
+        Between steps it waits for the next event, or at most `[daemon] poll_interval` on a clock that
+        moves by itself (leases submitted by other processes are picked up then); a fast-forwarded clock
+        jumps to the next event, and by `poll_interval` when nothing is planned."""
+        loop = EventLoop(self.clock, self, poll=self.config.daemon.poll_interval)
+        return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
 
 
 def _stop_due(lease: Lease, by: datetime) -> bool:

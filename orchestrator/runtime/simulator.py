@@ -1,9 +1,10 @@
-"""Run a workload on the simulated clock: one small event loop, no sleeping.
+"""Run a workload on the simulated clock: the event loop (`orchestrator.runtime.eventloop`) steps the
+simulator from one due time to the next, and the clock jumps, never sleeps.
 
-At each time step: events due now (early ends, reservations ending, reservations starting), then the
+At each step: events due now (early ends, reservations ending, reservations starting), then the
 requests that arrived by now, then scheduling; repeated until nothing more happens at this time (which
-covers zero-length reservations and leases scheduled to start right away); then the clock jumps to the
-next event or arrival.
+covers zero-length reservations and leases scheduled to start right away); then the loop jumps the clock
+to the next event or arrival.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from orchestrator.model.timeutil import iso
 from orchestrator.model.workload import Workload, resolve_site
 from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.runtime.eventloop import EventLoop
 
 StepHook = Callable[[LeaseScheduler, datetime], None]
 
@@ -92,6 +94,8 @@ def lease_json(lease: Lease, workload_id: str) -> dict:
 
 
 class Simulator:
+    """What the event loop steps on the simulated clock: arrivals fed to the scheduler, no enactment."""
+
     def __init__(self, workload: Workload, config: Config, on_step: StepHook | None = None,
                  progress: Callable[[int, int], None] | None = None):
         self.workload = workload
@@ -102,61 +106,64 @@ class Simulator:
         self.table = SlotTable(hosts)
         self.scheduler = LeaseScheduler(self.table, config.scheduling)
         self.clock = SimulatedClock(config.simulation.start)
+        self._ids: dict[int, str] = {}
+        self._arrived = 0
+        self._passes_per_instant = 100_000
 
     def run(self, max_steps_per_instant: int = 100_000) -> SimulationResult:
+        """`max_steps_per_instant`: scheduling passes at one time before it counts as no progress."""
+        self._passes_per_instant = max_steps_per_instant
         with collector_for_a_run():
-            return self._run(max_steps_per_instant)
+            wall = time.perf_counter()
+            # one step per instant: a step repeats its passes until nothing more happens at its time
+            EventLoop(self.clock, self, max_steps_at_same_time=1).run()
+            result = SimulationResult(start=self.config.simulation.start, end=self.clock.now(),
+                                      scheduler=self.scheduler, workload_ids=self._ids, hosts=self.table.hosts)
+            result.metrics = compute_metrics(result, self.table, wall_seconds=time.perf_counter() - wall)
+            return result
 
-    def _run(self, max_steps_per_instant: int) -> SimulationResult:
-        wall = time.perf_counter()
+    # -- what the event loop steps ---------------------------------------------------------------------------
+    def start(self) -> datetime | None:
+        """The first step is at the first arrival, if that comes after the configured start."""
+        arrivals = self.workload.requests
+        return arrivals[0][1].submit_time if arrivals else None
+
+    def step_at(self, now: datetime) -> datetime | None:
         sched = self.scheduler
         arrivals = self.workload.requests
-        ids: dict[int, str] = {}
         total = len(arrivals)
-        nxt = 0
-        now = self.clock.now()
-        if arrivals and arrivals[0][1].submit_time > now:
-            now = arrivals[0][1].submit_time
-        while True:
-            self.clock.advance_to(now)
-            first = True
-            for _ in range(max_steps_per_instant):
-                handled = sched.process_events(now)
-                arrived = False
-                while nxt < total and arrivals[nxt][1].submit_time <= now:
-                    wid, request = arrivals[nxt]
-                    lease = sched.submit(request, now)
-                    ids[lease.id] = wid
-                    nxt += 1
-                    arrived = True
-                if not (handled or arrived or first):
-                    break
-                sched.schedule(now)
-                first = False
-            else:
-                raise InconsistentSchedule(f"no progress at {now}: events keep being created at the same time")
-            if self.on_step is not None:
-                self.on_step(sched, now)
-            if self.progress is not None:
-                self.progress(nxt, total)
-            candidates = []
-            event = sched.next_event_time()
-            if event is not None:
-                candidates.append(event)
-            if nxt < total:
-                candidates.append(arrivals[nxt][1].submit_time)
-            if not candidates:
-                if sched.queue or sched.pending:
-                    raise InconsistentSchedule(f"{len(sched.queue)} leases queued but nothing left to happen at {now}")
+        nxt = self._arrived
+        first = True
+        for _ in range(self._passes_per_instant):
+            handled = sched.process_events(now)
+            arrived = False
+            while nxt < total and arrivals[nxt][1].submit_time <= now:
+                wid, request = arrivals[nxt]
+                lease = sched.submit(request, now)
+                self._ids[lease.id] = wid
+                nxt += 1
+                arrived = True
+            if not (handled or arrived or first):
                 break
-            following = min(candidates)
-            if following <= now:
-                raise InconsistentSchedule(f"next event {following} is not after {now}")
-            now = following
-        result = SimulationResult(start=self.config.simulation.start, end=now, scheduler=sched,
-                                  workload_ids=ids, hosts=self.table.hosts)
-        result.metrics = compute_metrics(result, self.table, wall_seconds=time.perf_counter() - wall)
-        return result
+            sched.schedule(now)
+            first = False
+        else:
+            raise InconsistentSchedule(f"no progress at {now}: events keep being created at the same time")
+        self._arrived = nxt
+        if self.on_step is not None:
+            self.on_step(sched, now)
+        if self.progress is not None:
+            self.progress(nxt, total)
+        following = sched.next_event_time()
+        if nxt < total:
+            arrival = arrivals[nxt][1].submit_time
+            if following is None or arrival < following:
+                following = arrival
+        return following
+
+    def is_idle(self) -> bool:
+        sched = self.scheduler
+        return self._arrived == len(self.workload.requests) and not sched.queue and not sched.pending
 
 
 def compute_metrics(result: SimulationResult, table: SlotTable, wall_seconds: float) -> dict:

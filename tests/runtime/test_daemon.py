@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.clock import SimulatedClock
+from drivers.clock import RealClock, SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.config import config_from_dict
@@ -274,3 +274,23 @@ def test_a_plan_changed_without_a_state_change_is_logged(tmp_path):
         after = [e for e in store.events(lease_id=be) if e.kind == "planned"]
     assert len(after) == len(before) + 1
     assert [r["kind"] for r in after[-1].detail["reservations"]] == ["vm", "suspend"]
+
+
+def test_on_the_wall_clock_the_daemon_polls_and_records_operations_as_just_ended(tmp_path):
+    """The same daemon on a clock that moves by itself (600 times faster than the wall): the lease is enacted
+    at its planned times, and an operation is logged as having ended when it is recorded (it took its
+    `wall_seconds` of that clock), not as starting then as on a fast-forwarded clock."""
+    path, cfg = make_store(tmp_path, n=1), config(poll_interval="5m")
+    clock = RealClock(speedup=600)
+    began = clock.now()
+    lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 1, submit=began), now=began)
+    with Store.open(path) as store:
+        ran = Daemon(store, cfg, driver_for(path, None), clock).run(until_idle=True, max_steps=50)
+        events = [e for e in store.events(lease_id=lease) if e.kind == "enacted"]
+    assert ran.stopped_by == "idle"
+    assert leases(path)[lease]["state"] == "done"
+    assert [e.detail["operation"] for e in events] == ["start", "stop"]
+    for event in events:
+        took = timedelta(seconds=event.detail["wall_seconds"])
+        assert event.detail["enacted_end"] == iso(event.time)
+        assert event.detail["enacted_start"] == iso(event.time - took)
