@@ -22,7 +22,7 @@ from orchestrator.analysis.report import (
     render_terminal,
 )
 from orchestrator.cli import app
-from orchestrator.model.timeutil import UTC, iso
+from orchestrator.model.timeutil import iso
 from orchestrator.state.store import Event, Store
 
 # the daemon test's helpers: a store of simulated hosts, submissions, the daemon on a simulated clock
@@ -35,8 +35,8 @@ from tests.runtime.test_daemon import (
     run,
     submit,
 )
+from tests.support.times import T0
 
-T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

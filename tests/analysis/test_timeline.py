@@ -40,9 +40,9 @@ from orchestrator.runtime.simulator import Simulator
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 from orchestrator.workloads import load_workload
+from tests.support.times import T0
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 K = ReservationKind
 ONE = Resources.of(1, 1024)
 runner = CliRunner()

@@ -24,8 +24,8 @@ from orchestrator.model.timeutil import (
     parse_time,
 )
 from orchestrator.planning.slottable.table import SlotTable
+from tests.support.times import EPOCH
 
-EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 S = LeaseState
 ALL_PAIRS = [(a, b) for a in LeaseState for b in LeaseState]
 

@@ -21,13 +21,13 @@ from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.config import config_from_dict
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import UTC, iso
+from orchestrator.model.timeutil import iso
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
+from tests.support.times import T0
 
-T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[2]
 
 

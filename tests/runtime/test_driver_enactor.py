@@ -20,7 +20,6 @@ from orchestrator.model.config import DaemonConfig
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import UTC
 from orchestrator.planning.enactment import EnactmentError, Enactor
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.driver_enactor import (
@@ -31,8 +30,8 @@ from orchestrator.runtime.driver_enactor import (
     vm_name,
     vm_spec,
 )
+from tests.support.times import DRIVER_T0 as T0
 
-T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 NODE = Resources(cpu=150, memory=512)          # 1.5 CPUs -> 2 vCPUs
 

@@ -7,11 +7,9 @@ from datetime import datetime, timedelta
 from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import UTC
 from orchestrator.runtime.simulator import SimulationResult, Simulator, check_invariants
 from orchestrator.workloads import Workload
-
-T0 = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
+from tests.support.times import T0
 
 
 def at(hhmmss: str) -> datetime:

@@ -17,11 +17,11 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.workloads import Workload, load_workload, resolve_site
 from orchestrator.workloads.lwf import parse_lwf, parse_lwf_time
+from tests.support.times import EPOCH as T0
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 BAD = sorted((ROOT / "tests" / "data" / "bad_workloads").glob("*.*"))
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 SITE = """
   <site>
