@@ -53,7 +53,8 @@ from orchestrator.analysis.calibration import (
     pages_to_mib_s,
     suspend_record,
 )
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
@@ -66,14 +67,7 @@ from orchestrator.state.calibrated import (
 )
 from orchestrator.state.store import Store
 
-calibrate_app = ErrorLineTyper(
-    name="calibrate",
-    help="Measure migrations and suspensions, fit the scheduler's cost models, store them.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(calibrate_app, name="calibrate")
+calibrate_app = command_group("calibrate", "Measure migrations and suspensions, fit the scheduler's cost models, store them.")
 
 DEFAULT_GUEST_DIR = "/var/lib/libvirt/images/leasewise-guest"
 VM_PREFIX = "lwcal-"

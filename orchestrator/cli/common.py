@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from orchestrator.cli.app import fail
 from orchestrator.model.config import Config, load_config
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster
@@ -65,7 +66,6 @@ def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
 def write_png(render_png, what, png: Path, console) -> None:
     """Draw `what` into `png` with `render_png`; a drawing or writing failure is one line naming --png."""
     from orchestrator.analysis.timeline import PlotUnavailable, TimelineError
-    from orchestrator.cli import fail
 
     try:
         written = render_png(what, png)

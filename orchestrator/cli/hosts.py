@@ -45,7 +45,8 @@ from rich.table import Table
 from drivers.base import HostInfo
 from drivers.errors import DriverConfigError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
 from orchestrator.model.errors import ConfigError
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
@@ -53,14 +54,7 @@ from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseSta
 from orchestrator.model.timeutil import iso, parse_duration, parse_time
 from orchestrator.state.store import HostRecord, Store
 
-host_app = ErrorLineTyper(
-    name="host",
-    help="Add, import, list, check and remove hosts.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(host_app, name="host")
+host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
 #: clock skew above this fails `host check` (suspend/resume and reservations are planned to the second)
 MAX_SKEW_S = 2.0

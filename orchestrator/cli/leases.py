@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.leasefile import (
     KEYS,
     flag_label,
@@ -42,14 +43,7 @@ from orchestrator.state.store import Event
 #: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
 EXIT_REJECTED = 3
 
-lease_app = ErrorLineTyper(
-    name="lease",
-    help="Submit, list, show, cancel and extend leases.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(lease_app, name="lease")
+lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
 
 
 def _console() -> Console:

@@ -24,7 +24,7 @@ from rich.table import Table
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.model.errors import LeasewiseError
 
 MIB = 1024 * 1024

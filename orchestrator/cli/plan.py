@@ -20,7 +20,7 @@ from orchestrator.analysis.timeline import (
     render_terminal,
     require_plot,
 )
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     StateOption,

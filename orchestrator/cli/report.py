@@ -21,7 +21,7 @@ from orchestrator.analysis.report import (
     render_terminal,
 )
 from orchestrator.analysis.timeline import require_plot
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     StateOption,

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from drivers.clock import RealClock, SimulatedClock
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
 from orchestrator.model.timeutil import parse_time
 from orchestrator.state.store import Store

@@ -27,7 +27,7 @@ from orchestrator.analysis.timeline import (
     require_plot,
     timeline_from_result,
 )
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.model.config import load_config
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator
