@@ -27,11 +27,11 @@ import os
 import posixpath
 import signal
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
 
 import typer
 from rich.console import Console
@@ -55,6 +55,7 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.output import make_console
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
@@ -77,17 +78,13 @@ DEFAULT_SETTLE_S = 15.0
 DRY_RUN_CAPACITY = (1024, 1 << 30)
 
 
-def _console() -> Console:
-    return Console(highlight=False)
-
-
 # -- options -----------------------------------------------------------------------------------------------
-def _int_list(option: str, text: str, *, minimum: int, what: str) -> List[int]:
+def _int_list(option: str, text: str, *, minimum: int, what: str) -> list[int]:
     """Comma-separated whole numbers >= minimum, each once, in the order given."""
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not t for t in items):
         raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
-    values: List[int] = []
+    values: list[int] = []
     for item in items:
         if not item.lstrip("+").isdigit():
             raise fail(f"{option}: {item!r} is not a whole number (a list of {what}, e.g. 128,256,512)")
@@ -102,7 +99,7 @@ def _int_list(option: str, text: str, *, minimum: int, what: str) -> List[int]:
     return values
 
 
-def _number(option: str, text: Optional[str], *, zero_ok: bool, unit: str) -> Optional[float]:
+def _number(option: str, text: str | None, *, zero_ok: bool, unit: str) -> float | None:
     if text is None:
         return None
     try:
@@ -122,7 +119,7 @@ def _repeat(text: str) -> int:
     return int(value)
 
 
-def _hosts(option_hosts: Optional[List[str]], *, exactly: Optional[int] = None) -> List[str]:
+def _hosts(option_hosts: list[str] | None, *, exactly: int | None = None) -> list[str]:
     hosts = [h.strip() for h in (option_hosts or [])]
     if any(not h for h in hosts):
         raise fail("--host: must not be empty")
@@ -144,8 +141,8 @@ class Setup:
     host_configs: dict = field(default_factory=dict)   # name -> HostConfig (libvirt)
 
 
-def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optional[Path],
-           state: Optional[Path], cfg: Config) -> Setup:
+def _setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None,
+           state: Path | None, cfg: Config) -> Setup:
     """The driver the command runs on, after checking that it manages `hosts`."""
     from drivers.inventory import load_inventory
 
@@ -213,10 +210,10 @@ def guest_spec(name: str, memory_mib: int, pages_per_second: int, guest_dir: str
 
 
 @contextmanager
-def _guests(setup: Setup, console: Console) -> Iterator[List[str]]:
+def _guests(setup: Setup, console: Console) -> Iterator[list[str]]:
     """The names of the guests started inside; every one still there afterwards is destroyed (also on an
     error, Ctrl-C or SIGTERM)."""
-    started: List[str] = []
+    started: list[str] = []
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
         installed = True
@@ -247,7 +244,7 @@ def _token() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _store_result(state: Optional[Path], cfg: Config, section: str, record: dict) -> Path:
+def _store_result(state: Path | None, cfg: Config, section: str, record: dict) -> Path:
     path = common.store_path(state, cfg)
     with Store.open(path) as store:
         store_calibration(store, section, record)
@@ -266,15 +263,15 @@ def _pct(predicted: float, measured: float) -> str:
 class _Point:
     memory_mib: int
     pages_per_second: int
-    samples: List[MigrationSample] = field(default_factory=list)
-    failures: List[str] = field(default_factory=list)
+    samples: list[MigrationSample] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
-def _mean(values: List[float]) -> float:
+def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _migration_table(points: List[_Point], fit: Optional[MigrationFit], title: str) -> Table:
+def _migration_table(points: list[_Point], fit: MigrationFit | None, title: str) -> Table:
     table = Table(title=title)
     for name in ("size MiB", "dirty pages/s", "dirty MiB/s", "runs", "predicted s", "measured s", "error",
                  "predicted downtime ms", "measured ms", "error ms", "passes pred/meas"):
@@ -350,22 +347,22 @@ NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not st
 
 @calibrate_app.command("migration")
 def migration_command(
-    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST",
-                                             help="Source, then destination (give it twice)."),
+    host: list[str] | None = typer.Option(None, "--host", metavar="HOST",
+                                          help="Source, then destination (give it twice)."),
     sizes_text: str = SizesOption,
     dirty_text: str = typer.Option("0,1000,5000", "--dirty", metavar="PPS,...",
                                    help="Dirty rates in 4 KiB pages/s (256 pages/s = 1 MiB/s); must include 0."),
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Migrations per grid point (alternating A->B, B->A)."),
-    max_downtime_text: Optional[str] = typer.Option(None, "--max-downtime", metavar="MS",
-                                                    help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
+    max_downtime_text: str | None = typer.Option(None, "--max-downtime", metavar="MS",
+                                                 help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
     timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
-    settle_text: Optional[str] = SettleOption,
+    settle_text: str | None = SettleOption,
     guest_dir: str = GuestDirOption,
-    inventory: Optional[Path] = InventoryOption,
+    inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
     hosts = _hosts(host, exactly=2)
@@ -385,7 +382,7 @@ def migration_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = _console()
+    console = make_console()
     a, b = hosts
     console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
@@ -425,7 +422,7 @@ def migration_command(
 
 
 def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
-                        timeout: float, settle: float, guest_dir: str, name: str, started: List[str],
+                        timeout: float, settle: float, guest_dir: str, name: str, started: list[str],
                         console: Console) -> None:
     """Boot one guest on `a`, migrate it `repeat` times (alternating), record each run, stop it."""
     spec = guest_spec(name, point.memory_mib, point.pages_per_second, guest_dir)
@@ -468,11 +465,11 @@ def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int
 class _SuspendPoint:
     host: str
     memory_mib: int
-    suspend: List[float] = field(default_factory=list)
-    resume: List[float] = field(default_factory=list)
+    suspend: list[float] = field(default_factory=list)
+    resume: list[float] = field(default_factory=list)
 
 
-def _state_dir(setup: Setup, host: str, option: Optional[str], cfg: Config) -> str:
+def _state_dir(setup: Setup, host: str, option: str | None, cfg: Config) -> str:
     if option is not None:
         return option
     host_cfg = setup.host_configs.get(host)
@@ -504,7 +501,7 @@ def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
                   soft_wrap=True)
 
 
-def _suspend_table(points: List[_SuspendPoint], suspend: Optional[RateFit], resume: Optional[RateFit],
+def _suspend_table(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None,
                    title: str) -> Table:
     table = Table(title=title)
     for name in ("host", "size MiB", "runs", "suspend predicted s", "measured s", "error",
@@ -544,18 +541,18 @@ def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
 
 @calibrate_app.command("suspend")
 def suspend_command(
-    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
+    host: list[str] | None = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
     sizes_text: str = SizesOption,
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
-    settle_text: Optional[str] = SettleOption,
-    state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR",
-                                            help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
+    settle_text: str | None = SettleOption,
+    state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR",
+                                         help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
     guest_dir: str = GuestDirOption,
-    inventory: Optional[Path] = InventoryOption,
+    inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
     hosts = _hosts(host)
@@ -570,7 +567,7 @@ def suspend_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = _console()
+    console = make_console()
     console.print(f"calibrating suspend/resume on {', '.join(hosts)} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB, {repeat} cycle(s) each", soft_wrap=True)
     token = _token()
@@ -610,7 +607,7 @@ def suspend_command(
 
 
 def _measure_suspend(setup: Setup, point: _SuspendPoint, repeat: int, settle: float, guest_dir: str,
-                     name: str, path: str, started: List[str], console: Console) -> None:
+                     name: str, path: str, started: list[str], console: Console) -> None:
     spec = guest_spec(name, point.memory_mib, 0, guest_dir)
     setup.driver.start(spec, point.host)
     started.append(name)

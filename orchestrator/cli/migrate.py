@@ -8,7 +8,6 @@ same VM: same model (orchestrator.planning.precopy), same parameters.
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -25,14 +24,15 @@ from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
 from orchestrator.cli.app import app, fail
+from orchestrator.cli.output import make_console
 from orchestrator.model.errors import LeasewiseError
 
 MIB = 1024 * 1024
 
 
 def _check_options(
-    max_downtime: float, bandwidth: Optional[float], timeout: float, on_timeout: str,
-    memory: Optional[float], dirty_rate: Optional[float], overhead: float, dirty_factor: float,
+    max_downtime: float, bandwidth: float | None, timeout: float, on_timeout: str,
+    memory: float | None, dirty_rate: float | None, overhead: float, dirty_factor: float,
 ) -> None:
     """One line naming the option for each bad value, before anything is contacted."""
     checks = [
@@ -54,7 +54,7 @@ def _check_options(
         raise fail(f"--on-timeout must be 'abort' or 'force': got {on_timeout!r}")
 
 
-def _libvirt_driver(inventory: Optional[Path]):
+def _libvirt_driver(inventory: Path | None):
     """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
     from drivers.inventory import load_inventory
     from orchestrator.runtime.driver_factory import make_driver
@@ -72,8 +72,8 @@ def _libvirt_driver(inventory: Optional[Path]):
 
 
 def _dry_run(
-    vm: str, to: str, inventory: Optional[Path], max_downtime: float, bandwidth: Optional[float],
-    timeout: float, on_timeout: str, memory: Optional[float], dirty_rate: Optional[float],
+    vm: str, to: str, inventory: Path | None, max_downtime: float, bandwidth: float | None,
+    timeout: float, on_timeout: str, memory: float | None, dirty_rate: float | None,
     overhead: float, dirty_factor: float, console: Console,
 ) -> None:
     from orchestrator.planning.precopy import predict_precopy
@@ -103,7 +103,7 @@ def _dry_run(
 
 
 def _read_from_vm(
-    vm: str, inventory: Optional[Path], memory: Optional[float], dirty_rate: Optional[float]
+    vm: str, inventory: Path | None, memory: float | None, dirty_rate: float | None
 ) -> tuple[float, float]:
     """Fill --memory / --dirty-rate from the VM itself (read only); one line when that is not possible."""
     missing = " and ".join(o for o, v in (("--memory", memory), ("--dirty-rate", dirty_rate)) if v is None)
@@ -149,18 +149,18 @@ def _report_table(report: MigrationReport) -> Table:
 def migrate_command(
     vm: str = typer.Argument(..., help="The VM (libvirt domain name) to move."),
     to: str = typer.Option(..., "--to", help="Destination host, as named in the inventory."),
-    inventory: Optional[Path] = typer.Option(
+    inventory: Path | None = typer.Option(
         None, "--inventory", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
     ),
     max_downtime: float = typer.Option(300.0, "--max-downtime", help="Longest pause the guest may see, ms."),
-    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
+    bandwidth: float | None = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
     timeout: float = typer.Option(600.0, "--timeout", help="Completion timeout, s."),
     on_timeout: str = typer.Option(
         "abort", "--on-timeout", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only predict with the pre-copy model; changes nothing."),
-    memory: Optional[float] = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
-    dirty_rate: Optional[float] = typer.Option(
+    memory: float | None = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
+    dirty_rate: float | None = typer.Option(
         None, "--dirty-rate", help="Dry run: how fast the guest dirties memory, MiB/s (default: libvirt's last measurement)."
     ),
     overhead: float = typer.Option(0.0, "--overhead", help="Dry run: fixed setup cost per migration, s (calibrated)."),
@@ -168,7 +168,7 @@ def migrate_command(
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
     _check_options(max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate, overhead, dirty_factor)
-    console = Console(highlight=False)
+    console = make_console()
     if dry_run:
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
                  overhead, dirty_factor, console)

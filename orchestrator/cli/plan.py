@@ -9,10 +9,8 @@ ends with the last reservation.
 
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.console import Console
 
 from orchestrator.analysis.timeline import (
     build_timeline,
@@ -30,12 +28,11 @@ from orchestrator.cli.common import (
     store_path,
     write_png,
 )
-from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.cli.output import make_console, when
+from orchestrator.model.timeutil import parse_time
 
-console = Console(highlight=False)
 
-
-def parse_when(text: Optional[str], option: str, current: datetime) -> Optional[datetime]:
+def parse_when(text: str | None, option: str, current: datetime) -> datetime | None:
     """`now` or an ISO 8601 time with a timezone; errors name the option."""
     if text is None:
         return None
@@ -46,23 +43,24 @@ def parse_when(text: Optional[str], option: str, current: datetime) -> Optional[
 
 @app.command()
 def plan(
-    from_: Optional[str] = typer.Option(None, "--from", metavar="TIME",
-                                        help="Start of the window: ISO 8601 with a timezone, or `now` "
-                                             "(default: the earliest reservation not finished yet)"),
-    to: Optional[str] = typer.Option(None, "--to", metavar="TIME",
-                                     help="End of the window: ISO 8601 with a timezone, or `now` "
-                                          "(default: the end of the last reservation)"),
-    png: Optional[Path] = typer.Option(None, "--png", metavar="OUT",
-                                       help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
-    state: Optional[Path] = StateOption,
-    config: Optional[Path] = ConfigOption,
+    from_: str | None = typer.Option(None, "--from", metavar="TIME",
+                                     help="Start of the window: ISO 8601 with a timezone, or `now` "
+                                          "(default: the earliest reservation not finished yet)"),
+    to: str | None = typer.Option(None, "--to", metavar="TIME",
+                                  help="End of the window: ISO 8601 with a timezone, or `now` "
+                                       "(default: the end of the last reservation)"),
+    png: Path | None = typer.Option(None, "--png", metavar="OUT",
+                                    help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
+    state: Path | None = StateOption,
+    config: Path | None = ConfigOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
+    console = make_console()
     current = now()
     start = parse_when(from_, "--from", current)
     end = parse_when(to, "--to", current)
     if start is not None and end is not None and end <= start:
-        raise fail(f"--to: {_show(end)} is not after --from ({_show(start)})")
+        raise fail(f"--to: {when(end)} is not after --from ({when(start)})")
     if png is not None:
         require_plot()
     cfg = load(config)
@@ -85,14 +83,10 @@ def plan(
         write_png(render_png, timeline, png, console)
 
 
-def _show(t: datetime) -> str:
-    return iso(t.replace(microsecond=0))
-
-
-def _nothing(start: Optional[datetime], end: Optional[datetime]) -> str:
+def _nothing(start: datetime | None, end: datetime | None) -> str:
     if start is None and end is None:
         return "Nothing planned from now on (see the past with --from TIME)."
-    window = f"from {_show(start)}" if start is not None else "from now"
+    window = f"from {when(start)}" if start is not None else "from now"
     if end is not None:
-        window += f" to {_show(end)}"
+        window += f" to {when(end)}"
     return f"Nothing planned {window}."
