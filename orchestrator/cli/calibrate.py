@@ -36,7 +36,6 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from drivers.base import Driver, VMSpec
 from drivers.clock import RealClock, SimulatedClock
@@ -56,6 +55,7 @@ from orchestrator.analysis.calibration import (
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.output import make_console
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
@@ -271,51 +271,51 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _migration_table(points: list[_Point], fit: MigrationFit | None, title: str) -> Table:
-    table = Table(title=title)
-    for name in ("size MiB", "dirty pages/s", "dirty MiB/s", "runs", "predicted s", "measured s", "error",
-                 "predicted downtime ms", "measured ms", "error ms", "passes pred/meas"):
-        table.add_column(name, justify="right")
+MIGRATION_COLUMNS = (
+    Column("size MiB", "right"), Column("dirty pages/s", "right"), Column("dirty MiB/s", "right", drop=1),
+    Column("runs", "right", drop=3), Column("predicted s", "right"), Column("measured s", "right"),
+    Column("error", "right"), Column("predicted downtime ms", "right"), Column("measured ms", "right"),
+    Column("error ms", "right", drop=2), Column("passes pred/meas", "right", wraps=True, drop=4),   # or why not measured
+)
+
+
+def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list[str]]:
+    """The predicted vs measured table: one row per grid point, MIGRATION_COLUMNS."""
+    rows = []
     for p in points:
         runs = f"{len(p.samples)}/{len(p.samples) + len(p.failures)}"
         row = [str(p.memory_mib), str(p.pages_per_second), f"{pages_to_mib_s(p.pages_per_second):.2f}", runs]
         if not p.samples:
             why = p.failures[-1] if p.failures else "no measurement"
-            table.add_row(*row, "-", "-", "-", "-", "-", "-", escape(why[:60]))
+            rows.append([*row, "-", "-", "-", "-", "-", "-", escape(why[:60])])
             continue
         measured_s = _mean([s.total_s for s in p.samples])
         measured_ms = _mean([s.downtime_ms for s in p.samples])
         passes = _mean([float(s.iterations) for s in p.samples])
         if fit is None:
-            table.add_row(*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            rows.append([*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
             continue
         predicted = fit.predict(p.samples[0])
         if predicted.outcome == "aborted":
-            table.add_row(*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            rows.append([*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
             continue
-        table.add_row(*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
-                      _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
-                      f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
-                      f"{predicted.passes}/{passes:g}")
-    return table
+        rows.append([*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
+                     _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
+                     f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
+                     f"{predicted.passes}/{passes:g}"])
+    return rows
 
 
-def _fit_table(title: str) -> Table:
-    """A table of fitted values next to the configured ones, with the key each replaces."""
-    table = Table(title=title)
-    table.add_column("parameter", style="bold")
-    table.add_column("fitted", justify="right")
-    table.add_column("configured", justify="right")
-    table.add_column("\\[scheduling] key")
-    return table
+#: fitted values next to the configured ones, with the key each replaces
+FIT_COLUMNS = (Column("parameter", wraps=True, style="bold"), Column("fitted", "right", wraps=True),
+               Column("configured", "right"), Column("\\[scheduling] key", drop=1))
 
 
-def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
+def _migration_fit_rows(fit: MigrationFit, cfg: Config) -> list[list[str]]:
     s = cfg.scheduling
-    table = _fit_table("Fitted pre-copy model")
-    table.add_row("bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth")
-    table.add_row("overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
-                  "live_migration_overhead")
+    rows = [["bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth"],
+            ["overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
+             "live_migration_overhead"]]
     if fit.dirty_factor is None:
         factor = "not fitted (no dirtying guest)"
     elif fit.dirty_factor_determined:
@@ -327,11 +327,11 @@ def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
         lo, hi = fit.dirty_factor_interval or (0.0, MAX_DIRTY_FACTOR)
         factor = (f"not determined: {lo:.3g}-{hi:.3g} fit as well (best {fit.dirty_factor:.3g}); "
                   "not stored, raise --dirty")
-    table.add_row("dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor")
-    table.add_row("rms error, total", f"{fit.rms_total_s:.3f} s", "", "")
-    table.add_row("rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", "")
-    table.add_row("samples", str(fit.samples), "", "")
-    return table
+    rows += [["dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor"],
+             ["rms error, total", f"{fit.rms_total_s:.3f} s", "", ""],
+             ["rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", ""],
+             ["samples", str(fit.samples), "", ""]]
+    return rows
 
 
 #: options both commands take
@@ -407,10 +407,10 @@ def migration_command(
     try:
         fit = fit_migration(samples)
     except CalibrationError as exc:
-        console.print(_migration_table(points, None, title))
+        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
         raise fail(f"calibrate migration: {exc}", code=1) from None
-    console.print(_migration_table(points, fit, title))
-    console.print(_migration_fit_table(fit, cfg))
+    print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
+    print_table(console, FIT_COLUMNS, _migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
         return
@@ -501,12 +501,16 @@ def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
                   soft_wrap=True)
 
 
-def _suspend_table(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None,
-                   title: str) -> Table:
-    table = Table(title=title)
-    for name in ("host", "size MiB", "runs", "suspend predicted s", "measured s", "error",
-                 "resume predicted s", "measured s", "error"):
-        table.add_column(name, justify="right")
+SUSPEND_COLUMNS = (
+    Column("host", "right", wraps=True), Column("size MiB", "right"), Column("runs", "right", drop=1),
+    Column("suspend predicted s", "right"), Column("measured s", "right"), Column("error", "right"),
+    Column("resume predicted s", "right"), Column("measured s", "right"), Column("error", "right"),
+)
+
+
+def _suspend_rows(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None) -> list[list[str]]:
+    """The predicted vs measured table: one row per host and size, SUSPEND_COLUMNS."""
+    rows = []
     for p in points:
         runs = str(min(len(p.suspend), len(p.resume)))
         cells = [p.host, str(p.memory_mib), runs]
@@ -520,23 +524,23 @@ def _suspend_table(points: list[_SuspendPoint], suspend: RateFit | None, resume:
             else:
                 predicted = fit.predict(p.memory_mib)
                 cells += [f"{predicted:.2f}", f"{measured:.2f}", _pct(predicted, measured)]
-        table.add_row(*cells)
-    return table
+        rows.append(cells)
+    return rows
 
 
-def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
+def _rates_fit_rows(suspend: RateFit, resume: RateFit, cfg: Config) -> list[list[str]]:
     s = cfg.scheduling
-    table = _fit_table("Fitted suspend/resume model: seconds = overhead + memory / rate")
-    table.add_row("suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate")
-    table.add_row("suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
-                  "(enactment_overhead; not applied)")
-    table.add_row("resume rate MiB/s", f"{resume.rate_mib_s:.3f}", f"{s.resume_rate:g}", "resume_rate")
-    table.add_row("resume overhead s", f"{resume.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
-                  "(enactment_overhead; not applied)")
-    table.add_row("rms error, suspend", f"{suspend.rms_s:.3f} s", "", "")
-    table.add_row("rms error, resume", f"{resume.rms_s:.3f} s", "", "")
-    table.add_row("samples", f"{suspend.samples} + {resume.samples}", "", "")
-    return table
+    return [
+        ["suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate"],
+        ["suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+         "(enactment_overhead; not applied)"],
+        ["resume rate MiB/s", f"{resume.rate_mib_s:.3f}", f"{s.resume_rate:g}", "resume_rate"],
+        ["resume overhead s", f"{resume.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+         "(enactment_overhead; not applied)"],
+        ["rms error, suspend", f"{suspend.rms_s:.3f} s", "", ""],
+        ["rms error, resume", f"{resume.rms_s:.3f} s", "", ""],
+        ["samples", f"{suspend.samples} + {resume.samples}", "", ""],
+    ]
 
 
 @calibrate_app.command("suspend")
@@ -593,10 +597,11 @@ def suspend_command(
         suspend = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.suspend], "suspend")
         resume = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.resume], "resume")
     except CalibrationError as exc:
-        console.print(_suspend_table(points, None, None, title))
+        print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
         raise fail(f"calibrate suspend: {exc}", code=1) from None
-    console.print(_suspend_table(points, suspend, resume, title))
-    console.print(_rates_table(suspend, resume, cfg))
+    print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)
+    print_table(console, FIT_COLUMNS, _rates_fit_rows(suspend, resume, cfg),
+                title="Fitted suspend/resume model: seconds = overhead + memory / rate")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
         return

@@ -45,6 +45,7 @@ from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import ConfigError
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
@@ -337,21 +338,21 @@ def list_hosts(
     if not rows:
         make_console().print("no hosts (add one with `leasewise host add` or `leasewise host import`)")
         return
-    table = Table(title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
-    columns = ["name", "uri", "domain type", "vCPUs", "memory", "available", "leases now", "planned"]
+    columns = [Column("name", wraps=True), Column("uri", wraps=True, drop=2), Column("domain type", drop=3),
+               Column("vCPUs", "right"), Column("memory", "right"), Column("available"),
+               Column("leases now", wraps=True), Column("planned", wraps=True)]
     if libvirt:
-        columns += ["reachable", "versions"]
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("vCPUs", "memory") else "left", overflow="fold")
+        columns += [Column("reachable", wraps=True, drop=4), Column("versions", wraps=True, drop=1)]
+    cells = []
     for row in rows:
-        cells = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
-                 f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
-                 ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
+        line = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
+                f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
+                ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
         if libvirt:
-            cells.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
-            cells.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
-        table.add_row(*cells)
-    make_console().print(table)
+            line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
+            line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
+        cells.append(line)
+    print_table(make_console(), columns, cells, title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
 
 
 # -- check ------------------------------------------------------------------------------------------------------

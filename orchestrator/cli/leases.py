@@ -19,7 +19,6 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
@@ -30,6 +29,7 @@ from orchestrator.cli.leasefile import (
     request_from_fields,
 )
 from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation
@@ -313,15 +313,16 @@ def list_leases(
     if not rows:
         make_console().print("no leases")
         return
-    table = Table(title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
-    for column in ("id", "name", "type", "state", "nodes", "start", "end", "hosts"):
-        table.add_column(column, justify="right" if column in ("id", "nodes") else "left", overflow="fold")
+    columns = [Column("id", "right"), Column("name", wraps=True, drop=3), Column("type", wraps=True, drop=1),
+               Column("state"), Column("nodes", "right", wraps=True, drop=2), Column("start"), Column("end"),
+               Column("hosts", wraps=True, drop=4)]
+    cells = []
     for lease, row in zip(leases, rows):
         start, end = lease_window(lease)
-        table.add_row(str(row["id"]), escape(row["name"]), row["type"], row["state"],
+        cells.append([str(row["id"]), escape(row["name"]), row["type"], row["state"],
                       f"{row['nodes']} × {row['cpus']:g} vCPU / {row['memory_mib']:g} MiB",
-                      when(start), when(end), ", ".join(row["hosts"]))
-    make_console().print(table)
+                      when(start), when(end), ", ".join(row["hosts"])])
+    print_table(make_console(), columns, cells, title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
 
 
 @lease_app.command("show")
@@ -371,30 +372,17 @@ def show(
     console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
                   f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
 
-    plan_table = Table(title="plan")
-    for column in ("rr", "kind", "state", "start", "end", "hosts"):
-        plan_table.add_column(column, overflow="fold")
-    for rr in plan:
-        plan_table.add_row(str(rr.id), rr.kind.value, rr.state.value, when(rr.start), when(rr.end),
-                           ", ".join(hosts_of(rr)))
     if plan:
-        console.print(plan_table)
+        print_table(console, [Column("rr"), Column("kind"), Column("state", drop=1), Column("start"), Column("end"),
+                              Column("hosts", wraps=True, drop=2)],
+                    [[str(rr.id), rr.kind.value, rr.state.value, when(rr.start), when(rr.end), ", ".join(hosts_of(rr))]
+                     for rr in plan], title="plan")
     else:
         console.print("  plan: no reservations")
-
-    history = Table(title="state history")
-    history.add_column("time")
-    history.add_column("state")
-    for at, s in lease.history:
-        history.add_row(when(at), s.value)
-    console.print(history)
-
-    log = Table(title="events")
-    for column in ("#", "time", "kind", "detail"):
-        log.add_column(column, overflow="fold")
-    for e in events:
-        log.add_row(str(e.id), when(e.time), e.kind, escape(_event_text(e)))
-    console.print(log)
+    print_table(console, [Column("time"), Column("state")], [[when(at), s.value] for at, s in lease.history],
+                title="state history")
+    print_table(console, [Column("#"), Column("time"), Column("kind"), Column("detail", wraps=True)],
+                [[str(e.id), when(e.time), e.kind, escape(_event_text(e))] for e in events], title="events")
 
 
 # -- cancel / extend ------------------------------------------------------------------------------------------

@@ -18,16 +18,18 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.output import make_console
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
 
 MIB = 1024 * 1024
+#: the prediction and the report: one row per quantity
+VALUE_COLUMNS = (Column("", wraps=True, style="bold"), Column("value", "right", wraps=True))
 
 
 def _check_options(
@@ -86,20 +88,20 @@ def _dry_run(
         memory, bandwidth, dirty_rate, max_downtime, timeout_s=timeout, on_timeout=on_timeout,  # type: ignore[arg-type]
         overhead_s=overhead, dirty_factor=dirty_factor,
     )
-    table = Table(title=f"Predicted migration of {vm} to {to} (pre-copy model, nothing touched)")
-    table.add_column("", style="bold")
-    table.add_column("value", justify="right")
-    table.add_row("memory", f"{memory:g} MiB")
-    table.add_row("dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})")
-    table.add_row("bandwidth", f"{bandwidth:g} MiB/s")
-    table.add_row("outcome", result.outcome)
-    table.add_row("converged", "yes" if result.converged else "no")
-    table.add_row("total time", f"{result.total_seconds:.2f} s")
-    table.add_row("downtime", f"{result.downtime_ms:.1f} ms (max {max_downtime:g})")
-    table.add_row("passes over memory", str(result.passes))
-    table.add_row("dirty-page rounds", str(result.iterations))
-    table.add_row("transferred", f"{result.transferred_mib:.1f} MiB")
-    console.print(table)
+    rows = [
+        ["memory", f"{memory:g} MiB"],
+        ["dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})"],
+        ["bandwidth", f"{bandwidth:g} MiB/s"],
+        ["outcome", result.outcome],
+        ["converged", "yes" if result.converged else "no"],
+        ["total time", f"{result.total_seconds:.2f} s"],
+        ["downtime", f"{result.downtime_ms:.1f} ms (max {max_downtime:g})"],
+        ["passes over memory", str(result.passes)],
+        ["dirty-page rounds", str(result.iterations)],
+        ["transferred", f"{result.transferred_mib:.1f} MiB"],
+    ]
+    print_table(console, VALUE_COLUMNS, rows,
+                title=f"Predicted migration of {vm} to {to} (pre-copy model, nothing touched)")
 
 
 def _read_from_vm(
@@ -131,18 +133,18 @@ def _read_from_vm(
     return memory, dirty_rate
 
 
-def _report_table(report: MigrationReport) -> Table:
-    table = Table(title=f"Migration of {report.vm}: {report.source} -> {report.destination}")
-    table.add_column("", style="bold")
-    table.add_column("value", justify="right")
-    table.add_row("outcome", report.outcome + ("" if report.success else " (VM stays on the source)"))
-    table.add_row("total time", f"{report.total_seconds:.2f} s")
-    table.add_row("downtime", f"{report.downtime_ms:.1f} ms")
-    table.add_row("passes over memory", str(report.iterations))
-    table.add_row("transferred", f"{report.bytes_transferred / MIB:.1f} MiB of {report.memory_total / MIB:.1f} MiB")
+def _print_report(console: Console, report: MigrationReport) -> None:
+    rows = [
+        ["outcome", report.outcome + ("" if report.success else " (VM stays on the source)")],
+        ["total time", f"{report.total_seconds:.2f} s"],
+        ["downtime", f"{report.downtime_ms:.1f} ms"],
+        ["passes over memory", str(report.iterations)],
+        ["transferred", f"{report.bytes_transferred / MIB:.1f} MiB of {report.memory_total / MIB:.1f} MiB"],
+    ]
     if report.error:
-        table.add_row("error", report.error)
-    return table
+        rows.append(["error", report.error])
+    print_table(console, VALUE_COLUMNS, rows,
+                title=f"Migration of {report.vm}: {report.source} -> {report.destination}")
 
 
 @app.command("migrate")
@@ -198,10 +200,10 @@ def migrate_command(
                 on_timeout=on_timeout, progress=on_progress,  # type: ignore[arg-type]
             )
             bar.update(task, completed=100.0)
-        console.print(_report_table(report))
+        _print_report(console, report)
     except MigrationFailed as exc:
         if isinstance(exc.report, MigrationReport):
-            console.print(_report_table(exc.report))
+            _print_report(console, exc.report)
         raise fail(str(exc)) from None
     except (DriverError, LeasewiseError, ValueError) as exc:
         raise fail(str(exc)) from None

@@ -18,7 +18,6 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from orchestrator.analysis.timeline import (
     render_png,
@@ -27,6 +26,7 @@ from orchestrator.analysis.timeline import (
 )
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.output import make_console, write_json_file
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import load_config
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator
@@ -88,9 +88,6 @@ def _write_csv(path: Path, result: SimulationResult) -> None:
 
 def _print_summary(result: SimulationResult, source: str, console: Console) -> None:
     m = result.metrics
-    table = Table(title=f"{source}: {m['leases_total']} leases on {len(result.hosts)} hosts", title_justify="left")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
     rows = [
         ("leases done", f"{m['leases_done']}"),
         ("advance reservations accepted / rejected", f"{m['ar_accepted']} / {m['ar_rejected']}"),
@@ -104,6 +101,5 @@ def _print_summary(result: SimulationResult, source: str, console: Console) -> N
         ("simulated time", f"{m['simulated_seconds']:,.0f} s"),
         ("wall time", f"{m['wall_seconds']:.2f} s"),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
+    print_table(console, [Column("metric", wraps=True), Column("value", "right", wraps=True)], rows,
+                title=f"{source}: {m['leases_total']} leases on {len(result.hosts)} hosts", title_justify="left")
