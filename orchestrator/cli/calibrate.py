@@ -22,6 +22,7 @@ pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. Every guest is named `lwcal-
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
+import dataclasses
 import math
 import os
 import posixpath
@@ -54,7 +55,7 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
-from orchestrator.cli.output import make_console
+from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
@@ -251,10 +252,15 @@ def _store_result(state: Path | None, cfg: Config, section: str, record: dict) -
     return path
 
 
+def _error_pct(predicted: float, measured: float) -> float | None:
+    """How far the prediction is off, in percent of the measurement (None: nothing measured to compare)."""
+    return None if measured <= 0 else 100.0 * (predicted - measured) / measured
+
+
 def _pct(predicted: float, measured: float) -> str:
-    if measured <= 0:
+    error = _error_pct(predicted, measured)
+    if error is None:
         return "-"
-    error = 100.0 * (predicted - measured) / measured
     return "0.0%" if abs(error) < 0.05 else f"{error:+.1f}%"
 
 
@@ -306,6 +312,34 @@ def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list
     return rows
 
 
+def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
+                    max_downtime: float) -> dict:
+    """What `--json` prints: every grid point measured and predicted, the fit and the configured values."""
+    out = []
+    for p in points:
+        point: dict = {"memory_mib": p.memory_mib, "dirty_pages_s": p.pages_per_second,
+                       "dirty_mib_s": pages_to_mib_s(p.pages_per_second), "runs": len(p.samples) + len(p.failures),
+                       "failures": list(p.failures), "measured": None, "predicted": None}
+        if p.samples:
+            measured_s = _mean([s.total_s for s in p.samples])
+            point["measured"] = {"total_s": measured_s, "downtime_ms": _mean([s.downtime_ms for s in p.samples]),
+                                 "passes": _mean([float(s.iterations) for s in p.samples])}
+            if fit is not None:
+                predicted = fit.predict(p.samples[0])
+                aborts = predicted.outcome == "aborted"
+                point["predicted"] = {"outcome": predicted.outcome, "total_s": predicted.total_seconds,
+                                      "downtime_ms": predicted.downtime_ms, "passes": predicted.passes,
+                                      "error_pct": None if aborts else _error_pct(predicted.total_seconds, measured_s)}
+        out.append(point)
+    s = cfg.scheduling
+    return {"hosts": hosts, "driver": driver, "max_downtime_ms": max_downtime, "points": out,
+            "fit": None if fit is None else fit.as_dict(),
+            "configured": {"live_migration_bandwidth": s.live_bandwidth,
+                           "live_migration_overhead": s.live_migration_overhead.total_seconds(),
+                           "live_migration_dirty_factor": s.live_migration_dirty_factor},
+            "stored": None}
+
+
 #: fitted values next to the configured ones, with the key each replaces
 FIT_COLUMNS = (Column("parameter", wraps=True, style="bold"), Column("fitted", "right", wraps=True),
                Column("configured", "right"), Column("\\[scheduling] key", drop=1))
@@ -343,6 +377,7 @@ GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUES
 InventoryOption = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts.")
 DryRunOption = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing.")
 NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not store it.")
+JsonOption = typer.Option(False, "--json", help="Print the measurements and the fit as JSON (progress goes to stderr).")
 
 
 @calibrate_app.command("migration")
@@ -361,6 +396,7 @@ def migration_command(
     inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
+    json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
 ) -> None:
@@ -382,7 +418,7 @@ def migration_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = make_console()
+    console = make_console(stderr=json_out)
     a, b = hosts
     console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
@@ -407,18 +443,27 @@ def migration_command(
     try:
         fit = fit_migration(samples)
     except CalibrationError as exc:
-        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
+        if json_out:
+            emit_json(_migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
+        else:
+            print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
         raise fail(f"calibrate migration: {exc}", code=1) from None
-    print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
-    print_table(console, FIT_COLUMNS, _migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
+    answer = _migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
+    if not json_out:
+        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
+        print_table(console, FIT_COLUMNS, _migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
-        return
-    record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
-    path = _store_result(state, cfg, MIGRATION_SECTION, record)
-    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
-                  "uses it in place of live_migration_bandwidth, live_migration_overhead"
-                  + (", live_migration_dirty_factor" if record["dirty_factor"] is not None else ""), soft_wrap=True)
+    else:
+        record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
+        path = _store_result(state, cfg, MIGRATION_SECTION, record)
+        answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{MIGRATION_SECTION}"}
+        console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
+                      "uses it in place of live_migration_bandwidth, live_migration_overhead"
+                      + (", live_migration_dirty_factor" if record["dirty_factor"] is not None else ""),
+                      soft_wrap=True)
+    if json_out:
+        emit_json(answer)
 
 
 def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
@@ -528,6 +573,30 @@ def _suspend_rows(points: list[_SuspendPoint], suspend: RateFit | None, resume: 
     return rows
 
 
+def _suspend_json(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None, cfg: Config,
+                  hosts: list[str], driver: str) -> dict:
+    """What `--json` prints: every host and size measured and predicted, the fits and the configured values."""
+    out = []
+    for p in points:
+        point: dict = {"host": p.host, "memory_mib": p.memory_mib, "cycles": min(len(p.suspend), len(p.resume))}
+        for what, fit, values in (("suspend", suspend, p.suspend), ("resume", resume, p.resume)):
+            if not values:
+                point[what] = None
+                continue
+            measured = _mean(values)
+            predicted = None if fit is None else fit.predict(p.memory_mib)
+            point[what] = {"measured_s": measured, "predicted_s": predicted,
+                           "error_pct": None if predicted is None else _error_pct(predicted, measured)}
+        out.append(point)
+    s = cfg.scheduling
+    fits = None if suspend is None or resume is None else {"suspend": dataclasses.asdict(suspend),
+                                                          "resume": dataclasses.asdict(resume)}
+    return {"hosts": hosts, "driver": driver, "points": out, "fit": fits,
+            "configured": {"suspend_rate": s.suspend_rate, "resume_rate": s.resume_rate,
+                           "enactment_overhead": s.enactment_overhead.total_seconds()},
+            "stored": None}
+
+
 def _rates_fit_rows(suspend: RateFit, resume: RateFit, cfg: Config) -> list[list[str]]:
     s = cfg.scheduling
     return [
@@ -555,6 +624,7 @@ def suspend_command(
     inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
+    json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
 ) -> None:
@@ -571,7 +641,7 @@ def suspend_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = make_console()
+    console = make_console(stderr=json_out)
     console.print(f"calibrating suspend/resume on {', '.join(hosts)} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB, {repeat} cycle(s) each", soft_wrap=True)
     token = _token()
@@ -597,18 +667,26 @@ def suspend_command(
         suspend = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.suspend], "suspend")
         resume = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.resume], "resume")
     except CalibrationError as exc:
-        print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
+        if json_out:
+            emit_json(_suspend_json(points, None, None, cfg, hosts, setup.kind))
+        else:
+            print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
         raise fail(f"calibrate suspend: {exc}", code=1) from None
-    print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)
-    print_table(console, FIT_COLUMNS, _rates_fit_rows(suspend, resume, cfg),
-                title="Fitted suspend/resume model: seconds = overhead + memory / rate")
+    answer = _suspend_json(points, suspend, resume, cfg, hosts, setup.kind)
+    if not json_out:
+        print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)
+        print_table(console, FIT_COLUMNS, _rates_fit_rows(suspend, resume, cfg),
+                    title="Fitted suspend/resume model: seconds = overhead + memory / rate")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
-        return
-    record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
-    path = _store_result(state, cfg, SUSPEND_SECTION, record)
-    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
-                  "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
+    else:
+        record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
+        path = _store_result(state, cfg, SUSPEND_SECTION, record)
+        answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{SUSPEND_SECTION}"}
+        console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
+                      "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
+    if json_out:
+        emit_json(answer)
 
 
 def _measure_suspend(setup: Setup, point: _SuspendPoint, repeat: int, settle: float, guest_dir: str,

@@ -674,6 +674,7 @@ def drain(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     by: str | None = typer.Option(None, "--by", metavar="TIME",
                                   help="Empty by then: `now` (default), +DURATION (e.g. +30m) or ISO 8601"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
 ) -> None:
@@ -687,6 +688,10 @@ def drain(
         if name not in cluster.hosts:
             raise fail(f"host: no host named {name!r}")
         plan = cluster.drain(name, deadline, now)
+    if json_out:
+        emit_json({"host": name, "unavailable_from": iso(plan.unavailable_from),
+                   "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(plan.leases.items())]})
+        return
     console = make_console()
     for lease_id, what in sorted(plan.leases.items()):
         console.print(f"lease {lease_id}: {escape(what)}", soft_wrap=True)

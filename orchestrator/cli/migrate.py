@@ -23,7 +23,7 @@ from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.output import make_console
+from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
 
@@ -76,7 +76,7 @@ def _libvirt_driver(inventory: Path | None):
 def _dry_run(
     vm: str, to: str, inventory: Path | None, max_downtime: float, bandwidth: float | None,
     timeout: float, on_timeout: str, memory: float | None, dirty_rate: float | None,
-    overhead: float, dirty_factor: float, console: Console,
+    overhead: float, dirty_factor: float, console: Console, json_out: bool,
 ) -> None:
     from orchestrator.planning.precopy import predict_precopy
 
@@ -88,6 +88,13 @@ def _dry_run(
         memory, bandwidth, dirty_rate, max_downtime, timeout_s=timeout, on_timeout=on_timeout,  # type: ignore[arg-type]
         overhead_s=overhead, dirty_factor=dirty_factor,
     )
+    if json_out:
+        emit_json({"vm": vm, "to": to, "dry_run": True, "memory_mib": memory, "dirty_rate_mib_s": dirty_rate,
+                   "dirty_factor": dirty_factor, "bandwidth_mib_s": bandwidth, "max_downtime_ms": max_downtime,
+                   "outcome": result.outcome, "converged": result.converged, "total_seconds": result.total_seconds,
+                   "downtime_ms": result.downtime_ms, "passes": result.passes,
+                   "dirty_page_rounds": result.iterations, "transferred_mib": result.transferred_mib})
+        return
     rows = [
         ["memory", f"{memory:g} MiB"],
         ["dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})"],
@@ -133,7 +140,15 @@ def _read_from_vm(
     return memory, dirty_rate
 
 
-def _print_report(console: Console, report: MigrationReport) -> None:
+def _show_report(console: Console, report: MigrationReport, json_out: bool) -> None:
+    """The measured report: a table, or (`--json`) a JSON document on stdout."""
+    if json_out:
+        emit_json({"vm": report.vm, "source": report.source, "destination": report.destination,
+                   "success": report.success, "outcome": report.outcome, "total_seconds": report.total_seconds,
+                   "downtime_ms": report.downtime_ms, "passes": report.iterations,
+                   "transferred_mib": report.bytes_transferred / MIB, "memory_mib": report.memory_total / MIB,
+                   "error": report.error or None})
+        return
     rows = [
         ["outcome", report.outcome + ("" if report.success else " (VM stays on the source)")],
         ["total time", f"{report.total_seconds:.2f} s"],
@@ -167,13 +182,14 @@ def migrate_command(
     ),
     overhead: float = typer.Option(0.0, "--overhead", help="Dry run: fixed setup cost per migration, s (calibrated)."),
     dirty_factor: float = typer.Option(1.0, "--dirty-factor", help="Dry run: calibrated dirty-rate factor."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report (or the prediction) as JSON; progress goes to stderr."),
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
     _check_options(max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate, overhead, dirty_factor)
-    console = make_console()
+    console = make_console(stderr=json_out)
     if dry_run:
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
-                 overhead, dirty_factor, console)
+                 overhead, dirty_factor, console, json_out)
         return
 
     driver = _libvirt_driver(inventory)
@@ -200,10 +216,10 @@ def migrate_command(
                 on_timeout=on_timeout, progress=on_progress,  # type: ignore[arg-type]
             )
             bar.update(task, completed=100.0)
-        _print_report(console, report)
+        _show_report(console, report, json_out)
     except MigrationFailed as exc:
         if isinstance(exc.report, MigrationReport):
-            _print_report(console, exc.report)
+            _show_report(console, exc.report, json_out)
         raise fail(str(exc)) from None
     except (DriverError, LeasewiseError, ValueError) as exc:
         raise fail(str(exc)) from None

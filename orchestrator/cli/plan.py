@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from orchestrator.analysis.timeline import (
+    Timeline,
     build_timeline,
     render_png,
     render_terminal,
@@ -28,8 +29,8 @@ from orchestrator.cli.common import (
     store_path,
     write_png,
 )
-from orchestrator.cli.output import make_console, when
-from orchestrator.model.timeutil import parse_time
+from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.model.timeutil import iso, parse_time
 
 
 def parse_when(text: str | None, option: str, current: datetime) -> datetime | None:
@@ -51,11 +52,12 @@ def plan(
                                        "(default: the end of the last reservation)"),
     png: Path | None = typer.Option(None, "--png", metavar="OUT",
                                     help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
+    json_out: bool = typer.Option(False, "--json", help="Print the timeline as JSON"),
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
-    console = make_console()
+    console = make_console(stderr=json_out)
     current = now()
     start = parse_when(from_, "--from", current)
     end = parse_when(to, "--to", current)
@@ -68,6 +70,9 @@ def plan(
     if not path.exists():
         if state is not None:
             raise fail(f"--state: {path} does not exist")
+        if json_out:
+            emit_json({"start": iso(start), "end": iso(end), "now": iso(current), "hosts": [], "leases": []})
+            return
         console.print(f"Nothing planned yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
         return
     with open_cluster(state, cfg, write=False) as cluster:
@@ -75,12 +80,31 @@ def plan(
         hosts = list(cluster.hosts)
         labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
     timeline = build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels)
+    if json_out:
+        emit_json(_timeline_json(timeline))
     if timeline.empty:
-        console.print(_nothing(start, end), soft_wrap=True, markup=False)
+        if not json_out:
+            console.print(_nothing(start, end), soft_wrap=True, markup=False)
         return
-    render_terminal(timeline, console=console)
+    if not json_out:
+        render_terminal(timeline, console=console)
     if png is not None:
         write_png(render_png, timeline, png, console)
+
+
+def _timeline_json(timeline: Timeline) -> dict:
+    """The timeline as drawn: its window, each host's reservations (a reservation on two hosts, such as a
+    migration, is on both), and the leases shown."""
+    return {
+        "start": iso(timeline.start), "end": iso(timeline.end), "now": iso(timeline.now),
+        "hosts": [{"name": row.name,
+                   "reservations": [{"lease": bar.lease_id, "label": bar.label, "reservation": bar.reservation_id,
+                                     "kind": bar.kind.value, "state": bar.state.value, "role": bar.role or None,
+                                     "start": iso(bar.start), "end": iso(bar.end)} for bar in row.bars]}
+                  for row in timeline.rows],
+        "leases": [{"id": info.id, "label": info.label, "type": info.type, "state": info.state}
+                   for info in timeline.leases.values()],
+    }
 
 
 def _nothing(start: datetime | None, end: datetime | None) -> str:
