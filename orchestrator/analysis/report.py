@@ -570,9 +570,10 @@ def render_terminal(report: Report, console: "Console | None" = None) -> None:
         console.print(lt)
 
     summary = Table(title="summary (Δ in s; worst = largest absolute; failed rows not in the deltas)",
-                    title_justify="left")
+                    title_justify="left", **style)
     for column in ("kind", "count", "failed", "Δ start mean", "Δ start worst", "Δ end mean", "Δ end worst"):
-        summary.add_column(column, justify="left" if column == "kind" else "right")
+        summary.add_column(column, justify="left" if column == "kind" else "right", overflow="fold",
+                           no_wrap=column != "kind")
     for s in report.summary:
         summary.add_row(f"[bold]{s.kind}[/]" if s.kind == ALL else s.kind, str(s.rows),
                         str(s.failed) if s.failed else "-", _seconds(s.start.mean), _seconds(s.start.worst),

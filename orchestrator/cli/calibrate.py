@@ -22,21 +22,21 @@ pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. Every guest is named `lwcal-
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
+import dataclasses
 import math
 import os
 import posixpath
 import signal
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from drivers.base import Driver, VMSpec
 from drivers.clock import RealClock, SimulatedClock
@@ -53,7 +53,10 @@ from orchestrator.analysis.calibration import (
     pages_to_mib_s,
     suspend_record,
 )
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.output import emit_json, make_console
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
@@ -66,14 +69,7 @@ from orchestrator.state.calibrated import (
 )
 from orchestrator.state.store import Store
 
-calibrate_app = ErrorLineTyper(
-    name="calibrate",
-    help="Measure migrations and suspensions, fit the scheduler's cost models, store them.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(calibrate_app, name="calibrate")
+calibrate_app = command_group("calibrate", "Measure migrations and suspensions, fit the scheduler's cost models, store them.")
 
 DEFAULT_GUEST_DIR = "/var/lib/libvirt/images/leasewise-guest"
 VM_PREFIX = "lwcal-"
@@ -83,17 +79,13 @@ DEFAULT_SETTLE_S = 15.0
 DRY_RUN_CAPACITY = (1024, 1 << 30)
 
 
-def _console() -> Console:
-    return Console(highlight=False)
-
-
 # -- options -----------------------------------------------------------------------------------------------
-def _int_list(option: str, text: str, *, minimum: int, what: str) -> List[int]:
+def _int_list(option: str, text: str, *, minimum: int, what: str) -> list[int]:
     """Comma-separated whole numbers >= minimum, each once, in the order given."""
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not t for t in items):
         raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
-    values: List[int] = []
+    values: list[int] = []
     for item in items:
         if not item.lstrip("+").isdigit():
             raise fail(f"{option}: {item!r} is not a whole number (a list of {what}, e.g. 128,256,512)")
@@ -108,7 +100,7 @@ def _int_list(option: str, text: str, *, minimum: int, what: str) -> List[int]:
     return values
 
 
-def _number(option: str, text: Optional[str], *, zero_ok: bool, unit: str) -> Optional[float]:
+def _number(option: str, text: str | None, *, zero_ok: bool, unit: str) -> float | None:
     if text is None:
         return None
     try:
@@ -128,7 +120,7 @@ def _repeat(text: str) -> int:
     return int(value)
 
 
-def _hosts(option_hosts: Optional[List[str]], *, exactly: Optional[int] = None) -> List[str]:
+def _hosts(option_hosts: list[str] | None, *, exactly: int | None = None) -> list[str]:
     hosts = [h.strip() for h in (option_hosts or [])]
     if any(not h for h in hosts):
         raise fail("--host: must not be empty")
@@ -150,8 +142,8 @@ class Setup:
     host_configs: dict = field(default_factory=dict)   # name -> HostConfig (libvirt)
 
 
-def _setup(hosts: List[str], sizes: List[int], dry_run: bool, inventory: Optional[Path],
-           state: Optional[Path], cfg: Config) -> Setup:
+def _setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None,
+           state: Path | None, cfg: Config) -> Setup:
     """The driver the command runs on, after checking that it manages `hosts`."""
     from drivers.inventory import load_inventory
 
@@ -219,10 +211,10 @@ def guest_spec(name: str, memory_mib: int, pages_per_second: int, guest_dir: str
 
 
 @contextmanager
-def _guests(setup: Setup, console: Console) -> Iterator[List[str]]:
+def _guests(setup: Setup, console: Console) -> Iterator[list[str]]:
     """The names of the guests started inside; every one still there afterwards is destroyed (also on an
     error, Ctrl-C or SIGTERM)."""
-    started: List[str] = []
+    started: list[str] = []
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
         installed = True
@@ -253,17 +245,22 @@ def _token() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _store_result(state: Optional[Path], cfg: Config, section: str, record: dict) -> Path:
+def _store_result(state: Path | None, cfg: Config, section: str, record: dict) -> Path:
     path = common.store_path(state, cfg)
     with Store.open(path) as store:
         store_calibration(store, section, record)
     return path
 
 
+def _error_pct(predicted: float, measured: float) -> float | None:
+    """How far the prediction is off, in percent of the measurement (None: nothing measured to compare)."""
+    return None if measured <= 0 else 100.0 * (predicted - measured) / measured
+
+
 def _pct(predicted: float, measured: float) -> str:
-    if measured <= 0:
+    error = _error_pct(predicted, measured)
+    if error is None:
         return "-"
-    error = 100.0 * (predicted - measured) / measured
     return "0.0%" if abs(error) < 0.05 else f"{error:+.1f}%"
 
 
@@ -272,59 +269,87 @@ def _pct(predicted: float, measured: float) -> str:
 class _Point:
     memory_mib: int
     pages_per_second: int
-    samples: List[MigrationSample] = field(default_factory=list)
-    failures: List[str] = field(default_factory=list)
+    samples: list[MigrationSample] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
-def _mean(values: List[float]) -> float:
+def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _migration_table(points: List[_Point], fit: Optional[MigrationFit], title: str) -> Table:
-    table = Table(title=title)
-    for name in ("size MiB", "dirty pages/s", "dirty MiB/s", "runs", "predicted s", "measured s", "error",
-                 "predicted downtime ms", "measured ms", "error ms", "passes pred/meas"):
-        table.add_column(name, justify="right")
+MIGRATION_COLUMNS = (
+    Column("size MiB", "right"), Column("dirty pages/s", "right"), Column("dirty MiB/s", "right", drop=1),
+    Column("runs", "right", drop=3), Column("predicted s", "right"), Column("measured s", "right"),
+    Column("error", "right"), Column("predicted downtime ms", "right"), Column("measured ms", "right"),
+    Column("error ms", "right", drop=2), Column("passes pred/meas", "right", wraps=True, drop=4),   # or why not measured
+)
+
+
+def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list[str]]:
+    """The predicted vs measured table: one row per grid point, MIGRATION_COLUMNS."""
+    rows = []
     for p in points:
         runs = f"{len(p.samples)}/{len(p.samples) + len(p.failures)}"
         row = [str(p.memory_mib), str(p.pages_per_second), f"{pages_to_mib_s(p.pages_per_second):.2f}", runs]
         if not p.samples:
             why = p.failures[-1] if p.failures else "no measurement"
-            table.add_row(*row, "-", "-", "-", "-", "-", "-", escape(why[:60]))
+            rows.append([*row, "-", "-", "-", "-", "-", "-", escape(why[:60])])
             continue
         measured_s = _mean([s.total_s for s in p.samples])
         measured_ms = _mean([s.downtime_ms for s in p.samples])
         passes = _mean([float(s.iterations) for s in p.samples])
         if fit is None:
-            table.add_row(*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            rows.append([*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
             continue
         predicted = fit.predict(p.samples[0])
         if predicted.outcome == "aborted":
-            table.add_row(*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}")
+            rows.append([*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
             continue
-        table.add_row(*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
-                      _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
-                      f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
-                      f"{predicted.passes}/{passes:g}")
-    return table
+        rows.append([*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
+                     _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
+                     f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
+                     f"{predicted.passes}/{passes:g}"])
+    return rows
 
 
-def _fit_table(title: str) -> Table:
-    """A table of fitted values next to the configured ones, with the key each replaces."""
-    table = Table(title=title)
-    table.add_column("parameter", style="bold")
-    table.add_column("fitted", justify="right")
-    table.add_column("configured", justify="right")
-    table.add_column("\\[scheduling] key")
-    return table
-
-
-def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
+def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
+                    max_downtime: float) -> dict:
+    """What `--json` prints: every grid point measured and predicted, the fit and the configured values."""
+    out = []
+    for p in points:
+        point: dict = {"memory_mib": p.memory_mib, "dirty_pages_s": p.pages_per_second,
+                       "dirty_mib_s": pages_to_mib_s(p.pages_per_second), "runs": len(p.samples) + len(p.failures),
+                       "failures": list(p.failures), "measured": None, "predicted": None}
+        if p.samples:
+            measured_s = _mean([s.total_s for s in p.samples])
+            point["measured"] = {"total_s": measured_s, "downtime_ms": _mean([s.downtime_ms for s in p.samples]),
+                                 "passes": _mean([float(s.iterations) for s in p.samples])}
+            if fit is not None:
+                predicted = fit.predict(p.samples[0])
+                aborts = predicted.outcome == "aborted"
+                point["predicted"] = {"outcome": predicted.outcome, "total_s": predicted.total_seconds,
+                                      "downtime_ms": predicted.downtime_ms, "passes": predicted.passes,
+                                      "error_pct": None if aborts else _error_pct(predicted.total_seconds, measured_s)}
+        out.append(point)
     s = cfg.scheduling
-    table = _fit_table("Fitted pre-copy model")
-    table.add_row("bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth")
-    table.add_row("overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
-                  "live_migration_overhead")
+    return {"hosts": hosts, "driver": driver, "max_downtime_ms": max_downtime, "points": out,
+            "fit": None if fit is None else fit.as_dict(),
+            "configured": {"live_migration_bandwidth": s.live_bandwidth,
+                           "live_migration_overhead": s.live_migration_overhead.total_seconds(),
+                           "live_migration_dirty_factor": s.live_migration_dirty_factor},
+            "stored": None}
+
+
+#: fitted values next to the configured ones, with the key each replaces
+FIT_COLUMNS = (Column("parameter", wraps=True, style="bold"), Column("fitted", "right", wraps=True),
+               Column("configured", "right"), Column("\\[scheduling] key", drop=1))
+
+
+def _migration_fit_rows(fit: MigrationFit, cfg: Config) -> list[list[str]]:
+    s = cfg.scheduling
+    rows = [["bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth"],
+            ["overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
+             "live_migration_overhead"]]
     if fit.dirty_factor is None:
         factor = "not fitted (no dirtying guest)"
     elif fit.dirty_factor_determined:
@@ -336,11 +361,11 @@ def _migration_fit_table(fit: MigrationFit, cfg: Config) -> Table:
         lo, hi = fit.dirty_factor_interval or (0.0, MAX_DIRTY_FACTOR)
         factor = (f"not determined: {lo:.3g}-{hi:.3g} fit as well (best {fit.dirty_factor:.3g}); "
                   "not stored, raise --dirty")
-    table.add_row("dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor")
-    table.add_row("rms error, total", f"{fit.rms_total_s:.3f} s", "", "")
-    table.add_row("rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", "")
-    table.add_row("samples", str(fit.samples), "", "")
-    return table
+    rows += [["dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor"],
+             ["rms error, total", f"{fit.rms_total_s:.3f} s", "", ""],
+             ["rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", ""],
+             ["samples", str(fit.samples), "", ""]]
+    return rows
 
 
 #: options both commands take
@@ -352,26 +377,28 @@ GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUES
 InventoryOption = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts.")
 DryRunOption = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing.")
 NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not store it.")
+JsonOption = typer.Option(False, "--json", help="Print the measurements and the fit as JSON (progress goes to stderr).")
 
 
 @calibrate_app.command("migration")
 def migration_command(
-    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST",
-                                             help="Source, then destination (give it twice)."),
+    host: list[str] | None = typer.Option(None, "--host", metavar="HOST",
+                                          help="Source, then destination (give it twice)."),
     sizes_text: str = SizesOption,
     dirty_text: str = typer.Option("0,1000,5000", "--dirty", metavar="PPS,...",
                                    help="Dirty rates in 4 KiB pages/s (256 pages/s = 1 MiB/s); must include 0."),
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Migrations per grid point (alternating A->B, B->A)."),
-    max_downtime_text: Optional[str] = typer.Option(None, "--max-downtime", metavar="MS",
-                                                    help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
+    max_downtime_text: str | None = typer.Option(None, "--max-downtime", metavar="MS",
+                                                 help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
     timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
-    settle_text: Optional[str] = SettleOption,
+    settle_text: str | None = SettleOption,
     guest_dir: str = GuestDirOption,
-    inventory: Optional[Path] = InventoryOption,
+    inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    json_out: bool = JsonOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
     hosts = _hosts(host, exactly=2)
@@ -391,7 +418,7 @@ def migration_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = _console()
+    console = make_console(stderr=json_out)
     a, b = hosts
     console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
@@ -416,22 +443,31 @@ def migration_command(
     try:
         fit = fit_migration(samples)
     except CalibrationError as exc:
-        console.print(_migration_table(points, None, title))
+        if json_out:
+            emit_json(_migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
+        else:
+            print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
         raise fail(f"calibrate migration: {exc}", code=1) from None
-    console.print(_migration_table(points, fit, title))
-    console.print(_migration_fit_table(fit, cfg))
+    answer = _migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
+    if not json_out:
+        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
+        print_table(console, FIT_COLUMNS, _migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
-        return
-    record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
-    path = _store_result(state, cfg, MIGRATION_SECTION, record)
-    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
-                  "uses it in place of live_migration_bandwidth, live_migration_overhead"
-                  + (", live_migration_dirty_factor" if record["dirty_factor"] is not None else ""), soft_wrap=True)
+    else:
+        record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
+        path = _store_result(state, cfg, MIGRATION_SECTION, record)
+        answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{MIGRATION_SECTION}"}
+        console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
+                      "uses it in place of live_migration_bandwidth, live_migration_overhead"
+                      + (", live_migration_dirty_factor" if record["dirty_factor"] is not None else ""),
+                      soft_wrap=True)
+    if json_out:
+        emit_json(answer)
 
 
 def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
-                        timeout: float, settle: float, guest_dir: str, name: str, started: List[str],
+                        timeout: float, settle: float, guest_dir: str, name: str, started: list[str],
                         console: Console) -> None:
     """Boot one guest on `a`, migrate it `repeat` times (alternating), record each run, stop it."""
     spec = guest_spec(name, point.memory_mib, point.pages_per_second, guest_dir)
@@ -474,11 +510,11 @@ def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int
 class _SuspendPoint:
     host: str
     memory_mib: int
-    suspend: List[float] = field(default_factory=list)
-    resume: List[float] = field(default_factory=list)
+    suspend: list[float] = field(default_factory=list)
+    resume: list[float] = field(default_factory=list)
 
 
-def _state_dir(setup: Setup, host: str, option: Optional[str], cfg: Config) -> str:
+def _state_dir(setup: Setup, host: str, option: str | None, cfg: Config) -> str:
     if option is not None:
         return option
     host_cfg = setup.host_configs.get(host)
@@ -510,12 +546,16 @@ def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
                   soft_wrap=True)
 
 
-def _suspend_table(points: List[_SuspendPoint], suspend: Optional[RateFit], resume: Optional[RateFit],
-                   title: str) -> Table:
-    table = Table(title=title)
-    for name in ("host", "size MiB", "runs", "suspend predicted s", "measured s", "error",
-                 "resume predicted s", "measured s", "error"):
-        table.add_column(name, justify="right")
+SUSPEND_COLUMNS = (
+    Column("host", "right", wraps=True), Column("size MiB", "right"), Column("runs", "right", drop=1),
+    Column("suspend predicted s", "right"), Column("measured s", "right"), Column("error", "right"),
+    Column("resume predicted s", "right"), Column("measured s", "right"), Column("error", "right"),
+)
+
+
+def _suspend_rows(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None) -> list[list[str]]:
+    """The predicted vs measured table: one row per host and size, SUSPEND_COLUMNS."""
+    rows = []
     for p in points:
         runs = str(min(len(p.suspend), len(p.resume)))
         cells = [p.host, str(p.memory_mib), runs]
@@ -529,39 +569,64 @@ def _suspend_table(points: List[_SuspendPoint], suspend: Optional[RateFit], resu
             else:
                 predicted = fit.predict(p.memory_mib)
                 cells += [f"{predicted:.2f}", f"{measured:.2f}", _pct(predicted, measured)]
-        table.add_row(*cells)
-    return table
+        rows.append(cells)
+    return rows
 
 
-def _rates_table(suspend: RateFit, resume: RateFit, cfg: Config) -> Table:
+def _suspend_json(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None, cfg: Config,
+                  hosts: list[str], driver: str) -> dict:
+    """What `--json` prints: every host and size measured and predicted, the fits and the configured values."""
+    out = []
+    for p in points:
+        point: dict = {"host": p.host, "memory_mib": p.memory_mib, "cycles": min(len(p.suspend), len(p.resume))}
+        for what, fit, values in (("suspend", suspend, p.suspend), ("resume", resume, p.resume)):
+            if not values:
+                point[what] = None
+                continue
+            measured = _mean(values)
+            predicted = None if fit is None else fit.predict(p.memory_mib)
+            point[what] = {"measured_s": measured, "predicted_s": predicted,
+                           "error_pct": None if predicted is None else _error_pct(predicted, measured)}
+        out.append(point)
     s = cfg.scheduling
-    table = _fit_table("Fitted suspend/resume model: seconds = overhead + memory / rate")
-    table.add_row("suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate")
-    table.add_row("suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
-                  "(enactment_overhead; not applied)")
-    table.add_row("resume rate MiB/s", f"{resume.rate_mib_s:.3f}", f"{s.resume_rate:g}", "resume_rate")
-    table.add_row("resume overhead s", f"{resume.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
-                  "(enactment_overhead; not applied)")
-    table.add_row("rms error, suspend", f"{suspend.rms_s:.3f} s", "", "")
-    table.add_row("rms error, resume", f"{resume.rms_s:.3f} s", "", "")
-    table.add_row("samples", f"{suspend.samples} + {resume.samples}", "", "")
-    return table
+    fits = None if suspend is None or resume is None else {"suspend": dataclasses.asdict(suspend),
+                                                          "resume": dataclasses.asdict(resume)}
+    return {"hosts": hosts, "driver": driver, "points": out, "fit": fits,
+            "configured": {"suspend_rate": s.suspend_rate, "resume_rate": s.resume_rate,
+                           "enactment_overhead": s.enactment_overhead.total_seconds()},
+            "stored": None}
+
+
+def _rates_fit_rows(suspend: RateFit, resume: RateFit, cfg: Config) -> list[list[str]]:
+    s = cfg.scheduling
+    return [
+        ["suspend rate MiB/s", f"{suspend.rate_mib_s:.3f}", f"{s.suspend_rate:g}", "suspend_rate"],
+        ["suspend overhead s", f"{suspend.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+         "(enactment_overhead; not applied)"],
+        ["resume rate MiB/s", f"{resume.rate_mib_s:.3f}", f"{s.resume_rate:g}", "resume_rate"],
+        ["resume overhead s", f"{resume.overhead_s:.3f}", f"{s.enactment_overhead.total_seconds():g}",
+         "(enactment_overhead; not applied)"],
+        ["rms error, suspend", f"{suspend.rms_s:.3f} s", "", ""],
+        ["rms error, resume", f"{resume.rms_s:.3f} s", "", ""],
+        ["samples", f"{suspend.samples} + {resume.samples}", "", ""],
+    ]
 
 
 @calibrate_app.command("suspend")
 def suspend_command(
-    host: Optional[List[str]] = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
+    host: list[str] | None = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
     sizes_text: str = SizesOption,
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
-    settle_text: Optional[str] = SettleOption,
-    state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR",
-                                            help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
+    settle_text: str | None = SettleOption,
+    state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR",
+                                         help="Where the save images go on the hosts (default: each host's state_dir). Removed afterwards."),
     guest_dir: str = GuestDirOption,
-    inventory: Optional[Path] = InventoryOption,
+    inventory: Path | None = InventoryOption,
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    json_out: bool = JsonOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
     hosts = _hosts(host)
@@ -576,7 +641,7 @@ def suspend_command(
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
     if settle is None:
         settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = _console()
+    console = make_console(stderr=json_out)
     console.print(f"calibrating suspend/resume on {', '.join(hosts)} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB, {repeat} cycle(s) each", soft_wrap=True)
     token = _token()
@@ -602,21 +667,30 @@ def suspend_command(
         suspend = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.suspend], "suspend")
         resume = fit_rates([RateSample(p.memory_mib, t) for p in points for t in p.resume], "resume")
     except CalibrationError as exc:
-        console.print(_suspend_table(points, None, None, title))
+        if json_out:
+            emit_json(_suspend_json(points, None, None, cfg, hosts, setup.kind))
+        else:
+            print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
         raise fail(f"calibrate suspend: {exc}", code=1) from None
-    console.print(_suspend_table(points, suspend, resume, title))
-    console.print(_rates_table(suspend, resume, cfg))
+    answer = _suspend_json(points, suspend, resume, cfg, hosts, setup.kind)
+    if not json_out:
+        print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)
+        print_table(console, FIT_COLUMNS, _rates_fit_rows(suspend, resume, cfg),
+                    title="Fitted suspend/resume model: seconds = overhead + memory / rate")
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
-        return
-    record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
-    path = _store_result(state, cfg, SUSPEND_SECTION, record)
-    console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
-                  "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
+    else:
+        record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
+        path = _store_result(state, cfg, SUSPEND_SECTION, record)
+        answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{SUSPEND_SECTION}"}
+        console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
+                      "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
+    if json_out:
+        emit_json(answer)
 
 
 def _measure_suspend(setup: Setup, point: _SuspendPoint, repeat: int, settle: float, guest_dir: str,
-                     name: str, path: str, started: List[str], console: Console) -> None:
+                     name: str, path: str, started: list[str], console: Console) -> None:
     spec = guest_spec(name, point.memory_mib, 0, guest_dir)
     setup.driver.start(spec, point.host)
     started.append(name)

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 
+from orchestrator.cli.app import fail
 from orchestrator.model.config import Config, load_config
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster
@@ -25,7 +25,7 @@ StateOption = typer.Option(None, "--state", help="SQLite store (default: \\[daem
 ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration")
 
 
-def store_path(state: Optional[Path], config: Config) -> Path:
+def store_path(state: Path | None, config: Config) -> Path:
     if state is not None:
         return Path(state)
     if config.daemon.store:
@@ -33,7 +33,18 @@ def store_path(state: Optional[Path], config: Config) -> Path:
     return default_store_path()
 
 
-def load(config_path: Optional[Path]) -> Config:
+def store_exists(state: Path | None, config: Config) -> bool:
+    """Read-only commands do not create a store: False when there is none yet (an error if --state names
+    a file that does not exist, which is a typo more often than not)."""
+    path = store_path(state, config)
+    if path.exists():
+        return True
+    if state is not None:
+        raise fail(f"--state: {path} does not exist")
+    return False
+
+
+def load(config_path: Path | None) -> Config:
     return load_config(config_path)
 
 
@@ -43,7 +54,7 @@ def now() -> datetime:
 
 
 @contextmanager
-def open_cluster(state: Optional[Path], config: Config, write: bool = True) -> Iterator[Cluster]:
+def open_cluster(state: Path | None, config: Config, write: bool = True) -> Iterator[Cluster]:
     """The cluster rebuilt from the store inside one transaction; saved and committed on success."""
     with Store.open(store_path(state, config)) as store:
         if not write:   # a read transaction: one consistent snapshot, and writers go on
@@ -57,7 +68,7 @@ def open_cluster(state: Optional[Path], config: Config, write: bool = True) -> I
 
 
 @contextmanager
-def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
+def open_store(state: Path | None, config: Config) -> Iterator[Store]:
     with Store.open(store_path(state, config)) as store:
         yield store
 
@@ -65,7 +76,6 @@ def open_store(state: Optional[Path], config: Config) -> Iterator[Store]:
 def write_png(render_png, what, png: Path, console) -> None:
     """Draw `what` into `png` with `render_png`; a drawing or writing failure is one line naming --png."""
     from orchestrator.analysis.timeline import PlotUnavailable, TimelineError
-    from orchestrator.cli import fail
 
     try:
         written = render_png(what, png)

@@ -23,10 +23,8 @@ reservations / immediate leases planned there (their start is fixed: cancel them
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
-import json
 import os
 import stat
-import sys
 import tempfile
 import threading
 import time
@@ -38,14 +36,16 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import HostInfo
 from drivers.errors import DriverConfigError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import ConfigError
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
@@ -53,43 +53,20 @@ from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseSta
 from orchestrator.model.timeutil import iso, parse_duration, parse_time
 from orchestrator.state.store import HostRecord, Store
 
-host_app = ErrorLineTyper(
-    name="host",
-    help="Add, import, list, check and remove hosts.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(host_app, name="host")
+host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
 #: clock skew above this fails `host check` (suspend/resume and reservations are planned to the second)
 MAX_SKEW_S = 2.0
 CHECKS = ("connect", "versions", "domain type", "image directory", "ssh", "clock skew")
 
 
-def _console() -> Console:
-    return Console(highlight=False)
+# `host check` (rewritten in parallel, so left as it is here) calls the shared helpers by these names
+_console = make_console
+_emit_json = emit_json
+_store_exists = common.store_exists
 
 
-def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=1) + "\n")
-
-
-def _when(value: Optional[datetime]) -> str:
-    return "-" if value is None else iso(value.replace(microsecond=0))
-
-
-def _store_exists(state: Optional[Path], settings) -> bool:
-    """Read-only commands do not create a store (an error if --state names a file that does not exist)."""
-    path = common.store_path(state, settings)
-    if path.exists():
-        return True
-    if state is not None:
-        raise fail(f"--state: {path} does not exist")
-    return False
-
-
-def _positive_int(option: str, text: Optional[str]) -> Optional[int]:
+def _positive_int(option: str, text: str | None) -> int | None:
     """A whole number > 0 from an option, or one error line naming the option."""
     if text is None:
         return None
@@ -165,8 +142,8 @@ def probe_hosts(configs: List[HostConfig], timeout: float) -> Dict[str, HostInfo
     return infos
 
 
-def _capacities(configs: List[HostConfig], driver: str, cpus: Optional[int], memory: Optional[int],
-                timeout: float) -> Dict[str, Tuple[int, int, Optional[HostInfo]]]:
+def _capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory: int | None,
+                timeout: float) -> dict[str, tuple[int, int, HostInfo | None]]:
     """name -> (vcpus, memory MiB, what the driver said): explicit --cpus/--memory win; the simulated
     driver needs both; with libvirt every host that must be asked has to answer."""
     if cpus is not None and memory is not None:
@@ -189,12 +166,12 @@ def _capacities(configs: List[HostConfig], driver: str, cpus: Optional[int], mem
     return out
 
 
-def _config_from_options(name: str, uri: Optional[str], domain_type: str, ssh: Optional[str],
-                         ssh_key: Optional[str], known_hosts: Optional[str], migration_uri: Optional[str],
-                         state_dir: Optional[str], shared_storage: Optional[List[str]]) -> HostConfig:
+def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str | None,
+                         ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
+                         state_dir: str | None, shared_storage: list[str] | None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
-    values: Dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
+    values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
                               "shared_storage": tuple(shared_storage or ())}
     if state_dir is not None:
@@ -217,20 +194,20 @@ def _config_from_options(name: str, uri: Optional[str], domain_type: str, ssh: O
 @host_app.command("add")
 def add(
     name: str = typer.Argument(..., metavar="NAME", help="Host name (as leases and the daemon refer to it)"),
-    uri: Optional[str] = typer.Option(None, "--uri", help="libvirt URI, e.g. qemu+tcp://10.77.0.11/system"),
+    uri: str | None = typer.Option(None, "--uri", help="libvirt URI, e.g. qemu+tcp://10.77.0.11/system"),
     domain_type: str = typer.Option("kvm", "--domain-type", help="kvm | qemu (TCG)"),
-    ssh: Optional[str] = typer.Option(None, "--ssh", metavar="USER@ADDR[:PORT]", help="SSH target for save images"),
-    ssh_key: Optional[str] = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
-    known_hosts: Optional[str] = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
-    migration_uri: Optional[str] = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
-    state_dir: Optional[str] = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
-    shared_storage: Optional[List[str]] = typer.Option(None, "--shared-storage", metavar="PATH",
-                                                       help="Path prefix every host sees (repeatable)"),
-    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
-    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
+    ssh: str | None = typer.Option(None, "--ssh", metavar="USER@ADDR[:PORT]", help="SSH target for save images"),
+    ssh_key: str | None = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
+    known_hosts: str | None = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
+    migration_uri: str | None = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
+    state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
+    shared_storage: list[str] | None = typer.Option(None, "--shared-storage", metavar="PATH",
+                                                    help="Path prefix every host sees (repeatable)"),
+    cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
+    memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
     vcpus_opt = _positive_int("--cpus", cpus)
@@ -246,17 +223,17 @@ def add(
     with common.open_store(state, settings) as store:
         store.add_host(cfg, vcpus, mib)
     source = "given" if info is None else f"from libvirt: {info.hypervisor}, libvirt {info.libvirt_version}"
-    _console().print(f"host {escape(name)} added: {vcpus} vCPUs, {mib} MiB ({escape(source)})", soft_wrap=True)
+    make_console().print(f"host {escape(name)} added: {vcpus} vCPUs, {mib} MiB ({escape(source)})", soft_wrap=True)
 
 
 @host_app.command("import")
 def import_hosts(
     file: Path = typer.Argument(..., metavar="FILE", help="Host inventory TOML ([[host]] tables)"),
-    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="N", help="vCPUs of every new host (default: ask libvirt)"),
-    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory of every new host, MiB"),
+    cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs of every new host (default: ask libvirt)"),
+    memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory of every new host, MiB"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the hosts"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Add every host of an inventory in one transaction; hosts already there with the same settings are
     skipped, one with different settings is an error (nothing is added)."""
@@ -266,7 +243,7 @@ def import_hosts(
     configs = load_inventory(file)
     settings = common.load(config)
 
-    def partition(store: Store) -> Tuple[List[HostConfig], List[str]]:
+    def partition(store: Store) -> tuple[list[HostConfig], list[str]]:
         existing = {h.name: h for h in store.hosts()}
         new, same = [], []
         for cfg in configs:
@@ -294,7 +271,7 @@ def import_hosts(
                     raise fail(f"host {cfg.name!r} changed in the store while importing: run the import again")
                 vcpus, mib, _ = capacities[cfg.name]
                 store.add_host(cfg, vcpus, mib)
-    console = _console()
+    console = make_console()
     for cfg in new_now:
         vcpus, mib, _ = capacities[cfg.name]
         console.print(f"host {escape(cfg.name)} added: {vcpus} vCPUs, {mib} MiB", soft_wrap=True)
@@ -304,9 +281,9 @@ def import_hosts(
 
 
 # -- list -------------------------------------------------------------------------------------------------------
-def _leases_on_hosts(cluster, now: datetime) -> Dict[str, Dict[str, List[int]]]:
+def _leases_on_hosts(cluster, now: datetime) -> dict[str, dict[str, list[int]]]:
     """host -> {"now": lease ids holding it now, "planned": lease ids with reservations on it later}."""
-    out: Dict[str, Dict[str, List[int]]] = {h: {"now": [], "planned": []} for h in cluster.hosts}
+    out: dict[str, dict[str, list[int]]] = {h: {"now": [], "planned": []} for h in cluster.hosts}
     for lease, rr in cluster.plan(start=now):
         if rr not in cluster.table:
             continue
@@ -326,26 +303,26 @@ def _leases_on_hosts(cluster, now: datetime) -> Dict[str, Dict[str, List[int]]]:
 def list_hosts(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     timeout_text: str = typer.Option("3", "--timeout", metavar="S", help="How long to wait for hosts (libvirt)"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
     timeout = _seconds("--timeout", timeout_text)
     settings = common.load(config)
     now = common.now()
-    records: List[HostRecord] = []
-    usage: Dict[str, Dict[str, List[int]]] = {}
-    if _store_exists(state, settings):
+    records: list[HostRecord] = []
+    usage: dict[str, dict[str, list[int]]] = {}
+    if common.store_exists(state, settings):
         with common.open_cluster(state, settings, write=False) as cluster:
             records = cluster.store.hosts()
             usage = _leases_on_hosts(cluster, now)
-    infos: Dict[str, HostInfo] = {}
+    infos: dict[str, HostInfo] = {}
     libvirt = settings.daemon.driver == "libvirt"
     if libvirt and records:
         infos = probe_hosts([r.config for r in records], timeout)
     rows = []
     for r in records:
-        row: Dict[str, Any] = {
+        row: dict[str, Any] = {
             "name": r.name, "uri": r.config.uri, "domain_type": r.config.domain_type, "vcpus": r.vcpus,
             "memory_mib": r.memory_mib, "available": r.available, "leases_now": usage[r.name]["now"],
             "leases_planned": usage[r.name]["planned"], "added_at": iso(r.added_at),
@@ -356,26 +333,26 @@ def list_hosts(
                        libvirt_version=info.libvirt_version or None, error=info.error or None)
         rows.append(row)
     if json_out:
-        _emit_json(rows)
+        emit_json(rows)
         return
     if not rows:
-        _console().print("no hosts (add one with `leasewise host add` or `leasewise host import`)")
+        make_console().print("no hosts (add one with `leasewise host add` or `leasewise host import`)")
         return
-    table = Table(title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
-    columns = ["name", "uri", "domain type", "vCPUs", "memory", "available", "leases now", "planned"]
+    columns = [Column("name", wraps=True), Column("uri", wraps=True, drop=2), Column("domain type", drop=3),
+               Column("vCPUs", "right"), Column("memory", "right"), Column("available"),
+               Column("leases now", wraps=True), Column("planned", wraps=True)]
     if libvirt:
-        columns += ["reachable", "versions"]
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("vCPUs", "memory") else "left", overflow="fold")
+        columns += [Column("reachable", wraps=True, drop=4), Column("versions", wraps=True, drop=1)]
+    cells = []
     for row in rows:
-        cells = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
-                 f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
-                 ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
+        line = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
+                f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
+                ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
         if libvirt:
-            cells.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
-            cells.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
-        table.add_row(*cells)
-    _console().print(table)
+            line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
+            line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
+        cells.append(line)
+    print_table(make_console(), columns, cells, title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
 
 
 # -- check ------------------------------------------------------------------------------------------------------
@@ -633,13 +610,13 @@ def _started(lease: Lease) -> bool:
 def remove(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     drain: bool = typer.Option(False, "--drain", help="First requeue the best-effort leases planned there"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Remove a host; refused while reservations are planned on it unless --drain can move them."""
     settings = common.load(config)
     now = common.now()
-    moved: List[Lease] = []
+    moved: list[Lease] = []
     with common.open_cluster(state, settings, write=False) as cluster:   # saved below, in the same transaction
         record = cluster.store.host(name)
         leases = sorted(cluster.scheduler.leases.values(), key=lambda l: l.id)
@@ -673,16 +650,16 @@ def remove(
         cluster.store.append_event(now, "host-removed", None, host=name, drained=[l.id for l in moved])
         outcome = [(l.id, l.state.value, l.last_vm if l.last_vm is not None and l.last_vm in cluster.table else None)
                    for l in moved]
-    console = _console()
+    console = make_console()
     for lease_id, lease_state, vm in outcome:
-        where = (f"now planned {_when(vm.start)} → {_when(vm.end)} on {', '.join(sorted(vm.resources))}"
+        where = (f"now planned {when(vm.start)} → {when(vm.end)} on {', '.join(sorted(vm.resources))}"
                  if vm is not None else f"{lease_state} until there is room")
         console.print(f"lease {lease_id} requeued: {where}", soft_wrap=True)
     console.print(f"host {escape(name)} removed", soft_wrap=True)
 
 
 # -- drain / undrain ---------------------------------------------------------------------------------------------
-def _drain_time(text: Optional[str], current: datetime) -> datetime:
+def _drain_time(text: str | None, current: datetime) -> datetime:
     """`--by`: `now`, `+DURATION` (e.g. +30m) or an ISO 8601 time with a timezone; errors name the option."""
     if text is None or text.strip().lower() == "now":
         return current
@@ -695,33 +672,38 @@ def _drain_time(text: Optional[str], current: datetime) -> datetime:
 @host_app.command("drain")
 def drain(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
-    by: Optional[str] = typer.Option(None, "--by", metavar="TIME",
-                                     help="Empty by then: `now` (default), +DURATION (e.g. +30m) or ISO 8601"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    by: str | None = typer.Option(None, "--by", metavar="TIME",
+                                  help="Empty by then: `now` (default), +DURATION (e.g. +30m) or ISO 8601"),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON"),
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Move everything off a host (live migration, else suspension) and keep new leases off it."""
     settings = common.load(config)
     now = common.now()
-    when = _drain_time(by, now)
-    if when < now:
-        raise fail(f"--by: {iso(when)} is in the past (now {iso(now)})")
+    deadline = _drain_time(by, now)
+    if deadline < now:
+        raise fail(f"--by: {iso(deadline)} is in the past (now {iso(now)})")
     with common.open_cluster(state, settings) as cluster:
         if name not in cluster.hosts:
             raise fail(f"host: no host named {name!r}")
-        plan = cluster.drain(name, when, now)
-    console = _console()
+        plan = cluster.drain(name, deadline, now)
+    if json_out:
+        emit_json({"host": name, "unavailable_from": iso(plan.unavailable_from),
+                   "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(plan.leases.items())]})
+        return
+    console = make_console()
     for lease_id, what in sorted(plan.leases.items()):
         console.print(f"lease {lease_id}: {escape(what)}", soft_wrap=True)
-    console.print(f"host {escape(name)} drained: unavailable from {_when(plan.unavailable_from)}"
+    console.print(f"host {escape(name)} drained: unavailable from {when(plan.unavailable_from)}"
                   + ("" if plan.leases else " (nothing ran or was planned there)"), soft_wrap=True)
 
 
 @host_app.command("undrain")
 def undrain(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Make a drained host available to leases again."""
     settings = common.load(config)
@@ -730,4 +712,4 @@ def undrain(
         if name not in cluster.hosts:
             raise fail(f"host: no host named {name!r}")
         cluster.undrain(name, now)
-    _console().print(f"host {escape(name)} is available again", soft_wrap=True)
+    make_console().print(f"host {escape(name)} is available again", soft_wrap=True)

@@ -14,23 +14,22 @@ or an extension does not fit), so scripts can tell "fix your input" from "try ot
 
 import json
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.cli import ErrorLineTyper, app, common, fail
+from orchestrator.cli import common
+from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.leasefile import (
     KEYS,
     flag_label,
     load_lease_file,
     request_from_fields,
 )
+from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation
@@ -42,38 +41,15 @@ from orchestrator.state.store import Event
 #: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
 EXIT_REJECTED = 3
 
-lease_app = ErrorLineTyper(
-    name="lease",
-    help="Submit, list, show, cancel and extend leases.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(lease_app, name="lease")
-
-
-def _console() -> Console:
-    """Built per command, so the width follows $COLUMNS at the time it runs."""
-    return Console(highlight=False)
-
-
-def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
 
 
 # -- formatting -----------------------------------------------------------------------------------------------
-def when(value: Optional[datetime]) -> str:
-    """A time for people: ISO 8601 UTC to the second ("-" for none)."""
-    if value is None:
-        return "-"
-    return iso(value.replace(microsecond=0))
-
-
-def hosts_of(rr: Optional[Reservation]) -> List[str]:
+def hosts_of(rr: Reservation | None) -> list[str]:
     return [] if rr is None else sorted(set(rr.resources) | set(rr.nodes.values()))
 
 
-def lease_window(lease: Lease) -> "tuple[Optional[datetime], Optional[datetime]]":
+def lease_window(lease: Lease) -> tuple[datetime | None, datetime | None]:
     """(start, end) to show: when it first ran (or is planned to), and when it ended (or is planned to)."""
     first = lease.reservations[0] if lease.reservations else None
     last = lease.last_vm
@@ -132,7 +108,7 @@ def _request_json(lease: Lease) -> dict:
     }
 
 
-def _plan_rows(lease: Lease) -> List[Reservation]:
+def _plan_rows(lease: Lease) -> list[Reservation]:
     return [rr for vm in lease.reservations for rr in vm.all_parts()]
 
 
@@ -170,17 +146,6 @@ def _duration_text(seconds: float) -> str:
     return text or "0s"
 
 
-def _store_exists(state: Optional[Path], cfg) -> bool:
-    """Read-only commands do not create a store: False when there is none yet (an error if --state names
-    a file that does not exist, which is a typo more often than not)."""
-    path = common.store_path(state, cfg)
-    if path.exists():
-        return True
-    if state is not None:
-        raise fail(f"--state: {path} does not exist")
-    return False
-
-
 def _lease_id(text: str) -> int:
     value = text.strip()
     if not value.isdigit() or int(value) <= 0:
@@ -200,7 +165,7 @@ def _plan_snapshot(cluster) -> dict:
     return out
 
 
-def _affected(cluster, before: dict, skip: int) -> List[dict]:
+def _affected(cluster, before: dict, skip: int) -> list[dict]:
     """Leases whose plan or state changed because of the submission (preempted: suspended or requeued)."""
     out = []
     for lease_id, (state, plan) in sorted(before.items()):
@@ -224,7 +189,7 @@ def _affected(cluster, before: dict, skip: int) -> List[dict]:
     return out
 
 
-def _submit_answer(lease: Lease, affected: List[dict]) -> dict:
+def _submit_answer(lease: Lease, affected: list[dict]) -> dict:
     vm = lease.last_vm
     return {
         "id": lease.id,
@@ -241,24 +206,24 @@ def _submit_answer(lease: Lease, affected: List[dict]) -> dict:
 
 @lease_app.command("submit")
 def submit(
-    file: Optional[Path] = typer.Argument(None, metavar="FILE.yaml", help="YAML lease file (or give the flags below)"),
-    nodes: Optional[str] = typer.Option(None, "--nodes", metavar="N", help="Number of VMs (default 1)"),
-    cpus: Optional[str] = typer.Option(None, "--cpus", metavar="C", help="vCPUs per VM"),
-    memory: Optional[str] = typer.Option(None, "--memory", metavar="MIB", help="Memory per VM, MiB"),
-    duration: Optional[str] = typer.Option(None, "--duration", metavar="D", help="Run time: 90s, 15m, 2h, 1h30m, 01:30:00"),
-    start: Optional[str] = typer.Option(None, "--start", metavar="ISO|now",
-                                        help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation"),
-    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--no-preemptible", help="May be suspended for reservations (default: yes)"),
-    image: Optional[str] = typer.Option(None, "--image", metavar="PATH", help="Disk image (absolute path on the hosts)"),
-    kernel: Optional[str] = typer.Option(None, "--kernel", metavar="K", help="Kernel for direct boot (absolute path)"),
-    initrd: Optional[str] = typer.Option(None, "--initrd", metavar="I", help="Initrd for direct boot"),
-    cmdline: Optional[str] = typer.Option(None, "--cmdline", metavar="C", help="Kernel command line"),
-    user: Optional[str] = typer.Option(None, "--user", metavar="U", help="Owner (default: the current user)"),
-    name: Optional[str] = typer.Option(None, "--name", metavar="N", help="A name to find it by"),
-    dirty_rate: Optional[str] = typer.Option(None, "--dirty-rate", metavar="MIB_S", help="Memory dirty rate, MiB/s"),
+    file: Path | None = typer.Argument(None, metavar="FILE.yaml", help="YAML lease file (or give the flags below)"),
+    nodes: str | None = typer.Option(None, "--nodes", metavar="N", help="Number of VMs (default 1)"),
+    cpus: str | None = typer.Option(None, "--cpus", metavar="C", help="vCPUs per VM"),
+    memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory per VM, MiB"),
+    duration: str | None = typer.Option(None, "--duration", metavar="D", help="Run time: 90s, 15m, 2h, 1h30m, 01:30:00"),
+    start: str | None = typer.Option(None, "--start", metavar="ISO|now",
+                                     help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation"),
+    preemptible: bool | None = typer.Option(None, "--preemptible/--no-preemptible", help="May be suspended for reservations (default: yes)"),
+    image: str | None = typer.Option(None, "--image", metavar="PATH", help="Disk image (absolute path on the hosts)"),
+    kernel: str | None = typer.Option(None, "--kernel", metavar="K", help="Kernel for direct boot (absolute path)"),
+    initrd: str | None = typer.Option(None, "--initrd", metavar="I", help="Initrd for direct boot"),
+    cmdline: str | None = typer.Option(None, "--cmdline", metavar="C", help="Kernel command line"),
+    user: str | None = typer.Option(None, "--user", metavar="U", help="Owner (default: the current user)"),
+    name: str | None = typer.Option(None, "--name", metavar="N", help="A name to find it by"),
+    dirty_rate: str | None = typer.Option(None, "--dirty-rate", metavar="MIB_S", help="Memory dirty rate, MiB/s"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
@@ -283,7 +248,7 @@ def submit(
         answer = _submit_answer(lease, _affected(cluster, before, lease.id))
 
     if json_out:
-        _emit_json(answer)
+        emit_json(answer)
     else:
         _print_answer(answer)
     if lease.state is LeaseState.REJECTED:
@@ -291,7 +256,7 @@ def submit(
 
 
 def _print_answer(answer: dict) -> None:
-    console = _console()
+    console = make_console()
     head = f"lease {answer['id']}"
     kind = answer["type"]
     if answer["state"] == LeaseState.REJECTED.value:
@@ -315,12 +280,12 @@ def _print_answer(answer: dict) -> None:
 # -- list / show ----------------------------------------------------------------------------------------------
 @lease_app.command("list")
 def list_leases(
-    state_filter: Optional[List[str]] = typer.Option(None, "--status", metavar="S",
-                                                     help="Only leases in this state (repeatable; 'live' = not final)"),
-    user: Optional[str] = typer.Option(None, "--user", metavar="U", help="Only leases of this user"),
+    state_filter: list[str] | None = typer.Option(None, "--status", metavar="S",
+                                                  help="Only leases in this state (repeatable; 'live' = not final)"),
+    user: str | None = typer.Option(None, "--user", metavar="U", help="Only leases of this user"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
     states = None
@@ -338,45 +303,46 @@ def list_leases(
                            f"{', '.join(x.value for x in LeaseState)})") from None
     cfg = common.load(config)
     leases = []
-    if _store_exists(state, cfg):
+    if common.store_exists(state, cfg):
         with common.open_store(state, cfg) as store:
             leases = store.leases(state=states, user=user)
     rows = [lease_summary(l) for l in leases]
     if json_out:
-        _emit_json(rows)
+        emit_json(rows)
         return
     if not rows:
-        _console().print("no leases")
+        make_console().print("no leases")
         return
-    table = Table(title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
-    for column in ("id", "name", "type", "state", "nodes", "start", "end", "hosts"):
-        table.add_column(column, justify="right" if column in ("id", "nodes") else "left", overflow="fold")
+    columns = [Column("id", "right"), Column("name", wraps=True, drop=3), Column("type", wraps=True, drop=1),
+               Column("state"), Column("nodes", "right", wraps=True, drop=2), Column("start"), Column("end"),
+               Column("hosts", wraps=True, drop=4)]
+    cells = []
     for lease, row in zip(leases, rows):
         start, end = lease_window(lease)
-        table.add_row(str(row["id"]), escape(row["name"]), row["type"], row["state"],
+        cells.append([str(row["id"]), escape(row["name"]), row["type"], row["state"],
                       f"{row['nodes']} × {row['cpus']:g} vCPU / {row['memory_mib']:g} MiB",
-                      when(start), when(end), ", ".join(row["hosts"]))
-    _console().print(table)
+                      when(start), when(end), ", ".join(row["hosts"])])
+    print_table(make_console(), columns, cells, title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
 
 
 @lease_app.command("show")
 def show(
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """One lease: its request, its plan (every reservation), its state history and its events."""
     number = _lease_id(lease_id)
     cfg = common.load(config)
-    if not _store_exists(state, cfg):
+    if not common.store_exists(state, cfg):
         raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
     with common.open_store(state, cfg) as store:
         lease = store.lease(number)
         events = store.events(lease_id=number)
     plan = _plan_rows(lease)
     if json_out:
-        _emit_json({
+        emit_json({
             "lease": lease_summary(lease),
             "request": _request_json(lease),
             "counters": {"suspensions": lease.suspensions, "migrations": lease.migrations, "requeues": lease.requeues,
@@ -386,7 +352,7 @@ def show(
             "events": [{"id": e.id, "time": iso(e.time), "kind": e.kind, "detail": e.detail} for e in events],
         })
         return
-    console = _console()
+    console = make_console()
     req = lease.request
     node = req.nodes[0]
     title = f"lease {lease.id}" + (f" ({escape(req.name)})" if req.name else "")
@@ -406,38 +372,25 @@ def show(
     console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
                   f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
 
-    plan_table = Table(title="plan")
-    for column in ("rr", "kind", "state", "start", "end", "hosts"):
-        plan_table.add_column(column, overflow="fold")
-    for rr in plan:
-        plan_table.add_row(str(rr.id), rr.kind.value, rr.state.value, when(rr.start), when(rr.end),
-                           ", ".join(hosts_of(rr)))
     if plan:
-        console.print(plan_table)
+        print_table(console, [Column("rr"), Column("kind"), Column("state", drop=1), Column("start"), Column("end"),
+                              Column("hosts", wraps=True, drop=2)],
+                    [[str(rr.id), rr.kind.value, rr.state.value, when(rr.start), when(rr.end), ", ".join(hosts_of(rr))]
+                     for rr in plan], title="plan")
     else:
         console.print("  plan: no reservations")
-
-    history = Table(title="state history")
-    history.add_column("time")
-    history.add_column("state")
-    for at, s in lease.history:
-        history.add_row(when(at), s.value)
-    console.print(history)
-
-    log = Table(title="events")
-    for column in ("#", "time", "kind", "detail"):
-        log.add_column(column, overflow="fold")
-    for e in events:
-        log.add_row(str(e.id), when(e.time), e.kind, escape(_event_text(e)))
-    console.print(log)
+    print_table(console, [Column("time"), Column("state")], [[when(at), s.value] for at, s in lease.history],
+                title="state history")
+    print_table(console, [Column("#"), Column("time"), Column("kind"), Column("detail", wraps=True)],
+                [[str(e.id), when(e.time), e.kind, escape(_event_text(e))] for e in events], title="events")
 
 
 # -- cancel / extend ------------------------------------------------------------------------------------------
 @lease_app.command("cancel")
 def cancel(
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
     number = _lease_id(lease_id)
@@ -448,7 +401,7 @@ def cancel(
         was_running = lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
         hosts = hosts_of(lease.last_vm) if was_running else []
         cluster.cancel(number, now)
-    console = _console()
+    console = make_console()
     console.print(f"lease {number} cancelled", soft_wrap=True)
     if was_running:
         console.print(f"  its VMs on {', '.join(hosts)} are stopped by the daemon at its next step", soft_wrap=True)
@@ -457,9 +410,9 @@ def cancel(
 @lease_app.command("extend")
 def extend(
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
-    by: Optional[str] = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    by: str | None = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
     number = _lease_id(lease_id)
@@ -482,9 +435,9 @@ def extend(
     except InvalidRequest as exc:
         if exc.field != "by":
             raise
-        _console().print(f"[bold red]lease {number} not extended[/]: {escape(exc.problem)}", soft_wrap=True)
+        make_console().print(f"[bold red]lease {number} not extended[/]: {escape(exc.problem)}", soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED) from None
     message = f"lease {number} extended by {_duration_text(amount.total_seconds())} (now {_duration_text(duration.total_seconds())})"
     if end is not None:
         message += f"; planned end {when(end)}"
-    _console().print(message, soft_wrap=True)
+    make_console().print(message, soft_wrap=True)

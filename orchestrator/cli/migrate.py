@@ -8,7 +8,6 @@ same VM: same model (orchestrator.planning.precopy), same parameters.
 
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -19,20 +18,23 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
+from orchestrator.cli.output import emit_json, make_console
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
 
 MIB = 1024 * 1024
+#: the prediction and the report: one row per quantity
+VALUE_COLUMNS = (Column("", wraps=True, style="bold"), Column("value", "right", wraps=True))
 
 
 def _check_options(
-    max_downtime: float, bandwidth: Optional[float], timeout: float, on_timeout: str,
-    memory: Optional[float], dirty_rate: Optional[float], overhead: float, dirty_factor: float,
+    max_downtime: float, bandwidth: float | None, timeout: float, on_timeout: str,
+    memory: float | None, dirty_rate: float | None, overhead: float, dirty_factor: float,
 ) -> None:
     """One line naming the option for each bad value, before anything is contacted."""
     checks = [
@@ -54,7 +56,7 @@ def _check_options(
         raise fail(f"--on-timeout must be 'abort' or 'force': got {on_timeout!r}")
 
 
-def _libvirt_driver(inventory: Optional[Path]):
+def _libvirt_driver(inventory: Path | None):
     """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
     from drivers.inventory import load_inventory
     from orchestrator.runtime.driver_factory import make_driver
@@ -72,9 +74,9 @@ def _libvirt_driver(inventory: Optional[Path]):
 
 
 def _dry_run(
-    vm: str, to: str, inventory: Optional[Path], max_downtime: float, bandwidth: Optional[float],
-    timeout: float, on_timeout: str, memory: Optional[float], dirty_rate: Optional[float],
-    overhead: float, dirty_factor: float, console: Console,
+    vm: str, to: str, inventory: Path | None, max_downtime: float, bandwidth: float | None,
+    timeout: float, on_timeout: str, memory: float | None, dirty_rate: float | None,
+    overhead: float, dirty_factor: float, console: Console, json_out: bool,
 ) -> None:
     from orchestrator.planning.precopy import predict_precopy
 
@@ -86,24 +88,31 @@ def _dry_run(
         memory, bandwidth, dirty_rate, max_downtime, timeout_s=timeout, on_timeout=on_timeout,  # type: ignore[arg-type]
         overhead_s=overhead, dirty_factor=dirty_factor,
     )
-    table = Table(title=f"Predicted migration of {vm} to {to} (pre-copy model, nothing touched)")
-    table.add_column("", style="bold")
-    table.add_column("value", justify="right")
-    table.add_row("memory", f"{memory:g} MiB")
-    table.add_row("dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})")
-    table.add_row("bandwidth", f"{bandwidth:g} MiB/s")
-    table.add_row("outcome", result.outcome)
-    table.add_row("converged", "yes" if result.converged else "no")
-    table.add_row("total time", f"{result.total_seconds:.2f} s")
-    table.add_row("downtime", f"{result.downtime_ms:.1f} ms (max {max_downtime:g})")
-    table.add_row("passes over memory", str(result.passes))
-    table.add_row("dirty-page rounds", str(result.iterations))
-    table.add_row("transferred", f"{result.transferred_mib:.1f} MiB")
-    console.print(table)
+    if json_out:
+        emit_json({"vm": vm, "to": to, "dry_run": True, "memory_mib": memory, "dirty_rate_mib_s": dirty_rate,
+                   "dirty_factor": dirty_factor, "bandwidth_mib_s": bandwidth, "max_downtime_ms": max_downtime,
+                   "outcome": result.outcome, "converged": result.converged, "total_seconds": result.total_seconds,
+                   "downtime_ms": result.downtime_ms, "passes": result.passes,
+                   "dirty_page_rounds": result.iterations, "transferred_mib": result.transferred_mib})
+        return
+    rows = [
+        ["memory", f"{memory:g} MiB"],
+        ["dirty rate", f"{dirty_rate:g} MiB/s (x{dirty_factor:g})"],
+        ["bandwidth", f"{bandwidth:g} MiB/s"],
+        ["outcome", result.outcome],
+        ["converged", "yes" if result.converged else "no"],
+        ["total time", f"{result.total_seconds:.2f} s"],
+        ["downtime", f"{result.downtime_ms:.1f} ms (max {max_downtime:g})"],
+        ["passes over memory", str(result.passes)],
+        ["dirty-page rounds", str(result.iterations)],
+        ["transferred", f"{result.transferred_mib:.1f} MiB"],
+    ]
+    print_table(console, VALUE_COLUMNS, rows,
+                title=f"Predicted migration of {vm} to {to} (pre-copy model, nothing touched)")
 
 
 def _read_from_vm(
-    vm: str, inventory: Optional[Path], memory: Optional[float], dirty_rate: Optional[float]
+    vm: str, inventory: Path | None, memory: float | None, dirty_rate: float | None
 ) -> tuple[float, float]:
     """Fill --memory / --dirty-rate from the VM itself (read only); one line when that is not possible."""
     missing = " and ".join(o for o, v in (("--memory", memory), ("--dirty-rate", dirty_rate)) if v is None)
@@ -131,47 +140,56 @@ def _read_from_vm(
     return memory, dirty_rate
 
 
-def _report_table(report: MigrationReport) -> Table:
-    table = Table(title=f"Migration of {report.vm}: {report.source} -> {report.destination}")
-    table.add_column("", style="bold")
-    table.add_column("value", justify="right")
-    table.add_row("outcome", report.outcome + ("" if report.success else " (VM stays on the source)"))
-    table.add_row("total time", f"{report.total_seconds:.2f} s")
-    table.add_row("downtime", f"{report.downtime_ms:.1f} ms")
-    table.add_row("passes over memory", str(report.iterations))
-    table.add_row("transferred", f"{report.bytes_transferred / MIB:.1f} MiB of {report.memory_total / MIB:.1f} MiB")
+def _show_report(console: Console, report: MigrationReport, json_out: bool) -> None:
+    """The measured report: a table, or (`--json`) a JSON document on stdout."""
+    if json_out:
+        emit_json({"vm": report.vm, "source": report.source, "destination": report.destination,
+                   "success": report.success, "outcome": report.outcome, "total_seconds": report.total_seconds,
+                   "downtime_ms": report.downtime_ms, "passes": report.iterations,
+                   "transferred_mib": report.bytes_transferred / MIB, "memory_mib": report.memory_total / MIB,
+                   "error": report.error or None})
+        return
+    rows = [
+        ["outcome", report.outcome + ("" if report.success else " (VM stays on the source)")],
+        ["total time", f"{report.total_seconds:.2f} s"],
+        ["downtime", f"{report.downtime_ms:.1f} ms"],
+        ["passes over memory", str(report.iterations)],
+        ["transferred", f"{report.bytes_transferred / MIB:.1f} MiB of {report.memory_total / MIB:.1f} MiB"],
+    ]
     if report.error:
-        table.add_row("error", report.error)
-    return table
+        rows.append(["error", report.error])
+    print_table(console, VALUE_COLUMNS, rows,
+                title=f"Migration of {report.vm}: {report.source} -> {report.destination}")
 
 
 @app.command("migrate")
 def migrate_command(
     vm: str = typer.Argument(..., help="The VM (libvirt domain name) to move."),
     to: str = typer.Option(..., "--to", help="Destination host, as named in the inventory."),
-    inventory: Optional[Path] = typer.Option(
+    inventory: Path | None = typer.Option(
         None, "--inventory", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
     ),
     max_downtime: float = typer.Option(300.0, "--max-downtime", help="Longest pause the guest may see, ms."),
-    bandwidth: Optional[float] = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
+    bandwidth: float | None = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
     timeout: float = typer.Option(600.0, "--timeout", help="Completion timeout, s."),
     on_timeout: str = typer.Option(
         "abort", "--on-timeout", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only predict with the pre-copy model; changes nothing."),
-    memory: Optional[float] = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
-    dirty_rate: Optional[float] = typer.Option(
+    memory: float | None = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
+    dirty_rate: float | None = typer.Option(
         None, "--dirty-rate", help="Dry run: how fast the guest dirties memory, MiB/s (default: libvirt's last measurement)."
     ),
     overhead: float = typer.Option(0.0, "--overhead", help="Dry run: fixed setup cost per migration, s (calibrated)."),
     dirty_factor: float = typer.Option(1.0, "--dirty-factor", help="Dry run: calibrated dirty-rate factor."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report (or the prediction) as JSON; progress goes to stderr."),
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
     _check_options(max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate, overhead, dirty_factor)
-    console = Console(highlight=False)
+    console = make_console(stderr=json_out)
     if dry_run:
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
-                 overhead, dirty_factor, console)
+                 overhead, dirty_factor, console, json_out)
         return
 
     driver = _libvirt_driver(inventory)
@@ -198,10 +216,10 @@ def migrate_command(
                 on_timeout=on_timeout, progress=on_progress,  # type: ignore[arg-type]
             )
             bar.update(task, completed=100.0)
-        console.print(_report_table(report))
+        _show_report(console, report, json_out)
     except MigrationFailed as exc:
         if isinstance(exc.report, MigrationReport):
-            console.print(_report_table(exc.report))
+            _show_report(console, exc.report, json_out)
         raise fail(str(exc)) from None
     except (DriverError, LeasewiseError, ValueError) as exc:
         raise fail(str(exc)) from None

@@ -9,18 +9,17 @@ ends with the last reservation.
 
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.console import Console
 
 from orchestrator.analysis.timeline import (
+    Timeline,
     build_timeline,
     render_png,
     render_terminal,
     require_plot,
 )
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     StateOption,
@@ -30,12 +29,11 @@ from orchestrator.cli.common import (
     store_path,
     write_png,
 )
+from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.model.timeutil import iso, parse_time
 
-console = Console(highlight=False)
 
-
-def parse_when(text: Optional[str], option: str, current: datetime) -> Optional[datetime]:
+def parse_when(text: str | None, option: str, current: datetime) -> datetime | None:
     """`now` or an ISO 8601 time with a timezone; errors name the option."""
     if text is None:
         return None
@@ -46,23 +44,25 @@ def parse_when(text: Optional[str], option: str, current: datetime) -> Optional[
 
 @app.command()
 def plan(
-    from_: Optional[str] = typer.Option(None, "--from", metavar="TIME",
-                                        help="Start of the window: ISO 8601 with a timezone, or `now` "
-                                             "(default: the earliest reservation not finished yet)"),
-    to: Optional[str] = typer.Option(None, "--to", metavar="TIME",
-                                     help="End of the window: ISO 8601 with a timezone, or `now` "
-                                          "(default: the end of the last reservation)"),
-    png: Optional[Path] = typer.Option(None, "--png", metavar="OUT",
-                                       help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
-    state: Optional[Path] = StateOption,
-    config: Optional[Path] = ConfigOption,
+    from_: str | None = typer.Option(None, "--from", metavar="TIME",
+                                     help="Start of the window: ISO 8601 with a timezone, or `now` "
+                                          "(default: the earliest reservation not finished yet)"),
+    to: str | None = typer.Option(None, "--to", metavar="TIME",
+                                  help="End of the window: ISO 8601 with a timezone, or `now` "
+                                       "(default: the end of the last reservation)"),
+    png: Path | None = typer.Option(None, "--png", metavar="OUT",
+                                    help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
+    json_out: bool = typer.Option(False, "--json", help="Print the timeline as JSON"),
+    state: Path | None = StateOption,
+    config: Path | None = ConfigOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
+    console = make_console(stderr=json_out)
     current = now()
     start = parse_when(from_, "--from", current)
     end = parse_when(to, "--to", current)
     if start is not None and end is not None and end <= start:
-        raise fail(f"--to: {_show(end)} is not after --from ({_show(start)})")
+        raise fail(f"--to: {when(end)} is not after --from ({when(start)})")
     if png is not None:
         require_plot()
     cfg = load(config)
@@ -70,6 +70,9 @@ def plan(
     if not path.exists():
         if state is not None:
             raise fail(f"--state: {path} does not exist")
+        if json_out:
+            emit_json({"start": iso(start), "end": iso(end), "now": iso(current), "hosts": [], "leases": []})
+            return
         console.print(f"Nothing planned yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
         return
     with open_cluster(state, cfg, write=False) as cluster:
@@ -77,22 +80,37 @@ def plan(
         hosts = list(cluster.hosts)
         labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
     timeline = build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels)
+    if json_out:
+        emit_json(_timeline_json(timeline))
     if timeline.empty:
-        console.print(_nothing(start, end), soft_wrap=True, markup=False)
+        if not json_out:
+            console.print(_nothing(start, end), soft_wrap=True, markup=False)
         return
-    render_terminal(timeline, console=console)
+    if not json_out:
+        render_terminal(timeline, console=console)
     if png is not None:
         write_png(render_png, timeline, png, console)
 
 
-def _show(t: datetime) -> str:
-    return iso(t.replace(microsecond=0))
+def _timeline_json(timeline: Timeline) -> dict:
+    """The timeline as drawn: its window, each host's reservations (a reservation on two hosts, such as a
+    migration, is on both), and the leases shown."""
+    return {
+        "start": iso(timeline.start), "end": iso(timeline.end), "now": iso(timeline.now),
+        "hosts": [{"name": row.name,
+                   "reservations": [{"lease": bar.lease_id, "label": bar.label, "reservation": bar.reservation_id,
+                                     "kind": bar.kind.value, "state": bar.state.value, "role": bar.role or None,
+                                     "start": iso(bar.start), "end": iso(bar.end)} for bar in row.bars]}
+                  for row in timeline.rows],
+        "leases": [{"id": info.id, "label": info.label, "type": info.type, "state": info.state}
+                   for info in timeline.leases.values()],
+    }
 
 
-def _nothing(start: Optional[datetime], end: Optional[datetime]) -> str:
+def _nothing(start: datetime | None, end: datetime | None) -> str:
     if start is None and end is None:
         return "Nothing planned from now on (see the past with --from TIME)."
-    window = f"from {_show(start)}" if start is not None else "from now"
+    window = f"from {when(start)}" if start is not None else "from now"
     if end is not None:
-        window += f" to {_show(end)}"
+        window += f" to {when(end)}"
     return f"Nothing planned {window}."

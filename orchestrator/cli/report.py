@@ -7,12 +7,9 @@ checks the options and prints or writes the result.
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
-import json
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.console import Console
 
 from orchestrator.analysis.report import (
     build_report,
@@ -21,7 +18,7 @@ from orchestrator.analysis.report import (
     render_terminal,
 )
 from orchestrator.analysis.timeline import require_plot
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     StateOption,
@@ -30,12 +27,8 @@ from orchestrator.cli.common import (
     store_path,
     write_png,
 )
+from orchestrator.cli.output import make_console, write_json_file
 from orchestrator.state.store import StoreError
-
-
-def _console() -> Console:
-    """Built per command, so the width follows $COLUMNS at the time it runs."""
-    return Console(highlight=False)
 
 
 def _lease_number(text: str) -> int:
@@ -45,30 +38,16 @@ def _lease_number(text: str) -> int:
     return int(value)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    """Written next to the target and renamed: never half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        tmp.replace(path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise fail(f"--json: cannot write {path} ({exc.strerror or exc})") from None
-
-
 @app.command()
 def report(
-    lease: Optional[str] = typer.Option(None, "--lease", metavar="ID", help="Only this lease"),
-    png: Optional[Path] = typer.Option(None, "--png", metavar="OUT",
-                                       help="Also draw planned vs enacted intervals into this PNG "
-                                            "(needs matplotlib, the `plot` extra)"),
-    json_out: Optional[Path] = typer.Option(None, "--json", metavar="OUT",
-                                            help="Also write the rows and summary as JSON"),
-    state: Optional[Path] = StateOption,
-    config: Optional[Path] = ConfigOption,
+    lease: str | None = typer.Option(None, "--lease", metavar="ID", help="Only this lease"),
+    png: Path | None = typer.Option(None, "--png", metavar="OUT",
+                                    help="Also draw planned vs enacted intervals into this PNG "
+                                         "(needs matplotlib, the `plot` extra)"),
+    json_out: Path | None = typer.Option(None, "--json", metavar="OUT",
+                                         help="Also write the rows and summary as JSON"),
+    state: Path | None = StateOption,
+    config: Path | None = ConfigOption,
 ) -> None:
     """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
     reservation and its mean and worst per kind, from the event log."""
@@ -77,7 +56,7 @@ def report(
         require_plot()
     cfg = load(config)
     path = store_path(state, cfg)
-    console = _console()
+    console = make_console()
     if not path.exists():
         if state is not None:
             raise fail(f"--state: {path} does not exist")
@@ -96,7 +75,7 @@ def report(
         events = store.events(lease_id=lease_id)
     result = build_report(events, lease_id)
     if json_out is not None:
-        _write_json(json_out, result.to_json())
+        write_json_file(json_out, result.to_json())
     if result.empty:
         console.print(nothing_text(lease_id), soft_wrap=True, markup=False)
         if png is not None:

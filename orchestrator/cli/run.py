@@ -6,32 +6,30 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Optional
 
 import typer
-from rich.console import Console
 
 from drivers.clock import RealClock, SimulatedClock
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
+from orchestrator.cli.output import make_console
 from orchestrator.model.timeutil import parse_time
 from orchestrator.state.store import Store
-
-console = Console(highlight=False)
 
 
 @app.command()
 def run(
-    state: Optional[Path] = StateOption,
-    config: Optional[Path] = ConfigOption,
+    state: Path | None = StateOption,
+    config: Path | None = ConfigOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver, fast-forwarded clock, on a copy of the store: print what would be done"),
     fast: bool = typer.Option(False, "--fast", help="Fast-forward: jump the clock from event to event instead of waiting (simulated driver only)"),
     until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),
-    until: Optional[str] = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
-    sim_state: Optional[Path] = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (survives restarts)"),
-    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many steps"),
+    until: str | None = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
+    sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (survives restarts)"),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many steps"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
+    console = make_console()
     from orchestrator.runtime.daemon import (  # (drivers load only when run)
         Daemon,
         fast_clock_start,

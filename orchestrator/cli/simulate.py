@@ -7,9 +7,7 @@ their reservations and the metrics for later analysis.
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 import csv
-import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -20,32 +18,32 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
 from orchestrator.analysis.timeline import (
     render_png,
     require_plot,
     timeline_from_result,
 )
-from orchestrator.cli import app, fail
+from orchestrator.cli.app import app, fail
+from orchestrator.cli.output import make_console, write_json_file
+from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import load_config
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator
 from orchestrator.workloads import load_workload
 
-console = Console(highlight=False)
-
 
 @app.command()
 def simulate(
     workload: Path = typer.Argument(..., help="Workload file: Haizea LWF (.lwf/.xml) or SWF (.swf), optionally .gz"),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write leases, reservations and metrics as JSON"),
-    csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write one row per lease as CSV"),
-    png: Optional[Path] = typer.Option(None, "--png", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
+    config: Path | None = typer.Option(None, "--config", "-c", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
+    json_out: Path | None = typer.Option(None, "--json", help="Write leases, reservations and metrics as JSON"),
+    csv_out: Path | None = typer.Option(None, "--csv", help="Write one row per lease as CSV"),
+    png: Path | None = typer.Option(None, "--png", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Run WORKLOAD on the simulated clock and print a summary of what happened."""
+    console = make_console()
     if not workload.exists():
         raise fail(f"workload: {workload} does not exist")
     if config is not None and not config.exists():
@@ -63,19 +61,12 @@ def simulate(
             task = progress.add_task("simulate", total=total)
             result = Simulator(loaded, cfg, progress=lambda done, _: progress.update(task, completed=done)).run()
     if json_out is not None:
-        _write_atomically(json_out, json.dumps(result.to_json(), indent=1) + "\n")
+        write_json_file(json_out, result.to_json())
     if csv_out is not None:
         _write_csv(csv_out, result)
     if png is not None:
         render_png(timeline_from_result(result), png, title=loaded.source or str(workload))
-    _print_summary(result, loaded.source or str(workload))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write next to the target and rename, so an interrupted run never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    _print_summary(result, loaded.source or str(workload), console)
 
 
 def _write_csv(path: Path, result: SimulationResult) -> None:
@@ -95,11 +86,8 @@ def _write_csv(path: Path, result: SimulationResult) -> None:
     tmp.replace(path)
 
 
-def _print_summary(result: SimulationResult, source: str) -> None:
+def _print_summary(result: SimulationResult, source: str, console: Console) -> None:
     m = result.metrics
-    table = Table(title=f"{source}: {m['leases_total']} leases on {len(result.hosts)} hosts", title_justify="left")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
     rows = [
         ("leases done", f"{m['leases_done']}"),
         ("advance reservations accepted / rejected", f"{m['ar_accepted']} / {m['ar_rejected']}"),
@@ -113,6 +101,5 @@ def _print_summary(result: SimulationResult, source: str) -> None:
         ("simulated time", f"{m['simulated_seconds']:,.0f} s"),
         ("wall time", f"{m['wall_seconds']:.2f} s"),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
-    console.print(table)
+    print_table(console, [Column("metric", wraps=True), Column("value", "right", wraps=True)], rows,
+                title=f"{source}: {m['leases_total']} leases on {len(result.hosts)} hosts", title_justify="left")

@@ -1,6 +1,7 @@
 """`leasewise migrate`: the dry-run prediction, one-line errors with exit code 2, and a real (failing)
 migration against libvirt's test hypervisor, whose report is still printed."""
 
+import json
 import re
 
 import pytest
@@ -120,4 +121,30 @@ def test_failed_migration_prints_the_report_and_one_error_line(run, test_invento
     [line] = error_lines(result)
     assert "not supported" in line and "cli-vm" in line
     assert "VM stays on the source" in result.stdout  # the report table
+    assert keeper.locate("cli-vm") == "ta"
+
+
+def test_dry_run_json_is_the_prediction(run):
+    result = run("vm1", "--to", "lab2", "--dry-run", "--memory", "1024", "--dirty-rate", "20",
+                 "--bandwidth", "100", "--max-downtime", "300", "--overhead", "1.5", "--json")
+    assert result.exit_code == 0, result.output
+    expected = predict_precopy(1024, 100, 20, 300, timeout_s=600, overhead_s=1.5)
+    assert json.loads(result.stdout) == {
+        "vm": "vm1", "to": "lab2", "dry_run": True, "memory_mib": 1024.0, "dirty_rate_mib_s": 20.0,
+        "dirty_factor": 1.0, "bandwidth_mib_s": 100.0, "max_downtime_ms": 300.0, "outcome": expected.outcome,
+        "converged": expected.converged, "total_seconds": expected.total_seconds,
+        "downtime_ms": expected.downtime_ms, "passes": expected.passes, "dirty_page_rounds": expected.iterations,
+        "transferred_mib": expected.transferred_mib}
+
+
+def test_failed_migration_json_is_the_report_and_the_error_line_stays_on_stderr(run, test_inventory):
+    path, keeper = test_inventory
+    result = run("cli-vm", "--to", "tb", "--inventory", str(path), "--max-downtime", "100", "--json")
+    assert result.exit_code == 2
+    *progress, line = error_lines(result)           # the progress bar goes to stderr too
+    assert line.startswith("error: ") and "not supported" in line
+    assert "cli-vm -> tb" in progress[0]
+    report = json.loads(result.stdout)
+    assert (report["vm"], report["source"], report["destination"]) == ("cli-vm", "ta", "tb")
+    assert report["success"] is False and report["outcome"] == "failed" and report["error"]
     assert keeper.locate("cli-vm") == "ta"
