@@ -462,7 +462,7 @@ def _local_writable(directory: str) -> str:
 def _domain_type(cfg: HostConfig) -> Tuple[str, str]:
     """Whether libvirt can run `cfg.domain_type` guests on x86_64 there (getDomainCapabilities); where that
     call is not supported (test:///) say what the host's capabilities offer instead."""
-    from drivers.libvirt_driver import import_libvirt
+    from drivers.libvirt import import_libvirt
 
     lv = import_libvirt()
     conn = lv.open(cfg.uri)

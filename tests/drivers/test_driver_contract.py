@@ -23,7 +23,7 @@ Add a module under tests/lab/ (tests/ is a package, so the suite imports by its 
     from tests.drivers.test_driver_contract import ContractTarget, DriverContract
     from drivers.base import VMSpec
     from drivers.inventory import load_inventory
-    from drivers.libvirt_driver import LibvirtDriver
+    from drivers.libvirt import LibvirtDriver
 
     @pytest.mark.lab
     class TestLabContract(DriverContract):
@@ -64,7 +64,7 @@ from drivers.errors import (
     VMNotFound,
 )
 from drivers.inventory import HostConfig
-from drivers.libvirt_driver import LibvirtDriver
+from drivers.libvirt import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy

@@ -38,13 +38,10 @@ from drivers.inventory import (
     load_inventory,
     resolve_inventory_path,
 )
-from drivers.libvirt_driver import (
-    INSTALL_HINT,
-    LibvirtDriver,
-    downtime_at,
-    downtime_steps,
-    format_version,
-)
+from drivers.libvirt import LibvirtDriver
+from drivers.libvirt.connection import INSTALL_HINT
+from drivers.libvirt.host import format_version
+from drivers.libvirt.migration import downtime_at, downtime_steps
 from drivers.registry import create_driver
 from orchestrator.planning.precopy import predict_precopy
 from tests.support.sshserver import SSHServer
@@ -113,7 +110,7 @@ def test_start_twice_raises_vm_already_exists_on_any_host(driver):
 
 
 def test_unknown_vm_and_unknown_host_map_to_driver_errors(driver, caplog):
-    caplog.set_level(logging.WARNING, logger="drivers.libvirt_driver")
+    caplog.set_level(logging.WARNING, logger="drivers.libvirt")
     with pytest.raises(VMNotFound):
         driver.stop("lwt-no-such-vm")
     with pytest.raises(VMNotFound):
@@ -137,7 +134,7 @@ def test_host_info_reports_the_hypervisor_and_the_configured_domain_type(driver)
 
 
 def test_unreachable_host_is_retried_then_reported_not_raised(caplog):
-    caplog.set_level(logging.WARNING, logger="drivers.libvirt_driver")
+    caplog.set_level(logging.WARNING, logger="drivers.libvirt")
     with socket.socket() as probe:  # a local port with nothing listening: connection refused at once
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -158,7 +155,7 @@ def test_a_dropped_connection_is_reopened(driver):
     driver.start(VMSpec(vm, 1, 64), "b")
     # What libvirt's close callback (and a transient error) does when the link drops. A test:///<file>
     # node lives only as long as its connection, so the re-opened connection sees a fresh, empty host.
-    driver._mark_dropped("b")
+    driver._connections.mark_dropped("b")
     assert all(i.name != vm for i in driver.list_vms("b"))
     driver.start(VMSpec(vm, 1, 64), "b")
     assert [i.name for i in driver.list_vms("b")] == [vm]
