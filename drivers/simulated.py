@@ -30,7 +30,10 @@ from types import MappingProxyType
 from typing import Any, get_args
 
 from .base import (
+    HOST_CHECKS,
+    CheckItem,
     Driver,
+    HostCheck,
     HostInfo,
     MigrationModel,
     MigrationProgress,
@@ -336,6 +339,17 @@ class SimulatedDriver(Driver):
             reachable=not down,
             error=f"host {host} is down" if down else "",
         )
+
+    def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
+        """Nothing to contact: every check is "simulated", except that a host that is down fails to connect."""
+        info = self.host_info(host)
+        items = {name: CheckItem(name, "simulated", "simulated (simulated driver: nothing contacted)")
+                 for name in HOST_CHECKS}
+        if not info.reachable:
+            items["connect"] = CheckItem("connect", "FAIL", f"{info.uri}: {info.error}")
+            items["versions"] = CheckItem("versions", "FAIL", "not connected")
+            items["domain type"] = CheckItem("domain type", "FAIL", "not connected")
+        return HostCheck(host, tuple(items.values()))
 
     def _free(self, host: str) -> tuple[int, int]:
         cap = self._capacity[host]

@@ -8,7 +8,7 @@ One module per concern, each written for the failures we expect in a lab:
 * state_transfer.py: save and restore, and save images copied over SFTP;
 * migration.py: live migration, judged by where the domain really runs afterwards, with the downtime
   and timeout policy as pure functions;
-* ssh.py: SSH with known host keys only; host.py: capacity and versions;
+* ssh.py: SSH with known host keys only; host.py: capacity, versions and the pre-flight host checks;
 * driver.py: `LibvirtDriver`, the `Driver` interface put together from these.
 
 libvirt-python is imported when a driver is built, so importing this package never needs it.

@@ -2,13 +2,14 @@
 
 Each part owns one concern and is handed what it depends on: `Connections` (connection.py) makes every
 libvirt call; `Lifecycle` finds, lists, starts and stops domains; `StateTransfer` saves, restores and copies
-memory images; `Migrations` live-migrates; host.py answers `host_info`.
+memory images; `Migrations` live-migrates; host.py answers `host_info` and `check_host`.
 """
 
 from __future__ import annotations
 
 from drivers.base import (
     Driver,
+    HostCheck,
     HostInfo,
     MigrationReport,
     OnTimeout,
@@ -21,7 +22,7 @@ from drivers.clock import Clock, RealClock
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
-from .host import read_host_info
+from .host import read_host_info, run_host_checks
 from .lifecycle import Lifecycle
 from .migration import DowntimePolicy, Migrations
 from .state_transfer import StateTransfer
@@ -72,6 +73,9 @@ class LibvirtDriver(Driver):
 
     def host_info(self, host: str) -> HostInfo:
         return read_host_info(self._connections, host)
+
+    def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
+        return run_host_checks(self._connections, host, timeout_s)
 
     def close(self) -> None:
         self._connections.close()

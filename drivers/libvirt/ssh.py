@@ -1,4 +1,5 @@
-"""SSH to a host (paramiko), for what libvirt cannot do: copy save images between hosts.
+"""SSH to a host (paramiko), for what libvirt cannot do: copy save images between hosts, and let the host
+check look at the image directory and the host's clock.
 
 Host keys come from the host's `known_hosts` file (else the user's) under RejectPolicy: an unknown key is
 refused, never trusted on first use. The key and known_hosts paths may start with `~`.

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.base import Driver, MigrationProgress, VMSpec
+from drivers.base import HOST_CHECKS, Driver, MigrationProgress, VMSpec
 from drivers.clock import SimulatedClock
 from drivers.errors import (
     MigrationFailed,
@@ -143,6 +143,17 @@ class DriverContract:
             t.driver.list_vms("no-such-host")
         with pytest.raises(UnknownHost):
             t.driver.start(t.spec("x"), "no-such-host")
+
+    def test_host_check_answers_every_check_in_order_and_passes_on_a_ready_host(self, contract_driver: ContractTarget):
+        t = contract_driver
+        for host in (t.host_a, t.host_b):
+            check = t.driver.check_host(host, timeout_s=10)
+            assert check.host == host
+            assert [item.check for item in check.items] == list(HOST_CHECKS)
+            assert all(item.status in ("PASS", "SKIP", "simulated") and item.detail for item in check.items), check
+            assert check.ok and check.failed == []
+        with pytest.raises(UnknownHost):
+            t.driver.check_host("no-such-host")
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -290,8 +301,8 @@ def libvirt_test_target(tmp_path: Path) -> ContractTarget:
     shared = (str(tmp_path),)
     driver = LibvirtDriver(
         [
-            HostConfig("test-a", "test:///default", domain_type="qemu", shared_storage=shared),
-            HostConfig("test-b", f"test://{node}", domain_type="qemu", shared_storage=shared),
+            HostConfig("test-a", "test:///default", domain_type="qemu", state_dir=str(tmp_path), shared_storage=shared),
+            HostConfig("test-b", f"test://{node}", domain_type="qemu", state_dir=str(tmp_path), shared_storage=shared),
         ],
         retry_wait_s=0.0,
         poll_interval_s=0.05,

@@ -152,6 +152,15 @@ def test_host_down_from_a_given_time():
     assert driver.locate("one") is None
 
 
+def test_host_check_is_simulated_and_a_down_host_fails_to_connect():
+    config = SimulatedDriverConfig(host_down_at={"b": T0})
+    driver, _ = make(config)
+    up, down = driver.check_host("a"), driver.check_host("b")
+    assert up.ok and {item.status for item in up.items} == {"simulated"}
+    assert not down.ok and down.failed == ["connect", "versions", "domain type"]
+    assert down.items[0].detail == "simulated:///b: host b is down"
+
+
 def test_migrate_report_matches_the_precopy_prediction_and_reports_each_round():
     config = SimulatedDriverConfig(migration_overhead=timedelta(seconds=2), dirty_factor=1.5)
     driver, clock = make(config)
