@@ -245,6 +245,14 @@ class Driver(ABC):
         """The pre-flight checks of HOST_CHECKS; a check that cannot be made is an item, never an exception
         (only `UnknownHost` is raised). `timeout_s` bounds each contact with the host."""
 
+    @abstractmethod
+    def remove_state(self, state_path: str, host: str) -> None:
+        """Delete a save image on `host` (e.g. a calibration's); nothing to do when it is not there."""
+
+    @abstractmethod
+    def measured_dirty_rate(self, vm: str) -> float | None:
+        """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured."""
+
     def locate(self, vm: str) -> str | None:
         """The host a VM runs (or is defined) on, or None."""
         for host in self.hosts():

@@ -501,7 +501,19 @@ class SimulatedDriver(Driver):
             self._files[(dst_host, state_path)] = image
         return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
 
+    def remove_state(self, state_path: str, host: str) -> None:
+        self._up(host)
+        key = self._file_key(host, state_path)
+        if key in self._files:
+            with self._changing(f"remove {state_path} on {host}"):
+                del self._files[key]
+
     # -- live migration --------------------------------------------------------------------------
+
+    def measured_dirty_rate(self, vm: str) -> float | None:
+        """The rate the guest dirties memory at here: its spec's, scaled as the migrations see it."""
+        spec = self._vm(vm).spec
+        return spec.dirty_rate_mib_s * self.config.dirty_factor
 
     def migrate(
         self,

@@ -1,8 +1,8 @@
 """`LibvirtDriver`: the `Driver` interface over libvirt, put together from the package's parts.
 
 Each part owns one concern and is handed what it depends on: `Connections` (connection.py) makes every
-libvirt call; `Lifecycle` finds, lists, starts and stops domains; `StateTransfer` saves, restores and copies
-memory images; `Migrations` live-migrates; host.py answers `host_info` and `check_host`.
+libvirt call; `Lifecycle` finds, lists, starts and stops domains; `StateTransfer` saves, restores, copies
+and removes memory images; `Migrations` live-migrates; host.py answers `host_info` and `check_host`.
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ class LibvirtDriver(Driver):
 
     def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
         return self._state.move_state(state_path, src_host, dst_host)
+
+    def remove_state(self, state_path: str, host: str) -> None:
+        self._state.remove_state(state_path, host)
 
     # -- live migration --------------------------------------------------------------------------
 

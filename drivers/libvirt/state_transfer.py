@@ -1,5 +1,5 @@
 """A VM's memory as a file: save (suspend) and restore (resume) through libvirt, and the save image copied
-between hosts over SFTP when the hosts do not share the storage it is on.
+between hosts (or removed) over SFTP when the hosts do not share the storage it is on.
 
 Save and restore check the domain's state first, so a retry after a lost reply does not fail on work the
 first attempt did. A copy is written under a temporary name and renamed, so a host never sees half an
@@ -30,7 +30,7 @@ COPY_CHUNK_BYTES = 1024 * 1024
 
 
 class StateTransfer:
-    """suspend, resume and move_state of the libvirt driver."""
+    """suspend, resume, move_state and remove_state of the libvirt driver."""
 
     def __init__(self, connections: Connections, lifecycle: Lifecycle, ssh_timeout_s: float):
         self._connections = connections
@@ -170,3 +170,22 @@ class StateTransfer:
         if copied != size:
             raise OperationFailed(f"move_state {path}: copied {copied} of {size} bytes")
         return copied
+
+    def remove_state(self, state_path: str, host: str) -> None:
+        """Delete a save image on `host`: here when the host's files are this machine's (or on storage this
+        machine sees too), else over SFTP. Nothing to do when it is not there."""
+        cfg = self._connections.host_config(host)
+        local = not cfg.is_remote or (cfg.is_shared(state_path) and os.path.exists(state_path))
+        if not local and not cfg.ssh:
+            raise OperationFailed(f"left {state_path} on {host} (no ssh setting to remove it)")
+        try:
+            if local:
+                os.unlink(state_path)
+            else:
+                with sftp_session(cfg, self._ssh_timeout_s, "remove save images") as sftp:
+                    sftp.remove(state_path)
+        except FileNotFoundError:
+            return
+        except (OSError, DriverError) as exc:
+            error = HostUnreachable if isinstance(exc, HostUnreachable) else OperationFailed
+            raise error(f"could not remove {state_path} on {host}: {exc}") from exc

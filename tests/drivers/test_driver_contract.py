@@ -228,6 +228,19 @@ class DriverContract:
             t.driver.resume(t.vm("never"), t.state_path("never"), t.host_b)
         assert t.driver.locate(t.vm("never")) is None
 
+    def test_a_removed_image_cannot_be_resumed_and_removing_it_again_is_harmless(self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("drop"), t.host_a)
+        t.driver.suspend(t.vm("drop"), t.state_path("drop"))
+        t.driver.stop(t.vm("drop"))
+        t.driver.remove_state(t.state_path("drop"), t.host_a)
+        t.driver.remove_state(t.state_path("drop"), t.host_a)  # not there any more: nothing to do
+        with pytest.raises(OperationFailed):
+            t.driver.resume(t.vm("drop"), t.state_path("drop"), t.host_a)
+        assert t.driver.locate(t.vm("drop")) is None
+        with pytest.raises(UnknownHost):
+            t.driver.remove_state(t.state_path("drop"), "no-such-host")
+
     def test_stopping_a_suspended_vm_removes_it(self, contract_driver: ContractTarget):
         t = contract_driver
         t.driver.start(t.spec("cold"), t.host_a)
@@ -236,6 +249,14 @@ class DriverContract:
         assert t.names_on(t.host_a) == {} and t.driver.locate(t.vm("cold")) is None
 
     # -- live migration -------------------------------------------------------------------------
+
+    def test_measured_dirty_rate_is_a_rate_or_none_and_needs_the_vm(self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("dirty"), t.host_a)
+        rate = t.driver.measured_dirty_rate(t.vm("dirty"))
+        assert rate is None or rate >= 0
+        with pytest.raises(VMNotFound):
+            t.driver.measured_dirty_rate(t.vm("ghost"))
 
     def test_migrating_to_its_own_host_fails_and_keeps_it_running(self, contract_driver: ContractTarget):
         t = contract_driver

@@ -526,3 +526,31 @@ def test_move_state_without_copy_or_without_ssh(ssh_hosts, hosts):
     finally:
         plain.close()
 
+
+def test_remove_state_over_sftp_here_or_not_at_all(ssh_hosts, hosts, tmp_path):
+    servers, configs, _ = ssh_hosts
+    (servers["src"].root / "vm.save").write_bytes(b"image")
+    # a remote URI (never contacted here): the host's files are not this machine's
+    far = [HostConfig(c.name, "qemu+tcp://127.0.0.1:1/system", ssh=c.ssh, ssh_key=c.ssh_key,
+                      known_hosts=c.known_hosts) for c in configs]
+    drv = LibvirtDriver(far, retry_wait_s=0.0)
+    try:
+        drv.remove_state("/vm.save", "src")             # over SFTP
+        assert not (servers["src"].root / "vm.save").exists()
+        drv.remove_state("/vm.save", "src")             # not there: nothing to do
+    finally:
+        drv.close()
+    local = tmp_path / "local.save"
+    local.write_bytes(b"image")
+    here = LibvirtDriver(hosts, retry_wait_s=0.0)       # test:/// hosts: their files are this machine's
+    try:
+        here.remove_state(str(local), "a")
+        assert not local.exists()
+    finally:
+        here.close()
+    remote = LibvirtDriver([HostConfig("far", "qemu+tcp://127.0.0.1:1/system")], retry_wait_s=0.0)
+    try:
+        with pytest.raises(OperationFailed, match=r"left /x.save on far \(no ssh setting to remove it\)"):
+            remote.remove_state("/x.save", "far")
+    finally:
+        remote.close()
