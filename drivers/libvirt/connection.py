@@ -3,8 +3,8 @@
 * One cached connection per host, opened on first use, with keepalive and a close callback that marks it
   dropped so the next call re-opens it: a libvirtd restart or a network blip must not need a daemon
   restart. Caching also matters for `test:///` URIs, whose state lives and dies with the connection.
-* A connection is opened outside the lock, so a host that does not answer holds up only the calls to it
-  (and `close` never waits for it); a connection opened after `close` is cached again, as any later call would.
+* A connection is opened outside the lock, so a host that does not answer holds up only the calls to it,
+  and `close` never waits for it.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
   bounded and logged, on a re-opened connection; every other error becomes one of `drivers.errors`,
   never a raw `libvirtError`.

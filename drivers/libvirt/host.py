@@ -62,10 +62,6 @@ def run_host_checks(connections: Connections, host: str, timeout_s: float) -> Ho
     return HostCheck(host, tuple(by_check[name] for name in HOST_CHECKS))
 
 
-def _item(check: str, status: CheckStatus, detail: str) -> CheckItem:
-    return CheckItem(check, status, detail)
-
-
 def _unanswered(answer: Answer, timeout_s: float) -> str | None:
     """Why a bounded call gave no value (no answer in time, or the error it raised), or None if it did."""
     if answer.timed_out:
@@ -80,20 +76,16 @@ def _unanswered(answer: Answer, timeout_s: float) -> str | None:
 def _libvirt_checks(connections: Connections, cfg: HostConfig, timeout_s: float) -> list[CheckItem]:
     """connect, versions and domain type."""
     answer = answer_within(lambda: read_host_info(connections, cfg.name), timeout_s)
-    problem = _unanswered(answer, timeout_s)
     info = answer.value
-    if problem is None and info is not None and not info.reachable:
-        problem = info.error
+    problem = _unanswered(answer, timeout_s) or (info.error if info is not None and not info.reachable else None)
     if problem is not None or info is None:
-        return [_item("connect", "FAIL", f"{cfg.uri}: {problem}"),
-                _item("versions", "FAIL", "not connected"),
-                _item("domain type", "FAIL", "not connected")]
-    items = [_item("connect", "PASS", f"{cfg.uri}: {info.vcpus} vCPUs, {info.memory_mib} MiB"),
-             _item("versions", "PASS", f"libvirt {info.libvirt_version}, {info.hypervisor}")]
+        return [CheckItem("connect", "FAIL", f"{cfg.uri}: {problem}"),
+                CheckItem("versions", "FAIL", "not connected"),
+                CheckItem("domain type", "FAIL", "not connected")]
+    items = [CheckItem("connect", "PASS", f"{cfg.uri}: {info.vcpus} vCPUs, {info.memory_mib} MiB"),
+             CheckItem("versions", "PASS", f"libvirt {info.libvirt_version}, {info.hypervisor}")]
     support = answer_within(lambda: _domain_type_support(connections, cfg), timeout_s)
-    problem = _unanswered(support, timeout_s)
-    items.append(support.value if problem is None and support.value is not None
-                 else _item("domain type", "FAIL", problem or "no answer"))
+    items.append(support.value or CheckItem("domain type", "FAIL", _unanswered(support, timeout_s) or "no answer"))
     return items
 
 
@@ -107,12 +99,14 @@ def _domain_type_support(connections: Connections, cfg: HostConfig) -> CheckItem
             xml = conn.getDomainCapabilities(None, GUEST_ARCH, None, cfg.domain_type, 0)
         except lv.libvirtError as exc:
             if exc.get_error_code() != lv.VIR_ERR_NO_SUPPORT:
-                return _item("domain type", "FAIL", f"{cfg.domain_type} on {GUEST_ARCH}: {exc.get_error_message()}")
+                return CheckItem("domain type", "FAIL",
+                                 f"{cfg.domain_type} on {GUEST_ARCH}: {exc.get_error_message()}")
         else:
             root = ET.fromstring(xml)
             emulator = root.findtext("path") or "?"
             machine = root.findtext("machine") or "?"
-            return _item("domain type", "PASS", f"{cfg.domain_type} on {GUEST_ARCH}: {emulator} (machine {machine})")
+            return CheckItem("domain type", "PASS",
+                             f"{cfg.domain_type} on {GUEST_ARCH}: {emulator} (machine {machine})")
         return _offered_by_capabilities(cfg, conn.getCapabilities())
 
     return connections.call(cfg.name, "domain capabilities", ask)
@@ -128,12 +122,13 @@ def _offered_by_capabilities(cfg: HostConfig, capabilities_xml: str) -> CheckIte
             offered.setdefault(domain.get("type") or "?", set()).add(arch.get("name") or "?")
     possible = "; ".join(f"{t} ({', '.join(sorted(a))})" for t, a in sorted(offered.items())) or "none"
     if GUEST_ARCH in offered.get(cfg.domain_type, set()):
-        return _item("domain type", "PASS",
-                     f"{cfg.domain_type} on {GUEST_ARCH} listed in the host capabilities (no domain capabilities API)")
+        return CheckItem("domain type", "PASS", f"{cfg.domain_type} on {GUEST_ARCH} listed in the host capabilities "
+                                                "(no domain capabilities API)")
     if urlsplit(cfg.uri).scheme == "test":
-        return _item("domain type", "SKIP", f"{cfg.uri} has no domain capabilities to ask about {cfg.domain_type}; "
-                                            f"its guests can use domain type {possible}")
-    return _item("domain type", "FAIL", f"{cfg.domain_type} on {GUEST_ARCH} is not offered; the host offers {possible}")
+        return CheckItem("domain type", "SKIP", f"{cfg.uri} has no domain capabilities to ask about "
+                                                f"{cfg.domain_type}; its guests can use domain type {possible}")
+    return CheckItem("domain type", "FAIL",
+                     f"{cfg.domain_type} on {GUEST_ARCH} is not offered; the host offers {possible}")
 
 
 # -- through SSH, or here -----------------------------------------------------------------------------------
@@ -142,19 +137,21 @@ def _ssh_checks(cfg: HostConfig, timeout_s: float) -> list[CheckItem]:
     """ssh, image directory and clock skew: over SSH when the host has an ssh setting; for a local host
     without one, here (its files and clock are this machine's)."""
     if not cfg.ssh:
-        items = [_item("ssh", "SKIP", "no ssh configured (needed to move save images between hosts)")]
+        no_ssh = CheckItem("ssh", "SKIP", "no ssh configured (needed to move save images between hosts)")
         if cfg.is_remote:
-            return items + [_item("image directory", "SKIP", f"{cfg.state_dir}: remote host without ssh: cannot check"),
-                            _item("clock skew", "SKIP", "remote host without ssh: cannot check")]
-        return items + [_local_image_directory(cfg.state_dir), _item("clock skew", "PASS", "local host: same clock")]
+            return [no_ssh,
+                    CheckItem("image directory", "SKIP", f"{cfg.state_dir}: remote host without ssh: cannot check"),
+                    CheckItem("clock skew", "SKIP", "remote host without ssh: cannot check")]
+        return [no_ssh, _local_image_directory(cfg.state_dir),
+                CheckItem("clock skew", "PASS", "local host: same clock")]
     try:
         client = open_ssh(cfg, timeout_s)
     except Exception as exc:   # SSHFailed says why; any other failure is this check's result too
-        return [_item("ssh", "FAIL", f"{cfg.ssh}: {exc}"),
-                _item("image directory", "FAIL", f"{cfg.state_dir}: cannot check without ssh"),
-                _item("clock skew", "FAIL", "cannot check without ssh")]
+        return [CheckItem("ssh", "FAIL", f"{cfg.ssh}: {exc}"),
+                CheckItem("image directory", "FAIL", f"{cfg.state_dir}: cannot check without ssh"),
+                CheckItem("clock skew", "FAIL", "cannot check without ssh")]
     try:
-        return [_item("ssh", "PASS", f"{cfg.ssh}: connected, host key known"),
+        return [CheckItem("ssh", "PASS", f"{cfg.ssh}: connected, host key known"),
                 _remote_image_directory(client, cfg.state_dir),
                 _remote_clock_skew(client, timeout_s)]
     finally:
@@ -163,13 +160,13 @@ def _ssh_checks(cfg: HostConfig, timeout_s: float) -> list[CheckItem]:
 
 def _local_image_directory(directory: str) -> CheckItem:
     if not os.path.isdir(directory):
-        return _item("image directory", "FAIL", f"{directory} does not exist or is not a directory")
+        return CheckItem("image directory", "FAIL", f"{directory} does not exist or is not a directory")
     try:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".leasewise-check-"):
             pass
     except OSError as exc:
-        return _item("image directory", "FAIL", f"{directory}: cannot write ({exc.strerror or exc})")
-    return _item("image directory", "PASS", f"{directory} writable (local)")
+        return CheckItem("image directory", "FAIL", f"{directory}: cannot write ({exc.strerror or exc})")
+    return CheckItem("image directory", "PASS", f"{directory} writable (local)")
 
 
 def _remote_image_directory(client: Any, directory: str) -> CheckItem:
@@ -177,35 +174,35 @@ def _remote_image_directory(client: Any, directory: str) -> CheckItem:
     try:
         sftp = client.open_sftp()
     except Exception as exc:   # any failure is this check's result
-        return _item("image directory", "FAIL", str(exc))
+        return CheckItem("image directory", "FAIL", str(exc))
     try:
         try:
             attrs = sftp.stat(directory)
         except OSError as exc:
-            return _item("image directory", "FAIL", f"{directory}: {exc.strerror or exc}")
+            return CheckItem("image directory", "FAIL", f"{directory}: {exc.strerror or exc}")
         if not stat.S_ISDIR(attrs.st_mode or 0):
-            return _item("image directory", "FAIL", f"{directory} is not a directory")
+            return CheckItem("image directory", "FAIL", f"{directory} is not a directory")
         probe = f"{directory.rstrip('/')}/.leasewise-check-{uuid.uuid4().hex[:8]}"
         try:
             with sftp.open(probe, "wx") as handle:
                 handle.write(b"leasewise host check\n")
             sftp.remove(probe)
         except OSError as exc:
-            return _item("image directory", "FAIL", f"{directory}: cannot write ({exc.strerror or exc})")
+            return CheckItem("image directory", "FAIL", f"{directory}: cannot write ({exc.strerror or exc})")
     except Exception as exc:
-        return _item("image directory", "FAIL", str(exc))
+        return CheckItem("image directory", "FAIL", str(exc))
     finally:
         sftp.close()
-    return _item("image directory", "PASS", f"{directory} writable over SFTP")
+    return CheckItem("image directory", "PASS", f"{directory} writable over SFTP")
 
 
 def _remote_clock_skew(client: Any, timeout_s: float) -> CheckItem:
     try:
         skew = remote_clock_offset_s(client, timeout_s)
     except Exception as exc:   # any failure is this check's result
-        return _item("clock skew", "FAIL", str(exc) or type(exc).__name__)
+        return CheckItem("clock skew", "FAIL", str(exc) or type(exc).__name__)
     status: CheckStatus = "PASS" if abs(skew) <= MAX_CLOCK_SKEW_S else "FAIL"
-    return _item("clock skew", status, f"{skew:+.1f} s (limit ±{MAX_CLOCK_SKEW_S:g} s)")
+    return CheckItem("clock skew", status, f"{skew:+.1f} s (limit ±{MAX_CLOCK_SKEW_S:g} s)")
 
 
 def remote_clock_offset_s(client: Any, timeout_s: float) -> float:

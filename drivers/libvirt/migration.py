@@ -347,7 +347,8 @@ class Migrations:
         except lv.libvirtError as exc:
             log.debug("completed jobStats of %s on %s: %s", vm, src_host, error_text(exc))
         try:
-            stats = self._connections.call(dst_host, f"job stats of {vm}", lambda c: c.lookupByName(vm).jobStats(flag), vm)
+            stats = self._connections.call(dst_host, f"job stats of {vm}",
+                                           lambda c: c.lookupByName(vm).jobStats(flag), vm)
             if stats and stats.get("type", 0) != lv.VIR_DOMAIN_JOB_NONE:
                 return stats
         except DriverError as exc:

@@ -56,6 +56,7 @@ host_app = ErrorLineTyper(
 )
 app.add_typer(host_app, name="host")
 
+
 def _console() -> Console:
     return Console(highlight=False)
 
