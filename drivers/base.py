@@ -1,7 +1,7 @@
 """The driver interface: the only calls the orchestrator makes to touch hosts and VMs.
 
-Both implementations (simulated, libvirt) must behave the same for every call; `tests/test_driver_contract.py`
-runs one suite against both.
+Both implementations (simulated, libvirt) must behave the same for every call;
+`tests/drivers/test_driver_contract.py` runs one suite against both.
 """
 
 from __future__ import annotations
@@ -44,6 +44,42 @@ class VMSpec:
     # simulated driver models it to time live migrations; real drivers ignore it.
     dirty_rate_mib_s: float = 0.0
     working_set_mib: float | None = None
+
+
+#: the pre-flight checks of a host, in the order `Driver.check_host` answers them
+HOST_CHECKS = ("connect", "versions", "domain type", "image directory", "ssh", "clock skew")
+#: clock skew above this fails the check (suspend/resume and reservations are planned to the second)
+MAX_CLOCK_SKEW_S = 2.0
+
+#: PASS or FAIL; SKIP when a check does not apply (e.g. no ssh configured); "simulated" when there is no
+#: real host to check
+CheckStatus = Literal["PASS", "FAIL", "SKIP", "simulated"]
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One pre-flight check of a host: which, how it went, and the detail an operator reads."""
+
+    check: str                       # one of HOST_CHECKS
+    status: CheckStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """Whether a host is ready for leases: one item per check of HOST_CHECKS, in that order."""
+
+    host: str
+    items: tuple[CheckItem, ...]
+
+    @property
+    def failed(self) -> list[str]:
+        """The checks that failed."""
+        return [item.check for item in self.items if item.status == "FAIL"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
 
 
 VMStateName = Literal["running", "paused", "shutoff", "saved", "crashed", "other"]
@@ -203,6 +239,19 @@ class Driver(ABC):
     @abstractmethod
     def list_vms(self, host: str) -> list[VMInfo]:
         """What really exists on the host (for reconciliation after a restart)."""
+
+    @abstractmethod
+    def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
+        """The pre-flight checks of HOST_CHECKS; a check that cannot be made is an item, never an exception
+        (only `UnknownHost` is raised). `timeout_s` bounds each contact with the host."""
+
+    @abstractmethod
+    def remove_state(self, state_path: str, host: str) -> None:
+        """Delete a save image on `host` (e.g. a calibration's); nothing to do when it is not there."""
+
+    @abstractmethod
+    def measured_dirty_rate(self, vm: str) -> float | None:
+        """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured."""
 
     def locate(self, vm: str) -> str | None:
         """The host a VM runs (or is defined) on, or None."""

@@ -24,7 +24,7 @@ def create_driver(name: str, **options: Any) -> Driver:
 
         return SimulatedDriver(**options)
     if name == "libvirt":
-        from .libvirt_driver import LibvirtDriver
+        from .libvirt import LibvirtDriver
 
         return LibvirtDriver(**options)
     raise DriverConfigError("driver", f"unknown driver {name!r} (choose one of: {', '.join(DRIVER_NAMES)})")

@@ -30,7 +30,10 @@ from types import MappingProxyType
 from typing import Any, get_args
 
 from .base import (
+    HOST_CHECKS,
+    CheckItem,
     Driver,
+    HostCheck,
     HostInfo,
     MigrationModel,
     MigrationProgress,
@@ -337,6 +340,17 @@ class SimulatedDriver(Driver):
             error=f"host {host} is down" if down else "",
         )
 
+    def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
+        """Nothing to contact: every check is "simulated", except that a host that is down fails to connect."""
+        info = self.host_info(host)
+        items = {name: CheckItem(name, "simulated", "simulated (simulated driver: nothing contacted)")
+                 for name in HOST_CHECKS}
+        if not info.reachable:
+            items["connect"] = CheckItem("connect", "FAIL", f"{info.uri}: {info.error}")
+            items["versions"] = CheckItem("versions", "FAIL", "not connected")
+            items["domain type"] = CheckItem("domain type", "FAIL", "not connected")
+        return HostCheck(host, tuple(items.values()))
+
     def _free(self, host: str) -> tuple[int, int]:
         cap = self._capacity[host]
         used = [vm.spec for vm in self._vms.values() if vm.host == host and vm.state in ("running", "paused")]
@@ -487,7 +501,19 @@ class SimulatedDriver(Driver):
             self._files[(dst_host, state_path)] = image
         return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
 
+    def remove_state(self, state_path: str, host: str) -> None:
+        self._up(host)
+        key = self._file_key(host, state_path)
+        if key in self._files:
+            with self._changing(f"remove {state_path} on {host}"):
+                del self._files[key]
+
     # -- live migration --------------------------------------------------------------------------
+
+    def measured_dirty_rate(self, vm: str) -> float | None:
+        """The rate the guest dirties memory at here: its spec's, scaled as the migrations see it."""
+        spec = self._vm(vm).spec
+        return spec.dirty_rate_mib_s * self.config.dirty_factor
 
     def migrate(
         self,

@@ -28,8 +28,12 @@ import os
 import posixpath
 import signal
 import uuid
+<<<<<<< HEAD
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+=======
+from contextlib import contextmanager
+>>>>>>> drivers
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -523,27 +527,10 @@ def _state_dir(setup: Setup, host: str, option: str | None, cfg: Config) -> str:
 
 def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
     """Delete a calibration save image (best effort: a warning names any that stays)."""
-    if setup.kind != "libvirt":
-        return
-    cfg = setup.host_configs[host]
     try:
-        if not cfg.is_remote or (cfg.is_shared(path) and os.path.exists(path)):
-            os.unlink(path)   # the host's files are this machine's (or on storage this machine sees too)
-            return
-        if cfg.ssh:
-            with ExitStack() as stack:
-                # the driver's own SFTP session (host keys checked as for move_state)
-                sftp = setup.driver._sftp(cfg, stack)  # type: ignore[attr-defined]
-                sftp.remove(path)
-            return
-    except FileNotFoundError:
-        return
-    except (OSError, DriverError) as exc:
-        console.print(f"[yellow]warning:[/] could not remove {escape(path)} on {escape(host)}: {escape(str(exc))}",
-                      soft_wrap=True)
-        return
-    console.print(f"[yellow]warning:[/] left {escape(path)} on {escape(host)} (no ssh setting to remove it)",
-                  soft_wrap=True)
+        setup.driver.remove_state(path, host)
+    except DriverError as exc:
+        console.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
 
 
 SUSPEND_COLUMNS = (

@@ -5,9 +5,10 @@ node info) unless `--cpus` and `--memory` are both given; with `simulated` there
 both are required. Hosts are contacted before the store's write lock is taken, never while holding it.
 
 `host check` runs the pre-flight checks an operator wants before leases land on a host: each is a row
-with PASS, FAIL or SKIP (not applicable, e.g. no `ssh` configured); exit code 1 when any fails. SSH uses
-paramiko with host keys from the configured known_hosts file (else the user's) and RejectPolicy: an
-unknown host key is a failure, never trusted on first use.
+with PASS, FAIL or SKIP (not applicable, e.g. no `ssh` configured); exit code 1 when any fails. The
+driver runs them (`Driver.check_host`) with its own libvirt connection and SSH code: SSH uses paramiko
+with host keys from the configured known_hosts file (else the user's) and RejectPolicy: an unknown host
+key is a failure, never trusted on first use.
 
 `host drain NAME [--by TIME]` plans the host empty by TIME (default now) through the scheduler: running
 VMs are live-migrated to other hosts (with `preemption_mode = "migrate-first"`), else suspended, else
@@ -23,24 +24,17 @@ reservations / immediate leases planned there (their start is fixed: cancel them
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
-import os
-import stat
-import tempfile
-import threading
-import time
-import uuid
-import xml.etree.ElementTree as ET
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
-from urllib.parse import urlsplit
+from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import HostInfo
-from drivers.errors import DriverConfigError
+from drivers.deadline import answers_within
+from drivers.errors import DriverConfigError, DriverError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
@@ -55,15 +49,8 @@ from orchestrator.state.store import HostRecord, Store
 
 host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
-#: clock skew above this fails `host check` (suspend/resume and reservations are planned to the second)
-MAX_SKEW_S = 2.0
-CHECKS = ("connect", "versions", "domain type", "image directory", "ssh", "clock skew")
-
 
 # `host check` (rewritten in parallel, so left as it is here) calls the shared helpers by these names
-_console = make_console
-_emit_json = emit_json
-_store_exists = common.store_exists
 
 
 def _positive_int(option: str, text: str | None) -> int | None:
@@ -102,42 +89,17 @@ def _libvirt_host_info(cfg: HostConfig) -> HostInfo:
         driver.close()
 
 
-def _run_with_timeout(jobs: Dict[str, Any], timeout: float) -> Dict[str, Tuple[str, Any]]:
-    """Run each job (name -> callable) in its own daemon thread; name -> ("ok", value) | ("error", exc) |
-    ("timeout", None) after at most `timeout` seconds overall (a hung connect must not hang the CLI)."""
-    results: Dict[str, Tuple[str, Any]] = {}
-    lock = threading.Lock()
-
-    def runner(name: str, job: Any) -> None:
-        try:
-            outcome: Tuple[str, Any] = ("ok", job())
-        except Exception as exc:   # reported as that host's result, never raised into the CLI
-            outcome = ("error", exc)
-        with lock:
-            results[name] = outcome
-
-    threads = []
-    for name, job in jobs.items():
-        thread = threading.Thread(target=runner, args=(name, job), name=f"leasewise-probe-{name}", daemon=True)
-        thread.start()
-        threads.append(thread)
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    with lock:
-        return {name: results.get(name, ("timeout", None)) for name in jobs}
-
-
-def probe_hosts(configs: List[HostConfig], timeout: float) -> Dict[str, HostInfo]:
+def probe_hosts(configs: list[HostConfig], timeout: float) -> dict[str, HostInfo]:
     """Capacity and versions of each host through the libvirt driver, in parallel, within `timeout`."""
-    outcomes = _run_with_timeout({c.name: (lambda c=c: _libvirt_host_info(c)) for c in configs}, timeout)
+    answers = answers_within({c.name: (lambda c=c: _libvirt_host_info(c)) for c in configs}, timeout)
     infos = {}
     for cfg in configs:
-        kind, value = outcomes[cfg.name]
-        if kind == "ok":
-            infos[cfg.name] = value
+        answer = answers[cfg.name]
+        if not answer.timed_out and answer.error is None:
+            infos[cfg.name] = answer.value
         else:
-            error = f"no answer within {timeout:g} s" if kind == "timeout" else str(value) or type(value).__name__
+            error = (f"no answer within {timeout:g} s" if answer.timed_out
+                     else str(answer.error) or type(answer.error).__name__)
             infos[cfg.name] = HostInfo(cfg.name, cfg.uri, 0, 0, cfg.domain_type, reachable=False, error=error)
     return infos
 
@@ -356,189 +318,27 @@ def list_hosts(
 
 
 # -- check ------------------------------------------------------------------------------------------------------
-def _ssh_client(cfg: HostConfig, timeout: float) -> Any:
-    """A connected paramiko client: host keys from known_hosts (RejectPolicy: unknown keys are refused)."""
-    import paramiko
+def run_checks(record: HostRecord, driver: str, timeout: float) -> list[dict[str, str]]:
+    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail. The driver
+    named by `[daemon] driver` checks the host with its own connection and SSH code."""
+    from orchestrator.runtime.driver_factory import make_driver
 
     try:
-        user, hostname, port = split_ssh_target(cfg.ssh or "")
-    except ValueError:
-        raise RuntimeError(f"{cfg.ssh!r} is not user@host[:port]") from None
-    client = paramiko.SSHClient()
+        checker = make_driver(driver, [record.config], capacities={record.name: (record.vcpus, record.memory_mib)},
+                              retry_attempts=1)
+    except (DriverError, ValueError) as exc:
+        raise fail(str(exc)) from None
     try:
-        if cfg.known_hosts:
-            client.load_host_keys(os.path.expanduser(cfg.known_hosts))
-        else:
-            client.load_system_host_keys()
-    except OSError as exc:
-        client.close()
-        raise RuntimeError(f"known_hosts {cfg.known_hosts}: {exc.strerror or exc}") from None
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    try:
-        client.connect(hostname, port=port, username=user,
-                       key_filename=os.path.expanduser(cfg.ssh_key) if cfg.ssh_key else None,
-                       timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
-                       allow_agent=cfg.ssh_key is None, look_for_keys=cfg.ssh_key is None)
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise RuntimeError(f"host key mismatch ({exc})") from None
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        raise RuntimeError(f"authentication failed ({exc})") from None
-    except (paramiko.SSHException, OSError) as exc:   # RejectPolicy: "Server ... not found in known_hosts"
-        client.close()
-        raise RuntimeError(str(exc) or type(exc).__name__) from None
-    return client
-
-
-def _remote_clock(client: Any, timeout: float) -> float:
-    """Remote minus local clock, seconds (`date +%s` over SSH, against the midpoint of the round trip)."""
-    before = time.time()
-    _, stdout, stderr = client.exec_command("date +%s", timeout=timeout)
-    out = stdout.read().decode("ascii", "replace").strip()
-    status = stdout.channel.recv_exit_status()
-    after = time.time()
-    if status != 0 or not out.isdigit():
-        err = stderr.read().decode("utf-8", "replace").strip()
-        raise RuntimeError(f"`date +%s` failed (exit {status}): {err or out or 'no output'}")
-    return int(out) + 0.5 - (before + after) / 2   # `date +%s` truncates: its true value is half a second on
-
-
-def _sftp_writable(client: Any, directory: str) -> str:
-    sftp = client.open_sftp()
-    try:
-        try:
-            attrs = sftp.stat(directory)
-        except OSError as exc:
-            raise RuntimeError(f"{directory}: {exc.strerror or exc}") from None
-        if not stat.S_ISDIR(attrs.st_mode or 0):
-            raise RuntimeError(f"{directory} is not a directory")
-        probe = f"{directory.rstrip('/')}/.leasewise-check-{uuid.uuid4().hex[:8]}"
-        try:
-            with sftp.open(probe, "wx") as handle:
-                handle.write(b"leasewise host check\n")
-            sftp.remove(probe)
-        except OSError as exc:
-            raise RuntimeError(f"{directory}: cannot write ({exc.strerror or exc})") from None
+        result = checker.check_host(record.name, timeout)
     finally:
-        sftp.close()
-    return f"{directory} writable over SFTP"
-
-
-def _local_writable(directory: str) -> str:
-    if not os.path.isdir(directory):
-        raise RuntimeError(f"{directory} does not exist or is not a directory")
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".leasewise-check-"):
-            pass
-    except OSError as exc:
-        raise RuntimeError(f"{directory}: cannot write ({exc.strerror or exc})") from None
-    return f"{directory} writable (local)"
-
-
-def _domain_type(cfg: HostConfig) -> Tuple[str, str]:
-    """Whether libvirt can run `cfg.domain_type` guests on x86_64 there (getDomainCapabilities); where that
-    call is not supported (test:///) say what the host's capabilities offer instead."""
-    from drivers.libvirt_driver import import_libvirt
-
-    lv = import_libvirt()
-    conn = lv.open(cfg.uri)
-    try:
-        try:
-            xml = conn.getDomainCapabilities(None, "x86_64", None, cfg.domain_type, 0)
-        except lv.libvirtError as exc:
-            if exc.get_error_code() != lv.VIR_ERR_NO_SUPPORT:
-                return "FAIL", f"{cfg.domain_type} on x86_64: {exc.get_error_message()}"
-        else:
-            root = ET.fromstring(xml)
-            emulator = root.findtext("path") or "?"
-            machine = root.findtext("machine") or "?"
-            return "PASS", f"{cfg.domain_type} on x86_64: {emulator} (machine {machine})"
-        offered: Dict[str, set] = {}
-        for guest in ET.fromstring(conn.getCapabilities()).findall("guest"):
-            arch = guest.find("arch")
-            if arch is None:
-                continue
-            for domain in arch.findall("domain"):
-                offered.setdefault(domain.get("type") or "?", set()).add(arch.get("name") or "?")
-        possible = "; ".join(f"{t} ({', '.join(sorted(a))})" for t, a in sorted(offered.items())) or "none"
-        if "x86_64" in offered.get(cfg.domain_type, set()):
-            return "PASS", f"{cfg.domain_type} on x86_64 listed in the host capabilities (no domain capabilities API)"
-        if urlsplit(cfg.uri).scheme == "test":
-            return "SKIP", (f"{cfg.uri} has no domain capabilities to ask about {cfg.domain_type}; "
-                            f"its guests can use domain type {possible}")
-        return "FAIL", f"{cfg.domain_type} on x86_64 is not offered; the host offers {possible}"
-    finally:
-        try:
-            conn.close()
-        except lv.libvirtError:
-            pass
-
-
-def run_checks(record: HostRecord, driver: str, timeout: float) -> List[Dict[str, str]]:
-    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail."""
-    cfg = record.config
-    if driver != "libvirt":
-        return [{"check": c, "status": "simulated", "detail": f"simulated ({driver} driver: nothing contacted)"}
-                for c in CHECKS]
-    rows: Dict[str, Tuple[str, str]] = {}
-    info = probe_hosts([cfg], timeout)[cfg.name]
-    if info.reachable:
-        rows["connect"] = ("PASS", f"{cfg.uri}: {info.vcpus} vCPUs, {info.memory_mib} MiB "
-                                   f"(store: {record.vcpus} vCPUs, {record.memory_mib} MiB)")
-        rows["versions"] = ("PASS", f"libvirt {info.libvirt_version}, {info.hypervisor}")
-        outcome = _run_with_timeout({"caps": lambda: _domain_type(cfg)}, timeout)["caps"]
-        if outcome[0] == "ok":
-            rows["domain type"] = outcome[1]
-        elif outcome[0] == "timeout":
-            rows["domain type"] = ("FAIL", f"no answer within {timeout:g} s")
-        else:
-            exc = outcome[1]
-            message = exc.get_error_message() if hasattr(exc, "get_error_message") else str(exc)
-            rows["domain type"] = ("FAIL", message or type(exc).__name__)
-    else:
-        rows["connect"] = ("FAIL", f"{cfg.uri}: {info.error}")
-        rows["versions"] = ("FAIL", "not connected")
-        rows["domain type"] = ("FAIL", "not connected")
-
-    client = None
-    if cfg.ssh:
-        try:
-            client = _ssh_client(cfg, timeout)
-            rows["ssh"] = ("PASS", f"{cfg.ssh}: connected, host key known")
-        except Exception as exc:   # any failure is this check's result
-            rows["ssh"] = ("FAIL", f"{cfg.ssh}: {exc}")
-    else:
-        rows["ssh"] = ("SKIP", "no ssh configured (needed to move save images between hosts)")
-    try:
-        if client is not None:
-            try:
-                rows["image directory"] = ("PASS", _sftp_writable(client, cfg.state_dir))
-            except Exception as exc:
-                rows["image directory"] = ("FAIL", str(exc))
-            try:
-                skew = _remote_clock(client, timeout)
-                status = "PASS" if abs(skew) <= MAX_SKEW_S else "FAIL"
-                rows["clock skew"] = (status, f"{skew:+.1f} s (limit ±{MAX_SKEW_S:g} s)")
-            except Exception as exc:
-                rows["clock skew"] = ("FAIL", str(exc) or type(exc).__name__)
-        else:
-            if cfg.ssh:
-                rows["image directory"] = ("FAIL", f"{cfg.state_dir}: cannot check without ssh")
-                rows["clock skew"] = ("FAIL", "cannot check without ssh")
-            elif not cfg.is_remote:
-                try:
-                    rows["image directory"] = ("PASS", _local_writable(cfg.state_dir))
-                except Exception as exc:
-                    rows["image directory"] = ("FAIL", str(exc))
-                rows["clock skew"] = ("PASS", "local host: same clock")
-            else:
-                rows["image directory"] = ("SKIP", f"{cfg.state_dir}: remote host without ssh: cannot check")
-                rows["clock skew"] = ("SKIP", "remote host without ssh: cannot check")
-    finally:
-        if client is not None:
-            client.close()
-    return [{"check": c, "status": rows[c][0], "detail": rows[c][1]} for c in CHECKS]
+        checker.close()
+    rows = []
+    for item in result.items:
+        detail = item.detail
+        if item.check == "connect" and item.status == "PASS":   # the driver knows the host, the store what was added
+            detail += f" (store: {record.vcpus} vCPUs, {record.memory_mib} MiB)"
+        rows.append({"check": item.check, "status": item.status, "detail": detail})
+    return rows
 
 
 @host_app.command("check")
@@ -546,20 +346,20 @@ def check(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
-    state: Optional[Path] = common.StateOption,
-    config: Optional[Path] = common.ConfigOption,
+    state: Path | None = common.StateOption,
+    config: Path | None = common.ConfigOption,
 ) -> None:
     """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
     settings = common.load(config)
-    if not _store_exists(state, settings):
+    if not common.store_exists(state, settings):
         raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
     with common.open_store(state, settings) as store:
         record = store.host(name)
     rows = run_checks(record, settings.daemon.driver, timeout)
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
     if json_out:
-        _emit_json({"host": name, "ok": not failed, "checks": rows})
+        emit_json({"host": name, "ok": not failed, "checks": rows})
     else:
         table = Table(title=f"host check {escape(name)} ({escape(record.config.uri)})")
         table.add_column("check")
@@ -568,7 +368,7 @@ def check(
         style = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
         for r in rows:
             table.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
-        console = _console()
+        console = make_console()
         console.print(table)
         skipped = sum(1 for r in rows if r["status"] == "SKIP")
         if failed:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from drivers.base import VMSpec
 from drivers.inventory import HostConfig, dump_inventory
-from drivers.libvirt_driver import LibvirtDriver
+from drivers.libvirt import LibvirtDriver
 from orchestrator.cli import app
 from orchestrator.planning.precopy import predict_precopy
 

@@ -23,7 +23,7 @@ Add a module under tests/lab/ (tests/ is a package, so the suite imports by its 
     from tests.drivers.test_driver_contract import ContractTarget, DriverContract
     from drivers.base import VMSpec
     from drivers.inventory import load_inventory
-    from drivers.libvirt_driver import LibvirtDriver
+    from drivers.libvirt import LibvirtDriver
 
     @pytest.mark.lab
     class TestLabContract(DriverContract):
@@ -54,7 +54,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.base import Driver, MigrationProgress, VMSpec
+from drivers.base import HOST_CHECKS, Driver, MigrationProgress, VMSpec
 from drivers.clock import SimulatedClock
 from drivers.errors import (
     MigrationFailed,
@@ -64,7 +64,7 @@ from drivers.errors import (
     VMNotFound,
 )
 from drivers.inventory import HostConfig
-from drivers.libvirt_driver import LibvirtDriver
+from drivers.libvirt import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
@@ -144,6 +144,17 @@ class DriverContract:
         with pytest.raises(UnknownHost):
             t.driver.start(t.spec("x"), "no-such-host")
 
+    def test_host_check_answers_every_check_in_order_and_passes_on_a_ready_host(self, contract_driver: ContractTarget):
+        t = contract_driver
+        for host in (t.host_a, t.host_b):
+            check = t.driver.check_host(host, timeout_s=10)
+            assert check.host == host
+            assert [item.check for item in check.items] == list(HOST_CHECKS)
+            assert all(item.status in ("PASS", "SKIP", "simulated") and item.detail for item in check.items), check
+            assert check.ok and check.failed == []
+        with pytest.raises(UnknownHost):
+            t.driver.check_host("no-such-host")
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def test_started_vm_is_listed_running_with_its_lease(self, contract_driver: ContractTarget):
@@ -217,6 +228,19 @@ class DriverContract:
             t.driver.resume(t.vm("never"), t.state_path("never"), t.host_b)
         assert t.driver.locate(t.vm("never")) is None
 
+    def test_a_removed_image_cannot_be_resumed_and_removing_it_again_is_harmless(self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("drop"), t.host_a)
+        t.driver.suspend(t.vm("drop"), t.state_path("drop"))
+        t.driver.stop(t.vm("drop"))
+        t.driver.remove_state(t.state_path("drop"), t.host_a)
+        t.driver.remove_state(t.state_path("drop"), t.host_a)  # not there any more: nothing to do
+        with pytest.raises(OperationFailed):
+            t.driver.resume(t.vm("drop"), t.state_path("drop"), t.host_a)
+        assert t.driver.locate(t.vm("drop")) is None
+        with pytest.raises(UnknownHost):
+            t.driver.remove_state(t.state_path("drop"), "no-such-host")
+
     def test_stopping_a_suspended_vm_removes_it(self, contract_driver: ContractTarget):
         t = contract_driver
         t.driver.start(t.spec("cold"), t.host_a)
@@ -225,6 +249,14 @@ class DriverContract:
         assert t.names_on(t.host_a) == {} and t.driver.locate(t.vm("cold")) is None
 
     # -- live migration -------------------------------------------------------------------------
+
+    def test_measured_dirty_rate_is_a_rate_or_none_and_needs_the_vm(self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("dirty"), t.host_a)
+        rate = t.driver.measured_dirty_rate(t.vm("dirty"))
+        assert rate is None or rate >= 0
+        with pytest.raises(VMNotFound):
+            t.driver.measured_dirty_rate(t.vm("ghost"))
 
     def test_migrating_to_its_own_host_fails_and_keeps_it_running(self, contract_driver: ContractTarget):
         t = contract_driver
@@ -290,8 +322,8 @@ def libvirt_test_target(tmp_path: Path) -> ContractTarget:
     shared = (str(tmp_path),)
     driver = LibvirtDriver(
         [
-            HostConfig("test-a", "test:///default", domain_type="qemu", shared_storage=shared),
-            HostConfig("test-b", f"test://{node}", domain_type="qemu", shared_storage=shared),
+            HostConfig("test-a", "test:///default", domain_type="qemu", state_dir=str(tmp_path), shared_storage=shared),
+            HostConfig("test-b", f"test://{node}", domain_type="qemu", state_dir=str(tmp_path), shared_storage=shared),
         ],
         retry_wait_s=0.0,
         poll_interval_s=0.05,

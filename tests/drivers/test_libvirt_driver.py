@@ -20,7 +20,8 @@ import libvirt  # a hard requirement here: these tests must fail, not vanish, wi
 import paramiko
 import pytest
 
-from drivers.base import VMSpec
+from drivers.base import HOST_CHECKS, VMSpec
+from drivers.deadline import answer_within
 from drivers.domain_xml import LEASEWISE_NS, lease_id_from_xml, render_domain_xml
 from drivers.errors import (
     DriverConfigError,
@@ -38,13 +39,10 @@ from drivers.inventory import (
     load_inventory,
     resolve_inventory_path,
 )
-from drivers.libvirt_driver import (
-    INSTALL_HINT,
-    LibvirtDriver,
-    downtime_at,
-    downtime_steps,
-    format_version,
-)
+from drivers.libvirt import LibvirtDriver
+from drivers.libvirt.connection import INSTALL_HINT
+from drivers.libvirt.host import format_version
+from drivers.libvirt.migration import downtime_at, downtime_steps
 from drivers.registry import create_driver
 from orchestrator.planning.precopy import predict_precopy
 from tests.support.sshserver import SSHServer
@@ -113,7 +111,7 @@ def test_start_twice_raises_vm_already_exists_on_any_host(driver):
 
 
 def test_unknown_vm_and_unknown_host_map_to_driver_errors(driver, caplog):
-    caplog.set_level(logging.WARNING, logger="drivers.libvirt_driver")
+    caplog.set_level(logging.WARNING, logger="drivers.libvirt")
     with pytest.raises(VMNotFound):
         driver.stop("lwt-no-such-vm")
     with pytest.raises(VMNotFound):
@@ -137,7 +135,7 @@ def test_host_info_reports_the_hypervisor_and_the_configured_domain_type(driver)
 
 
 def test_unreachable_host_is_retried_then_reported_not_raised(caplog):
-    caplog.set_level(logging.WARNING, logger="drivers.libvirt_driver")
+    caplog.set_level(logging.WARNING, logger="drivers.libvirt")
     with socket.socket() as probe:  # a local port with nothing listening: connection refused at once
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -158,10 +156,69 @@ def test_a_dropped_connection_is_reopened(driver):
     driver.start(VMSpec(vm, 1, 64), "b")
     # What libvirt's close callback (and a transient error) does when the link drops. A test:///<file>
     # node lives only as long as its connection, so the re-opened connection sees a fresh, empty host.
-    driver._mark_dropped("b")
+    driver._connections.mark_dropped("b")
     assert all(i.name != vm for i in driver.list_vms("b"))
     driver.start(VMSpec(vm, 1, 64), "b")
     assert [i.name for i in driver.list_vms("b")] == [vm]
+
+
+def test_a_host_that_does_not_answer_holds_up_neither_the_others_nor_close(hosts):
+    with socket.socket() as silent:   # accepts connections (the kernel does) and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        drv = LibvirtDriver([HostConfig("silent", f"qemu+tcp://127.0.0.1:{silent.getsockname()[1]}/system"),
+                             hosts[0]], retry_attempts=1)
+        check = drv.check_host("silent", timeout_s=0.5)
+        connect = check.items[0]
+        assert (connect.check, connect.status) == ("connect", "FAIL")
+        assert connect.detail.endswith("no answer within 0.5 s")
+        # the connect to "silent" still waits in its thread; the other host and close do not wait for it
+        other = answer_within(lambda: drv.host_info("a"), 5)
+        assert not other.timed_out and other.value.reachable
+        assert not answer_within(drv.close, 5).timed_out
+
+
+# -- host checks ------------------------------------------------------------------------------------
+
+
+def test_check_host_on_the_test_hypervisor(driver, tmp_path):
+    check = driver.check_host("a", timeout_s=10)
+    details = {item.check: (item.status, item.detail) for item in check.items}
+    assert [item.check for item in check.items] == list(HOST_CHECKS) and check.ok
+    assert details["connect"] == ("PASS", "test:///default: 16 vCPUs, 3072 MiB")
+    assert details["versions"] == ("PASS", f"libvirt {format_version(libvirt.getVersion())}, TEST 0.0.2")
+    assert details["domain type"][0] == "SKIP"   # the test hypervisor has no domain capabilities
+    assert details["image directory"] == ("PASS", f"{tmp_path} writable (local)")
+    assert details["ssh"][0] == "SKIP" and details["clock skew"] == ("PASS", "local host: same clock")
+    with pytest.raises(UnknownHost):
+        driver.check_host("nowhere")
+
+
+def test_check_host_over_ssh_looks_at_the_image_directory_and_the_clock(ssh_hosts):
+    servers, configs, _ = ssh_hosts
+    (servers["src"].root / "save").mkdir()
+    config = HostConfig("src", configs[0].uri, ssh=configs[0].ssh, ssh_key=configs[0].ssh_key,
+                        known_hosts=configs[0].known_hosts, state_dir="/save")
+    drv = LibvirtDriver([config], retry_attempts=1)
+    try:
+        check = drv.check_host("src", timeout_s=10)
+        assert check.ok, check
+        details = {item.check: item.detail for item in check.items}
+        assert details["ssh"] == f"{config.ssh}: connected, host key known"
+        assert details["image directory"] == "/save writable over SFTP"
+        assert list((servers["src"].root / "save").iterdir()) == []   # the probe file is gone
+        servers["src"].skew = 30.0
+        skewed = drv.check_host("src", timeout_s=10)
+        assert skewed.failed == ["clock skew"]
+        missing = HostConfig("dst", configs[1].uri, ssh=configs[1].ssh, ssh_key=configs[1].ssh_key,
+                             known_hosts=configs[1].known_hosts, state_dir="/nowhere")
+    finally:
+        drv.close()
+    drv = LibvirtDriver([missing], retry_attempts=1)
+    try:
+        assert drv.check_host("dst", timeout_s=10).failed == ["image directory"]
+    finally:
+        drv.close()
 
 
 # -- save / restore --------------------------------------------------------------------------------
@@ -468,3 +525,32 @@ def test_move_state_without_copy_or_without_ssh(ssh_hosts, hosts):
             plain.move_state("/var/x.save", "a", "b")
     finally:
         plain.close()
+
+
+def test_remove_state_over_sftp_here_or_not_at_all(ssh_hosts, hosts, tmp_path):
+    servers, configs, _ = ssh_hosts
+    (servers["src"].root / "vm.save").write_bytes(b"image")
+    # a remote URI (never contacted here): the host's files are not this machine's
+    far = [HostConfig(c.name, "qemu+tcp://127.0.0.1:1/system", ssh=c.ssh, ssh_key=c.ssh_key,
+                      known_hosts=c.known_hosts) for c in configs]
+    drv = LibvirtDriver(far, retry_wait_s=0.0)
+    try:
+        drv.remove_state("/vm.save", "src")             # over SFTP
+        assert not (servers["src"].root / "vm.save").exists()
+        drv.remove_state("/vm.save", "src")             # not there: nothing to do
+    finally:
+        drv.close()
+    local = tmp_path / "local.save"
+    local.write_bytes(b"image")
+    here = LibvirtDriver(hosts, retry_wait_s=0.0)       # test:/// hosts: their files are this machine's
+    try:
+        here.remove_state(str(local), "a")
+        assert not local.exists()
+    finally:
+        here.close()
+    remote = LibvirtDriver([HostConfig("far", "qemu+tcp://127.0.0.1:1/system")], retry_wait_s=0.0)
+    try:
+        with pytest.raises(OperationFailed, match=r"left /x.save on far \(no ssh setting to remove it\)"):
+            remote.remove_state("/x.save", "far")
+    finally:
+        remote.close()

@@ -152,6 +152,32 @@ def test_host_down_from_a_given_time():
     assert driver.locate("one") is None
 
 
+def test_host_check_is_simulated_and_a_down_host_fails_to_connect():
+    config = SimulatedDriverConfig(host_down_at={"b": T0})
+    driver, _ = make(config)
+    up, down = driver.check_host("a"), driver.check_host("b")
+    assert up.ok and {item.status for item in up.items} == {"simulated"}
+    assert not down.ok and down.failed == ["connect", "versions", "domain type"]
+    assert down.items[0].detail == "simulated:///b: host b is down"
+
+
+def test_remove_state_forgets_the_image_on_that_host_only():
+    driver, _ = make()
+    driver.start(VMSpec("vm", 1, 64), "a")
+    driver.suspend("vm", "/var/save/vm.save")
+    driver.move_state("/var/save/vm.save", "a", "b")
+    driver.remove_state("/var/save/vm.save", "a")
+    assert not driver.state_file_exists("a", "/var/save/vm.save")
+    assert driver.state_file_exists("b", "/var/save/vm.save")   # host-local storage: b's copy stays
+    driver.remove_state("/var/save/vm.save", "a")               # nothing there: nothing to do
+
+
+def test_measured_dirty_rate_is_the_rate_migrations_see():
+    driver, _ = make(SimulatedDriverConfig(dirty_factor=1.5))
+    driver.start(VMSpec("vm", 1, 256, dirty_rate_mib_s=10), "a")
+    assert driver.measured_dirty_rate("vm") == 15
+
+
 def test_migrate_report_matches_the_precopy_prediction_and_reports_each_round():
     config = SimulatedDriverConfig(migration_overhead=timedelta(seconds=2), dirty_factor=1.5)
     driver, clock = make(config)

@@ -77,6 +77,15 @@ def test_migration_is_persisted(tmp_path):
     assert make(path).locate("m") == "b"
 
 
+def test_a_removed_save_image_is_gone_for_a_new_driver_too(tmp_path):
+    path = tmp_path / "hosts.json"
+    first = make(path)
+    first.start(VMSpec("r", 1, 64), "a")
+    first.suspend("r", "/var/save/r.save")
+    first.remove_state("/var/save/r.save", "a")
+    assert not make(path).state_file_exists("a", "/var/save/r.save")
+
+
 def test_a_guest_that_powers_off_stays_defined_as_shutoff_and_frees_its_host(tmp_path):
     path = tmp_path / "hosts.json"
     first = make(path, hosts={"a": (1, 1024), "b": (1, 1024)})

@@ -82,12 +82,12 @@ def import_inventory():
 
 
 def import_driver():
-    """drivers.libvirt_driver.LibvirtDriver, failing with a clear message while it does not exist."""
+    """drivers.libvirt.LibvirtDriver, failing with a clear message while it does not exist."""
     try:
-        from drivers.libvirt_driver import LibvirtDriver  # noqa: PLC0415
+        from drivers.libvirt import LibvirtDriver  # noqa: PLC0415
     except ImportError as exc:
-        _missing(f"drivers.libvirt_driver cannot be imported ({exc})",
-                 "drivers/libvirt_driver.py (the libvirt driver) is part of the project.")
+        _missing(f"drivers.libvirt cannot be imported ({exc})",
+                 "drivers/libvirt/ (the libvirt driver) is part of the project.")
     return LibvirtDriver
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from drivers.base import VMSpec
 from drivers.inventory import load_inventory
-from drivers.libvirt_driver import LibvirtDriver
+from drivers.libvirt import LibvirtDriver
 from tests.drivers.test_driver_contract import ContractTarget, DriverContract
 from tests.lab.labkit import GUEST_DIR, SHARED_DIR
 

@@ -14,7 +14,7 @@ import pytest
 from drivers.base import VMSpec
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
-from drivers.libvirt_driver import LibvirtDriver
+from drivers.libvirt import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.config import DaemonConfig
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage

@@ -1,0 +1,295 @@
+"""Connections to the hosts' libvirt daemons, and the one way every libvirt call is made (`Connections.call`).
+
+* One cached connection per host, opened on first use, with keepalive and a close callback that marks it
+  dropped so the next call re-opens it: a libvirtd restart or a network blip must not need a daemon
+  restart. Caching also matters for `test:///` URIs, whose state lives and dies with the connection.
+* A connection is opened outside the lock, so a host that does not answer holds up only the calls to it,
+  and `close` never waits for it.
+* Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
+  bounded and logged, on a re-opened connection; every other error becomes one of `drivers.errors`,
+  never a raw `libvirtError`.
+
+libvirt-python is imported when a driver is built, so the rest of leasewise works without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from drivers.clock import Clock
+from drivers.errors import (
+    DriverError,
+    DriverUnavailable,
+    HostUnreachable,
+    OperationFailed,
+    UnknownHost,
+    VMAlreadyExists,
+    VMNotFound,
+)
+from drivers.inventory import HostConfig
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INSTALL_HINT = (
+    "the libvirt driver needs libvirt-python: apt-get install libvirt-dev pkg-config "
+    "&& pip install 'leasewise[libvirt]'"
+)
+EVENT_LOOP_THREAD = "leasewise-libvirt-events"
+#: words of a system or internal error that mean the link, not the request, failed
+_CONNECTION_WORDS = (
+    "connection reset", "broken pipe", "end of file", "cannot recv data", "cannot write data",
+    "connection refused", "unable to connect", "no route to host", "timed out", "network is unreachable",
+    "client socket is closed", "connection closed",
+)
+
+
+def import_libvirt() -> Any:
+    """The libvirt module, or `DriverUnavailable` saying what to install."""
+    try:
+        import libvirt
+    except ImportError:
+        raise DriverUnavailable(INSTALL_HINT) from None
+    return libvirt
+
+
+def ensure_event_loop(libvirt: Any) -> None:
+    """Run libvirt's default event loop in a daemon thread, which keepalive and close callbacks need.
+
+    libvirt's event loop is per process by libvirt's own design; the thread's name is how a second driver
+    finds it already running (a duplicate registration would be harmless with libvirt's GLib loop).
+    """
+    if any(thread.name == EVENT_LOOP_THREAD for thread in threading.enumerate()):
+        return
+    libvirt.virEventRegisterDefaultImpl()
+
+    def run() -> None:
+        while True:
+            if libvirt.virEventRunDefaultImpl() < 0:
+                log.warning("libvirt event loop iteration failed")
+                time.sleep(1.0)
+
+    threading.Thread(target=run, name=EVENT_LOOP_THREAD, daemon=True).start()
+
+
+def error_text(exc: BaseException) -> str:
+    """libvirt's own message of a `libvirtError` (without its prefix), else the exception's text."""
+    getter = getattr(exc, "get_error_message", None)
+    return (getter() if callable(getter) else None) or str(exc)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a transient failure is retried: at most `attempts` tries, waiting exponentially longer (capped)."""
+
+    attempts: int = 4
+    wait_s: float = 0.5
+    wait_max_s: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"retry_attempts must be at least 1 (got {self.attempts})")
+
+    def retrying(self, retry_on: Callable[[BaseException], bool], clock: Clock,
+                 before_sleep: Callable[[RetryCallState], None]) -> Retrying:
+        """A tenacity `Retrying` that waits on `clock` and re-raises the last error when it gives up."""
+        return Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.wait_s, max=self.wait_max_s),
+            retry=retry_if_exception(retry_on),
+            before_sleep=before_sleep,
+            sleep=lambda seconds: clock.sleep(timedelta(seconds=seconds)),
+            reraise=True,
+        )
+
+
+@dataclass
+class _Connection:
+    host: str
+    conn: Any
+    dropped: bool = False
+
+
+class Connections:
+    """The hosts of an inventory and one libvirt connection to each (see the module docstring)."""
+
+    def __init__(self, libvirt: Any, hosts: Sequence[HostConfig], *, clock: Clock, retry: RetryPolicy,
+                 keepalive_interval_s: int = 5, keepalive_count: int = 3):
+        if not hosts:
+            raise ValueError("hosts must name at least one host")
+        self._configs: dict[str, HostConfig] = {}
+        for host in hosts:
+            if host.name in self._configs:
+                raise ValueError(f"duplicate host name {host.name!r}")
+            self._configs[host.name] = host
+        self.libvirt = libvirt
+        self.clock = clock
+        self.retry = retry
+        self._keepalive = (keepalive_interval_s, keepalive_count)
+        self._lock = threading.Lock()
+        self._open: dict[str, _Connection] = {}
+        # libvirt prints every error to stderr by default; we report them ourselves.
+        libvirt.registerErrorHandler(_log_libvirt_error, None)
+
+    def hosts(self) -> list[str]:
+        return list(self._configs)
+
+    def host_config(self, host: str) -> HostConfig:
+        try:
+            return self._configs[host]
+        except KeyError:
+            raise UnknownHost(f"unknown host {host!r} (known: {', '.join(self._configs)})") from None
+
+    # -- opening and dropping --------------------------------------------------------------------
+
+    def connection(self, host: str) -> Any:
+        """The cached connection to `host`, re-opened when it was dropped."""
+        cfg = self.host_config(host)
+        lv = self.libvirt
+        with self._lock:
+            entry = self._open.get(host)
+            if entry is not None and not entry.dropped:
+                try:
+                    alive = entry.conn.isAlive()
+                except lv.libvirtError:
+                    alive = 0
+                if alive:
+                    return entry.conn
+                entry.dropped = True
+            if entry is not None:
+                del self._open[host]
+        if entry is not None:
+            log.info("re-opening the libvirt connection to %s (%s)", host, cfg.uri)
+            _close_quietly(entry.conn)
+        return self._install(host, self._open_new(cfg))
+
+    def _open_new(self, cfg: HostConfig) -> _Connection:
+        lv = self.libvirt
+        if cfg.is_remote:
+            ensure_event_loop(lv)
+        conn = lv.open(cfg.uri)
+        try:
+            conn.setKeepAlive(*self._keepalive)
+        except lv.libvirtError as exc:
+            log.debug("no keepalive on %s: %s", cfg.uri, exc.get_error_message())
+        entry = _Connection(cfg.name, conn)
+        try:
+            # The entry itself is the opaque: a late callback from a replaced connection marks only that one.
+            conn.registerCloseCallback(self._on_close, entry)
+        except lv.libvirtError as exc:
+            log.debug("no close callback on %s: %s", cfg.uri, exc.get_error_message())
+        return entry
+
+    def _install(self, host: str, entry: _Connection) -> Any:
+        """Cache a freshly opened connection, unless another thread cached a live one meanwhile."""
+        with self._lock:
+            current = self._open.get(host)
+            if current is None or current.dropped:
+                self._open[host] = entry
+                return entry.conn
+        _close_quietly(entry.conn)
+        return current.conn
+
+    def _on_close(self, conn: Any, reason: int, entry: _Connection) -> None:
+        log.warning("libvirt connection to %s closed (reason %s); it will be re-opened", entry.host, reason)
+        with self._lock:
+            entry.dropped = True
+
+    def mark_dropped(self, host: str) -> None:
+        """Force a re-open on next use (after a transient error, or when told the link dropped)."""
+        with self._lock:
+            entry = self._open.get(host)
+            if entry is not None:
+                entry.dropped = True
+
+    def close(self) -> None:
+        with self._lock:
+            entries = list(self._open.values())
+            self._open.clear()
+        for entry in entries:
+            _close_quietly(entry.conn)
+
+    # -- calls, retries, errors ------------------------------------------------------------------
+
+    def call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None = None) -> T:
+        """Run `step(connection)` with bounded retries on transient errors; map libvirt errors.
+
+        `what` names the step in logs and errors ("save vm1 to /x"); `vm` lets a missing domain be
+        reported by its name.
+        """
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "%s on %s failed (%s); attempt %d of %d, retrying in %.1f s",
+                what, host, exc, state.attempt_number, self.retry.attempts,
+                state.next_action.sleep if state.next_action else 0.0,
+            )
+            self.mark_dropped(host)
+
+        retrying = self.retry.retrying(self.is_transient, self.clock, before_sleep)
+        try:
+            return retrying(lambda: step(self.connection(host)))
+        except self.libvirt.libvirtError as exc:
+            raise self._map_error(exc, host, what, vm) from exc
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether retrying (on a re-opened connection) may help."""
+        lv = self.libvirt
+        if not isinstance(exc, lv.libvirtError):
+            return False
+        code = exc.get_error_code()
+        message = (exc.get_error_message() or str(exc)).lower()
+        if code in (lv.VIR_ERR_RPC, lv.VIR_ERR_OPERATION_TIMEOUT, lv.VIR_ERR_NO_CONNECT, lv.VIR_ERR_INVALID_CONN):
+            return True
+        if code in (lv.VIR_ERR_SYSTEM_ERROR, lv.VIR_ERR_INTERNAL_ERROR):
+            return any(word in message for word in _CONNECTION_WORDS)
+        return False
+
+    def is_no_domain(self, exc: BaseException) -> bool:
+        """Whether `exc` is libvirt saying the domain does not exist (on that host)."""
+        lv = self.libvirt
+        return isinstance(exc, lv.libvirtError) and exc.get_error_code() == lv.VIR_ERR_NO_DOMAIN
+
+    def _map_error(self, exc: Any, host: str, what: str, vm: str | None) -> DriverError:
+        lv = self.libvirt
+        code = exc.get_error_code()
+        message = exc.get_error_message() or str(exc)
+        text = f"{what} on {host}: {message}"
+        lowered = message.lower()
+        if code == lv.VIR_ERR_NO_DOMAIN:
+            return VMNotFound(f"VM {vm!r} not found on {host}" if vm else text)
+        if code == lv.VIR_ERR_DOM_EXIST or (
+            code in (lv.VIR_ERR_OPERATION_FAILED, lv.VIR_ERR_OPERATION_INVALID, lv.VIR_ERR_INTERNAL_ERROR)
+            and ("already exists" in lowered or "already running" in lowered or "already active" in lowered)
+        ):
+            return VMAlreadyExists(text)
+        if self.is_transient(exc):
+            return HostUnreachable(text)
+        if code == lv.VIR_ERR_NO_SUPPORT:
+            return OperationFailed(f"{text} (not supported by this hypervisor driver)")
+        return OperationFailed(text)
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.unregisterCloseCallback()
+    except Exception:  # the callback may never have been registered
+        pass
+    try:
+        conn.close()
+    except Exception as exc:  # a dead connection cannot be closed cleanly: nothing to do
+        log.debug("closing a libvirt connection: %s", exc)
+
+
+def _log_libvirt_error(_ctx: object, error: tuple) -> None:
+    log.debug("libvirt: %s", error[2] if len(error) > 2 else error)

@@ -1,0 +1,127 @@
+"""`LibvirtDriver`: the `Driver` interface over libvirt, put together from the package's parts.
+
+Each part owns one concern and is handed what it depends on: `Connections` (connection.py) makes every
+libvirt call; `Lifecycle` finds, lists, starts and stops domains; `StateTransfer` saves, restores, copies
+and removes memory images; `Migrations` live-migrates; host.py answers `host_info` and `check_host`.
+"""
+
+from __future__ import annotations
+
+from drivers.base import (
+    Driver,
+    HostCheck,
+    HostInfo,
+    MigrationReport,
+    OnTimeout,
+    OperationReport,
+    ProgressCallback,
+    VMInfo,
+    VMSpec,
+)
+from drivers.clock import Clock, RealClock
+from drivers.inventory import HostConfig
+
+from .connection import Connections, RetryPolicy, import_libvirt
+from .host import read_host_info, run_host_checks
+from .lifecycle import Lifecycle
+from .migration import DowntimePolicy, Migrations
+from .state_transfer import StateTransfer
+
+
+class LibvirtDriver(Driver):
+    """Drives the hosts of an inventory through libvirt (`test:///` URIs in tests).
+
+    The keywords tune the failure handling: `retry_*` how transient libvirt errors are retried,
+    `keepalive_*` how soon a dead link is noticed, `poll_interval_s` how often a shutdown or a migration
+    is looked at, `downtime_*` how the allowed migration downtime is raised (Nova's steps), `ssh_timeout_s`
+    how long an SSH connect may take.
+    """
+
+    name = "libvirt"
+
+    def __init__(
+        self,
+        hosts: list[HostConfig],
+        *,
+        clock: Clock | None = None,
+        retry_attempts: int = 4,
+        retry_wait_s: float = 0.5,
+        retry_wait_max_s: float = 8.0,
+        keepalive_interval_s: int = 5,
+        keepalive_count: int = 3,
+        poll_interval_s: float = 0.5,
+        downtime_steps: int = 10,
+        downtime_delay_s_per_gib: float = 75.0,
+        ssh_timeout_s: float = 15.0,
+    ):
+        libvirt = import_libvirt()
+        clock = clock if clock is not None else RealClock()
+        self._connections = Connections(
+            libvirt, hosts, clock=clock,
+            retry=RetryPolicy(retry_attempts, retry_wait_s, retry_wait_max_s),
+            keepalive_interval_s=keepalive_interval_s, keepalive_count=keepalive_count,
+        )
+        self._lifecycle = Lifecycle(self._connections, clock, poll_interval_s)
+        self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
+        self._migrations = Migrations(self._connections, self._lifecycle,
+                                      DowntimePolicy(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
+
+    # -- hosts -----------------------------------------------------------------------------------
+
+    def hosts(self) -> list[str]:
+        return self._connections.hosts()
+
+    def host_info(self, host: str) -> HostInfo:
+        return read_host_info(self._connections, host)
+
+    def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
+        return run_host_checks(self._connections, host, timeout_s)
+
+    def close(self) -> None:
+        self._connections.close()
+
+    # -- VMs -------------------------------------------------------------------------------------
+
+    def list_vms(self, host: str) -> list[VMInfo]:
+        return self._lifecycle.list_vms(host)
+
+    def locate(self, vm: str) -> str | None:
+        return self._lifecycle.locate(vm)
+
+    def start(self, spec: VMSpec, host: str) -> OperationReport:
+        return self._lifecycle.start(spec, host)
+
+    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
+        return self._lifecycle.stop(vm, graceful_timeout)
+
+    # -- memory images ---------------------------------------------------------------------------
+
+    def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:
+        return self._state.suspend(vm, state_path, bypass_cache)
+
+    def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
+        return self._state.resume(vm, state_path, host)
+
+    def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
+        return self._state.move_state(state_path, src_host, dst_host)
+
+    def remove_state(self, state_path: str, host: str) -> None:
+        self._state.remove_state(state_path, host)
+
+    # -- live migration --------------------------------------------------------------------------
+
+    def migrate(
+        self,
+        vm: str,
+        dst_host: str,
+        max_downtime_ms: float = 300.0,
+        bandwidth_mib_s: float | None = None,
+        timeout_s: float = 600.0,
+        on_timeout: OnTimeout = "abort",
+        progress: ProgressCallback | None = None,
+    ) -> MigrationReport:
+        return self._migrations.migrate(vm, dst_host, max_downtime_ms, bandwidth_mib_s, timeout_s, on_timeout,
+                                        progress)
+
+    def measured_dirty_rate(self, vm: str) -> float | None:
+        return self._migrations.measured_dirty_rate(vm)

@@ -1,0 +1,219 @@
+"""Where a VM is and what state it is in, and defining, starting and stopping it.
+
+Each step is written so a retry after a lost reply is harmless: a fixed UUID on define, state checks
+before create and destroy. A VM is looked for on every host, preferring where it runs over a stale saved
+definition left on the host it was suspended on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from drivers.base import OperationReport, VMInfo, VMSpec, VMStateName
+from drivers.clock import Clock
+from drivers.domain_xml import lease_id_from_xml, render_domain_xml
+from drivers.errors import DriverError, HostUnreachable, OperationFailed, VMAlreadyExists, VMNotFound
+
+from .connection import Connections
+
+log = logging.getLogger(__name__)
+
+
+class Lifecycle:
+    """Finding, listing, starting and stopping domains on the hosts of `connections`."""
+
+    def __init__(self, connections: Connections, clock: Clock, poll_interval_s: float):
+        self._connections = connections
+        self._clock = clock
+        self._poll_interval_s = poll_interval_s
+
+    # -- finding VMs -----------------------------------------------------------------------------
+
+    def active_on(self, host: str, vm: str) -> bool | None:
+        """True/False whether `vm` runs (or is paused) on `host`; None when the host cannot be asked."""
+
+        def ask(conn: Any) -> bool:
+            try:
+                return bool(conn.lookupByName(vm).isActive())
+            except self._connections.libvirt.libvirtError as exc:
+                if self._connections.is_no_domain(exc):
+                    return False
+                raise
+
+        try:
+            return self._connections.call(host, f"state of {vm}", ask, vm)
+        except DriverError as exc:
+            log.warning("cannot tell whether %s runs on %s: %s", vm, host, exc)
+            return None
+
+    def where_active(self, vm: str) -> tuple[str | None, list[str]]:
+        """(host `vm` runs on or None, hosts that could not be asked)."""
+        unreachable = []
+        for host in self._connections.hosts():
+            active = self.active_on(host, vm)
+            if active:
+                return host, unreachable
+            if active is None:
+                unreachable.append(host)
+        return None, unreachable
+
+    def where_defined(self, vm: str, hosts: Iterable[str] | None = None) -> tuple[str | None, list[str]]:
+        """(host defining `vm` or None, hosts that could not be asked)."""
+        unreachable: list[str] = []
+        for host in hosts if hosts is not None else self._connections.hosts():
+            try:
+                self._connections.call(host, f"look up {vm}", lambda c: c.lookupByName(vm), vm)
+                return host, unreachable
+            except VMNotFound:
+                continue
+            except (HostUnreachable, OperationFailed) as exc:
+                log.debug("cannot ask %s about %s: %s", host, vm, exc)
+                unreachable.append(host)
+        return None, unreachable
+
+    def find(self, vm: str) -> str:
+        """The host of `vm`; `VMNotFound`, or `HostUnreachable` when it may be on a host that did not answer."""
+        # where it runs wins over a stale definition left on the host it was suspended on
+        host, _ = self.where_active(vm)
+        if host is not None:
+            return host
+        host, unreachable = self.where_defined(vm)
+        if host is not None:
+            return host
+        if unreachable:
+            raise HostUnreachable(f"VM {vm!r} is on no reachable host; unreachable: {', '.join(unreachable)}")
+        raise VMNotFound(f"VM {vm!r} not found on any host ({', '.join(self._connections.hosts())})")
+
+    def locate(self, vm: str) -> str | None:
+        return self.where_active(vm)[0] or self.where_defined(vm)[0]
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    def state_name(self, dom: Any) -> VMStateName:
+        lv = self._connections.libvirt
+        state, reason = dom.state()
+        if state in (lv.VIR_DOMAIN_RUNNING, lv.VIR_DOMAIN_BLOCKED):
+            return "running"
+        if state == lv.VIR_DOMAIN_PAUSED:
+            return "paused"
+        if state == lv.VIR_DOMAIN_SHUTOFF:
+            if reason == lv.VIR_DOMAIN_SHUTOFF_SAVED or dom.hasManagedSaveImage(0):
+                return "saved"
+            return "shutoff"
+        if state == lv.VIR_DOMAIN_CRASHED:
+            return "crashed"
+        return "other"
+
+    def list_vms(self, host: str) -> list[VMInfo]:
+        def listing(conn: Any) -> list[VMInfo]:
+            found = []
+            for dom in conn.listAllDomains(0):
+                try:
+                    _, max_kib, _, vcpus, _ = dom.info()
+                    found.append(VMInfo(
+                        dom.name(), host, self.state_name(dom), int(vcpus), int(max_kib) // 1024,
+                        lease_id_from_xml(dom.XMLDesc(0)),
+                    ))
+                except self._connections.libvirt.libvirtError as exc:
+                    if not self._connections.is_no_domain(exc):  # gone between listing and asking: not there
+                        raise
+            return found
+
+        return self._connections.call(host, "list domains", listing)
+
+    # -- starting and stopping -------------------------------------------------------------------
+
+    def start(self, spec: VMSpec, host: str) -> OperationReport:
+        cfg = self._connections.host_config(host)
+        xml = render_domain_xml(spec, cfg.domain_type, uuid=str(uuid.uuid4()))
+        existing, _ = self.where_defined(spec.name)
+        if existing is not None:
+            raise VMAlreadyExists(f"VM {spec.name!r} already exists on {existing}")
+        began = time.perf_counter()
+        # The fixed UUID makes a retried define an update of the same domain, not a second one.
+        self._connections.call(host, f"define {spec.name}", lambda c: c.defineXML(xml), spec.name)
+
+        def boot(conn: Any) -> None:
+            dom = conn.lookupByName(spec.name)
+            if not dom.isActive():
+                dom.create()
+
+        try:
+            self._connections.call(host, f"start {spec.name}", boot, spec.name)
+        except DriverError:
+            self._undefine_after_failed_start(host, spec.name)
+            raise
+        return OperationReport("start", spec.name, host, time.perf_counter() - began)
+
+    def _undefine_after_failed_start(self, host: str, vm: str) -> None:
+        def undefine(conn: Any) -> None:
+            dom = conn.lookupByName(vm)
+            if not dom.isActive() and dom.isPersistent():
+                dom.undefine()
+
+        try:
+            self._connections.call(host, f"undefine {vm}", undefine, vm)
+        except DriverError as exc:
+            log.warning("could not clean up the definition of %s on %s: %s", vm, host, exc)
+
+    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
+        host = self.find(vm)
+        call = self._connections.call
+        began = time.perf_counter()
+
+        def shutdown(conn: Any) -> bool:
+            dom = conn.lookupByName(vm)
+            if dom.isActive():
+                dom.shutdown()
+                return True
+            return False
+
+        if call(host, f"shut down {vm}", shutdown, vm):
+            deadline = time.monotonic() + max(graceful_timeout, 0.0)
+            while self.active_on(host, vm) and time.monotonic() < deadline:
+                self._clock.sleep(timedelta(seconds=min(self._poll_interval_s, max(deadline - time.monotonic(), 0))))
+
+            def destroy(conn: Any) -> None:
+                dom = conn.lookupByName(vm)
+                if dom.isActive():
+                    log.info("%s did not shut down within %g s; destroying it", vm, graceful_timeout)
+                    dom.destroy()
+
+            call(host, f"destroy {vm}", destroy, vm)
+
+        def undefine(conn: Any) -> None:
+            try:
+                dom = conn.lookupByName(vm)
+            except self._connections.libvirt.libvirtError as exc:
+                if self._connections.is_no_domain(exc):  # a transient domain vanishes when it stops
+                    return
+                raise
+            if dom.isPersistent():
+                dom.undefine()
+
+        call(host, f"undefine {vm}", undefine, vm)
+        return OperationReport("stop", vm, host, time.perf_counter() - began)
+
+    def undefine_stale(self, host: str, vm: str) -> None:
+        """Drop the saved definition a VM leaves on the host it was suspended on (it now runs elsewhere)."""
+
+        def undefine(conn: Any) -> None:
+            try:
+                dom = conn.lookupByName(vm)
+            except self._connections.libvirt.libvirtError as exc:
+                if self._connections.is_no_domain(exc):
+                    return
+                raise
+            if not dom.isActive() and dom.isPersistent():
+                log.info("removing the stale definition of %s on %s", vm, host)
+                dom.undefine()
+
+        try:
+            self._connections.call(host, f"undefine stale {vm}", undefine, vm)
+        except DriverError as exc:
+            log.warning("could not remove the stale definition of %s on %s: %s", vm, host, exc)

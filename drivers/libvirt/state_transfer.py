@@ -1,0 +1,191 @@
+"""A VM's memory as a file: save (suspend) and restore (resume) through libvirt, and the save image copied
+between hosts (or removed) over SFTP when the hosts do not share the storage it is on.
+
+Save and restore check the domain's state first, so a retry after a lost reply does not fail on work the
+first attempt did. A copy is written under a temporary name and renamed, so a host never sees half an
+image under the real name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from drivers.base import OperationReport
+from drivers.errors import DriverError, HostUnreachable, OperationFailed, VMAlreadyExists
+from drivers.inventory import HostConfig
+
+from .connection import Connections
+from .lifecycle import Lifecycle
+from .ssh import sftp_session
+
+log = logging.getLogger(__name__)
+
+COPY_CHUNK_BYTES = 1024 * 1024
+
+
+class StateTransfer:
+    """suspend, resume, move_state and remove_state of the libvirt driver."""
+
+    def __init__(self, connections: Connections, lifecycle: Lifecycle, ssh_timeout_s: float):
+        self._connections = connections
+        self._lifecycle = lifecycle
+        self._ssh_timeout_s = ssh_timeout_s
+
+    # -- save and restore ------------------------------------------------------------------------
+
+    def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:
+        lv = self._connections.libvirt
+        host = self._lifecycle.find(vm)
+        attempted = False
+
+        def save(conn: Any) -> None:
+            nonlocal attempted
+            dom = conn.lookupByName(vm)
+            if not dom.isActive():
+                state, reason = dom.state()
+                if attempted and state == lv.VIR_DOMAIN_SHUTOFF and reason == lv.VIR_DOMAIN_SHUTOFF_SAVED:
+                    return  # the earlier attempt saved it; only the reply was lost
+                raise OperationFailed(f"suspend {vm} on {host}: VM is not running")
+            attempted = True
+            if bypass_cache:
+                dom.saveFlags(state_path, None, lv.VIR_DOMAIN_SAVE_BYPASS_CACHE)
+            else:
+                dom.save(state_path)
+
+        began = time.perf_counter()
+        self._connections.call(host, f"save {vm} to {state_path}", save, vm)
+        seconds = time.perf_counter() - began
+        return OperationReport("suspend", vm, host, seconds, self._file_size(host, state_path))
+
+    def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
+        lv = self._connections.libvirt
+        call = self._connections.call
+        self._connections.host_config(host)
+        running, _ = self._lifecycle.where_active(vm)
+        if running is not None:
+            raise VMAlreadyExists(f"VM {vm!r} is already running on {running}")
+
+        def image_name(conn: Any) -> str | None:
+            return ET.fromstring(conn.saveImageGetXMLDesc(state_path, 0)).findtext("name")
+
+        name = call(host, f"read save image {state_path}", image_name)
+        if name != vm:
+            raise OperationFailed(f"resume {vm} on {host}: {state_path} holds VM {name!r}")
+        attempted = False
+
+        def restore(conn: Any) -> None:
+            nonlocal attempted
+            try:
+                if conn.lookupByName(vm).isActive():
+                    if attempted:
+                        return  # the earlier attempt restored it; only the reply was lost
+                    raise VMAlreadyExists(f"VM {vm!r} is already running on {host}")
+            except lv.libvirtError as exc:
+                if not self._connections.is_no_domain(exc):
+                    raise
+            attempted = True
+            conn.restore(state_path)
+
+        began = time.perf_counter()
+        call(host, f"restore {vm} from {state_path}", restore, vm)
+        seconds = time.perf_counter() - began
+
+        def persist(conn: Any) -> None:
+            # Restored on another host the domain is transient there; define it so stop and a daemon
+            # restart find it like any other.
+            dom = conn.lookupByName(vm)
+            if not dom.isPersistent():
+                conn.defineXML(dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE | lv.VIR_DOMAIN_XML_SECURE))
+
+        call(host, f"define restored {vm}", persist, vm)
+        for other in self._connections.hosts():
+            if other != host:
+                self._lifecycle.undefine_stale(other, vm)
+        return OperationReport("resume", vm, host, seconds, self._file_size(host, state_path))
+
+    def _file_size(self, host: str, path: str) -> int:
+        """Size of a save image, for calibration: 0 when it cannot be seen from here."""
+        cfg = self._connections.host_config(host)
+        try:
+            if not cfg.is_remote:
+                return os.stat(path).st_size if os.path.exists(path) else 0
+            if cfg.ssh:
+                with sftp_session(cfg, self._ssh_timeout_s, "copy save images") as sftp:
+                    return int(sftp.stat(path).st_size or 0)
+        except (OSError, DriverError) as exc:
+            log.info("cannot read the size of %s on %s: %s", path, host, exc)
+        return 0
+
+    # -- between hosts ---------------------------------------------------------------------------
+
+    def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
+        src = self._connections.host_config(src_host)
+        dst = self._connections.host_config(dst_host)
+        if src_host == dst_host or (src.is_shared(state_path) and dst.is_shared(state_path)):
+            return OperationReport("move_state", "", dst_host, 0.0, 0)
+        began = time.perf_counter()
+        retrying = self._connections.retry.retrying(
+            lambda exc: isinstance(exc, HostUnreachable),
+            self._connections.clock,
+            before_sleep=lambda state: log.warning(
+                "copying %s %s -> %s failed (%s); retrying", state_path, src_host, dst_host,
+                state.outcome.exception() if state.outcome else None,
+            ),
+        )
+        copied = retrying(lambda: self._copy(src, dst, state_path))
+        return OperationReport("move_state", "", dst_host, time.perf_counter() - began, copied)
+
+    def _copy(self, src: HostConfig, dst: HostConfig, path: str) -> int:
+        """Stream `path` from src to dst through this machine; written under a temporary name, then renamed."""
+        partial = f"{path}.part-{uuid.uuid4().hex[:8]}"
+        timeout = self._ssh_timeout_s
+        with sftp_session(src, timeout, "copy save images") as src_sftp, \
+                sftp_session(dst, timeout, "copy save images") as dst_sftp:
+            try:
+                size = int(src_sftp.stat(path).st_size or 0)
+                with src_sftp.open(path, "rb") as reader, dst_sftp.open(partial, "wb") as writer:
+                    reader.prefetch(size)
+                    writer.set_pipelined(True)
+                    copied = 0
+                    while chunk := reader.read(COPY_CHUNK_BYTES):
+                        writer.write(chunk)
+                        copied += len(chunk)
+                dst_sftp.posix_rename(partial, path)
+            except FileNotFoundError:
+                raise OperationFailed(f"move_state: no save image at {path} on {src.name}") from None
+            except (OSError, EOFError) as exc:
+                try:
+                    dst_sftp.remove(partial)
+                except (OSError, EOFError):
+                    pass
+                if isinstance(exc, (socket.timeout, ConnectionError, EOFError)):
+                    raise HostUnreachable(f"move_state {path} {src.name} -> {dst.name}: {exc}") from None
+                raise OperationFailed(f"move_state {path} {src.name} -> {dst.name}: {exc}") from None
+        if copied != size:
+            raise OperationFailed(f"move_state {path}: copied {copied} of {size} bytes")
+        return copied
+
+    def remove_state(self, state_path: str, host: str) -> None:
+        """Delete a save image on `host`: here when the host's files are this machine's (or on storage this
+        machine sees too), else over SFTP. Nothing to do when it is not there."""
+        cfg = self._connections.host_config(host)
+        local = not cfg.is_remote or (cfg.is_shared(state_path) and os.path.exists(state_path))
+        if not local and not cfg.ssh:
+            raise OperationFailed(f"left {state_path} on {host} (no ssh setting to remove it)")
+        try:
+            if local:
+                os.unlink(state_path)
+            else:
+                with sftp_session(cfg, self._ssh_timeout_s, "remove save images") as sftp:
+                    sftp.remove(state_path)
+        except FileNotFoundError:
+            return
+        except (OSError, DriverError) as exc:
+            error = HostUnreachable if isinstance(exc, HostUnreachable) else OperationFailed
+            raise error(f"could not remove {state_path} on {host}: {exc}") from exc
