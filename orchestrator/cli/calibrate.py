@@ -28,12 +28,8 @@ import os
 import posixpath
 import signal
 import uuid
-<<<<<<< HEAD
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-=======
 from contextlib import contextmanager
->>>>>>> drivers
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
