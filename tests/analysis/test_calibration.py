@@ -241,11 +241,6 @@ def test_apply_calibration_refuses_unusable_stored_values(stored):
 
 # -- the command on the simulated driver ------------------------------------------------------------------
 @pytest.fixture
-def store_path(tmp_path):
-    return tmp_path / "state.sqlite"
-
-
-@pytest.fixture
 def true_config(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -320,12 +319,6 @@ def test_report_with_nothing_enacted(tmp_path):
     assert result.exit_code == 0 and "Nothing enacted yet for lease 1" in result.output
     missing = CliRunner().invoke(app, ["report", "--state", str(tmp_path / "none.sqlite")])
     assert missing.exit_code == 2 and "--state:" in missing.output
-
-
-@pytest.fixture
-def no_matplotlib(monkeypatch):
-    for name in [n for n in sys.modules if n == "matplotlib" or n.startswith("matplotlib.")] + ["matplotlib"]:
-        monkeypatch.setitem(sys.modules, name, None)
 
 
 def test_png_without_matplotlib_names_the_extra(enacted_store, tmp_path, no_matplotlib):

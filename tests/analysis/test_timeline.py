@@ -279,12 +279,6 @@ def test_png_into_a_missing_directory_is_one_error(tmp_path):
         render_png(tl, tmp_path / "no" / "such" / "dir.png")
 
 
-@pytest.fixture
-def no_matplotlib(monkeypatch):
-    for name in [n for n in sys.modules if n == "matplotlib" or n.startswith("matplotlib.")] + ["matplotlib"]:
-        monkeypatch.setitem(sys.modules, name, None)
-
-
 def test_png_without_matplotlib_says_what_to_install(no_matplotlib, tmp_path):
     tl = build_timeline([(lease(1), rr(1, K.VM, 0, 10, "h1"))], ["h1"])
     with pytest.raises(PlotUnavailable) as info:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig, dump_inventory
 from drivers.simulated import SimulatedDriver
-from orchestrator.cli import app, common
+from orchestrator.cli import app
 from orchestrator.model.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
@@ -27,8 +27,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
 from tests.support.sshserver import SSHServer
-
-NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+from tests.support.times import CLI_NOW
 
 
 def _version(number: int) -> str:
@@ -36,18 +35,6 @@ def _version(number: int) -> str:
 
 
 LIBVIRT_VERSION = _version(libvirt.getVersion())
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    box = {"now": NOW}
-    monkeypatch.setattr(common, "now", lambda: box["now"])
-    return box
-
-
-@pytest.fixture
-def store_path(tmp_path):
-    return tmp_path / "state.sqlite"
 
 
 @pytest.fixture
@@ -424,7 +411,7 @@ def test_drain_replans_later_or_leaves_queued_when_the_other_hosts_are_busy(site
 
 def test_drain_refuses_running_leases_and_advance_reservations(site, store_path):
     assert site("lease", "submit", "--cpus", "8", "--memory", "1024", "--duration", "1h").exit_code == 0
-    daemon_step(store_path, NOW)   # lease 1 runs on lab1
+    daemon_step(store_path, CLI_NOW)   # lease 1 runs on lab1
     assert site("lease", "submit", "--cpus", "8", "--memory", "1024", "--duration", "1h",
                 "--start", "2027-03-01T12:00:00Z").exit_code == 0   # lease 2: an AR, on lab1 as well
     before = snapshot(store_path)

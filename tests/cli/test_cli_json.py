@@ -3,7 +3,6 @@ migration|suspend; migrate is in test_cli_migrate.py): one JSON document alone o
 text shows; what a command says besides (progress, "stored in ...") goes to stderr."""
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,11 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app, common
 from orchestrator.cli import plan as plan_cli
-from orchestrator.model.timeutil import UTC
 from orchestrator.state.calibrated import CALIBRATION_KEY
 from orchestrator.state.store import Store
+from tests.support.times import CLI_NOW
 
-NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+NOW = CLI_NOW
 
 
 @pytest.fixture

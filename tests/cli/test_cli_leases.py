@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
-from orchestrator.cli import app, common
+from orchestrator.cli import app
 from orchestrator.model.config import Config
 from orchestrator.model.lease import LeaseType, VMImage
 from orchestrator.model.resources import Resources, add, fits
@@ -29,24 +29,11 @@ from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
+from tests.support.times import CLI_NOW
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = sorted(p for p in (ROOT / "tests" / "data" / "bad_leases").iterdir() if p.suffix in (".yaml", ".args"))
-NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 T = lambda hh, mm=0, ss=0: datetime(2027, 3, 1, hh, mm, ss, tzinfo=UTC)  # noqa: E731
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """The commands' clock, fixed (and movable) so planned times are exact."""
-    box = {"now": NOW}
-    monkeypatch.setattr(common, "now", lambda: box["now"])
-    return box
-
-
-@pytest.fixture
-def store_path(tmp_path):
-    return tmp_path / "state.sqlite"
 
 
 @pytest.fixture
@@ -118,7 +105,7 @@ def test_submit_advance_reservation_with_flags(site, store_path):
     assert lease.state is LeaseState.SCHEDULED and lease.type is LeaseType.ADVANCE_RESERVATION
     assert (lease.request.name, lease.request.user, lease.request.preemptible) == ("exp-7", "alice", False)
     assert lease.request.nodes == (Resources.of(4, 2048),) * 2
-    assert lease.request.submit_time == NOW and lease.request.start == T(10)
+    assert lease.request.submit_time == CLI_NOW and lease.request.start == T(10)
     assert plan_of(lease) == [("vm", T(10), T(12), ["lab1"]), ("shutdown", T(12), T(12), ["lab1"])]
 
 
@@ -187,7 +174,7 @@ def test_advance_reservation_preempting_a_running_best_effort_lease(site, store_
     be = site("lease", "submit", "--nodes", "2", "--cpus", "8", "--memory", "1024", "--duration", "4h",
               "--image", "/var/lib/libvirt/images/guest.qcow2")
     assert be.exit_code == 0, be.output
-    daemon_step(store_path, NOW)               # the daemon starts its VMs
+    daemon_step(store_path, CLI_NOW)               # the daemon starts its VMs
     assert stored(store_path, 1).state is LeaseState.ACTIVE
     clock["now"] = T(9, 10)
     ar = site("lease", "submit", "--cpus", "8", "--memory", "1024", "--duration", "1h",
@@ -199,7 +186,7 @@ def test_advance_reservation_preempting_a_running_best_effort_lease(site, store_
                                 "  preempts lease 1: suspended at 2027-03-01T09:59:28Z"]
     be_lease = stored(store_path, 1)
     assert be_lease.state is LeaseState.ACTIVE
-    assert plan_of(be_lease) == [("vm", NOW, T(9, 59, 28), ["lab1", "lab2"]),
+    assert plan_of(be_lease) == [("vm", CLI_NOW, T(9, 59, 28), ["lab1", "lab2"]),
                                  ("suspend", T(9, 59, 28), T(10), ["lab1", "lab2"])]
     shown = site("lease", "show", "1")
     assert shown.exit_code == 0, shown.output
@@ -290,7 +277,7 @@ def test_cancel_frees_the_reservations_and_refuses_a_final_lease(site, store_pat
 
 def test_cancel_a_running_lease_says_the_daemon_stops_it(site, store_path):
     assert site("lease", "submit", "--cpus", "2", "--memory", "1024", "--duration", "1h").exit_code == 0
-    daemon_step(store_path, NOW)
+    daemon_step(store_path, CLI_NOW)
     result = site("lease", "cancel", "1")
     assert result.exit_code == 0, result.output
     assert "its VMs on lab1 are stopped by the daemon at its next step" in result.stdout

@@ -5,17 +5,16 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app, common
-from orchestrator.model.timeutil import UTC
+from tests.support.times import CLI_NOW
 
 ROOT = Path(__file__).resolve().parents[2]
-NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
+NOW = CLI_NOW
 
 
 @pytest.fixture
