@@ -27,6 +27,7 @@ from orchestrator.model.errors import (
     InconsistentSchedule,
     InvalidRequest,
     NotSchedulable,
+    Unschedulable,
 )
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import (
@@ -212,7 +213,7 @@ class LeaseScheduler:
                     ruled_out = memo.rules_out(lease)
                     if not ruled_out and not self.vm.could_start_now(lease, nexttime):
                         ruled_out = True
-                        memo.record(lease, "instant")
+                        memo.record(lease, Unschedulable.INSTANT)
                 if ruled_out:
                     kept.append(lease)
                     if strict_fcfs:
@@ -846,7 +847,7 @@ class _FailureMemo:
     """
 
     def __init__(self):
-        self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
+        self._failed: dict[Resources, list[tuple[int, object, Unschedulable]]] = {}
         self._short: dict[Resources, list[tuple[int, object]]] = {}
 
     @staticmethod
@@ -856,12 +857,12 @@ class _FailureMemo:
             return None
         return lease.numnodes, node, lease.remaining
 
-    def record(self, lease: Lease, kind: str | None) -> None:
+    def record(self, lease: Lease, kind: Unschedulable | None) -> None:
         shape = self._shape(lease)
-        if shape is None or kind not in ("strict", "instant", "short"):
+        if shape is None or kind is None:
             return
         n, r, d = shape
-        if kind == "short":
+        if kind is Unschedulable.SHORT:
             shorts = self._short.setdefault(r, [])
             shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
             shorts.append((n, d))
@@ -869,7 +870,7 @@ class _FailureMemo:
         entries = self._failed.setdefault(r, [])
         # keep only the smallest failures: an entry the new one rules out is redundant
         entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
-                      if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
+                      if not (fn >= n and (kind is Unschedulable.INSTANT or (fk is Unschedulable.STRICT and fd >= d)))]
         entries.append((n, d, kind))
 
     def table_changed(self) -> None:
@@ -888,6 +889,6 @@ class _FailureMemo:
             if fr != r and not all(a >= b for a, b in zip(r, fr)):
                 continue
             for fn, fd, kind in entries:
-                if n >= fn and (kind == "instant" or d >= fd):
+                if n >= fn and (kind is Unschedulable.INSTANT or d >= fd):
                     return True
         return False
