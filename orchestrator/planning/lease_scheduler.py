@@ -38,7 +38,7 @@ from orchestrator.model.reservations import (
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import UTC, ZERO, ceil_time, iso, parse_time
-from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor
+from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
@@ -60,6 +60,7 @@ class LeaseScheduler:
         self.table = table
         self.config = config
         self.enactor: Enactor = enactor or NullEnactor()
+        self._operations = operations_of(self.enactor)
         self.admission = ADMISSION.create(config.policy_admission)
         self.preemption = PREEMPTION.create(config.policy_preemption)
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
@@ -348,7 +349,7 @@ class LeaseScheduler:
         vm = lease.last_vm
         self._drop_plan(lease, now)
         if running:
-            self._enact("kill_vms", lease, vm)
+            self._enact(Operation.KILL_VMS, lease, vm)
             lease.accumulated = ZERO
             lease.set_state(S.QUEUED, now)
         elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
@@ -389,7 +390,7 @@ class LeaseScheduler:
             del self.queue[i], self._queue_keys[i]
         self._drop_plan(lease, now)
         if running and vm is not None:
-            self._enact("kill_vms", lease, vm)
+            self._enact(Operation.KILL_VMS, lease, vm)
         lease.set_state(S.CANCELLED, now)
         self.reevaluate(now, freed_until)
         return lease
@@ -486,29 +487,29 @@ class LeaseScheduler:
                 lease.set_state(S.ACTIVE, now)
                 if lease.start_time is None:
                     lease.start_time = now
-                if not self._enact("start_vms", lease, rr):
+                if not self._enact(Operation.START_VMS, lease, rr):
                     return
         elif kind is ReservationKind.SHUTDOWN:
-            if not self._enact("stop_vms", lease, rr):
+            if not self._enact(Operation.STOP_VMS, lease, rr):
                 return
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[0]:
                 lease.set_state(S.SUSPENDING, now)
-            if not self._enact("suspend_vms", lease, rr):
+            if not self._enact(Operation.SUSPEND_VMS, lease, rr):
                 return
         elif kind is ReservationKind.RESUME:
             if lease.state is not S.RESUMING:
                 lease.set_state(S.RESUMING, now)
-            if not self._enact("resume_vms", lease, rr):
+            if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
             if lease.state is not S.MIGRATING:
                 lease.set_state(S.MIGRATING, now)
             self._forget_future(lease)
-            if not self._enact("migrate_images", lease, rr):
+            if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
         elif kind is ReservationKind.LIVE_MIGRATE:
-            if not self._enact("live_migrate", lease, rr, now):
+            if not self._enact(Operation.LIVE_MIGRATE, lease, rr, now):
                 return
         if rr.end <= now and rr in self.table:
             self._handle_end(rr, now)
@@ -565,7 +566,7 @@ class LeaseScheduler:
         vm.end = now
         vm.state = ReservationState.DONE
         lease.accumulated += now - vm.start
-        self._enact("stop_vms", lease, vm)
+        self._enact(Operation.STOP_VMS, lease, vm)
         if not lease.is_final:
             self._finish(lease, now)
         self.reevaluate(now, freed_until)
@@ -575,17 +576,17 @@ class LeaseScheduler:
         lease.set_state(S.DONE, now)
 
     # -- enactment ------------------------------------------------------------------------------------------
-    def _enact(self, operation: str, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
+    def _enact(self, operation: Operation, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
         """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went.
         A live migration that fails is not an error of the lease: its VMs are still running where they were,
         and the evacuation falls back to suspension or requeueing."""
         if rr is None:
             return True
         try:
-            getattr(self.enactor, operation)(lease, rr)
+            self._operations[operation](lease, rr)
             return True
         except EnactmentError as exc:
-            if operation == "live_migrate" and now is not None:
+            if operation is Operation.LIVE_MIGRATE and now is not None:
                 log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
                 # (a migration that ran until it was aborted ended after the step began: plan from then,
                 # in whole seconds like the rest of the plan)
@@ -594,9 +595,9 @@ class LeaseScheduler:
                 return False
             if self.config.on_enactment_error == "stop":
                 raise
-            log.error("lease %s: %s failed: %s", lease.id, operation, exc)
+            log.error("lease %s: %s failed: %s", lease.id, operation.value, exc)
             now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
-            self._fail(lease, f"{operation}: {exc}", now)
+            self._fail(lease, f"{operation.value}: {exc}", now)
             return False
 
     def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
