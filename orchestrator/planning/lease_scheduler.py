@@ -37,7 +37,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import UTC, ZERO, ceil_time, iso, parse_time
+from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, iso, parse_time
 from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 # suspension: their VMs must be gone before others start there), then every other start
 _PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
 _FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
-#: the end of a drained host's block: it stays unavailable until made available again
-FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class LeaseScheduler:
