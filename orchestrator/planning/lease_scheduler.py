@@ -38,6 +38,7 @@ from orchestrator.model.reservations import (
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, iso, parse_time
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
@@ -118,7 +119,7 @@ class LeaseScheduler:
         largest = self.table.largest_capacity()
         for i, node in enumerate(lease.request.nodes):
             for field in ("cpu", "memory", "disk", "net_in", "net_out"):
-                if getattr(node, field) > getattr(largest, field) + 1e-9:
+                if getattr(node, field) > getattr(largest, field) + EPSILON:
                     return (f"nodes[{i}].{field}: {getattr(node, field):g} is more than any host has "
                             f"({getattr(largest, field):g})")
         placed = 0
