@@ -6,6 +6,8 @@ shown to the user.
 
 from __future__ import annotations
 
+import enum
+
 
 class LeasewiseError(Exception):
     """Base of every error leasewise raises on purpose."""
@@ -40,12 +42,19 @@ class IllegalTransition(LeasewiseError):
         super().__init__(f"lease {lease_id}: illegal state transition {current} -> {target}")
 
 
-class NotSchedulable(LeasewiseError):
-    """The scheduler could not find room for a lease (the reason is the message). `kind` says why, for the
-    queue's failure memo: "instant" (no room even at the start), "strict" (not for the whole interval),
-    "short" (placed, but not for long enough), or None."""
+class Unschedulable(enum.Enum):
+    """Why a lease found no room now, for the queue's failure memo (which larger leases it rules out)."""
 
-    def __init__(self, message: str, kind: str | None = None):
+    INSTANT = "instant"   # no room even at the start instant
+    STRICT = "strict"     # room at the start, but not over the whole interval
+    SHORT = "short"       # placed, but only for too short a run to be worth starting
+
+
+class NotSchedulable(LeasewiseError):
+    """The scheduler could not find room for a lease (the reason is the message). `kind` says why, when
+    the queue's failure memo can use it, else None."""
+
+    def __init__(self, message: str, kind: Unschedulable | None = None):
         super().__init__(message)
         self.kind = kind
 

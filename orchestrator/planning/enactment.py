@@ -7,6 +7,8 @@ per `on_enactment_error`.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from typing import Protocol
 
 from orchestrator.model.errors import LeasewiseError
@@ -32,6 +34,33 @@ class Enactor(Protocol):
     def live_migrate(self, lease: Lease, rr: Reservation) -> None: ...
 
     def kill_vms(self, lease: Lease, rr: Reservation) -> None: ...
+
+
+class Operation(enum.Enum):
+    """What the scheduler asks an enactor to do; the value is the method's name, as logs and failure
+    reasons show it."""
+
+    START_VMS = "start_vms"
+    STOP_VMS = "stop_vms"
+    SUSPEND_VMS = "suspend_vms"
+    RESUME_VMS = "resume_vms"
+    MIGRATE_IMAGES = "migrate_images"
+    LIVE_MIGRATE = "live_migrate"
+    KILL_VMS = "kill_vms"
+
+
+def operations_of(enactor: Enactor) -> dict[Operation, Callable[[Lease, Reservation], None]]:
+    """Each operation's method on `enactor`, spelled out: the scheduler dispatches through this table
+    rather than by looking a name up, and an enactor missing a method fails when the scheduler is built."""
+    return {
+        Operation.START_VMS: enactor.start_vms,
+        Operation.STOP_VMS: enactor.stop_vms,
+        Operation.SUSPEND_VMS: enactor.suspend_vms,
+        Operation.RESUME_VMS: enactor.resume_vms,
+        Operation.MIGRATE_IMAGES: enactor.migrate_images,
+        Operation.LIVE_MIGRATE: enactor.live_migrate,
+        Operation.KILL_VMS: enactor.kill_vms,
+    }
 
 
 class NullEnactor:

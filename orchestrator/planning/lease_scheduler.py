@@ -27,6 +27,7 @@ from orchestrator.model.errors import (
     InconsistentSchedule,
     InvalidRequest,
     NotSchedulable,
+    Unschedulable,
 )
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import (
@@ -36,8 +37,9 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import UTC, ZERO, ceil_time, iso, parse_time
-from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor
+from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, iso, parse_time
+from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
@@ -50,8 +52,6 @@ log = logging.getLogger(__name__)
 # suspension: their VMs must be gone before others start there), then every other start
 _PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
 _FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
-#: the end of a drained host's block: it stays unavailable until made available again
-FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class LeaseScheduler:
@@ -59,6 +59,7 @@ class LeaseScheduler:
         self.table = table
         self.config = config
         self.enactor: Enactor = enactor or NullEnactor()
+        self._operations = operations_of(self.enactor)
         self.admission = ADMISSION.create(config.policy_admission)
         self.preemption = PREEMPTION.create(config.policy_preemption)
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
@@ -118,7 +119,7 @@ class LeaseScheduler:
         largest = self.table.largest_capacity()
         for i, node in enumerate(lease.request.nodes):
             for field in ("cpu", "memory", "disk", "net_in", "net_out"):
-                if getattr(node, field) > getattr(largest, field) + 1e-9:
+                if getattr(node, field) > getattr(largest, field) + EPSILON:
                     return (f"nodes[{i}].{field}: {getattr(node, field):g} is more than any host has "
                             f"({getattr(largest, field):g})")
         placed = 0
@@ -212,7 +213,7 @@ class LeaseScheduler:
                     ruled_out = memo.rules_out(lease)
                     if not ruled_out and not self.vm.could_start_now(lease, nexttime):
                         ruled_out = True
-                        memo.record(lease, "instant")
+                        memo.record(lease, Unschedulable.INSTANT)
                 if ruled_out:
                     kept.append(lease)
                     if strict_fcfs:
@@ -347,7 +348,7 @@ class LeaseScheduler:
         vm = lease.last_vm
         self._drop_plan(lease, now)
         if running:
-            self._enact("kill_vms", lease, vm)
+            self._enact(Operation.KILL_VMS, lease, vm)
             lease.accumulated = ZERO
             lease.set_state(S.QUEUED, now)
         elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
@@ -388,7 +389,7 @@ class LeaseScheduler:
             del self.queue[i], self._queue_keys[i]
         self._drop_plan(lease, now)
         if running and vm is not None:
-            self._enact("kill_vms", lease, vm)
+            self._enact(Operation.KILL_VMS, lease, vm)
         lease.set_state(S.CANCELLED, now)
         self.reevaluate(now, freed_until)
         return lease
@@ -485,29 +486,29 @@ class LeaseScheduler:
                 lease.set_state(S.ACTIVE, now)
                 if lease.start_time is None:
                     lease.start_time = now
-                if not self._enact("start_vms", lease, rr):
+                if not self._enact(Operation.START_VMS, lease, rr):
                     return
         elif kind is ReservationKind.SHUTDOWN:
-            if not self._enact("stop_vms", lease, rr):
+            if not self._enact(Operation.STOP_VMS, lease, rr):
                 return
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[0]:
                 lease.set_state(S.SUSPENDING, now)
-            if not self._enact("suspend_vms", lease, rr):
+            if not self._enact(Operation.SUSPEND_VMS, lease, rr):
                 return
         elif kind is ReservationKind.RESUME:
             if lease.state is not S.RESUMING:
                 lease.set_state(S.RESUMING, now)
-            if not self._enact("resume_vms", lease, rr):
+            if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
             if lease.state is not S.MIGRATING:
                 lease.set_state(S.MIGRATING, now)
             self._forget_future(lease)
-            if not self._enact("migrate_images", lease, rr):
+            if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
         elif kind is ReservationKind.LIVE_MIGRATE:
-            if not self._enact("live_migrate", lease, rr, now):
+            if not self._enact(Operation.LIVE_MIGRATE, lease, rr, now):
                 return
         if rr.end <= now and rr in self.table:
             self._handle_end(rr, now)
@@ -564,7 +565,7 @@ class LeaseScheduler:
         vm.end = now
         vm.state = ReservationState.DONE
         lease.accumulated += now - vm.start
-        self._enact("stop_vms", lease, vm)
+        self._enact(Operation.STOP_VMS, lease, vm)
         if not lease.is_final:
             self._finish(lease, now)
         self.reevaluate(now, freed_until)
@@ -574,17 +575,17 @@ class LeaseScheduler:
         lease.set_state(S.DONE, now)
 
     # -- enactment ------------------------------------------------------------------------------------------
-    def _enact(self, operation: str, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
+    def _enact(self, operation: Operation, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
         """Call the enactor; on failure fail the lease (or stop, per `on_enactment_error`). True if it went.
         A live migration that fails is not an error of the lease: its VMs are still running where they were,
         and the evacuation falls back to suspension or requeueing."""
         if rr is None:
             return True
         try:
-            getattr(self.enactor, operation)(lease, rr)
+            self._operations[operation](lease, rr)
             return True
         except EnactmentError as exc:
-            if operation == "live_migrate" and now is not None:
+            if operation is Operation.LIVE_MIGRATE and now is not None:
                 log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
                 # (a migration that ran until it was aborted ended after the step began: plan from then,
                 # in whole seconds like the rest of the plan)
@@ -593,9 +594,9 @@ class LeaseScheduler:
                 return False
             if self.config.on_enactment_error == "stop":
                 raise
-            log.error("lease %s: %s failed: %s", lease.id, operation, exc)
+            log.error("lease %s: %s failed: %s", lease.id, operation.value, exc)
             now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
-            self._fail(lease, f"{operation}: {exc}", now)
+            self._fail(lease, f"{operation.value}: {exc}", now)
             return False
 
     def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
@@ -846,7 +847,7 @@ class _FailureMemo:
     """
 
     def __init__(self):
-        self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
+        self._failed: dict[Resources, list[tuple[int, object, Unschedulable]]] = {}
         self._short: dict[Resources, list[tuple[int, object]]] = {}
 
     @staticmethod
@@ -856,12 +857,12 @@ class _FailureMemo:
             return None
         return lease.numnodes, node, lease.remaining
 
-    def record(self, lease: Lease, kind: str | None) -> None:
+    def record(self, lease: Lease, kind: Unschedulable | None) -> None:
         shape = self._shape(lease)
-        if shape is None or kind not in ("strict", "instant", "short"):
+        if shape is None or kind is None:
             return
         n, r, d = shape
-        if kind == "short":
+        if kind is Unschedulable.SHORT:
             shorts = self._short.setdefault(r, [])
             shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
             shorts.append((n, d))
@@ -869,7 +870,7 @@ class _FailureMemo:
         entries = self._failed.setdefault(r, [])
         # keep only the smallest failures: an entry the new one rules out is redundant
         entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
-                      if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
+                      if not (fn >= n and (kind is Unschedulable.INSTANT or (fk is Unschedulable.STRICT and fd >= d)))]
         entries.append((n, d, kind))
 
     def table_changed(self) -> None:
@@ -888,6 +889,6 @@ class _FailureMemo:
             if fr != r and not all(a >= b for a, b in zip(r, fr)):
                 continue
             for fn, fd, kind in entries:
-                if n >= fn and (kind == "instant" or d >= fd):
+                if n >= fn and (kind is Unschedulable.INSTANT or d >= fd):
                     return True
         return False

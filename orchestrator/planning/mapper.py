@@ -8,24 +8,29 @@ used), for leases that will be suspended. With preemption allowed, victim leases
 time, the most preemptable first, until the lease fits; victims that turned out not to be needed are
 dropped again.
 
-Leases whose nodes are all alike (a 64-node job) on a packing policy are placed per host rather than per
-node: how many nodes a host takes comes from the host states' counts per node size, and only hosts
-whose usage changes before the end are walked along their timelines; a placement that may end early
-and the strict one it prefers are built in the same walk. The answer is the node-by-node greedy one
-(tests/test_mapper_alike.py holds the two side by side).
+One placement is an `_Ask` (what to place, where, when, on which terms). `Mapper._place` reads the hosts
+at the start (`_HostsAtStart`), filters and scores them (`Mapper._rank`), then hands the ranking to one
+of two reserve stages: `_NodeByNode` (nodes of different sizes, or a spreading policy) or
+`_AlikePacking`. Leases whose nodes are all alike (a 64-node job) on a packing policy are placed per
+host rather than per node: how many nodes a host takes comes from the host states' counts per node
+size, and only hosts whose usage changes before the end are walked along their timelines; a placement
+that may end early and the strict one it prefers are built in the same walk. The answer is the
+node-by-node greedy one (tests/planning/test_mapper_alike.py holds the two side by side).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy as np
 
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.slottable.hoststates import room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
@@ -53,17 +58,36 @@ class Mapping:
         return held
 
 
-def _walk(ranked: list[int], room: np.ndarray, steady: np.ndarray | None, end_key: int):
-    """(row, nodes that fit at the start, no change on the host before end_key) along the ranking, a
-    slice at a time: a lease usually needs only the first few hosts of a long ranking."""
-    i, size = 0, 128
-    while i < len(ranked):
-        rows = ranked[i:i + size]
-        fits = room[rows].astype(int).tolist()
-        quiet = (steady[rows] >= end_key).tolist() if steady is not None else [False] * len(rows)
-        yield from zip(rows, fits, quiet)
-        i += size
-        size = 1024
+class _Ask(NamedTuple):
+    """One placement to look for: the lease's nodes in the order they are tried, the hosts allowed, the
+    interval, and the terms: whether it must hold to `end`, which reservations count as gone (the
+    victims of a preemption), and (`strict_first`, alike nodes on a packing policy) whether a placement
+    that holds to the end is preferred to one that may end early."""
+
+    lease: Lease
+    vnodes: list[int]
+    hosts: list[str]
+    start: datetime
+    end: datetime
+    strict_end: bool
+    excluding: Collection[Reservation] = ()
+    strict_first: bool = False
+
+
+class _HostsAtStart(NamedTuple):
+    """What the filter and score stages know of every host (one row each) at the start of an ask."""
+
+    names: list[str]
+    cap: np.ndarray
+    #: names these states, for what is derived from them once (`Mapper._remember`); None with exclusions
+    version: object
+    used: np.ndarray | None = None     # usage per row; None when read through `gather`
+    count: np.ndarray | None = None    # reservations per row; None when read through `gather`
+    #: rows -> (usage, count) of just those rows: the host states read only what the ranking needs
+    gather: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+    room: np.ndarray | None = None     # alike nodes on a packing policy: how many fit on each row
+    per_row: list[int] | None = None   # the same as a list, when the host states keep one
+    potential: int | None = None       # the sum of `room`, when every host may be used
 
 
 class Mapper:
@@ -94,17 +118,17 @@ class Mapper:
         mapping = None
         if not strict_end and lease.request.uniform is not None and self.host_selection.packs:
             # both placements below in one walk over the hosts
-            mapping = self._place(lease, vnodes, hosts, start, end, False, (), strict_first=True)
+            mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end=False, strict_first=True))
         else:
             if not strict_end:
                 # hosts that hold the lease to its end first: a placement cut short by a later reservation
                 # costs a suspension and a resumption, and the greedy order alone does not see that
-                mapping = self._place(lease, vnodes, hosts, start, end, True, ())
+                mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end=True))
             if mapping is None:
-                mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
+                mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end))
         if mapping is not None or not allow_preemption or lease_of is None:
             return mapping
-        return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)
+        return self._place_with_preemption(_Ask(lease, vnodes, hosts, start, end, strict_end), lease_of)
 
     def could_fit_at(self, lease: Lease, t: datetime, only_hosts: Collection[str] | None = None) -> bool:
         """A cheap necessary condition over all hosts (or `only_hosts`): enough room at the instant t. For
@@ -118,7 +142,7 @@ class Mapper:
         key = ("free", version)
         free = self._derived.get(key)
         if free is None:
-            free = self._remember(key, (cap - used).sum(axis=0) + 1e-9)
+            free = self._remember(key, (cap - used).sum(axis=0) + EPSILON)
         return bool(np.all(free >= np.array(lease.total_request)))
 
     def site_full(self, t: datetime) -> bool:
@@ -136,281 +160,99 @@ class Mapper:
         return value
 
     # -- filter, score, reserve ---------------------------------------------------------------------------
-    def _place(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime, end: datetime,
-               strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False) -> Mapping | None:
-        table = self.table
-        requests = lease.request.nodes
-        alike = lease.request.uniform
-        # per resource, the least any node asks: a host where even that does not fit can hold no node
-        # (the node with the least memory is not enough: it may need more CPU than another node)
-        smallest = alike if alike is not None else Resources(
-            *(min(requests[v][i] for v in vnodes) for i in range(len(NOTHING))))
-        packing_alike = alike is not None and self.host_selection.packs
-        gather = room = per_row = potential = None
-        if packing_alike and not excluding:
-            # the room per host says which hosts are candidates; only their usage is read, for the ranking
-            states = table.states_at(start)   # valid incrementally: no per-host bisect
-            names, cap, version, gather = states.names, states.capacity, (id(states), states.version), states.gather
-            used = count = None
-            counts = states.room(alike)
-            room, per_row = counts.array, counts.per_row
-            if len(hosts) == len(names):
-                potential = counts.total   # (every host with room is ranked)
-        else:
-            names, used, cap, count, version = table.state_arrays(start)
-        if excluding:
-            version = None   # (not the states the version names)
-            # as if the excluded reservations were gone: only the rows of the hosts they hold change
-            used, count = used.copy(), count.copy()
-            for r in table.members(excluding):
-                if r.start <= start < r.end:
-                    for host, amount in r.resources.items():
-                        row = table.row(host)
-                        used[row] -= amount
-                        count[row] -= 1
-            if packing_alike:
-                room = room_of(alike, used, cap)
-        ranked = self._rank(table, names, used, cap, count, hosts, smallest, version, room, gather)
+    def _place(self, ask: _Ask) -> Mapping | None:
+        """Read the hosts at the start, filter and score them, then reserve nodes on them in that order:
+        host by host for alike nodes on a packing policy, else node by node."""
+        alike = ask.lease.request.uniform
+        packing = alike if alike is not None and self.host_selection.packs else None
+        hosts = self._hosts_at_start(ask, packing)
+        ranked = self._rank(hosts, ask.hosts, alike if alike is not None else _smallest(ask))
         if not ranked:
             return None
-        # hosts whose usage does not change before `end` need no walk along their timeline: what fits
-        # at the start fits throughout (with exclusions the arrays do not tell, so not then)
-        steady = None if excluding or (end <= start and not strict_end) else table.unchanged_until(start)
-        end_key = time_key(end)
-        if packing_alike:
-            return self._pack_alike(vnodes, alike, ranked, room, names, steady, start, end, strict_end, excluding,
-                                    strict_first, potential, per_row)
-        rows: dict[str, int] = {}
+        steady = self._steady(ask)
+        if packing is not None:
+            return _AlikePacking(self.table, ask, packing, steady).place(ranked, hosts)
+        return _NodeByNode(self.table, ask, hosts, steady).place(ranked, self.host_selection.packs)
 
-        def ranked_hosts():
-            # lazily: a lease usually needs only the first few hosts of a long ranking
-            for i in ranked:
-                host = names[i]
-                rows[host] = i
-                yield host
-
-        ordered = ranked_hosts()
-        at_start: dict[str, tuple[Resources, Resources]] = {}
-
-        def instant(host: str) -> tuple[Resources, Resources]:
-            pair = at_start.get(host)
-            if pair is None:
-                i = rows[host]
-                pair = at_start[host] = (Resources(*used[i].tolist()), Resources(*cap[i].tolist()))
-            return pair
-
-        remaining = list(vnodes)
-        nodes: dict[int, str] = {}
-        held: dict[str, Resources] = {}
-        until: dict[str, datetime] = {}
-
-        uniform = lease.request.uniform is not None
-
-        def try_add(host: str, vnode: int) -> bool:
-            before = held.get(host)
-            trial = requests[vnode] if before is None else add(before, requests[vnode])
-            # not even at the start: no need to walk the timeline (the filter stage already checked
-            # the smallest node, which for alike nodes is any first one on the host)
-            if before is not None or not uniform:
-                used_now, cap_now = instant(host)
-                if not fits(used_now, trial, cap_now):
-                    return False
-            if steady is not None and steady[rows[host]] >= end_key:
-                until[host] = end
-            elif strict_end:
-                if not table.fits(host, trial, start, end, excluding):
-                    return False
-                until[host] = end
-            else:
-                fit_end = table.latest_fit(host, trial, start, end, excluding)
-                if fit_end is None or fit_end <= start:
-                    return False
-                until[host] = fit_end
-            held[host] = trial
-            nodes[vnode] = host
-            return True
-
-        def take_first_fitting(host: str) -> bool:
-            if uniform:   # all nodes alike: the first one stands for any
-                if try_add(host, remaining[0]):
-                    del remaining[0]
-                    return True
-                return False
-            # first fit, largest node first: a node that does not fit must not stop a smaller one
-            failed: set[Resources] = set()   # identical nodes need not be tried twice
-            for i, vnode in enumerate(remaining):
-                if requests[vnode] in failed:
-                    continue
-                if try_add(host, vnode):
-                    del remaining[i]
-                    return True
-                failed.add(requests[vnode])
-            return False
-
-        if self.host_selection.packs:
-            for host in ordered:
-                while remaining and take_first_fitting(host):
-                    pass
-                if not remaining:
-                    break
-        else:
-            active = list(ordered)
-            while remaining and active:
-                still = []
-                for host in active:
-                    if not remaining:
-                        break
-                    if take_first_fitting(host):
-                        still.append(host)
-                active = still
-        if remaining:
-            return None
-        return Mapping(nodes=nodes, end=min(until[h] for h in held))
-
-    def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: np.ndarray,
-                    names: list[str], steady: np.ndarray | None, start: datetime, end: datetime,
-                    strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False,
-                    potential: int | None = None, per_row: list[int] | None = None) -> Mapping | None:
-        """`_place` for nodes all alike on a packing policy: how many a host takes is worked out once per
-        host (the most that fit at the start instant, then checked along its timeline) instead of one
-        trial per node; the answer is the one node-by-node packing gives, since fitting is monotone in
-        the number of nodes. With `strict_first` (a placement that may end early, but one that holds to
-        the end is preferred) both packings are built in one walk over the hosts, sharing the timeline
-        walks: the strict one if it places every node, else the other."""
+    def _hosts_at_start(self, ask: _Ask, packing: Resources | None) -> _HostsAtStart:
+        """Every host's usage at the start, as if the excluded reservations were gone. For alike nodes on a
+        packing policy (`packing`: the node) also how many nodes each host has room for: that says which
+        hosts are candidates, and then only their usage is read, for the ranking."""
         table = self.table
-        start_key, end_key = None, time_key(end)
-        n = len(vnodes)
-        strict = strict_end or strict_first
-        loose = not strict_end
-        held: list[str] = []               # the packing that holds to the end: node i on held[i]
-        held_count = 0
-        early: list[str] = []              # the one that may end early
-        early_count = 0
-        early_end: datetime | None = None
-        # nodes the hosts not walked yet could take at the start
-        potential = int(room[ranked].sum()) if potential is None else potential
-        # First the hosts at the head of the ranking whose usage stays until the end (`steady`): each
-        # takes all it has room for in both packings, with no walk along its timeline, so they are read
-        # from plain lists. Often they hold the whole lease; otherwise the walk below goes on from the
-        # first other host, as if it had taken these itself (with room for the lease on the ranked
-        # hosts, its strict packing is not given up on such hosts).
-        p = 0
-        if per_row is not None and steady is not None and potential >= n:
-            got = 0
-            for row in ranked:
-                if steady[row] < end_key:
-                    break
-                k = per_row[row]
-                if k >= n - got:
-                    held += [names[row]] * (n - got)
-                    return Mapping(nodes=dict(zip(vnodes, held)), end=end)
-                held += [names[row]] * k
-                got += k
-                p += 1
-            potential -= got
-            if got:
-                early, early_count, held_count, early_end = list(held), got, got, end
-        # (the filter stage kept hosts with room for one node at least)
-        for row, k, steady_row in _walk(ranked[p:] if p else ranked, room, steady, end_key):
-            host = names[row]
-            potential -= k
-            loose_take = None
-            if loose and early_count < n:
-                take = min(k, n - early_count)
-                if steady_row:
-                    fit_end = end
-                else:
-                    fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
-                    while (fit_end is None or fit_end <= start) and take > 1:
-                        take -= 1
-                        fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
-                    if fit_end is None or fit_end <= start:
-                        take = 0
-                loose_take = take
-                if take:
-                    early += [host] * take
-                    early_count += take
-                    if early_end is None or fit_end < early_end:
-                        early_end = fit_end
-            if strict:
-                take = min(k, n - held_count)
-                if steady_row:
-                    pass
-                elif loose_take == 0:      # not even one node fits at the start
-                    take = 0
-                elif loose_take == take:   # the walk above says whether it holds to the end
-                    if fit_end < end:
-                        take = 0 if take == 1 else self._most_that_fit(host, node, take - 1, start, end, excluding)
-                elif not excluding and take == 1:
-                    if start_key is None:
-                        start_key = time_key(start)
-                    take = 1 if table.timeline(host).scan(start_key, end_key, node) is None else 0
-                else:
-                    take = self._most_that_fit(host, node, take, start, end, excluding)
-                if take:
-                    held += [host] * take
-                    held_count += take
-                    if held_count == n:
-                        return Mapping(nodes=dict(zip(vnodes, held)), end=end)
-                if held_count + potential < n:   # the rest of the hosts cannot make up the difference
-                    if not loose:
-                        return None
-                    strict = False
-            if loose and early_count == n and not strict:
-                break
-        if loose and early_count == n:
-            return Mapping(nodes=dict(zip(vnodes, early)), end=early_end)
-        return None
+        if packing is not None and not ask.excluding:
+            states = table.states_at(ask.start)   # valid incrementally: no per-host bisect
+            counts = states.room(packing)
+            # (with every host allowed, every host with room is ranked: their room adds up to the total)
+            potential = counts.total if len(ask.hosts) == len(states.names) else None
+            # (arguments by position: once per placement, on the simulator's hot path)
+            return _HostsAtStart(states.names, states.capacity, (id(states), states.version),
+                                 None, None, states.gather,   # (usage and counts: read through `gather`)
+                                 counts.array, counts.per_row, potential)
+        names, used, cap, count, version = table.state_arrays(ask.start)
+        if not ask.excluding:
+            return _HostsAtStart(names, cap, version, used, count)
+        # only the rows of the hosts the excluded reservations hold change
+        used, count = used.copy(), count.copy()
+        for r in table.members(ask.excluding):
+            if r.start <= ask.start < r.end:
+                for host, amount in r.resources.items():
+                    row = table.row(host)
+                    used[row] -= amount
+                    count[row] -= 1
+        room = room_of(packing, used, cap) if packing is not None else None
+        return _HostsAtStart(names, cap, None, used, count, room=room)   # (None: not the states' version)
 
-    def _most_that_fit(self, host: str, node: Resources, most: int, start: datetime, end: datetime,
-                       excluding: Collection[Reservation]) -> int:
-        """The most copies of `node` (up to `most`) that fit on the host over [start, end)."""
-        fits_over = self.table.fits
-        if fits_over(host, scale(node, most), start, end, excluding):
-            return most
-        lo, hi = 0, most - 1        # fits(lo) holds (0 always), the answer is at most hi
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if fits_over(host, scale(node, mid), start, end, excluding):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
-    def _rank(self, table: SlotTable, names, used, cap, count, hosts: list[str], smallest: Resources,
-              version=None, room: np.ndarray | None = None, gather=None) -> list[int]:
-        """Filter and score: the rows of the hosts where the smallest node fits at the start (`room`: where
-        at least one fits, for alike nodes), best first for the host-selection policy. Remembered per
-        version of the states when every host may be used. `gather(rows)`: the usage and counts of
-        those rows, when `used` and `count` are not given."""
-        everywhere = len(hosts) == len(names)
-        key = ("rank", smallest, version)
-        if everywhere and version is not None:
+    def _rank(self, hosts: _HostsAtStart, allowed: list[str], smallest: Resources) -> list[int]:
+        """Filter, then score: the rows of the candidate hosts, best first. Remembered per version of the
+        states when every host may be used."""
+        everywhere = len(allowed) == len(hosts.names)
+        key = ("rank", smallest, hosts.version)
+        if everywhere and hosts.version is not None:
             ranked = self._derived.get(key)
-            if ranked is not None:
-                return ranked
-        fitting = room >= 1 if room is not None else np.all(used + np.array(smallest) <= cap + 1e-9, axis=1)
-        if not everywhere:
-            allowed = np.zeros(len(names), dtype=bool)
-            allowed[[table.row(h) for h in hosts]] = True
-            fitting &= allowed
-        candidates = fitting.nonzero()[0]   # (flatnonzero: the same, with a Python-level wrapper)
-        if not candidates.size:
-            ranked = []
+            if ranked is None:
+                ranked = self._remember(key, self._score(hosts, self._filter(hosts, None, smallest)))
+            return ranked
+        return self._score(hosts, self._filter(hosts, None if everywhere else allowed, smallest))
+
+    def _filter(self, hosts: _HostsAtStart, allowed: list[str] | None, smallest: Resources) -> np.ndarray:
+        """The rows of the hosts (of `allowed` ones, None: all) where the smallest node fits at the start
+        (`room`: where at least one fits, for alike nodes on a packing policy)."""
+        if hosts.room is not None:
+            fitting = hosts.room >= 1
         else:
-            used_c, count_c = gather(candidates) if gather is not None else (used[candidates], count[candidates])
-            ranked = candidates[self.host_selection.rank_indices(used_c, cap[candidates], count_c)].tolist()
-        if everywhere and version is not None:
-            self._remember(key, ranked)
-        return ranked
+            fitting = np.all(hosts.used + np.array(smallest) <= hosts.cap + EPSILON, axis=1)
+        if allowed is not None:
+            permitted = np.zeros(len(hosts.names), dtype=bool)
+            permitted[[self.table.row(h) for h in allowed]] = True
+            fitting &= permitted
+        return fitting.nonzero()[0]   # (flatnonzero: the same, with a Python-level wrapper)
+
+    def _score(self, hosts: _HostsAtStart, candidates: np.ndarray) -> list[int]:
+        """The candidate rows, best first for the host-selection policy."""
+        if not candidates.size:
+            return []
+        if hosts.gather is not None:
+            used, count = hosts.gather(candidates)
+        else:
+            used, count = hosts.used[candidates], hosts.count[candidates]
+        return candidates[self.host_selection.rank_indices(used, hosts.cap[candidates], count)].tolist()
+
+    def _steady(self, ask: _Ask) -> np.ndarray | None:
+        """Per row, the key of the host's first change after the start: a host whose usage does not change
+        before the end needs no walk along its timeline (what fits at the start fits throughout). None
+        when that does not tell: with exclusions (the states do not know them), or for an empty interval
+        that may end early."""
+        if ask.excluding or (ask.end <= ask.start and not ask.strict_end):
+            return None
+        return self.table.unchanged_until(ask.start)
 
     # -- preemption -------------------------------------------------------------------------------------
-    def _place_with_preemption(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime,
-                               end: datetime, strict_end: bool, lease_of: Callable[[int], Lease]) -> Mapping | None:
+    def _place_with_preemption(self, ask: _Ask, lease_of: Callable[[int], Lease]) -> Mapping | None:
+        """Add victims, the most preemptable first, until the lease fits as if theirs were gone."""
         table = self.table
-        host_set = set(hosts)
+        lease, start = ask.lease, ask.start
         scored: dict[int, tuple[float, Lease]] = {}
-        for rr in table.reservations_overlapping(start, end, host_set):
+        for rr in table.reservations_overlapping(start, ask.end, set(ask.hosts)):
             if rr.lease_id in scored or rr.lease_id == lease.id or rr.kind is ReservationKind.UNAVAILABLE:
                 continue
             other = lease_of(rr.lease_id)
@@ -424,22 +266,290 @@ class Mapper:
         for victim in candidates:
             victims.append(victim)
             held_by[victim.id] = [r for r in table.reservations_of(victim.id) if r.end > start]
-            excluding = [r for v in victims for r in held_by[v.id]]
-            mapping = self._place(lease, vnodes, hosts, start, end, strict_end, excluding)
+            mapping = self._place(ask._replace(excluding=[r for v in victims for r in held_by[v.id]]))
             if mapping is not None:
-                return self._drop_unneeded(lease, vnodes, hosts, start, end, strict_end, victims, held_by, mapping)
+                return self._drop_unneeded(ask, victims, held_by, mapping)
         return None
 
-    def _drop_unneeded(self, lease, vnodes, hosts, start, end, strict_end, victims, held_by, mapping) -> Mapping:
+    def _drop_unneeded(self, ask: _Ask, victims: list[Lease], held_by: dict[int, list[Reservation]],
+                       mapping: Mapping) -> Mapping:
         """Give back victims the mapping does not need, least preemptable (last added) first."""
         used_hosts = set(mapping.nodes.values())
         needed = [v for v in victims if any(h in used_hosts for r in held_by[v.id] for h in r.resources)]
         for victim in reversed(list(needed)):
             trial = [v for v in needed if v is not victim]
-            excluding = [r for v in trial for r in held_by[v.id]]
-            alternative = self._place(lease, vnodes, hosts, start, end, strict_end, excluding)
+            alternative = self._place(ask._replace(excluding=[r for v in trial for r in held_by[v.id]]))
             if alternative is not None:
                 needed, mapping = trial, alternative
         mapping.victims = needed
         return mapping
 
+
+def _smallest(ask: _Ask) -> Resources:
+    """Per resource, the least any node asks: a host where even that does not fit can hold no node (the
+    node with the least memory is not enough: it may need more CPU than another node)."""
+    requests = ask.lease.request.nodes
+    return Resources(*(min(requests[v][i] for v in ask.vnodes) for i in range(len(NOTHING))))
+
+
+class _NodeByNode:
+    """The reserve stage, one node at a time: each host in ranked order takes the first remaining node
+    that fits (largest first), over the interval or, when the mapping may end early, from the start for
+    as long as it fits. A packing policy fills a host before the next; a spreading one gives each host
+    one node per round."""
+
+    __slots__ = ("table", "start", "end", "strict_end", "excluding", "requests", "alike", "names", "used",
+                 "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until")
+
+    def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None):
+        self.table = table
+        self.start, self.end, self.strict_end, self.excluding = ask.start, ask.end, ask.strict_end, ask.excluding
+        self.requests = ask.lease.request.nodes
+        self.alike = ask.lease.request.uniform is not None
+        self.names, self.used, self.cap = hosts.names, hosts.used, hosts.cap
+        self.steady, self.end_key = steady, time_key(ask.end)
+        self.at_start: dict[int, tuple[Resources, Resources]] = {}   # row -> (usage, capacity), as read
+        self.remaining = list(ask.vnodes)
+        self.nodes: dict[int, str] = {}        # vnode -> host
+        self.held: dict[str, Resources] = {}   # host -> what its nodes add up to
+        self.until: dict[str, datetime] = {}   # host -> until when they fit there
+
+    def place(self, ranked: list[int], packs: bool) -> Mapping | None:
+        """Every node on the ranked hosts, packing them (`packs`) or spreading them, or None."""
+        if packs:
+            self._pack(ranked)
+        else:
+            self._spread(ranked)
+        if self.remaining:
+            return None
+        return Mapping(nodes=self.nodes, end=min(self.until[h] for h in self.held))
+
+    def _pack(self, ranked: list[int]) -> None:
+        names, remaining = self.names, self.remaining
+        for row in ranked:
+            host = names[row]
+            while remaining and self._take_one(host, row):
+                pass
+            if not remaining:
+                return
+
+    def _spread(self, ranked: list[int]) -> None:
+        names, remaining = self.names, self.remaining
+        active = [(names[row], row) for row in ranked]
+        while remaining and active:
+            still = []
+            for host, row in active:
+                if not remaining:
+                    break
+                if self._take_one(host, row):
+                    still.append((host, row))
+            active = still
+
+    def _take_one(self, host: str, row: int) -> bool:
+        """Put the first remaining node that fits on the host; False if none does."""
+        remaining = self.remaining
+        if self.alike:   # all nodes alike: the first one stands for any
+            if self._try(host, row, remaining[0]):
+                del remaining[0]
+                return True
+            return False
+        # first fit, largest node first: a node that does not fit must not stop a smaller one
+        requests = self.requests
+        failed: set[Resources] = set()   # identical nodes need not be tried twice
+        for i, vnode in enumerate(remaining):
+            if requests[vnode] in failed:
+                continue
+            if self._try(host, row, vnode):
+                del remaining[i]
+                return True
+            failed.add(requests[vnode])
+        return False
+
+    def _try(self, host: str, row: int, vnode: int) -> bool:
+        """Add the node to the host if it fits there with the nodes the host has taken already."""
+        before = self.held.get(host)
+        request = self.requests[vnode]
+        trial = request if before is None else add(before, request)
+        # not even at the start: no need to walk the timeline (the filter stage already checked the
+        # smallest node, which for alike nodes is any first one on the host)
+        if before is not None or not self.alike:
+            used_now, cap_now = self._at_start(row)
+            if not fits(used_now, trial, cap_now):
+                return False
+        steady = self.steady
+        if steady is not None and steady[row] >= self.end_key:
+            self.until[host] = self.end
+        elif self.strict_end:
+            if not self.table.fits(host, trial, self.start, self.end, self.excluding):
+                return False
+            self.until[host] = self.end
+        else:
+            fit_end = self.table.latest_fit(host, trial, self.start, self.end, self.excluding)
+            if fit_end is None or fit_end <= self.start:
+                return False
+            self.until[host] = fit_end
+        self.held[host] = trial
+        self.nodes[vnode] = host
+        return True
+
+    def _at_start(self, row: int) -> tuple[Resources, Resources]:
+        """The host's usage and capacity at the start, read from the arrays once."""
+        pair = self.at_start.get(row)
+        if pair is None:
+            pair = self.at_start[row] = (Resources(*self.used[row].tolist()), Resources(*self.cap[row].tolist()))
+        return pair
+
+
+class _AlikePacking:
+    """The reserve stage for nodes all alike on a packing policy: how many nodes a host takes is worked
+    out once per host (the most that fit at the start, from the host states' counts, then checked along
+    its timeline) instead of one trial per node; the answer is the one node-by-node packing gives, since
+    fitting is monotone in the number of nodes.
+
+    Two packings can be built in one walk over the hosts, sharing the timeline walks: one that holds to
+    the end (`held`: built when the ask is strict, or prefers it: `strict_first`) and one that may end
+    early (`early`: built when the ask is not strict). The held one is the answer if it places every
+    node, else the early one. Either is a list of hosts, node i on the i-th."""
+
+    __slots__ = ("table", "ask", "node", "steady", "end_key")
+
+    def __init__(self, table: SlotTable, ask: _Ask, node: Resources, steady: np.ndarray | None):
+        self.table = table
+        self.ask = ask
+        self.node = node
+        self.steady = steady
+        self.end_key = time_key(ask.end)
+
+    def place(self, ranked: list[int], hosts: _HostsAtStart) -> Mapping | None:
+        """Every node on the ranked hosts (the steady head first, then the walk), or None."""
+        n = len(self.ask.vnodes)
+        # nodes the hosts not walked yet could take at the start
+        potential = int(hosts.room[ranked].sum()) if hosts.potential is None else hosts.potential
+        held: list[str] = []
+        if hosts.per_row is not None and self.steady is not None and potential >= n:
+            taken = self._take_steady_head(ranked, hosts.names, hosts.per_row, held)
+            if len(held) == n:
+                return self._mapping(held, self.ask.end)
+            potential -= len(held)
+            if taken:
+                ranked = ranked[taken:]
+        return self._walk(ranked, hosts, potential, held)
+
+    def _take_steady_head(self, ranked: list[int], names: list[str], per_row: list[int], held: list[str]) -> int:
+        """The hosts at the head of the ranking whose usage stays until the end each take all they have
+        room for (added to `held`), with no walk along their timelines, so they are read from plain lists.
+        Often they hold the whole lease; otherwise the walk goes on from the first other host, as if it
+        had taken these itself in both packings (with room for the lease on the ranked hosts, its strict
+        packing is not given up on such hosts). Returns how many hosts were taken."""
+        steady, end_key, n = self.steady, self.end_key, len(self.ask.vnodes)
+        got = taken = 0
+        for row in ranked:
+            if steady[row] < end_key:
+                break
+            k = per_row[row]
+            if k >= n - got:
+                held += [names[row]] * (n - got)
+                return taken + 1
+            held += [names[row]] * k
+            got += k
+            taken += 1
+        return taken
+
+    def _walk(self, ranked: list[int], hosts: _HostsAtStart, potential: int, held: list[str]) -> Mapping | None:
+        """Host by host along the ranking (the filter stage kept hosts with room for one node at least),
+        each taking as many nodes as fit in each packing still being built; the strict packing is given
+        up as soon as the hosts left cannot make up the difference. `held`: what the steady head took.
+        (One loop, written out: it runs once per host.)"""
+        ask, names, node, table = self.ask, hosts.names, self.node, self.table
+        n, start, end, excluding, end_key = len(ask.vnodes), ask.start, ask.end, ask.excluding, self.end_key
+        strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
+        loose = not ask.strict_end                     # building the one that may end early
+        early = list(held)
+        early_end = end if held else None
+        held_count = early_count = len(held)
+        start_key = None   # (worked out when first needed)
+        for row, k, steady_row in _ranked_rows(ranked, hosts.room, self.steady, end_key):
+            host = names[row]
+            potential -= k
+            # the early packing: the most nodes that fit from the start for some time, until `fit_end`
+            early_take = None   # (None: not tried on this host)
+            if loose and early_count < n:
+                take = min(k, n - early_count)
+                if steady_row:
+                    fit_end = end
+                else:
+                    fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
+                    while (fit_end is None or fit_end <= start) and take > 1:
+                        take -= 1
+                        fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
+                    if fit_end is None or fit_end <= start:
+                        take = 0
+                early_take = take
+                if take:
+                    early += [host] * take
+                    early_count += take
+                    if early_end is None or fit_end < early_end:
+                        early_end = fit_end
+            # the held packing: the most nodes that fit until the end
+            if strict:
+                take = min(k, n - held_count)
+                if steady_row:
+                    pass
+                elif early_take == 0:       # not even one node fits at the start
+                    take = 0
+                elif early_take == take:    # the early packing's walk says whether they hold to the end
+                    if fit_end < end:
+                        take = 0 if take == 1 else self._most_that_fit(host, take - 1)
+                elif not excluding and take == 1:
+                    if start_key is None:
+                        start_key = time_key(start)
+                    take = 1 if table.timeline(host).scan(start_key, end_key, node) is None else 0
+                else:
+                    take = self._most_that_fit(host, take)
+                if take:
+                    held += [host] * take
+                    held_count += take
+                    if held_count == n:
+                        return self._mapping(held, end)
+                if held_count + potential < n:   # the rest of the hosts cannot make up the difference
+                    if not loose:
+                        return None
+                    strict = False
+            if loose and early_count == n and not strict:
+                break
+        if loose and early_count == n:
+            return self._mapping(early, early_end)
+        return None
+
+    def _most_that_fit(self, host: str, most: int) -> int:
+        """The most copies of the node (up to `most`) that fit on the host over [start, end)."""
+        node, ask = self.node, self.ask
+        start, end, excluding = ask.start, ask.end, ask.excluding
+        fits_over = self.table.fits
+        if fits_over(host, scale(node, most), start, end, excluding):
+            return most
+        lo, hi = 0, most - 1        # fits(lo) holds (0 always), the answer is at most hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits_over(host, scale(node, mid), start, end, excluding):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _mapping(self, hosts: list[str], end: datetime) -> Mapping:
+        return Mapping(nodes=dict(zip(self.ask.vnodes, hosts)), end=end)
+
+
+def _ranked_rows(ranked: list[int], room: np.ndarray, steady: np.ndarray | None,
+                 end_key: int) -> Iterator[tuple[int, int, bool]]:
+    """(row, nodes that fit at the start, no change on the host before end_key) along the ranking, a
+    slice at a time: a lease usually needs only the first few hosts of a long ranking."""
+    i, size = 0, 128
+    while i < len(ranked):
+        rows = ranked[i:i + size]
+        fits = room[rows].astype(int).tolist()
+        quiet = (steady[rows] >= end_key).tolist() if steady is not None else [False] * len(rows)
+        yield from zip(rows, fits, quiet)
+        i += size
+        size = 1024

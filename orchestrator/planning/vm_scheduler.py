@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.model.config import SchedulingConfig
-from orchestrator.model.errors import InconsistentSchedule, NotSchedulable
+from orchestrator.model.errors import InconsistentSchedule, NotSchedulable, Unschedulable
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add
@@ -90,9 +90,9 @@ class VMScheduler:
             if found is None:
                 raise NotSchedulable("the lease does not fit even on an empty site")
         if found is None:
-            # why, for the queue's failure memo: "short" (placed, but not for long enough) is not monotone
-            raise NotSchedulable("not enough resources available now",
-                                 "short" if too_short else ("strict" if strict_end else "instant"))
+            # why, for the queue's failure memo: SHORT (placed, but not for long enough) is not monotone
+            raise NotSchedulable("not enough resources available now", Unschedulable.SHORT if too_short
+                                 else (Unschedulable.STRICT if strict_end else Unschedulable.INSTANT))
         start, mapping = found
         vm = self._vm_reservation(lease, start, mapping.end, mapping)
         if resuming:

@@ -1,0 +1,71 @@
+"""The scheduler's calls into the enactor: each `Operation` reaches the enactor method of its name, the
+scheduler sends the operation each reservation needs, and a failed one names itself in the lease's reason."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from orchestrator.model.config import SchedulingConfig
+from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.resources import Resources
+from orchestrator.model.states import LeaseState
+from orchestrator.model.timeutil import UTC
+from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
+from orchestrator.planning.lease_scheduler import LeaseScheduler
+from orchestrator.planning.slottable.table import SlotTable
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Recording(NullEnactor):
+    """Notes every operation (by the name of the method called) with its lease and reservation kind."""
+
+    def __init__(self, failing: str | None = None):
+        self.calls: list[tuple[str, int, str]] = []
+        self.failing = failing
+        for name in (op.value for op in Operation):
+            setattr(self, name, self._recorder(name))
+
+    def _recorder(self, name: str):
+        def record(lease, rr):
+            self.calls.append((name, lease.id, rr.kind.value))
+            if name == self.failing:
+                raise EnactmentError("boom")
+        return record
+
+
+def test_every_operation_is_bound_to_the_enactor_method_of_its_name():
+    enactor = Recording()
+    bound = operations_of(enactor)
+    assert set(bound) == set(Operation)
+    assert {op.value for op in Operation} == {name for name in vars(Enactor) if not name.startswith("_")}
+    for operation, method in bound.items():
+        assert method == getattr(enactor, operation.value)
+
+
+def run_one_lease(enactor: Recording) -> LeaseScheduler:
+    """One best-effort lease of 10 minutes on one host, from submission to its end."""
+    scheduler = LeaseScheduler(SlotTable({"h1": Resources.of(1, 1024)}), SchedulingConfig(), enactor)
+    request = LeaseRequest(type=LeaseType.BEST_EFFORT, nodes=(Resources.of(1, 1024),),
+                           duration=timedelta(minutes=10), submit_time=EPOCH)
+    scheduler.submit(request, EPOCH, lease_id=1)
+    scheduler.schedule(EPOCH)
+    while (t := scheduler.next_event_time()) is not None:
+        scheduler.process_events(t)
+        scheduler.schedule(t)
+    return scheduler
+
+
+def test_the_scheduler_starts_then_stops_the_vms_of_a_lease():
+    enactor = Recording()
+    scheduler = run_one_lease(enactor)
+    assert enactor.calls == [("start_vms", 1, "vm"), ("stop_vms", 1, "shutdown")]
+    assert scheduler.lease(1).state is LeaseState.DONE
+
+
+def test_a_failed_operation_fails_the_lease_with_the_operation_named_in_the_reason():
+    enactor = Recording(failing="start_vms")
+    scheduler = run_one_lease(enactor)
+    lease = scheduler.lease(1)
+    assert lease.state is LeaseState.FAILED and lease.reason == "start_vms: boom"
+    assert enactor.calls == [("start_vms", 1, "vm")]
