@@ -43,7 +43,8 @@ class IllegalTransition(LeasewiseError):
 class NotSchedulable(LeasewiseError):
     """The scheduler could not find room for a lease (the reason is the message). `kind` says why, for the
     queue's failure memo: "instant" (no room even at the start), "strict" (not for the whole interval),
-    "short" (placed, but not for long enough), or None."""
+    "short" (may be suspended, but fits neither for its whole run nor for its scheduling threshold), or
+    None."""
 
     def __init__(self, message: str, kind: str | None = None):
         super().__init__(message)

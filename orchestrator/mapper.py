@@ -4,9 +4,10 @@ Stages, as in the Kubernetes scheduler framework: *filter* (hosts where the smal
 start), *score* (the host-selection policy orders them), *reserve* (nodes assigned greedily in that
 order, packing or spreading per the policy). *Bind* is the scheduler's job: it turns the mapping into
 reservations. With `strict_end` off the mapping may end early (the latest end that fits on every host
-used), for leases that will be suspended. With preemption allowed, victim leases are added one at a
-time, the most preemptable first, until the lease fits; victims that turned out not to be needed are
-dropped again.
+used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
+`min_end` are passed over, so a placement cut too short to be worth running is not built while one that
+lasts longer exists. With preemption allowed, victim leases are added one at a time, the most
+preemptable first, until the lease fits; victims that turned out not to be needed are dropped again.
 
 Leases whose nodes are all alike (a 64-node job) on a packing policy are placed per host rather than per
 node: how many nodes a host takes comes from the host states' counts per node size, and only hosts
@@ -83,9 +84,13 @@ class Mapper:
         only_hosts: Collection[str] | None = None,
         allow_preemption: bool = False,
         lease_of: Callable[[int], Lease] | None = None,
+        min_end: datetime | None = None,
     ) -> Mapping | None:
-        """A mapping of every node of `lease` over [start, end) (or [start, earlier end) when not
-        strict), or None. `lease_of` resolves reservation lease ids, needed for preemption."""
+        """A mapping of every node of `lease` over [start, end) (or, when not strict, over [start, E)
+        with min_end <= E <= end), or None. `lease_of` resolves reservation lease ids, needed for
+        preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
+        over, as a mapping that ends sooner is of no use to the caller."""
+        floor = start if min_end is None or strict_end else max(start, min(min_end, end))
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -94,14 +99,14 @@ class Mapper:
         mapping = None
         if not strict_end and lease.request.uniform is not None and self.host_selection.packs:
             # both placements below in one walk over the hosts
-            mapping = self._place(lease, vnodes, hosts, start, end, False, (), strict_first=True)
+            mapping = self._place(lease, vnodes, hosts, start, end, False, (), strict_first=True, floor=floor)
         else:
             if not strict_end:
                 # hosts that hold the lease to its end first: a placement cut short by a later reservation
                 # costs a suspension and a resumption, and the greedy order alone does not see that
                 mapping = self._place(lease, vnodes, hosts, start, end, True, ())
             if mapping is None:
-                mapping = self._place(lease, vnodes, hosts, start, end, strict_end, ())
+                mapping = self._place(lease, vnodes, hosts, start, end, strict_end, (), floor=floor)
         if mapping is not None or not allow_preemption or lease_of is None:
             return mapping
         return self._place_with_preemption(lease, vnodes, hosts, start, end, strict_end, lease_of)
@@ -137,7 +142,10 @@ class Mapper:
 
     # -- filter, score, reserve ---------------------------------------------------------------------------
     def _place(self, lease: Lease, vnodes: list[int], hosts: list[str], start: datetime, end: datetime,
-               strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False) -> Mapping | None:
+               strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False,
+               floor: datetime | None = None) -> Mapping | None:
+        """Filter, score and reserve. Not strict: each host holds its nodes past `start` and at least
+        until `floor`."""
         table = self.table
         requests = lease.request.nodes
         alike = lease.request.uniform
@@ -179,7 +187,7 @@ class Mapper:
         end_key = time_key(end)
         if packing_alike:
             return self._pack_alike(vnodes, alike, ranked, room, names, steady, start, end, strict_end, excluding,
-                                    strict_first, potential, per_row)
+                                    strict_first, potential, per_row, floor)
         rows: dict[str, int] = {}
 
         def ranked_hosts():
@@ -223,7 +231,7 @@ class Mapper:
                 until[host] = end
             else:
                 fit_end = table.latest_fit(host, trial, start, end, excluding)
-                if fit_end is None or fit_end <= start:
+                if fit_end is None or fit_end <= start or (floor is not None and fit_end < floor):
                     return False
                 until[host] = fit_end
             held[host] = trial
@@ -270,14 +278,21 @@ class Mapper:
     def _pack_alike(self, vnodes: list[int], node: Resources, ranked: list[int], room: np.ndarray,
                     names: list[str], steady: np.ndarray | None, start: datetime, end: datetime,
                     strict_end: bool, excluding: Collection[Reservation], strict_first: bool = False,
-                    potential: int | None = None, per_row: list[int] | None = None) -> Mapping | None:
+                    potential: int | None = None, per_row: list[int] | None = None,
+                    floor: datetime | None = None) -> Mapping | None:
         """`_place` for nodes all alike on a packing policy: how many a host takes is worked out once per
         host (the most that fit at the start instant, then checked along its timeline) instead of one
         trial per node; the answer is the one node-by-node packing gives, since fitting is monotone in
         the number of nodes. With `strict_first` (a placement that may end early, but one that holds to
         the end is preferred) both packings are built in one walk over the hosts, sharing the timeline
-        walks: the strict one if it places every node, else the other."""
+        walks: the strict one if it places every node, else the other (each host holding its nodes at
+        least until `floor`)."""
         table = self.table
+        floor = start if floor is None else floor
+
+        def too_soon(fit_end: datetime | None) -> bool:
+            return fit_end is None or fit_end <= start or fit_end < floor
+
         start_key, end_key = None, time_key(end)
         n = len(vnodes)
         strict = strict_end or strict_first
@@ -321,10 +336,10 @@ class Mapper:
                     fit_end = end
                 else:
                     fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
-                    while (fit_end is None or fit_end <= start) and take > 1:
+                    while too_soon(fit_end) and take > 1:
                         take -= 1
                         fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
-                    if fit_end is None or fit_end <= start:
+                    if too_soon(fit_end):
                         take = 0
                 loose_take = take
                 if take:
@@ -336,7 +351,7 @@ class Mapper:
                 take = min(k, n - held_count)
                 if steady_row:
                     pass
-                elif loose_take == 0:      # not even one node fits at the start
+                elif loose_take == 0:      # not even one node fits until the floor (<= end)
                     take = 0
                 elif loose_take == take:   # the walk above says whether it holds to the end
                     if fit_end < end:
