@@ -283,10 +283,10 @@ def test_a_short_lease_backfills_past_larger_ones_that_cannot_start():
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("suspension", ["all", "none"])
+@pytest.mark.parametrize("suspension", ["all", "serial", "none"])
 def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     """The memo only skips attempts that would fail: with it switched off, every lease gets the same
-    plan (random mixed workloads, with early ends, suspension on and off)."""
+    plan (random mixed workloads, with early ends, suspension on, for one-node leases only, and off)."""
     from orchestrator.config import Config, SchedulingConfig, SimulationConfig
     from orchestrator.resources import Resources
     from orchestrator.scheduler import lease_scheduler

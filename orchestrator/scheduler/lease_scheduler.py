@@ -213,7 +213,6 @@ class LeaseScheduler:
             try:
                 self._schedule_lease(lease, nexttime, now)
                 full = None
-                memo.table_changed()
             except NotSchedulable as exc:
                 kept.append(lease)
                 memo.record(lease, exc.kind)
@@ -828,18 +827,16 @@ class _FailureMemo:
     Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
     and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
     size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
-    ("instant"), no larger lease does, whatever its duration. A lease placed only for too short a run
-    ("short": its mapping ends at E, before t+d, and E-t is under its threshold) rules out n' >= n nodes
-    of the *same* size with d' >= d: the mapper walks the same hosts in the same order for them and puts
-    at least as much on each, so their mapping ends at or before E, while their threshold (the time to
-    suspend their nodes) is at least as long; this holds only while the table is as it was (placing
-    another lease changes the order of the hosts), so those entries go when a lease is placed. (Other
-    sizes may rank the hosts differently.)
+    ("instant"), no larger lease does, whatever its duration. A lease that may be suspended fails
+    ("short") when it fits neither for its whole run nor for its scheduling threshold: the mapper is told
+    that threshold and, for alike nodes, finds a placement lasting that long whenever one exists, so this
+    too says that no such placement exists, over [t, t+min(d, threshold)); a larger lease has a
+    threshold at least as long (its suspension takes longer), so it is ruled out like a "strict" one.
+    Placing a lease during the pass only adds usage, so every entry holds until the pass ends.
     """
 
     def __init__(self):
-        self._failed: dict[Resources, list[tuple[int, object, str]]] = {}
-        self._short: dict[Resources, list[tuple[int, object]]] = {}
+        self._failed: dict[Resources, list[tuple[int, object, bool]]] = {}
 
     @staticmethod
     def _shape(lease: Lease):
@@ -853,33 +850,24 @@ class _FailureMemo:
         if shape is None or kind not in ("strict", "instant", "short"):
             return
         n, r, d = shape
-        if kind == "short":
-            shorts = self._short.setdefault(r, [])
-            shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
-            shorts.append((n, d))
-            return
+        instant = kind == "instant"
         entries = self._failed.setdefault(r, [])
         # keep only the smallest failures: an entry the new one rules out is redundant
-        entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
-                      if not (fn >= n and (kind == "instant" or (fk == "strict" and fd >= d)))]
-        entries.append((n, d, kind))
-
-    def table_changed(self) -> None:
-        self._short.clear()
+        entries[:] = [(fn, fd, fi) for fn, fd, fi in entries
+                      if not (fn >= n and (instant or (not fi and fd >= d)))]
+        entries.append((n, d, instant))
 
     def rules_out(self, lease: Lease) -> bool:
-        if not self._failed and not self._short:
+        if not self._failed:
             return False
         shape = self._shape(lease)
         if shape is None:
             return False
         n, r, d = shape
-        if any(n >= fn and d >= fd for fn, fd in self._short.get(r, ())):
-            return True
         for fr, entries in self._failed.items():
             if fr != r and not all(a >= b for a, b in zip(r, fr)):
                 continue
-            for fn, fd, kind in entries:
-                if n >= fn and (kind == "instant" or d >= fd):
+            for fn, fd, instant in entries:
+                if n >= fn and (instant or d >= fd):
                     return True
         return False
