@@ -247,6 +247,7 @@ class LeaseScheduler:
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
         vm = placement.vm
+        continuation = self._evacuation_instead_of_suspension(lease, vm, nexttime)
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
         for victim in placement.victims:
@@ -255,9 +256,12 @@ class LeaseScheduler:
         for rr in vm.pre + vm.post:
             rr.vm = vm
         lease.reservations.append(vm)
+        if continuation is not None:
+            lease.reservations.append(continuation)
         self._set_premature_end(lease)
-        for rr in vm.all_parts():
-            self._commit(rr)
+        for planned in lease.open_vms():
+            for rr in planned.all_parts():
+                self._commit(rr)
         needed = set(vm.resources)
         for victim in placement.victims:
             self._preempt(victim, vm.start, needed, now)
@@ -268,6 +272,28 @@ class LeaseScheduler:
         else:
             lease.set_state(S.SCHEDULED, now)
         log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+
+    def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
+                                          nexttime: datetime) -> Reservation | None:
+        """With `migrate-first`, a placement that must leave some of its hosts before the lease is done
+        (`vm` planned to be suspended there) moves those VMs live to hosts free until its end instead,
+        when the pre-copy model says the move fits in time: `vm` is cut at the switch-over, and the
+        continuation (its live migration before it, its shutdown after) is returned. None otherwise, and
+        `vm` keeps its suspension."""
+        if self.config.preemption_mode != "migrate-first" or not vm.is_suspending:
+            return None
+        needed_by = vm.final_end
+        end = vm.start + lease.remaining + self.vm.overheads.shutdown_time(lease)
+        avoid = {host for host, amount in vm.resources.items()
+                 if not self.table.fits(host, amount, needed_by, end)}
+        # (the planner changes `vm` only when it finds an evacuation)
+        evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime) if avoid else None
+        if evacuation is None:
+            return None
+        log.info("lease %s: live migration %s-%s planned instead of a suspension", lease.id,
+                 evacuation.migration.start, evacuation.migration.end)
+        self.vm.plan_shutdown(lease, evacuation.continuation)
+        return evacuation.continuation
 
     def _set_premature_end(self, lease: Lease) -> None:
         """Simulation: mark where the lease really ends inside its open VM reservations (the run time
@@ -306,7 +332,18 @@ class LeaseScheduler:
         vm = lease.last_vm
         if vm is None:
             raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
-        if self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm:
+        vms = lease.open_vms()
+        forgotten = len(vms) == 2 and vms[1].pre[0].state is ReservationState.SCHEDULED and vms[1].start >= at
+        if forgotten:
+            # needed before a planned live migration would have switched over: the lease stays where it
+            # is and is suspended there, as planned before the live migration was, when that still
+            # fits; else it gives way from those hosts (it may hold them until the switch-over only,
+            # so no second evacuation); a continuation that has begun by then is suspended itself below
+            if self._stay_and_suspend(lease, now):
+                return
+            vm = vms[0]
+        if (self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm
+                and not forgotten):
             evacuation = self.evacuation.plan(lease, vm, at, needed, now + self.config.non_schedulable_interval)
             if evacuation is not None:
                 log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
@@ -392,9 +429,10 @@ class LeaseScheduler:
         nexttime = self.nexttime(now)
         future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
         for lease in future:
-            vm = lease.last_vm
-            if vm is None or any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts()):
+            vms = lease.open_vms()   # (two when a live migration is planned after the start)
+            if not vms or any(rr.state is not ReservationState.SCHEDULED for vm in vms for rr in vm.all_parts()):
                 continue
+            vm = vms[0]
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
                 continue
             if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
@@ -598,9 +636,17 @@ class LeaseScheduler:
             raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
                                        f"of an evacuation")
         self.counters["failed_migrations"] += 1
-        vm = vms[0]
-        needed_by = parse_time(migration.extra["needed_by"], "needed_by")
         self._unplan(lease)
+        if not self._stay_and_suspend(lease, now):
+            self._requeue(lease, now)
+
+    def _stay_and_suspend(self, lease: Lease, now: datetime) -> bool:
+        """Drop the lease's evacuation (its plan out of the table, the live migration not begun) and plan
+        its VMs to be suspended on the hosts they are on, by the time those hosts are needed. True when
+        that plan fits and is back in the table; else the first VM reservation is left without its
+        post-overheads, for the caller to re-plan."""
+        vm, continuation = lease.open_vms()
+        needed_by = parse_time(continuation.pre[0].extra["needed_by"], "needed_by")
         lease.reservations.remove(continuation)
         vm.end = max(vm.end, needed_by)
         vm.post = []
@@ -609,8 +655,8 @@ class LeaseScheduler:
             if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
                    for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
                 self._replan(lease)
-                return
-        self._requeue(lease, now)
+                return True
+        return False
 
     def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
         vm = lease.last_vm
