@@ -286,8 +286,12 @@ class LeaseScheduler:
         end = vm.start + lease.remaining + self.vm.overheads.shutdown_time(lease)
         avoid = {host for host, amount in vm.resources.items()
                  if not self.table.fits(host, amount, needed_by, end)}
+        node = lease.request.uniform
+        if not avoid or (node is not None and self.table.room_total(node, needed_by)
+                         < sum(host in avoid for host in vm.nodes.values())):
+            return None   # (a lookup first: usually the site has no room then for the VMs that must move)
         # (the planner changes `vm` only when it finds an evacuation)
-        evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime) if avoid else None
+        evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime)
         if evacuation is None:
             return None
         log.info("lease %s: live migration %s-%s planned instead of a suspension", lease.id,
