@@ -5,7 +5,6 @@ and registers itself on that app when imported, which is all this package does: 
 `main` (the console script) and `app` (for typer's test runner) have every command.
 """
 
-from orchestrator.cli.app import app, main
 from orchestrator.cli import (  # noqa: F401  (each module adds its commands to `app`)
     calibrate,
     hosts,
@@ -16,5 +15,6 @@ from orchestrator.cli import (  # noqa: F401  (each module adds its commands to 
     run,
     simulate,
 )
+from orchestrator.cli.app import app, main
 
 __all__ = ["app", "main"]

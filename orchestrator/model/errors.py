@@ -47,7 +47,7 @@ class Unschedulable(enum.Enum):
 
     INSTANT = "instant"   # no room even at the start instant
     STRICT = "strict"     # room at the start, but not over the whole interval
-    SHORT = "short"       # placed, but only for too short a run to be worth starting
+    SHORT = "short"       # may be suspended, but fits neither for its whole run nor for its threshold
 
 
 class NotSchedulable(LeasewiseError):

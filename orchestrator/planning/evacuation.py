@@ -1,7 +1,9 @@
 """Evacuation: moving a running lease's VMs live to other hosts, planned like any other overhead.
 
 When an advance reservation (or a drain) needs hosts that running VMs hold, the lease scheduler first
-asks for an evacuation; only when there is none does it suspend (or requeue) the lease. For a lease whose
+asks for an evacuation; only when there is none does it suspend (or requeue) the lease. A best-effort
+lease placed on hosts it must leave before it is done is planned the same way before it starts: an
+evacuation instead of the suspension, when there is one. For a lease whose
 VM reservation V runs on hosts that must be free by `needed_by`, the plan is:
 
     V             [V.start, m_end)   cut where the last moving VM switches over (the VMs run there until then)
@@ -81,10 +83,10 @@ class EvacuationPlanner:
 
     def plan(self, lease: Lease, vm: Reservation, needed_by: datetime, avoid: set[str],
              now: datetime) -> Evacuation | None:
-        """Move the VMs of `vm` that sit on `avoid` hosts elsewhere, done `live_migration_margin` before
-        `needed_by`. `vm` and the rest of the lease's plan must be out of the slot table; nothing is
-        committed here. None when there is no such evacuation."""
-        if vm.state is not ReservationState.ACTIVE:
+        """Move the VMs of `vm` (running, or planned and not started) that sit on `avoid` hosts elsewhere,
+        done `live_migration_margin` before `needed_by`. `vm` and the rest of the lease's plan must be out
+        of the slot table; nothing is committed here. None when there is no such evacuation."""
+        if vm.state is ReservationState.DONE:
             return None
         if any(not self.table.fits(host, amount, max(vm.start, now), needed_by)
                for host, amount in vm.resources.items()):

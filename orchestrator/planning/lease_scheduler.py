@@ -39,7 +39,13 @@ from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
-from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
+from orchestrator.planning.enactment import (
+    EnactmentError,
+    Enactor,
+    NullEnactor,
+    Operation,
+    operations_of,
+)
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
@@ -222,7 +228,6 @@ class LeaseScheduler:
             try:
                 self._schedule_lease(lease, nexttime, now)
                 full = None
-                memo.table_changed()
             except NotSchedulable as exc:
                 kept.append(lease)
                 memo.record(lease, exc.kind)
@@ -257,6 +262,7 @@ class LeaseScheduler:
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
         vm = placement.vm
+        continuation = self._evacuation_instead_of_suspension(lease, vm, nexttime)
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
         for victim in placement.victims:
@@ -265,9 +271,12 @@ class LeaseScheduler:
         for rr in vm.pre + vm.post:
             rr.vm = vm
         lease.reservations.append(vm)
+        if continuation is not None:
+            lease.reservations.append(continuation)
         self._set_premature_end(lease)
-        for rr in vm.all_parts():
-            self._commit(rr)
+        for planned in lease.open_vms():
+            for rr in planned.all_parts():
+                self._commit(rr)
         needed = set(vm.resources)
         for victim in placement.victims:
             self._preempt(victim, vm.start, needed, now)
@@ -278,6 +287,32 @@ class LeaseScheduler:
         else:
             lease.set_state(S.SCHEDULED, now)
         log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+
+    def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
+                                          nexttime: datetime) -> Reservation | None:
+        """With `migrate-first`, a placement that must leave some of its hosts before the lease is done
+        (`vm` planned to be suspended there) moves those VMs live to hosts free until its end instead,
+        when the pre-copy model says the move fits in time: `vm` is cut at the switch-over, and the
+        continuation (its live migration before it, its shutdown after) is returned. None otherwise, and
+        `vm` keeps its suspension."""
+        if self.config.preemption_mode != "migrate-first" or not vm.is_suspending:
+            return None
+        needed_by = vm.final_end
+        end = vm.start + lease.remaining + self.vm.overheads.shutdown_time(lease)
+        avoid = {host for host, amount in vm.resources.items()
+                 if not self.table.fits(host, amount, needed_by, end)}
+        node = lease.request.uniform
+        if not avoid or (node is not None and self.table.room_total(node, needed_by)
+                         < sum(host in avoid for host in vm.nodes.values())):
+            return None   # (a lookup first: usually the site has no room then for the VMs that must move)
+        # (the planner changes `vm` only when it finds an evacuation)
+        evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime)
+        if evacuation is None:
+            return None
+        log.info("lease %s: live migration %s-%s planned instead of a suspension", lease.id,
+                 evacuation.migration.start, evacuation.migration.end)
+        self.vm.plan_shutdown(lease, evacuation.continuation)
+        return evacuation.continuation
 
     def _set_premature_end(self, lease: Lease) -> None:
         """Simulation: mark where the lease really ends inside its open VM reservations (the run time
@@ -316,7 +351,18 @@ class LeaseScheduler:
         vm = lease.last_vm
         if vm is None:
             raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
-        if self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm:
+        vms = lease.open_vms()
+        forgotten = len(vms) == 2 and vms[1].pre[0].state is ReservationState.SCHEDULED and vms[1].start >= at
+        if forgotten:
+            # needed before a planned live migration would have switched over: the lease stays where it
+            # is and is suspended there, as planned before the live migration was, when that still
+            # fits; else it gives way from those hosts (it may hold them until the switch-over only,
+            # so no second evacuation); a continuation that has begun by then is suspended itself below
+            if self._stay_and_suspend(lease, now):
+                return
+            vm = vms[0]
+        if (self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm
+                and not forgotten):
             evacuation = self.evacuation.plan(lease, vm, at, needed, now + self.config.non_schedulable_interval)
             if evacuation is not None:
                 log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
@@ -402,9 +448,10 @@ class LeaseScheduler:
         nexttime = self.nexttime(now)
         future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
         for lease in future:
-            vm = lease.last_vm
-            if vm is None or any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts()):
+            vms = lease.open_vms()   # (two when a live migration is planned after the start)
+            if not vms or any(rr.state is not ReservationState.SCHEDULED for vm in vms for rr in vm.all_parts()):
                 continue
+            vm = vms[0]
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
                 continue
             if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
@@ -608,9 +655,17 @@ class LeaseScheduler:
             raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
                                        f"of an evacuation")
         self.counters["failed_migrations"] += 1
-        vm = vms[0]
-        needed_by = parse_time(migration.extra["needed_by"], "needed_by")
         self._unplan(lease)
+        if not self._stay_and_suspend(lease, now):
+            self._requeue(lease, now)
+
+    def _stay_and_suspend(self, lease: Lease, now: datetime) -> bool:
+        """Drop the lease's evacuation (its plan out of the table, the live migration not begun) and plan
+        its VMs to be suspended on the hosts they are on, by the time those hosts are needed. True when
+        that plan fits and is back in the table; else the first VM reservation is left without its
+        post-overheads, for the caller to re-plan."""
+        vm, continuation = lease.open_vms()
+        needed_by = parse_time(continuation.pre[0].extra["needed_by"], "needed_by")
         lease.reservations.remove(continuation)
         vm.end = max(vm.end, needed_by)
         vm.post = []
@@ -619,8 +674,8 @@ class LeaseScheduler:
             if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
                    for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
                 self._replan(lease)
-                return
-        self._requeue(lease, now)
+                return True
+        return False
 
     def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
         vm = lease.last_vm
@@ -837,18 +892,16 @@ class _FailureMemo:
     Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
     and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
     size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
-    ("instant"), no larger lease does, whatever its duration. A lease placed only for too short a run
-    ("short": its mapping ends at E, before t+d, and E-t is under its threshold) rules out n' >= n nodes
-    of the *same* size with d' >= d: the mapper walks the same hosts in the same order for them and puts
-    at least as much on each, so their mapping ends at or before E, while their threshold (the time to
-    suspend their nodes) is at least as long; this holds only while the table is as it was (placing
-    another lease changes the order of the hosts), so those entries go when a lease is placed. (Other
-    sizes may rank the hosts differently.)
+    ("instant"), no larger lease does, whatever its duration. A lease that may be suspended fails
+    ("short") when it fits neither for its whole run nor for its scheduling threshold: the mapper is told
+    that threshold and, for alike nodes, finds a placement lasting that long whenever one exists, so this
+    too says that no such placement exists, over [t, t+min(d, threshold)); a larger lease has a
+    threshold at least as long (its suspension takes longer), so it is ruled out like a "strict" one.
+    Placing a lease during the pass only adds usage, so every entry holds until the pass ends.
     """
 
     def __init__(self):
         self._failed: dict[Resources, list[tuple[int, object, Unschedulable]]] = {}
-        self._short: dict[Resources, list[tuple[int, object]]] = {}
 
     @staticmethod
     def _shape(lease: Lease):
@@ -862,29 +915,20 @@ class _FailureMemo:
         if shape is None or kind is None:
             return
         n, r, d = shape
-        if kind is Unschedulable.SHORT:
-            shorts = self._short.setdefault(r, [])
-            shorts[:] = [(fn, fd) for fn, fd in shorts if not (fn >= n and fd >= d)]
-            shorts.append((n, d))
-            return
         entries = self._failed.setdefault(r, [])
         # keep only the smallest failures: an entry the new one rules out is redundant
         entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
-                      if not (fn >= n and (kind is Unschedulable.INSTANT or (fk is Unschedulable.STRICT and fd >= d)))]
+                      if not (fn >= n and (kind is Unschedulable.INSTANT
+                                           or (fk is not Unschedulable.INSTANT and fd >= d)))]
         entries.append((n, d, kind))
 
-    def table_changed(self) -> None:
-        self._short.clear()
-
     def rules_out(self, lease: Lease) -> bool:
-        if not self._failed and not self._short:
+        if not self._failed:
             return False
         shape = self._shape(lease)
         if shape is None:
             return False
         n, r, d = shape
-        if any(n >= fn and d >= fd for fn, fd in self._short.get(r, ())):
-            return True
         for fr, entries in self._failed.items():
             if fr != r and not all(a >= b for a, b in zip(r, fr)):
                 continue

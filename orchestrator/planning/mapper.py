@@ -4,9 +4,10 @@ Stages, as in the Kubernetes scheduler framework: *filter* (hosts where the smal
 start), *score* (the host-selection policy orders them), *reserve* (nodes assigned greedily in that
 order, packing or spreading per the policy). *Bind* is the scheduler's job: it turns the mapping into
 reservations. With `strict_end` off the mapping may end early (the latest end that fits on every host
-used), for leases that will be suspended. With preemption allowed, victim leases are added one at a
-time, the most preemptable first, until the lease fits; victims that turned out not to be needed are
-dropped again.
+used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
+`min_end` are passed over, so a placement cut too short to be worth running is not built while one that
+lasts longer exists. With preemption allowed, victim leases are added one at a time, the most
+preemptable first, until the lease fits; victims that turned out not to be needed are dropped again.
 
 One placement is an `_Ask` (what to place, where, when, on which terms). `Mapper._place` reads the hosts
 at the start (`_HostsAtStart`), filters and scores them (`Mapper._rank`), then hands the ranking to one
@@ -72,6 +73,8 @@ class _Ask(NamedTuple):
     strict_end: bool
     excluding: Collection[Reservation] = ()
     strict_first: bool = False
+    #: not strict: each host used holds its nodes at least until then (None: past the start is enough)
+    floor: datetime | None = None
 
 
 class _HostsAtStart(NamedTuple):
@@ -107,9 +110,13 @@ class Mapper:
         only_hosts: Collection[str] | None = None,
         allow_preemption: bool = False,
         lease_of: Callable[[int], Lease] | None = None,
+        min_end: datetime | None = None,
     ) -> Mapping | None:
-        """A mapping of every node of `lease` over [start, end) (or [start, earlier end) when not
-        strict), or None. `lease_of` resolves reservation lease ids, needed for preemption."""
+        """A mapping of every node of `lease` over [start, end) (or, when not strict, over [start, E)
+        with min_end <= E <= end), or None. `lease_of` resolves reservation lease ids, needed for
+        preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
+        over, as a mapping that ends sooner is of no use to the caller."""
+        floor = None if min_end is None or strict_end else max(start, min(min_end, end))
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -118,14 +125,15 @@ class Mapper:
         mapping = None
         if not strict_end and lease.request.uniform is not None and self.host_selection.packs:
             # both placements below in one walk over the hosts
-            mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end=False, strict_first=True))
+            mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end=False, strict_first=True,
+                                        floor=floor))
         else:
             if not strict_end:
                 # hosts that hold the lease to its end first: a placement cut short by a later reservation
                 # costs a suspension and a resumption, and the greedy order alone does not see that
                 mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end=True))
             if mapping is None:
-                mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end))
+                mapping = self._place(_Ask(lease, vnodes, hosts, start, end, strict_end, floor=floor))
         if mapping is not None or not allow_preemption or lease_of is None:
             return mapping
         return self._place_with_preemption(_Ask(lease, vnodes, hosts, start, end, strict_end), lease_of)
@@ -298,12 +306,13 @@ class _NodeByNode:
     as long as it fits. A packing policy fills a host before the next; a spreading one gives each host
     one node per round."""
 
-    __slots__ = ("table", "start", "end", "strict_end", "excluding", "requests", "alike", "names", "used",
-                 "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until")
+    __slots__ = ("table", "start", "end", "strict_end", "excluding", "floor", "requests", "alike", "names",
+                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until")
 
     def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None):
         self.table = table
         self.start, self.end, self.strict_end, self.excluding = ask.start, ask.end, ask.strict_end, ask.excluding
+        self.floor = ask.start if ask.floor is None else ask.floor
         self.requests = ask.lease.request.nodes
         self.alike = ask.lease.request.uniform is not None
         self.names, self.used, self.cap = hosts.names, hosts.used, hosts.cap
@@ -385,7 +394,7 @@ class _NodeByNode:
             self.until[host] = self.end
         else:
             fit_end = self.table.latest_fit(host, trial, self.start, self.end, self.excluding)
-            if fit_end is None or fit_end <= self.start:
+            if fit_end is None or fit_end <= self.start or fit_end < self.floor:
                 return False
             self.until[host] = fit_end
         self.held[host] = trial
@@ -462,6 +471,7 @@ class _AlikePacking:
         (One loop, written out: it runs once per host.)"""
         ask, names, node, table = self.ask, hosts.names, self.node, self.table
         n, start, end, excluding, end_key = len(ask.vnodes), ask.start, ask.end, ask.excluding, self.end_key
+        floor = start if ask.floor is None else ask.floor   # each host holds its nodes at least until then
         strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
         loose = not ask.strict_end                     # building the one that may end early
         early = list(held)
@@ -479,10 +489,10 @@ class _AlikePacking:
                     fit_end = end
                 else:
                     fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
-                    while (fit_end is None or fit_end <= start) and take > 1:
+                    while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
                         take -= 1
                         fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
-                    if fit_end is None or fit_end <= start:
+                    if fit_end is None or fit_end <= start or fit_end < floor:
                         take = 0
                 early_take = take
                 if take:
@@ -495,7 +505,7 @@ class _AlikePacking:
                 take = min(k, n - held_count)
                 if steady_row:
                     pass
-                elif early_take == 0:       # not even one node fits at the start
+                elif early_take == 0:       # not even one node fits until the floor (<= end)
                     take = 0
                 elif early_take == take:    # the early packing's walk says whether they hold to the end
                     if fit_end < end:

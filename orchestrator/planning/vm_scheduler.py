@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from orchestrator.model.config import SchedulingConfig
-from orchestrator.model.errors import InconsistentSchedule, NotSchedulable, Unschedulable
+from orchestrator.model.errors import (
+    InconsistentSchedule,
+    NotSchedulable,
+    Unschedulable,
+)
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add
@@ -90,7 +94,7 @@ class VMScheduler:
             if found is None:
                 raise NotSchedulable("the lease does not fit even on an empty site")
         if found is None:
-            # why, for the queue's failure memo: SHORT (placed, but not for long enough) is not monotone
+            # why, for the queue's failure memo (SHORT: room at the instant, but for too short a run)
             raise NotSchedulable("not enough resources available now", Unschedulable.SHORT if too_short
                                  else (Unschedulable.STRICT if strict_end else Unschedulable.INSTANT))
         start, mapping = found
@@ -124,8 +128,13 @@ class VMScheduler:
 
     def _fit_at(self, lease: Lease, points: Iterable[datetime], duration, min_duration, strict_end: bool,
                 only_hosts) -> tuple[tuple[datetime, Mapping] | None, bool]:
-        """The first point at which the lease maps for its duration (or at least `min_duration` when it
-        may be suspended), and whether some mapping was refused only for being too short."""
+        """The first point at which the lease maps for its duration or, when it may be suspended, for at
+        least `min_duration` (the rest then runs after a resumption); and whether some point had room at
+        its instant but no mapping that lasts long enough.
+
+        The mapper is told the shortest run worth having: the hosts first in its order may be free only
+        briefly while others are free for long, and a placement on the former, refused as too short,
+        must not hide one on the latter."""
         too_short = False
         could_fit_at = self.mapper.could_fit_at
         for start in points:
@@ -133,11 +142,10 @@ class VMScheduler:
             # a vectorised look at every host at the start instant first: most points fail here
             if not could_fit_at(lease, start, only_hosts):
                 continue
-            mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts)
-            if mapping is None:
-                continue
-            if mapping.end < end and mapping.end - start < min_duration:
-                too_short = True
+            mapping = self.mapper.map(lease, start, end, strict_end=strict_end, only_hosts=only_hosts,
+                                      min_end=None if strict_end else start + min_duration)
+            if mapping is None or (mapping.end < end and mapping.end - start < min_duration):
+                too_short = too_short or not strict_end
                 continue
             return (start, mapping), too_short
         return None, too_short

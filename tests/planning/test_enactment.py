@@ -10,7 +10,13 @@ from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.enactment import EnactmentError, Enactor, NullEnactor, Operation, operations_of
+from orchestrator.planning.enactment import (
+    EnactmentError,
+    Enactor,
+    NullEnactor,
+    Operation,
+    operations_of,
+)
 from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 

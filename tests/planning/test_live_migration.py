@@ -129,6 +129,46 @@ def test_a_second_reservation_on_the_new_host_suspends_the_continuation():
     assert lease(result, 1)["state"] == "done"
 
 
+def _moves_later():
+    """host2 (2 CPUs) has one CPU free from 13:00 until AR 1 takes all of it at 13:30; host1 is busy
+    until 13:20 (AR 3), then free. Lease 4 (1 h) cannot run to its end anywhere at 13:00."""
+    hosts = [("host1", Resources.of(1, 1024)), ("host2", Resources.of(2, 2048))]
+    requests = [ar("13:00", "13:30", 60, cpus=2, memory=2048), ar("13:00", "13:00", 20),
+                ar("13:00", "13:00", 20), be("13:00", 60)]
+    return hosts, requests
+
+
+def test_a_best_effort_lease_that_must_leave_its_host_is_planned_to_move_live():
+    """Lease 4 starts at once on host2; with migrate-first it is planned from the start to move live
+    to host1 (1024 MiB: 82 s) before AR 1 needs host2, instead of being suspended there."""
+    hosts, requests = _moves_later()
+    live = simulate(hosts, requests, preemption_mode="migrate-first")
+    assert plan(live, 4) == [
+        ("vm", "13:00:00", "13:29:30", ["host2"]),
+        ("live-migrate", "13:28:08", "13:29:30", [H1, "host2"]),
+        ("vm", "13:29:30", "14:00:00", [H1]),
+        ("shutdown", "14:00:00", "14:00:00", [H1]),
+    ]
+    assert live.metrics["migrations"] == 1 and live.metrics["suspensions"] == 0
+    cold = simulate(hosts, requests, preemption_mode="suspend-only")
+    assert plan(cold, 4)[:3] == [("vm", "13:00:00", "13:29:28", ["host2"]),
+                                 ("suspend", "13:29:28", "13:30:00", ["host2"]),
+                                 ("migrate", "13:30:00", "13:31:22", [H1, "host2"])]
+    assert lease(cold, 4)["end"] == "2026-01-01T14:02:26Z"
+
+
+def test_a_planned_live_migration_whose_destination_is_taken_falls_back_to_the_suspension():
+    """At 13:10 AR 5 wants host1 from 13:25, before lease 4 would have switched over to it: the live
+    migration is given up and lease 4 is suspended on host2 by 13:30, as without it (not killed)."""
+    hosts, requests = _moves_later()
+    result = simulate(hosts, requests + [ar("13:10", "13:25", 30)], preemption_mode="migrate-first")
+    assert plan(result, 5)[0] == ("vm", "13:25:00", "13:55:00", [H1])
+    assert plan(result, 4)[:2] == [("vm", "13:00:00", "13:29:28", ["host2"]),
+                                   ("suspend", "13:29:28", "13:30:00", ["host2"])]
+    assert lease(result, 4)["end"] == "2026-01-01T14:26:04Z"
+    assert result.metrics["requeues"] == 0 and result.metrics["migrations"] == 0
+
+
 class FailingMigrations(NullEnactor):
     def live_migrate(self, lease, rr):
         raise EnactmentError("migrate lw-1-0 on host1: connection refused")

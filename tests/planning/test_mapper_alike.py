@@ -4,8 +4,9 @@ For a lease whose nodes are all alike on a packing policy the mapper works out h
 takes (from the host states, one timeline walk per host, strict and early-ending packings in one walk,
 the ranking read a slice at a time). The reference here is the definition: hosts in the policy's order
 (those with room for one node at the start), one node at a time while it fits, over the interval
-(strict) or from the start (not strict, the mapping ending at the earliest end of the hosts used), and
-a non-strict request first tries the strict packing. Same nodes on the same hosts, same end.
+(strict) or from the start (not strict, the mapping ending at the earliest end of the hosts used, a host
+taking a node only if it holds it until the caller's shortest end), and a non-strict request first tries
+the strict packing. Same nodes on the same hosts, same end.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def alike_lease(node: Resources, count: int, duration: float) -> Lease:
 
 
 def reference(table: SlotTable, policy: str, node: Resources, count: int, start: datetime, end: datetime,
-              strict: bool) -> Mapping | None:
+              strict: bool, floor: datetime | None = None) -> Mapping | None:
     """Node by node, hosts in the policy's order: the greedy packing the mapper must reproduce."""
+    floor = start if floor is None else max(start, min(floor, end))
     order = HOST_SELECTION.create(policy).order(table, table.hosts, start)
     nodes: dict[int, str] = {}
     until = end
@@ -54,7 +56,7 @@ def reference(table: SlotTable, policy: str, node: Resources, count: int, start:
                 host_end = end
             else:
                 fit_end = table.latest_fit(host, trial, start, end)
-                if fit_end is None or fit_end <= start:
+                if fit_end is None or fit_end <= start or fit_end < floor:
                     break
                 host_end = fit_end
             k += 1
@@ -66,11 +68,11 @@ def reference(table: SlotTable, policy: str, node: Resources, count: int, start:
     return None
 
 
-def expected(table, policy, node, count, start, end, strict_end):
+def expected(table, policy, node, count, start, end, strict_end, floor=None):
     if strict_end:
         return reference(table, policy, node, count, start, end, True)
     return (reference(table, policy, node, count, start, end, True)
-            or reference(table, policy, node, count, start, end, False))
+            or reference(table, policy, node, count, start, end, False, floor))
 
 
 def same(got: Mapping | None, want: Mapping | None) -> bool:
@@ -100,16 +102,17 @@ def tables(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables(), policy=st.sampled_from(("greedy", "pack")), node=st.sampled_from(NODES),
        count=st.integers(1, 10), start=st.integers(0, 240), duration=st.integers(1, 180),
-       strict_end=st.booleans(), present=st.booleans())
+       strict_end=st.booleans(), present=st.booleans(), shortest=st.one_of(st.none(), st.integers(0, 200)))
 def test_alike_nodes_packed_as_node_by_node_greedy(table, policy, node, count, start, duration, strict_end,
-                                                    present):
+                                                    present, shortest):
     if present:
         table.present = T(start)   # (the host states the scheduler keeps at its present time)
     m = Mapper(table, HOST_SELECTION.create(policy), PREEMPTION.create("no-preemption"))
     lease = alike_lease(node, count, duration)
     begin, end = T(start), T(start + duration)
-    got = m.map(lease, begin, end, strict_end=strict_end)
-    want = expected(table, policy, node, count, begin, end, strict_end)
+    min_end = None if shortest is None else T(start + shortest)
+    got = m.map(lease, begin, end, strict_end=strict_end, min_end=min_end)
+    want = expected(table, policy, node, count, begin, end, strict_end, min_end)
     assert same(got, want), (got, want)
     if got is not None:   # and the plan stays within every host's capacity
         table.add(Reservation(lease.id, ReservationKind.VM, begin, got.end, got.per_host(lease)))

@@ -102,6 +102,31 @@ def test_slot_shorter_than_threshold_is_not_used():
     assert plan(result, 2) == [("vm", "14:01:00", "14:31:00", [H1]), ("shutdown", "14:31:00", "14:31:00", [H1])]
 
 
+@pytest.mark.parametrize("preemption_mode", ["suspend-only", "migrate-first"])
+def test_best_effort_starts_on_hosts_free_long_enough_then_suspends(preemption_mode):
+    """The reference scheduler's own case. AR 1 needs two hosts from 13:01:30, AR 2 two others from
+    13:30. Lease 3 (2 nodes, 1 h) cannot run on AR 1's hosts (90 s is under its threshold) but can on AR
+    2's until 13:30: it starts at once, is suspended for AR 2, its images move to AR 1's hosts and it
+    resumes there when AR 1 ends. (It once waited until 14:01:30: the mapper offered only AR 1's hosts,
+    first in its order, and the start was refused as too short.) With migrate-first nothing changes: at
+    13:29 no host is free to live-migrate to."""
+    result = simulate(site(4), [ar("13:00", "13:01:30", 60, nodes=2), ar("13:00", "13:30", 60, nodes=2),
+                                be("13:00", 60, nodes=2)], preemption_mode=preemption_mode)
+    assert plan(result, 1)[0] == ("vm", "13:01:30", "14:01:30", [H1, H2])
+    assert plan(result, 2)[0] == ("vm", "13:30:00", "14:30:00", [H3, H4])
+    assert plan(result, 3) == [
+        ("vm", "13:00:00", "13:29:28", [H3, H4]),
+        ("suspend", "13:29:28", "13:30:00", [H3, H4]),
+        ("migrate", "13:30:00", "13:31:22", [H1, H2, H3, H4]),
+        ("resume", "14:01:30", "14:02:02", [H1, H2]),
+        ("vm", "14:02:02", "14:32:34", [H1, H2]),
+        ("shutdown", "14:32:34", "14:32:34", [H1, H2]),
+    ]
+    assert lease(result, 3)["start"] == "2026-01-01T13:00:00Z"
+    assert lease(result, 3)["end"] == "2026-01-01T14:32:34Z"
+    assert result.metrics["suspensions"] == 1 and result.metrics["image_migrations"] == 1
+
+
 def test_serial_suspension_requeues_multi_node_leases():
     result = simulate(site(2), [be("13:00", 60, nodes=2), ar("13:15", "13:30", 30, nodes=2)], suspension="serial")
     assert plan(result, 1) == [
@@ -258,10 +283,10 @@ def test_a_short_lease_backfills_past_larger_ones_that_cannot_start():
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("suspension", ["all", "none"])
+@pytest.mark.parametrize("suspension", ["all", "serial", "none"])
 def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     """The memo only skips attempts that would fail: with it switched off, every lease gets the same
-    plan (random mixed workloads, with early ends, suspension on and off)."""
+    plan (random mixed workloads, with early ends, suspension on, for one-node leases only, and off)."""
     from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
     from orchestrator.model.resources import Resources
     from orchestrator.planning import lease_scheduler  # noqa: F401

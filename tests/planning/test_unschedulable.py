@@ -76,13 +76,15 @@ def test_a_strict_failure_rules_out_only_as_long_or_longer_leases():
     assert not memo.rules_out(queued(3, nodes=2, minutes=30))
 
 
-def test_a_short_failure_rules_out_only_the_same_node_size_until_the_table_changes():
+def test_a_short_failure_rules_out_larger_leases_as_long_or_longer_for_the_whole_pass():
+    """SHORT: no placement lasts the lease's threshold; a larger lease's threshold is no shorter (its
+    suspension takes longer), so it is ruled out like after a STRICT failure."""
     memo = _FailureMemo()
     memo.record(queued(1, nodes=2, minutes=60), Unschedulable.SHORT)
     assert memo.rules_out(queued(2, nodes=2, minutes=60))
-    assert not memo.rules_out(queued(3, nodes=2, minutes=60, node=Resources.of(2, 1024)))
-    memo.table_changed()
-    assert not memo.rules_out(queued(2, nodes=2, minutes=60))
+    assert memo.rules_out(queued(3, nodes=3, minutes=90, node=Resources.of(2, 1024)))
+    assert not memo.rules_out(queued(4, nodes=2, minutes=30))
+    assert not memo.rules_out(queued(5, nodes=1, minutes=60))
 
 
 def test_a_failure_without_a_reason_rules_out_nothing():
