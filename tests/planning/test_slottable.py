@@ -544,11 +544,11 @@ def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped()
 
 def test_usage_codes_sort_after_every_key():
     """A block holds its keys, then usage codes: every code must be above every key a datetime can make."""
-    from orchestrator.planning.slottable import table as slottable
+    from orchestrator.planning.slottable import keys
     latest = datetime.max.replace(tzinfo=timezone(-timedelta(hours=23, minutes=59)))   # later than FOREVER
-    assert slottable.time_key(latest) > slottable.time_key(FOREVER)
-    assert slottable.time_key(latest) < slottable._CODE
-    assert slottable.time_key(datetime.min.replace(tzinfo=UTC)) > slottable.BEFORE_ALL
+    assert keys.time_key(latest) > keys.time_key(FOREVER)
+    assert keys.time_key(latest) < keys.NOTHING_CODE
+    assert keys.time_key(datetime.min.replace(tzinfo=UTC)) > keys.BEFORE_ALL
 
 
 def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
@@ -556,7 +556,7 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
     timeline; both, and the timeline's own queries, with and without the strided read, give the same answers."""
     import random
 
-    from orchestrator.planning.slottable import table as slottable
+    from orchestrator.planning.slottable import blocks
     rng = random.Random(3)
     table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP})
     tl = table.timeline("h1")
@@ -572,18 +572,18 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
             assert table.usage_at("h1", t) == tl.usage_at(t) == tl.state_at(t)[0] == tl.window(t)[0] == used
             assert tl.state_at(t)[1] == len(expected)
 
-    saved = slottable._PREFETCH
+    saved = blocks.STRIDED_READ_ABOVE
     try:
         while len(live) < 400:                     # one block up to 2 x _LOAD breakpoints, then several
             start = rng.randrange(0, 4_000)
             live.append(table.add(rr(len(live) + 1, start, start + rng.randrange(1, 60), {"h1": R(1, 1)})))
             if len(live) in (5, 60, 400):
-                for slottable._PREFETCH in (0, saved, 1 << 30):
+                for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):
                     check()
         assert len(tl._blocks) > 1
         assert table.usage_at("h2", T(0)) == NOTHING and table._shared.single["h2"] is None   # no block yet
     finally:
-        slottable._PREFETCH = saved
+        blocks.STRIDED_READ_ABOVE = saved
 
 
 def test_a_removed_host_leaves_the_shared_usage_registry():
@@ -599,3 +599,4 @@ def test_a_removed_host_leaves_the_shared_usage_registry():
     assert table.usage_at("h1", T(5)) == R(2, 256)
     with pytest.raises(InvalidRequest):
         table.usage_at("h2", T(5))
+

@@ -20,21 +20,18 @@ distinct usage vectors (converting tuples row by row was the slow part).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from math import floor
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from orchestrator.model.resources import NOTHING, Resources
+from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
+from orchestrator.planning.slottable.timeline import HostTimeline
 
-if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.planning.slottable.table import HostTimeline
-
-# the slot table's time keys (integer microseconds) bracketing every real one: an entry with
-# lo = _NEVER_LO, hi = _NEVER_HI is valid at no time
-_NEVER_LO = (1 << 63) - 1
-_NEVER_HI = -(1 << 63)
+# an entry with lo = _NEVER_LO (after every key), hi = _NEVER_HI (before every key) is valid at no time
+_NEVER_LO = AFTER_ALL
+_NEVER_HI = BEFORE_ALL
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
@@ -93,17 +90,15 @@ class _Room:
 
 
 class HostStates:
-    """`windows_at(timelines, rows, k)`: per row, (usage code, reservation count, lo, hi) of the row's
-    timeline at key k, and `vectors`: code -> usage vector (the slot table's `SharedUsage` codes, which
-    name one vector for as long as they exist: the memos here are keyed by them, integers)."""
+    """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
+    the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
+    exists, so the memos here are keyed by it, an integer)."""
 
-    def __init__(self, windows_at: Callable[[list, list[int], int], list[tuple[int, int, int, int]]],
-                 vectors: dict[int, Resources]) -> None:
-        self._windows_at = windows_at
+    def __init__(self, vectors: dict[int, Resources]) -> None:
         self._vectors = vectors
         self.names: list[str] = []
         self._index: dict[str, int] = {}
-        self._timelines: list["HostTimeline"] = []
+        self._timelines: list[HostTimeline] = []
         self._capacities: list[Resources] = []
         self._groups: list[int] = []           # per row, its capacity's index in `_distinct`
         self._distinct: dict[Resources, int] = {}
@@ -138,7 +133,7 @@ class HostStates:
         self._code_rows: list[int] = []        # per row, the code of its usage
         self._code_ids: dict[int, int] = {}    # code -> its vector's id in the palette
 
-    def add_host(self, timeline: "HostTimeline") -> None:
+    def add_host(self, timeline: HostTimeline) -> None:
         self._index[timeline.name] = len(self.names)
         self.names.append(timeline.name)
         self._timelines.append(timeline)
@@ -304,7 +299,7 @@ class HostStates:
                 self._max_lo = ke
 
     def bring_to(self, k: int) -> None:
-        """Bring every row to the time whose slot-table key (`slottable.time_key`: integer microseconds)
+        """Bring every row to the time whose slot-table key (`keys.time_key`: integer microseconds)
         is k: `used`, `count`, `valid_until`, `room` and `site_full` then answer for that time."""
         dirty = self._dirty
         exact = False
@@ -332,7 +327,7 @@ class HostStates:
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
-        windows = self._windows_at(self._timelines, rows, k)
+        windows = HostTimeline.windows_at(self._timelines, rows, k)
         vectors = self._vectors
         used_rows, count_rows, code_rows = self._used_rows, self._count_rows, self._code_rows
         self._pending.update(rows)
@@ -409,7 +404,7 @@ class HostStates:
             changed = [i for i in rows if hi[i] <= k]
         if changed:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, w in zip(changed, self._windows_at(self._timelines, changed, k)):
+            for i, w in zip(changed, HostTimeline.windows_at(self._timelines, changed, k)):
                 code = w[0]
                 fit = known[groups[i]].get(code)
                 if fit is None:
