@@ -26,7 +26,7 @@ from sortedcontainers import SortedKeyList
 from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
-from orchestrator.model.timeutil import UTC
+from orchestrator.model.timeutil import FOREVER
 from orchestrator.planning.slottable.blocks import bisect_keys
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
@@ -37,9 +37,6 @@ from orchestrator.planning.slottable.timeline import AT_START, HostTimeline
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
 # `latest_fit` answers for a request that fits for ever; `time_key`, `BEFORE_ALL` and `AFTER_ALL` are the
 # keys `unchanged_until` and `HostTimeline.scan` speak in.
-#: what `latest_fit` answers for a request that fits for ever
-FOREVER = datetime.max.replace(tzinfo=UTC)
-
 __all__ = ["AFTER_ALL", "BEFORE_ALL", "FOREVER", "HostTimeline", "SharedUsage", "SlotTable", "time_key"]
 
 
@@ -263,7 +260,7 @@ class SlotTable:
                    excluding: Collection[Reservation] = ()) -> datetime | None:
         """How long from t1 the request fits: None if not even at t1; else the first time it stops
         fitting, capped at `t2` (returned when it fits through). With no `t2`, a request that fits
-        forever returns `datetime.max` in UTC."""
+        for ever returns `FOREVER` (model.timeutil's, the one the schedulers use as "no end")."""
         if t2 is not None and t2 < t1:
             raise InvalidRequest("end", f"interval ends ({t2}) before it starts ({t1})")
         tl, relevant = self._scan_setup(host, t1, t2 if t2 is None or t2 > t1 else None, excluding)
