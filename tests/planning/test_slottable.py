@@ -600,3 +600,68 @@ def test_a_removed_host_leaves_the_shared_usage_registry():
     with pytest.raises(InvalidRequest):
         table.usage_at("h2", T(5))
 
+
+def test_a_block_holds_its_keys_then_its_codes_backwards():
+    """The layout `blocks.py` documents: keys in order, then the codes last breakpoint first; every
+    operation on a block keeps it."""
+    from orchestrator.planning.slottable import blocks
+    block = blocks.new_block((10, 20, 30), (101, 102, 103))
+    assert list(block) == [10, 20, 30, 103, 102, 101]
+    assert blocks.size(block) == 3 and [blocks.code_of(block, j) for j in range(3)] == [101, 102, 103]
+    assert list(blocks.codes(block)) == [103, 102, 101]
+    blocks.insert(block, 1, 15, 104)                                # a breakpoint between the first two
+    assert list(block) == [10, 15, 20, 30, 103, 102, 104, 101]
+    blocks.insert(block, 4, 40, 105)                                # and after the last
+    assert [blocks.code_of(block, j) for j in range(5)] == [101, 104, 102, 103, 105]
+    blocks.delete(block, 2)                                         # key 20 and its code
+    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
+    tail = blocks.split_off(block, 1)
+    assert list(block) == [10, 101] and list(tail) == [15, 30, 40, 105, 103, 104]
+    blocks.append(block, tail)
+    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
+
+
+def test_the_block_lookup_is_a_bisect_of_the_keys_with_the_code_in_force_next_to_them():
+    import random
+    from bisect import bisect_right
+
+    from orchestrator.planning.slottable import blocks
+    rng = random.Random(5)
+    saved = blocks.STRIDED_READ_ABOVE
+    try:
+        for n in (1, 8, 9, 100, 256):
+            keys = sorted(rng.sample(range(10**6), n))
+            block = blocks.new_block(keys, [1_000_000 + j for j in range(n)])
+            for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):           # with and without the strided read
+                for k in [keys[0] - 1, keys[-1], keys[-1] + 1, *rng.sample(range(10**6), 50), *keys]:
+                    i = blocks.bisect_keys(block, k)
+                    assert i == bisect_right(keys, k)
+                    if i:
+                        assert block[-i] == blocks.code_of(block, i - 1) == 1_000_000 + i - 1
+    finally:
+        blocks.STRIDED_READ_ABOVE = saved
+
+
+def test_the_slot_table_modules_import_only_modules_before_them():
+    """No import cycle inside the package (and none kept apart with TYPE_CHECKING): each module imports
+    only modules listed before it."""
+    import ast
+    from pathlib import Path
+
+    import orchestrator.planning.slottable as package
+    order = ["keys", "blocks", "shared_usage", "excluding", "timeline", "hoststates", "table"]
+    folder = Path(package.__path__[0])
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*order, "__init__"])
+    prefix = "orchestrator.planning.slottable"
+    for position, name in enumerate(order):
+        source = (folder / f"{name}.py").read_text()
+        assert "TYPE_CHECKING" not in source, name
+        used = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module == prefix:
+                used.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix + "."):
+                used.add(node.module.removeprefix(prefix + ".").split(".")[0])
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith(prefix) for alias in node.names), name
+        assert used <= set(order[:position]), (name, used - set(order[:position]))
