@@ -41,6 +41,9 @@ _BULK_ROWS = 64
 _BULK_SHARE = 4
 #: up to this many rows, numpy element writes beat building index arrays (a commit touches a few hosts)
 _FEW_ROWS = 4
+#: when more than one row in this many changed, the numpy copies are rebuilt whole (one gather) rather
+#: than row by row
+_REBUILD_SHARE = 2
 #: per capacity group, the usage codes whose count of nodes is remembered: a plan has a few hundred
 #: distinct usages, so more means codes of vectors long gone, and the memo starts again
 _MAX_KNOWN = 4096
@@ -290,7 +293,7 @@ class HostStates:
             for i in rows:
                 used[i] = palette[ids[i]]
                 count[i] = count_rows[i]
-        elif 2 * len(rows) > len(ids):   # (more than half: copy them all)
+        elif len(rows) * _REBUILD_SHARE > len(ids):
             arrays.used = palette[ids]
             arrays.count = np.array(count_rows, dtype=np.int64)
         else:
