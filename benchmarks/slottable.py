@@ -15,7 +15,11 @@ of one call of each operation the scheduler makes per decision:
                  same O(log n) work without the cache misses of touching a random host of a big table;
 - fits:          1 vCPU over a 1-hour interval at a random host and time;
 - latest_fit:    2 vCPU from a random time, capped 4 h later (the mapper's non-strict query);
-- changepoints:  changepoints_after(t, until=t+4h, hosts=[one host]).
+- changepoints:  changepoints_after(t, until=t+4h, hosts=[one host]);
+- states:        state_arrays at a random time: every host's state brought there (the hosts whose usage
+                 there differs are recomputed); over a thirtieth of the calls, as each touches every host;
+- commit:        a 1-vCPU reservation over the present on a random host, then state_arrays and room_total
+                 at the present (the scheduler's commit, then its next look: one host recomputed).
 
 Each figure is the mean over `--ops` calls, in microseconds, of the fastest of `--rounds` rounds (timed
 with time.perf_counter around the whole loop; arguments are generated beforehand). The fastest round,
@@ -48,7 +52,7 @@ HOST_CAPACITY = Resources.of(8, 32768)
 LANES = 4
 SIZES = (1_000, 10_000, 100_000)
 HOST_COUNTS = (100, 1_000)
-OPERATIONS = ("add", "remove", "usage_at", "usage_at 1h", "fits", "latest_fit", "changepoints")
+OPERATIONS = ("add", "remove", "usage_at", "usage_at 1h", "fits", "latest_fit", "changepoints", "states", "commit")
 TARGETED = ("add", "remove", "usage_at")   # "add/remove and point queries"
 
 
@@ -127,6 +131,28 @@ def measure(table: SlotTable, hosts: list[str], horizon: datetime, rng: random.R
         changepoints = table.changepoints_after
         samples["changepoints"].append(
             timed(lambda: [changepoints(t, t + four_hours, (h,)) for h, t in points]) / ops)
+
+        state_arrays = table.state_arrays
+        some = points[:max(1, ops // 30)]
+        samples["states"].append(timed(lambda: [state_arrays(t) for _, t in some]) / len(some))
+
+        present = points[0][1]
+        table.present = present
+        state_arrays(present)
+        commits = [Reservation(-1, ReservationKind.VM, present - hour, present + hour, {h: one_vcpu})
+                   for h, _ in points]
+        room_total = table.room_total
+
+        def commit() -> None:
+            for r in commits:
+                add(r)
+                state_arrays(present)
+                room_total(one_vcpu, present)
+
+        samples["commit"].append(timed(commit) / ops)
+        for r in commits:
+            table.remove(r)
+        table.present = None
     return {op: min(values) * 1e6 for op, values in samples.items()}
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.slottable import table as slottable
+from orchestrator.planning.slottable import shared_usage
 from orchestrator.planning.slottable.hoststates import nodes_that_fit
 from orchestrator.planning.slottable.table import AFTER_ALL, SlotTable, time_key
 
@@ -45,12 +45,12 @@ def test_states_match_a_fresh_look_with_sweeps(ops):
     """The same, with the table's usage codes swept whenever their number doubles and its memo of usage
     transitions restarting after two amounts: a row may then hold a code swept since (its usage is
     still known to it)."""
-    saved = slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS
-    slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS = 2, 2
+    saved = shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS
+    shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = 2, 2
     try:
         _check(ops)
     finally:
-        slottable._SWEEP_SLACK, slottable._MAX_AMOUNTS = saved
+        shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = saved
 
 
 def _check(ops):

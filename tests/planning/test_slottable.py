@@ -544,11 +544,11 @@ def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped()
 
 def test_usage_codes_sort_after_every_key():
     """A block holds its keys, then usage codes: every code must be above every key a datetime can make."""
-    from orchestrator.planning.slottable import table as slottable
+    from orchestrator.planning.slottable import keys
     latest = datetime.max.replace(tzinfo=timezone(-timedelta(hours=23, minutes=59)))   # later than FOREVER
-    assert slottable.time_key(latest) > slottable.time_key(FOREVER)
-    assert slottable.time_key(latest) < slottable._CODE
-    assert slottable.time_key(datetime.min.replace(tzinfo=UTC)) > slottable.BEFORE_ALL
+    assert keys.time_key(latest) > keys.time_key(FOREVER)
+    assert keys.time_key(latest) < keys.NOTHING_CODE
+    assert keys.time_key(datetime.min.replace(tzinfo=UTC)) > keys.BEFORE_ALL
 
 
 def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
@@ -556,7 +556,7 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
     timeline; both, and the timeline's own queries, with and without the strided read, give the same answers."""
     import random
 
-    from orchestrator.planning.slottable import table as slottable
+    from orchestrator.planning.slottable import blocks
     rng = random.Random(3)
     table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP})
     tl = table.timeline("h1")
@@ -572,18 +572,18 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
             assert table.usage_at("h1", t) == tl.usage_at(t) == tl.state_at(t)[0] == tl.window(t)[0] == used
             assert tl.state_at(t)[1] == len(expected)
 
-    saved = slottable._PREFETCH
+    saved = blocks.STRIDED_READ_ABOVE
     try:
         while len(live) < 400:                     # one block up to 2 x _LOAD breakpoints, then several
             start = rng.randrange(0, 4_000)
             live.append(table.add(rr(len(live) + 1, start, start + rng.randrange(1, 60), {"h1": R(1, 1)})))
             if len(live) in (5, 60, 400):
-                for slottable._PREFETCH in (0, saved, 1 << 30):
+                for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):
                     check()
         assert len(tl._blocks) > 1
         assert table.usage_at("h2", T(0)) == NOTHING and table._shared.single["h2"] is None   # no block yet
     finally:
-        slottable._PREFETCH = saved
+        blocks.STRIDED_READ_ABOVE = saved
 
 
 def test_a_removed_host_leaves_the_shared_usage_registry():
@@ -599,3 +599,69 @@ def test_a_removed_host_leaves_the_shared_usage_registry():
     assert table.usage_at("h1", T(5)) == R(2, 256)
     with pytest.raises(InvalidRequest):
         table.usage_at("h2", T(5))
+
+
+def test_a_block_holds_its_keys_then_its_codes_backwards():
+    """The layout `blocks.py` documents: keys in order, then the codes last breakpoint first; every
+    operation on a block keeps it."""
+    from orchestrator.planning.slottable import blocks
+    block = blocks.new_block((10, 20, 30), (101, 102, 103))
+    assert list(block) == [10, 20, 30, 103, 102, 101]
+    assert blocks.size(block) == 3 and [blocks.code_of(block, j) for j in range(3)] == [101, 102, 103]
+    assert list(blocks.codes(block)) == [103, 102, 101]
+    blocks.insert(block, 1, 15, 104)                                # a breakpoint between the first two
+    assert list(block) == [10, 15, 20, 30, 103, 102, 104, 101]
+    blocks.insert(block, 4, 40, 105)                                # and after the last
+    assert [blocks.code_of(block, j) for j in range(5)] == [101, 104, 102, 103, 105]
+    blocks.delete(block, 2)                                         # key 20 and its code
+    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
+    tail = blocks.split_off(block, 1)
+    assert list(block) == [10, 101] and list(tail) == [15, 30, 40, 105, 103, 104]
+    blocks.append(block, tail)
+    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
+
+
+def test_the_block_lookup_is_a_bisect_of_the_keys_with_the_code_in_force_next_to_them():
+    import random
+    from bisect import bisect_right
+
+    from orchestrator.planning.slottable import blocks
+    rng = random.Random(5)
+    saved = blocks.STRIDED_READ_ABOVE
+    try:
+        for n in (1, 8, 9, 100, 256):
+            keys = sorted(rng.sample(range(10**6), n))
+            block = blocks.new_block(keys, [1_000_000 + j for j in range(n)])
+            for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):           # with and without the strided read
+                for k in [keys[0] - 1, keys[-1], keys[-1] + 1, *rng.sample(range(10**6), 50), *keys]:
+                    i = blocks.bisect_keys(block, k)
+                    assert i == bisect_right(keys, k)
+                    if i:
+                        assert block[-i] == blocks.code_of(block, i - 1) == 1_000_000 + i - 1
+    finally:
+        blocks.STRIDED_READ_ABOVE = saved
+
+
+def test_the_slot_table_modules_import_only_modules_before_them():
+    """No import cycle inside the package (and none kept apart with TYPE_CHECKING): each module imports
+    only modules listed before it."""
+    import ast
+    from pathlib import Path
+
+    import orchestrator.planning.slottable as package
+    order = ["keys", "blocks", "shared_usage", "excluding", "timeline", "hoststates", "table"]
+    folder = Path(package.__path__[0])
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*order, "__init__"])
+    prefix = "orchestrator.planning.slottable"
+    for position, name in enumerate(order):
+        source = (folder / f"{name}.py").read_text()
+        assert "TYPE_CHECKING" not in source, name
+        used = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module == prefix:
+                used.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix + "."):
+                used.add(node.module.removeprefix(prefix + ".").split(".")[0])
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith(prefix) for alias in node.names), name
+        assert used <= set(order[:position]), (name, used - set(order[:position]))

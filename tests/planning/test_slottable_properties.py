@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
+from orchestrator.planning.slottable import blocks, shared_usage, timeline
 from orchestrator.planning.slottable import table as slottable
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
@@ -242,17 +243,17 @@ TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=4
 class TinyBlocksMachine(SlotTableMachine):
     def __init__(self):
         super().__init__()
-        self._saved = (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
-                       slottable._MAX_AMOUNTS)
+        self._saved = (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
+                       shared_usage._MAX_AMOUNTS)
         # and a sweep of the shared usage vectors whenever their number doubles (ids are freed, reused),
         # point queries that always read the block's cache lines first, and the memo of usage transitions
         # per amount starting again after two amounts or two transitions
-        (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
-         slottable._MAX_AMOUNTS) = 4, 2, 2, 0, 2
+        (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
+         shared_usage._MAX_AMOUNTS) = 4, 2, 2, 0, 2
 
     def teardown(self):
-        (slottable._MAX_BLOCK, slottable._MIN_BLOCK, slottable._SWEEP_SLACK, slottable._PREFETCH,
-         slottable._MAX_AMOUNTS) = self._saved
+        (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
+         shared_usage._MAX_AMOUNTS) = self._saved
 
     @invariant()
     def blocks_are_well_formed(self):

@@ -2,8 +2,8 @@
 
 The mapper's filter and score stages look at all hosts at the lease's start time, thousands of times per
 simulated hour. Recomputing each host's usage (a bisect per host) made that the hottest loop. Here each
-host's entry remembers the window [lo, hi) of times over which it is valid (between two breakpoints of
-its timeline, as the slot table's integer time keys); a query at a new time recomputes only the hosts
+host's entry remembers the window [since, until) of times over which it is valid (between two breakpoints
+of its timeline, as the slot table's integer time keys); a query at a new time recomputes only the hosts
 whose window it leaves, and a change to a host's reservations recomputes that host only if it changes
 the usage at the snapshot's time (otherwise it may only narrow the window). Filtering and ranking then
 run as vector operations. Rows are read from the slot table as usage *codes* (its shared vectors'
@@ -13,33 +13,48 @@ The question asked most ("how many nodes of this size could start at t, over all
 instant check, for every queued lease at every event) is kept the same way: per node size asked about,
 the count per host and its total, brought up to date for the rows that changed when next asked (all at
 once, vectorised, after a jump that changed many), so the answer is a lookup; for a later time it is
-the lookup plus the hosts whose window ends by then (`room_at`). The Python rows are the
-truth; the numpy copies the mapper ranks with catch up when read, gathered from a palette of the
-distinct usage vectors (converting tuples row by row was the slow part).
+the lookup plus the hosts whose window ends by then (`room_at`).
+
+What a snapshot keeps per row comes in four parts, each an object copied as a unit (`copy_from`) and
+started afresh as a unit (`_changed`): the rows themselves (`_RowValues`, Python lists: the truth), their
+windows (`_Windows`), the numpy copies the mapper ranks with (`_ArrayCopy`, which catch up when read) and
+the palette those copies are gathered from (`_Palette`: converting tuples row by row was the slow part).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from math import floor
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from orchestrator.model.resources import NOTHING, Resources
-
-if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.planning.slottable.table import HostTimeline
-
-# the slot table's time keys (integer microseconds) bracketing every real one: an entry with
-# lo = _NEVER_LO, hi = _NEVER_HI is valid at no time
-_NEVER_LO = (1 << 63) - 1
-_NEVER_HI = -(1 << 63)
+from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
+from orchestrator.planning.slottable.timeline import HostTimeline
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
-#: `room_at` works out at most this many rows (or a quarter of the site) itself
-_MAX_DELTA_ROWS = 64
+#: when more rows than _BULK_ROWS changed, and more than one in _BULK_SHARE of all rows, one vectorised
+#: pass over every row beats working the changed ones out row by row in Python (`room`, `room_at`)
+_BULK_ROWS = 64
+_BULK_SHARE = 4
+#: up to this many rows, numpy element writes beat building index arrays (a commit touches a few hosts)
+_FEW_ROWS = 4
+#: when more than one row in this many changed, the numpy copies are rebuilt whole (one gather) rather
+#: than row by row
+_REBUILD_SHARE = 2
+#: per capacity group, the usage codes whose count of nodes is remembered: a plan has a few hundred
+#: distinct usages, so more means codes of vectors long gone, and the memo starts again
+_MAX_KNOWN = 4096
+#: distinct usage vectors numbered in the palette (and codes mapped to them): past this, a long run has
+#: left many unused, and the numbering starts again from the vectors the rows hold
+_MAX_PALETTE = 1 << 16
+#: palette rows allocated ahead (it doubles when full)
+_PALETTE_SPARE = 64
+#: a snapshot copied from another takes over its counts per node size when there are at most this many
+#: (a workload's handful); otherwise they are recounted, vectorised, when first asked about
+_MAX_ROOMS_COPIED = 4
 
 
 def nodes_that_fit(used: Resources, capacity: Resources, node: Resources) -> int:
@@ -48,7 +63,7 @@ def nodes_that_fit(used: Resources, capacity: Resources, node: Resources) -> int
     most = None
     for u, c, n in zip(used, capacity, node):
         if n > 0:
-            k = floor((c - u + 1e-9) / n)
+            k = floor((c - u + EPSILON) / n)
             if most is None or k < most:
                 most = k
     return max(most, 0) if most is not None else 0
@@ -58,7 +73,7 @@ def room_of(node: Resources, used: np.ndarray, capacity: np.ndarray) -> np.ndarr
     """Per row, how many copies of `node` fit (vectorised `nodes_that_fit`)."""
     need = np.array(node, dtype=float)
     wanted = need > 0
-    return np.maximum(np.floor((capacity[:, wanted] - used[:, wanted] + 1e-9) / need[wanted]).min(axis=1), 0)
+    return np.maximum(np.floor((capacity[:, wanted] - used[:, wanted] + EPSILON) / need[wanted]).min(axis=1), 0)
 
 
 class _Room:
@@ -79,12 +94,12 @@ class _Room:
     def learn(self, group: int, code: int, used: Resources, capacity: Resources) -> int:
         """How many nodes fit next to usage `used` (code `code`) on a host of this capacity group, remembered."""
         memo = self.known[group]
-        if len(memo) > 4096:
+        if len(memo) > _MAX_KNOWN:
             memo.clear()
         fit = memo[code] = nodes_that_fit(used, capacity, self.node)
         return fit
 
-    def copy(self) -> "_Room":
+    def copy(self) -> _Room:
         room = _Room.__new__(_Room)
         room.node, room.per_row, room.total = self.node, list(self.per_row), self.total
         room.array, room.known = self.array.copy(), self.known   # (the memo of counts is shared)
@@ -92,35 +107,100 @@ class _Room:
         return room
 
 
-class HostStates:
-    """`windows_at(timelines, rows, k)`: per row, (usage code, reservation count, lo, hi) of the row's
-    timeline at key k, and `vectors`: code -> usage vector (the slot table's `SharedUsage` codes, which
-    name one vector for as long as they exist: the memos here are keyed by them, integers)."""
+class _RowValues:
+    """Per row, the host's state at the snapshot's time, as Python values: the truth, kept up to date
+    row by row. `vector_id` is the row's usage in the `_Palette`; `cpu_free` whether some CPU is free,
+    and `cpu_free_rows` how many rows have some."""
 
-    def __init__(self, windows_at: Callable[[list, list[int], int], list[tuple[int, int, int, int]]],
-                 vectors: dict[int, Resources]) -> None:
-        self._windows_at = windows_at
+    __slots__ = ("used", "count", "code", "vector_id", "cpu_free", "cpu_free_rows")
+
+    def __init__(self, n: int, nothing_id: int) -> None:
+        # every row is recomputed before it is read: these are placeholders (code -1 names no vector)
+        self.used: list[Resources] = [NOTHING] * n
+        self.count: list[int] = [0] * n
+        self.code: list[int] = [-1] * n
+        self.vector_id: list[int] = [nothing_id] * n
+        self.cpu_free: list[bool] = [False] * n
+        self.cpu_free_rows = 0
+
+    def copy(self) -> _RowValues:
+        values = _RowValues.__new__(_RowValues)
+        values.used, values.count, values.code = list(self.used), list(self.count), list(self.code)
+        values.vector_id, values.cpu_free = list(self.vector_id), list(self.cpu_free)
+        values.cpu_free_rows = self.cpu_free_rows
+        return values
+
+
+class _Windows:
+    """Per row, the keys [since, until) between which its state holds (numpy, so that finding the rows a
+    new time leaves is one comparison), and bounds on them all: a key k with `latest_since <= k <
+    earliest_until` is inside every row's window, so a move there needs no look at the arrays."""
+
+    __slots__ = ("since", "until", "latest_since", "earliest_until")
+
+    def __init__(self, n: int) -> None:
+        # (since after until: valid at no time)
+        self.since = np.full(n, AFTER_ALL, dtype=np.int64)
+        self.until = np.full(n, BEFORE_ALL, dtype=np.int64)
+        self.latest_since = AFTER_ALL
+        self.earliest_until = BEFORE_ALL
+
+    def copy(self) -> _Windows:
+        windows = _Windows.__new__(_Windows)
+        windows.since, windows.until = self.since.copy(), self.until.copy()
+        windows.latest_since, windows.earliest_until = self.latest_since, self.earliest_until
+        return windows
+
+
+class _ArrayCopy:
+    """The rows' usage (rows x resources) and counts as numpy arrays, for the mapper's vector operations;
+    the rows in `pending` changed since and are copied in when the arrays are next read."""
+
+    __slots__ = ("used", "count", "pending")
+
+    def __init__(self, n: int) -> None:
+        self.used = np.zeros((n, 5))
+        self.count = np.zeros(n, dtype=np.int64)
+        self.pending: set[int] = set()
+
+    def copy(self) -> _ArrayCopy:
+        arrays = _ArrayCopy.__new__(_ArrayCopy)
+        arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), set(self.pending)
+        return arrays
+
+
+class _Palette:
+    """The distinct usage vectors seen, numbered (`ids`: vector -> id), with their numpy rows (`rows[id]`):
+    the numpy copy of the usage is then one gather (`rows[ids]`) instead of converting tuples. `by_code`
+    maps the slot table's usage codes to ids (one dict lookup per refreshed row)."""
+
+    __slots__ = ("ids", "rows", "by_code")
+
+    def __init__(self) -> None:
+        self.ids: dict[Resources, int] = {}
+        self.rows = np.zeros((_PALETTE_SPARE, 5))
+        self.by_code: dict[int, int] = {}
+
+    def copy(self) -> _Palette:
+        palette = _Palette.__new__(_Palette)
+        palette.ids, palette.rows, palette.by_code = dict(self.ids), self.rows.copy(), dict(self.by_code)
+        return palette
+
+
+class HostStates:
+    """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
+    the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
+    exists, so the memos here are keyed by it, an integer)."""
+
+    def __init__(self, vectors: dict[int, Resources]) -> None:
         self._vectors = vectors
         self.names: list[str] = []
         self._index: dict[str, int] = {}
-        self._timelines: list["HostTimeline"] = []
+        self._timelines: list[HostTimeline] = []
         self._capacities: list[Resources] = []
         self._groups: list[int] = []           # per row, its capacity's index in `_distinct`
         self._distinct: dict[Resources, int] = {}
         self.capacity = np.zeros((0, 5))
-        # the states per row: Python lists are the truth, kept up to date row by row; the numpy
-        # copies (`used`, `count`) catch up with the rows in `_pending` when they are read
-        self._used_rows: list[Resources] = []
-        self._count_rows: list[int] = []
-        self._used = np.zeros((0, 5))
-        self._count = np.zeros(0, dtype=np.int64)
-        self._pending: set[int] = set()
-        self._lo = np.zeros(0, dtype=np.int64)
-        self._hi = np.zeros(0, dtype=np.int64)
-        # a bound on the windows (at least every lo, at most every hi): a time between them is inside
-        # every row's window, so a move there needs no look at the arrays
-        self._max_lo = _NEVER_LO
-        self._min_hi = _NEVER_HI
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
@@ -128,17 +208,9 @@ class HostStates:
         # comparing every row's window (the common case: the scheduler commits, then asks again)
         self._dirty: set[int] = set()
         self._rooms: dict[Resources, _Room] = {}
-        self._cpu_free: list[bool] = []   # per row: some CPU free
-        self._cpu_free_rows = 0
-        # the distinct usage vectors seen, numbered, with their numpy rows (`_palette`): the numpy copy of
-        # the usage is then one gather (`_palette[ids]`) instead of converting tuples
-        self._vector_ids: dict[Resources, int] = {}
-        self._palette = np.zeros((64, 5))
-        self._ids: list[int] = []
-        self._code_rows: list[int] = []        # per row, the code of its usage
-        self._code_ids: dict[int, int] = {}    # code -> its vector's id in the palette
+        self._changed()
 
-    def add_host(self, timeline: "HostTimeline") -> None:
+    def add_host(self, timeline: HostTimeline) -> None:
         self._index[timeline.name] = len(self.names)
         self.names.append(timeline.name)
         self._timelines.append(timeline)
@@ -163,46 +235,26 @@ class HostStates:
         self._dirty.clear()
         self._distinct = {}
         self._groups = [self._distinct.setdefault(c, len(self._distinct)) for c in self._capacities]
-        self._used_rows = [Resources()] * n
-        self._count_rows = [0] * n
-        self._code_rows = [-1] * n   # (no code: every row is recomputed before it is read)
-        self._code_ids = {}
-        self._vector_ids = {}
-        self._ids = [self._vector_id(Resources())] * n
-        self._used = np.zeros((n, 5))
-        self._count = np.zeros(n, dtype=np.int64)
-        self._pending = set()
-        self._lo = np.full(n, _NEVER_LO, dtype=np.int64)
-        self._hi = np.full(n, _NEVER_HI, dtype=np.int64)
-        self._max_lo, self._min_hi = _NEVER_LO, _NEVER_HI
+        self._palette = _Palette()
+        self._values = _RowValues(n, self._vector_id(NOTHING))
+        self._windows = _Windows(n)
+        self._arrays = _ArrayCopy(n)
         self._rooms.clear()
-        self._cpu_free = [False] * n
-        self._cpu_free_rows = 0
 
-    def copy_from(self, other: "HostStates") -> None:
+    def copy_from(self, other: HostStates) -> None:
         """Take over the states of another snapshot of the same hosts (rows in the same order)."""
         self.version += 1
-        self._used_rows = list(other._used_rows)
-        self._count_rows = list(other._count_rows)
-        self._code_rows = list(other._code_rows)
-        self._code_ids = dict(other._code_ids)
-        self._vector_ids = dict(other._vector_ids)
+        self._values = other._values.copy()
+        self._windows = other._windows.copy()
+        self._arrays = other._arrays.copy()
         self._palette = other._palette.copy()
-        self._ids = list(other._ids)
-        self._used = other._used.copy()
-        self._count = other._count.copy()
-        self._pending = set(other._pending)
-        self._lo = other._lo.copy()
-        self._hi = other._hi.copy()
-        self._max_lo, self._min_hi = other._max_lo, other._min_hi
         self.last = other.last
         self._clean = other._clean
         self._dirty = set(other._dirty)
-        # the counts per node size come along when there are few (a workload's handful of sizes);
-        # otherwise they are recounted, vectorised, when first asked about
-        self._rooms = {node: room.copy() for node, room in other._rooms.items()} if len(other._rooms) <= 4 else {}
-        self._cpu_free = list(other._cpu_free)
-        self._cpu_free_rows = other._cpu_free_rows
+        if len(other._rooms) <= _MAX_ROOMS_COPIED:
+            self._rooms = {node: room.copy() for node, room in other._rooms.items()}
+        else:
+            self._rooms = {}
 
     def row(self, host: str) -> int:
         return self._index[host]
@@ -210,67 +262,69 @@ class HostStates:
     @property
     def used(self) -> np.ndarray:
         """Usage per host x resource at the time last asked about (read only)."""
-        if self._pending:
+        if self._arrays.pending:
             self._catch_up()
-        return self._used
+        return self._arrays.used
 
     @property
     def count(self) -> np.ndarray:
         """Reservations per host at the time last asked about (read only)."""
-        if self._pending:
+        if self._arrays.pending:
             self._catch_up()
-        return self._count
+        return self._arrays.count
 
     def gather(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`used[rows]` and `count[rows]`, read from the Python rows when the numpy copies lag behind on
         more rows than asked for: ranking a few candidate hosts then does not bring every row's copy up
         to date (and many candidates are read from the copies, brought up to date)."""
-        if len(rows) >= len(self._pending):
+        if len(rows) >= len(self._arrays.pending):
             return self.used[rows], self.count[rows]
-        ids, counts = self._ids, self._count_rows
+        ids, counts = self._values.vector_id, self._values.count
         rows = rows.tolist()
-        return self._palette[[ids[i] for i in rows]], np.array([counts[i] for i in rows], dtype=np.int64)
+        return self._palette.rows[[ids[i] for i in rows]], np.array([counts[i] for i in rows], dtype=np.int64)
 
     def _catch_up(self) -> None:
-        rows = list(self._pending)
-        self._pending.clear()
-        count_rows, ids = self._count_rows, self._ids
-        if len(rows) <= 4:
-            # a few rows (a commit's hosts): element writes beat building index arrays
-            used, count, palette = self._used, self._count, self._palette
+        arrays = self._arrays
+        rows = list(arrays.pending)
+        arrays.pending.clear()
+        count_rows, ids, palette = self._values.count, self._values.vector_id, self._palette.rows
+        if len(rows) <= _FEW_ROWS:
+            used, count = arrays.used, arrays.count
             for i in rows:
                 used[i] = palette[ids[i]]
                 count[i] = count_rows[i]
-        elif 2 * len(rows) > len(ids):
-            self._used = self._palette[ids]
-            self._count = np.array(count_rows, dtype=np.int64)
+        elif len(rows) * _REBUILD_SHARE > len(ids):
+            arrays.used = palette[ids]
+            arrays.count = np.array(count_rows, dtype=np.int64)
         else:
-            self._used[rows] = self._palette[[ids[i] for i in rows]]
-            self._count[rows] = [count_rows[i] for i in rows]
+            arrays.used[rows] = palette[[ids[i] for i in rows]]
+            arrays.count[rows] = [count_rows[i] for i in rows]
 
     def _vector_id(self, used: Resources) -> int:
-        vid = self._vector_ids.get(used)
+        palette = self._palette
+        ids = palette.ids
+        vid = ids.get(used)
         if vid is None:
-            ids = self._vector_ids
-            if len(ids) >= 1 << 16:   # a long run: start again from the vectors in use
+            if len(ids) >= _MAX_PALETTE:   # a long run: start again from the vectors in use
                 ids.clear()
-                self._code_ids.clear()
-                for i, v in enumerate(self._used_rows):
-                    self._ids[i] = ids.setdefault(v, len(ids))
-                self._palette = np.array(list(ids) + [NOTHING] * 64, dtype=float)
+                palette.by_code.clear()
+                row_ids = self._values.vector_id
+                for i, v in enumerate(self._values.used):
+                    row_ids[i] = ids.setdefault(v, len(ids))
+                palette.rows = np.array(list(ids) + [NOTHING] * _PALETTE_SPARE, dtype=float)
                 vid = ids.get(used)
                 if vid is not None:
                     return vid
             vid = ids[used] = len(ids)
-            if vid >= len(self._palette):
-                self._palette = np.vstack([self._palette, np.zeros_like(self._palette)])
-            self._palette[vid] = used
+            if vid >= len(palette.rows):
+                palette.rows = np.vstack([palette.rows, np.zeros_like(palette.rows)])
+            palette.rows[vid] = used
         return vid
 
     @property
     def valid_until(self) -> np.ndarray:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
-        return self._hi
+        return self._windows.until
 
     def changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
@@ -287,24 +341,26 @@ class HostStates:
         elif not added:
             return
         elif ks > k:
-            hi = self._hi
+            windows = self._windows
+            until = windows.until
             for h in hosts:
                 i = index[h]
-                if ks < hi[i]:
-                    hi[i] = ks
-            if ks < self._min_hi:
-                self._min_hi = ks
+                if ks < until[i]:
+                    until[i] = ks
+            if ks < windows.earliest_until:
+                windows.earliest_until = ks
         else:
-            lo = self._lo
+            windows = self._windows
+            since = windows.since
             for h in hosts:
                 i = index[h]
-                if ke > lo[i]:
-                    lo[i] = ke
-            if ke > self._max_lo:
-                self._max_lo = ke
+                if ke > since[i]:
+                    since[i] = ke
+            if ke > windows.latest_since:
+                windows.latest_since = ke
 
     def bring_to(self, k: int) -> None:
-        """Bring every row to the time whose slot-table key (`slottable.time_key`: integer microseconds)
+        """Bring every row to the time whose slot-table key (`keys.time_key`: integer microseconds)
         is k: `used`, `count`, `valid_until`, `room` and `site_full` then answer for that time."""
         dirty = self._dirty
         exact = False
@@ -314,10 +370,11 @@ class HostStates:
             rows = sorted(dirty)
         else:
             self.last = k
-            if self._max_lo <= k < self._min_hi:
+            windows = self._windows
+            if windows.latest_since <= k < windows.earliest_until:
                 rows = sorted(dirty)   # (k is inside every row's window)
             else:
-                stale = (self._lo > k) | (self._hi <= k)
+                stale = (windows.since > k) | (windows.until <= k)
                 if dirty:
                     stale[list(dirty)] = True
                 rows = stale.nonzero()[0].tolist()
@@ -328,47 +385,51 @@ class HostStates:
             self._refresh(rows, k)
         if exact and self.names:
             # (the ufuncs' own reduce: ndarray.max goes through a Python-level wrapper)
-            self._max_lo, self._min_hi = int(np.maximum.reduce(self._lo)), int(np.minimum.reduce(self._hi))
+            windows.latest_since = int(np.maximum.reduce(windows.since))
+            windows.earliest_until = int(np.minimum.reduce(windows.until))
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
-        windows = self._windows_at(self._timelines, rows, k)
+        found = HostTimeline.windows_at(self._timelines, rows, k)
         vectors = self._vectors
-        used_rows, count_rows, code_rows = self._used_rows, self._count_rows, self._code_rows
-        self._pending.update(rows)
-        lo, hi = self._lo, self._hi
-        ids, code_ids, vector_id = self._ids, self._code_ids, self._vector_id
-        cpu_free, free_rows, capacities = self._cpu_free, self._cpu_free_rows, self._capacities
-        for i, w in zip(rows, windows):
-            code = w[0]
+        values = self._values
+        used_rows, count_rows, code_rows, ids = values.used, values.count, values.code, values.vector_id
+        cpu_free, free_rows, capacities = values.cpu_free, values.cpu_free_rows, self._capacities
+        by_code, vector_id = self._palette.by_code, self._vector_id
+        self._arrays.pending.update(rows)
+        for i, (code, count, _, _) in zip(rows, found):
             v = used_rows[i] = vectors[code]
             code_rows[i] = code
-            count_rows[i] = w[1]
-            vid = code_ids.get(code)
+            count_rows[i] = count
+            vid = by_code.get(code)
             if vid is None:
                 vid = vector_id(v)
-                if len(code_ids) >= 1 << 16:   # (codes of vectors long gone)
-                    code_ids.clear()
-                code_ids[code] = vid
+                if len(by_code) >= _MAX_PALETTE:   # (codes of vectors long gone)
+                    by_code.clear()
+                by_code[code] = vid
             ids[i] = vid
-            free = capacities[i][0] - v[0] > 1e-9
+            free = capacities[i][0] - v[0] > EPSILON
             if free is not cpu_free[i]:
                 free_rows += 1 if free else -1
                 cpu_free[i] = free
-        self._cpu_free_rows = free_rows
-        if len(rows) <= 4:
-            for i, w in zip(rows, windows):
-                lo[i] = w[2]
-                hi[i] = w[3]
+        values.cpu_free_rows = free_rows
+        windows = self._windows
+        since = [since for _, _, since, _ in found]
+        until = [until for _, _, _, until in found]
+        if len(rows) <= _FEW_ROWS:
+            row_since, row_until = windows.since, windows.until
+            for i, lo, hi in zip(rows, since, until):
+                row_since[i] = lo
+                row_until[i] = hi
         else:
-            lo[rows] = [w[2] for w in windows]
-            hi[rows] = [w[3] for w in windows]
-        most = max([w[2] for w in windows])
-        if most > self._max_lo:
-            self._max_lo = most
-        least = min([w[3] for w in windows])
-        if least < self._min_hi:
-            self._min_hi = least
+            windows.since[rows] = since
+            windows.until[rows] = until
+        most = max(since)
+        if most > windows.latest_since:
+            windows.latest_since = most
+        least = min(until)
+        if least < windows.earliest_until:
+            windows.earliest_until = least
         for room in self._rooms.values():
             room.stale.update(rows)
 
@@ -376,7 +437,7 @@ class HostStates:
     def room(self, node: Resources) -> _Room:
         """How many nodes of this size each host can take at the time last asked about, and the sum."""
         room = self._rooms.get(node)
-        if room is None or (len(room.stale) > 64 and len(room.stale) * 4 > len(self.names)):
+        if room is None or (len(room.stale) > _BULK_ROWS and len(room.stale) * _BULK_SHARE > len(self.names)):
             # new, or many rows changed (a jump in time on a big site): one vectorised pass
             if room is None and len(self._rooms) >= _MAX_SIZES:
                 del self._rooms[next(iter(self._rooms))]
@@ -396,21 +457,20 @@ class HostStates:
         `rows`, worked out from the counts kept here and the rows whose window ends by k, without moving
         there; None when too many rows change by then (moving is then cheaper)."""
         room = self.room(node)
-        hi, per_row = self._hi, room.per_row
+        until, per_row = self._windows.until, room.per_row
         if rows is None:
             total = room.total
-            if k < self._min_hi:
+            if k < self._windows.earliest_until:
                 return total
-            changed = (hi <= k).nonzero()[0].tolist()
-            if len(changed) > _MAX_DELTA_ROWS and 4 * len(changed) > len(self.names):
+            changed = (until <= k).nonzero()[0].tolist()
+            if len(changed) > _BULK_ROWS and len(changed) * _BULK_SHARE > len(self.names):
                 return None
         else:
             total = sum([per_row[i] for i in rows])
-            changed = [i for i in rows if hi[i] <= k]
+            changed = [i for i in rows if until[i] <= k]
         if changed:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, w in zip(changed, self._windows_at(self._timelines, changed, k)):
-                code = w[0]
+            for i, (code, _, _, _) in zip(changed, HostTimeline.windows_at(self._timelines, changed, k)):
                 fit = known[groups[i]].get(code)
                 if fit is None:
                     fit = room.learn(groups[i], code, vectors[code], capacities[i])
@@ -420,13 +480,13 @@ class HostStates:
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""
         per_row, array, known = room.per_row, room.array, room.known
-        code_rows, capacities, groups = self._code_rows, self._capacities, self._groups
+        code_rows, used_rows, capacities, groups = self._values.code, self._values.used, self._capacities, self._groups
         total = room.total
         for i in room.stale:
             code = code_rows[i]
             fit = known[groups[i]].get(code)
             if fit is None:
-                fit = room.learn(groups[i], code, self._used_rows[i], capacities[i])
+                fit = room.learn(groups[i], code, used_rows[i], capacities[i])
             if fit != per_row[i]:
                 total += fit - per_row[i]
                 per_row[i] = fit
@@ -436,4 +496,4 @@ class HostStates:
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""
-        return self._cpu_free_rows == 0
+        return self._values.cpu_free_rows == 0

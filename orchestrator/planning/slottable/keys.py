@@ -1,0 +1,32 @@
+"""The integers the slot table stores instead of datetimes and usage vectors, and the sentinels around them.
+
+Times become integer *keys* at the table's boundary: comparing and bisecting machine integers in an
+`array('q')` touches no Python object. Usage vectors become integer *codes* (`SharedUsage`), stored in
+the same arrays as the keys; every code is above every key, so a bisect for a key never lands among codes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from orchestrator.model.timeutil import UTC
+
+#: a key counts units of KEY_UNIT since KEY_ORIGIN
+KEY_ORIGIN = datetime(1970, 1, 1, tzinfo=UTC)
+KEY_UNIT = timedelta(microseconds=1)
+
+#: keys below and above every time a datetime can express: the open edges of a host's first and last
+#: segment (and, as lo = AFTER_ALL, hi = BEFORE_ALL, a window that holds at no time)
+BEFORE_ALL = -(1 << 63)
+AFTER_ALL = (1 << 63) - 1
+
+#: the code of NOTHING, the first usage vector; the codes of the others count up from it. It is above
+#: every key (the key of the latest datetime is below 2**58), so in a block a bisect stops among the keys
+NOTHING_CODE = 1 << 62
+
+
+def time_key(t: datetime) -> int:
+    """The key of an aware datetime: whole microseconds since the Unix epoch (exact for every datetime).
+
+    The point query inlines this expression to save a call."""
+    return (t - KEY_ORIGIN) // KEY_UNIT
