@@ -1,10 +1,13 @@
-"""The CLI tests' fixed clock."""
+"""The CLI tests' fixed clock, and the command line run against the test's store."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from orchestrator.cli import common
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app, common
 from tests.support.times import CLI_NOW
 
 
@@ -14,3 +17,13 @@ def clock(monkeypatch):
     box = {"now": CLI_NOW}
     monkeypatch.setattr(common, "now", lambda: box["now"])
     return box
+
+
+@pytest.fixture
+def cli(store_path, clock):
+    """`cli("lease", "list")` runs the command on the test's store at a wide terminal (no table folds)."""
+    def invoke(*args: str, config: Path | None = None):
+        argv = [*args, "--state", str(store_path)] + (["--config", str(config)] if config else [])
+        return CliRunner().invoke(app, argv, env={"COLUMNS": "250"})
+
+    return invoke

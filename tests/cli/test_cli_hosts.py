@@ -14,12 +14,10 @@ from pathlib import Path
 import libvirt
 import paramiko
 import pytest
-from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig, dump_inventory
 from drivers.simulated import SimulatedDriver
-from orchestrator.cli import app
 from orchestrator.model.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
@@ -42,15 +40,6 @@ def libvirt_config(tmp_path):
     path = tmp_path / "libvirt.toml"
     path.write_text('[daemon]\ndriver = "libvirt"\n')
     return path
-
-
-@pytest.fixture
-def cli(store_path, clock):
-    def invoke(*args: str, config: Path | None = None):
-        argv = [*args, "--state", str(store_path)] + (["--config", str(config)] if config else [])
-        return CliRunner().invoke(app, argv, env={"COLUMNS": "250"})
-
-    return invoke
 
 
 @pytest.fixture

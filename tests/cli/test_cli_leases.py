@@ -37,15 +37,6 @@ T = lambda hh, mm=0, ss=0: datetime(2027, 3, 1, hh, mm, ss, tzinfo=UTC)  # noqa:
 
 
 @pytest.fixture
-def cli(store_path, clock):
-    def invoke(*args: str, config: Path | None = None):
-        argv = [*args, "--state", str(store_path)] + (["--config", str(config)] if config else [])
-        return CliRunner().invoke(app, argv, env={"COLUMNS": "250"})
-
-    return invoke
-
-
-@pytest.fixture
 def site(cli):
     """Two simulated hosts of 8 vCPUs / 16 GiB."""
     for name in ("lab1", "lab2"):
