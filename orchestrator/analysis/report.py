@@ -22,8 +22,8 @@ row per enacted reservation and a summary; it is pure (events in, `Report` out) 
 * "enacted" events that name no reservation (the stops of a failed start's rollback, or logs written before
   leasewise recorded plans in its events) cannot be compared: they are only counted.
 
-Rendering (lazy imports, like `timeline.py`): `render_terminal` prints rich tables, `render_png` draws
-planned and enacted intervals per row with matplotlib's object API (`pip install 'leasewise[plot]'`).
+Rendering: the CLI prints the tables (`orchestrator.cli.report`, with the text helpers here); `render_png`
+draws planned and enacted intervals per row with matplotlib's object API (`pip install 'leasewise[plot]'`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from orchestrator.model.reservations import ReservationKind
 from orchestrator.model.timeutil import UTC, iso, parse_time
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rich.console import Console
+    pass
 
 K = ReservationKind
 
@@ -474,16 +474,16 @@ def build_report(events: Iterable[EventLike], lease_id: int | None = None) -> Re
                   skipped=skipped)
 
 
-# -- terminal ----------------------------------------------------------------------------------------------
-def _seconds(value: float | None, unit: str = "") -> str:
+# -- text for people (the CLI's tables) ----------------------------------------------------------------------------------------------
+def signed_seconds(value: float | None, unit: str = "") -> str:
     return "-" if value is None else f"{value:+.2f}{unit}"
 
 
-def _plain(value: float | None, digits: int = 2) -> str:
+def plain_number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _clock(value: datetime | None, same_day: bool) -> str:
+def clock_time(value: datetime | None, same_day: bool) -> str:
     """A time for the table: to the second (the deltas and --json keep the fractions); month and day only
     when the report spans several days (the title says which)."""
     if value is None:
@@ -491,7 +491,8 @@ def _clock(value: datetime | None, same_day: bool) -> str:
     return value.astimezone(UTC).strftime("%H:%M:%S" if same_day else "%m-%d %H:%M:%S")
 
 
-def _times(rows: Sequence[ReportRow]) -> list[datetime]:
+def shown_times(rows: Sequence[ReportRow]) -> list[datetime]:
+    """Every time a table of `rows` shows (to say which days they span)."""
     out = []
     for r in rows:
         shown = ((r.planned_start, r.enacted_start) if r.compares_start else ()) + \
@@ -499,101 +500,6 @@ def _times(rows: Sequence[ReportRow]) -> list[datetime]:
         out += [t for t in shown if t is not None]
     return out
 
-
-#: below this width the rows table drops its box lines
-_WIDE = 100
-_NARROW: dict[str, Any] = {"show_edge": False, "pad_edge": False, "padding": (0, 0)}
-
-
-def render_terminal(report: Report, console: "Console | None" = None) -> None:
-    """The rows side by side, the live migrations (predicted vs measured), the summary, the failures."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = console or Console(highlight=False)
-    times = _times(report.rows)
-    days = {t.astimezone(UTC).date() for t in times}
-    same_day = len(days) <= 1
-    if not days:
-        day = ""
-    elif same_day:
-        day = f" on {min(days).isoformat()}"
-    else:
-        day = f", {min(days).isoformat()} to {max(days).isoformat()}"
-    leases = {r.lease_id for r in report.rows}
-    scope = f"lease {report.lease_id}" if report.lease_id is not None else \
-        f"{len(leases)} lease{'s' * (len(leases) != 1)}"
-    n = len(report.rows)
-    # a boxed table wherever it fits; a narrow terminal (or a pipe: 80 columns) gets one without the box
-    # lines, which saves a column of characters per column of the table
-    narrow = console.width < _WIDE
-    if narrow:
-        from rich import box
-    style = {**_NARROW, "box": box.SIMPLE_HEAD} if narrow else {}
-    table = Table(title=f"plan vs enacted: {n} reservation{'s' * (n != 1)} of {scope} (times UTC{day}, Δ in s)",
-                  title_justify="left", **style)
-    failures = bool(report.failed)
-    columns = ["lease", "rr", "kind", "hosts", "planned\nstart", "enacted\nstart", "Δ\nstart", "planned\nend",
-               "enacted\nend", "Δ\nend"] + (["status"] if failures else [])
-    for column in columns:
-        right = column in ("lease", "rr") or column.startswith("Δ")
-        table.add_column(column, justify="right" if right else "left", overflow="fold",
-                         no_wrap=column not in ("kind", "hosts", "status"),
-                         min_width={"kind": 5, "hosts": 5}.get(column))
-    for r in report.rows:
-        s, e = r.compares_start, r.compares_end
-        table.add_row(
-            str(r.lease_id) if r.lease_id is not None else "-", str(r.reservation_id or "-"), escape(r.what),
-            escape(", ".join(r.hosts)),
-            _clock(r.planned_start, same_day) if s else "-", _clock(r.enacted_start, same_day) if s else "-",
-            _seconds(r.delta_start),
-            _clock(r.planned_end, same_day) if e else "-", _clock(r.enacted_end, same_day) if e else "-",
-            _seconds(r.delta_end),
-            *(["[bold red]failed[/]" if r.failed else "[green]ok[/]"] if failures else []),
-        )
-    console.print(table)
-
-    live = report.live_migrations
-    if live:
-        lt = Table(title="live migrations: predicted vs measured (slowest VM of each)", title_justify="left",
-                   **style)
-        for column in ("lease", "rr", "vms", "hosts", "predicted\ns", "measured\ns", "error\ns",
-                       "predicted\ndowntime ms", "downtime\nms", "error\nms", "outcome"):
-            lt.add_column(column, justify="left" if column in ("hosts", "outcome") else "right", overflow="fold",
-                          no_wrap=column not in ("hosts",))
-        for r in live:
-            lt.add_row(str(r.lease_id), str(r.reservation_id or "-"), str(len(r.vms)), escape(", ".join(r.hosts)),
-                       _plain(r.predicted_seconds), _plain(r.measured_seconds), _seconds(r.duration_error),
-                       _plain(r.predicted_downtime_ms, 1), _plain(r.downtime_ms, 1), _seconds(r.downtime_error),
-                       escape(r.outcome or ("failed" if r.failed else "-")))
-        console.print(lt)
-
-    summary = Table(title="summary (Δ in s; worst = largest absolute; failed rows not in the deltas)",
-                    title_justify="left", **style)
-    for column in ("kind", "count", "failed", "Δ start mean", "Δ start worst", "Δ end mean", "Δ end worst"):
-        summary.add_column(column, justify="left" if column == "kind" else "right", overflow="fold",
-                           no_wrap=column != "kind")
-    for s in report.summary:
-        summary.add_row(f"[bold]{s.kind}[/]" if s.kind == ALL else s.kind, str(s.rows),
-                        str(s.failed) if s.failed else "-", _seconds(s.start.mean), _seconds(s.start.worst),
-                        _seconds(s.end.mean), _seconds(s.end.worst))
-    console.print(summary)
-    live_summary = report.kind(K.LIVE_MIGRATE.value)
-    if live_summary is not None and (live_summary.duration_error.count or live_summary.downtime_error.count):
-        d, m = live_summary.duration_error, live_summary.downtime_error
-        console.print(f"live migrations (predicted vs measured): duration error mean {_seconds(d.mean, ' s')}, "
-                      f"worst {_seconds(d.worst, ' s')}; downtime error mean {_seconds(m.mean, ' ms')}, "
-                      f"worst {_seconds(m.worst, ' ms')}", soft_wrap=True)
-
-    for r in report.failed:
-        where = f"lease {r.lease_id}" + (f" rr {r.reservation_id}" if r.reservation_id else "")
-        console.print(f"[bold red]failed[/] {where} ({escape(r.what)}) at "
-                      f"{_clock(r.failed_at, same_day)}: {escape('; '.join(r.errors))}", soft_wrap=True)
-    if report.unattributed:
-        n = report.unattributed
-        console.print(f"{n} enacted operation{'s' * (n != 1)} name{'s' * (n == 1)} no reservation (the stops of a "
-                      "failed start, or logged by an older leasewise): not compared", soft_wrap=True)
 
 
 def nothing_text(lease_id: int | None = None) -> str:

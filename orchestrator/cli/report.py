@@ -10,12 +10,19 @@ checks the options and prints or writes the result.
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.analysis.report import (
+    ALL,
+    Report,
     build_report,
+    clock_time,
     nothing_text,
+    plain_number,
     render_png,
-    render_terminal,
+    shown_times,
+    signed_seconds,
 )
 from orchestrator.analysis.timeline import require_plot
 from orchestrator.cli.app import app, fail
@@ -28,6 +35,9 @@ from orchestrator.cli.common import (
     write_png,
 )
 from orchestrator.cli.output import make_console, write_json_file
+from orchestrator.cli.tables import Column, print_table
+from orchestrator.model.reservations import ReservationKind
+from orchestrator.model.timeutil import UTC
 from orchestrator.state.store import StoreError
 
 
@@ -81,8 +91,84 @@ def report(
         if png is not None:
             console.print(f"no PNG written to {png}: nothing to draw", soft_wrap=True, markup=False)
         return
-    render_terminal(result, console=console)
+    print_report(result, console)
     if png is not None:
         write_png(render_png, result, png, console)
     if json_out is not None:
         console.print(f"wrote {json_out}", markup=False)
+
+
+def print_report(report: Report, console: Console) -> None:
+    """The rows side by side, the live migrations (predicted vs measured), the summary, the failures: tables
+    that fit the terminal (orchestrator.cli.tables), times and deltas never cut."""
+    days = {t.astimezone(UTC).date() for t in shown_times(report.rows)}
+    same_day = len(days) <= 1
+    if not days:
+        day = ""
+    elif same_day:
+        day = f" on {min(days).isoformat()}"
+    else:
+        day = f", {min(days).isoformat()} to {max(days).isoformat()}"
+    leases = {r.lease_id for r in report.rows}
+    scope = f"lease {report.lease_id}" if report.lease_id is not None else \
+        f"{len(leases)} lease{'s' * (len(leases) != 1)}"
+    n = len(report.rows)
+    failures = bool(report.failed)
+    columns = [Column("lease", "right"), Column("rr", "right"), Column("kind", wraps=True),
+               Column("hosts", wraps=True, drop=3), Column("planned\nstart", drop=2), Column("enacted\nstart"),
+               Column("Δ\nstart", "right"), Column("planned\nend", drop=2), Column("enacted\nend", drop=1),
+               Column("Δ\nend", "right")] + ([Column("status")] if failures else [])
+    cells = []
+    for r in report.rows:
+        s, e = r.compares_start, r.compares_end
+        cells.append([
+            str(r.lease_id) if r.lease_id is not None else "-", str(r.reservation_id or "-"), escape(r.what),
+            escape(", ".join(r.hosts)),
+            clock_time(r.planned_start, same_day) if s else "-", clock_time(r.enacted_start, same_day) if s else "-",
+            signed_seconds(r.delta_start),
+            clock_time(r.planned_end, same_day) if e else "-", clock_time(r.enacted_end, same_day) if e else "-",
+            signed_seconds(r.delta_end),
+            *(["[bold red]failed[/]" if r.failed else "[green]ok[/]"] if failures else []),
+        ])
+    print_table(console, columns, cells, title_justify="left",
+                title=f"plan vs enacted: {n} reservation{'s' * (n != 1)} of {scope} (times UTC{day}, Δ in s)")
+
+    live = report.live_migrations
+    if live:
+        columns = [Column("lease", "right"), Column("rr", "right"), Column("vms", "right", drop=2),
+                   Column("hosts", wraps=True, drop=3), Column("predicted\ns", "right"),
+                   Column("measured\ns", "right"), Column("error\ns", "right", drop=1),
+                   Column("predicted\ndowntime ms", "right"), Column("downtime\nms", "right"),
+                   Column("error\nms", "right", drop=1), Column("outcome", wraps=True)]
+        cells = [[str(r.lease_id), str(r.reservation_id or "-"), str(len(r.vms)), escape(", ".join(r.hosts)),
+                  plain_number(r.predicted_seconds), plain_number(r.measured_seconds), signed_seconds(r.duration_error),
+                  plain_number(r.predicted_downtime_ms, 1), plain_number(r.downtime_ms, 1),
+                  signed_seconds(r.downtime_error), escape(r.outcome or ("failed" if r.failed else "-"))]
+                 for r in live]
+        print_table(console, columns, cells, title_justify="left",
+                    title="live migrations: predicted vs measured (slowest VM of each)")
+
+    columns = [Column("kind", wraps=True), Column("count", "right"), Column("failed", "right"),
+               Column("Δ start mean", "right", drop=2), Column("Δ start worst", "right"),
+               Column("Δ end mean", "right", drop=1), Column("Δ end worst", "right")]
+    cells = [[f"[bold]{s.kind}[/]" if s.kind == ALL else s.kind, str(s.rows), str(s.failed) if s.failed else "-",
+              signed_seconds(s.start.mean), signed_seconds(s.start.worst),
+              signed_seconds(s.end.mean), signed_seconds(s.end.worst)]
+             for s in report.summary]
+    print_table(console, columns, cells, title_justify="left",
+                title="summary (Δ in s; worst = largest absolute; failed rows not in the deltas)")
+    live_summary = report.kind(ReservationKind.LIVE_MIGRATE.value)
+    if live_summary is not None and (live_summary.duration_error.count or live_summary.downtime_error.count):
+        d, m = live_summary.duration_error, live_summary.downtime_error
+        console.print(f"live migrations (predicted vs measured): duration error mean {signed_seconds(d.mean, ' s')}, "
+                      f"worst {signed_seconds(d.worst, ' s')}; downtime error mean {signed_seconds(m.mean, ' ms')}, "
+                      f"worst {signed_seconds(m.worst, ' ms')}", soft_wrap=True)
+
+    for r in report.failed:
+        where = f"lease {r.lease_id}" + (f" rr {r.reservation_id}" if r.reservation_id else "")
+        console.print(f"[bold red]failed[/] {where} ({escape(r.what)}) at "
+                      f"{clock_time(r.failed_at, same_day)}: {escape('; '.join(r.errors))}", soft_wrap=True)
+    if report.unattributed:
+        n = report.unattributed
+        console.print(f"{n} enacted operation{'s' * (n != 1)} name{'s' * (n == 1)} no reservation (the stops of a "
+                      "failed start, or logged by an older leasewise): not compared", soft_wrap=True)

@@ -74,7 +74,7 @@ def fit_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequen
             table = _table(columns, rows, shown, options, [w + e for w, e in zip(least, extra)])
             break
         shown.remove(min(droppable, key=lambda i: (columns[i].drop, -i)))
-    left_out = [Text.from_markup(c.header).plain for i, c in enumerate(columns) if i not in shown]
+    left_out = [" ".join(Text.from_markup(c.header).plain.split()) for i, c in enumerate(columns) if i not in shown]
     return table, left_out
 
 

@@ -18,9 +18,9 @@ from orchestrator.analysis.report import (
     Stats,
     build_report,
     render_png,
-    render_terminal,
 )
 from orchestrator.cli import app
+from orchestrator.cli.report import print_report
 from orchestrator.model.timeutil import iso
 from orchestrator.state.store import Event, Store
 
@@ -212,7 +212,7 @@ def test_logs_without_plans_in_their_events_are_counted_not_compared():
 def test_terminal_and_json_show_every_part():
     report = build_report(mixed_log().events)
     out = io.StringIO()
-    render_terminal(report, Console(file=out, width=220, highlight=False, color_system=None))
+    print_report(report, Console(file=out, width=220, highlight=False, color_system=None))
     text = out.getvalue()
     assert "plan vs enacted: 6 reservations of 5 leases (times UTC on 2026-01-01, Δ in s)" in text
     assert "live migrations: predicted vs measured" in text and "completed" in text
@@ -326,3 +326,23 @@ def test_png_without_matplotlib_names_the_extra(enacted_store, tmp_path, no_matp
     result = cli(path, "--png", str(tmp_path / "x.png"))
     assert result.exit_code == 2
     assert "pip install 'leasewise[plot]'" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_report_in_a_narrow_terminal_cuts_no_time_and_no_delta(enacted_store, tmp_path, width):
+    """At 80 columns (a pipe) and narrower, columns are left out and named, never cut: every enacted start
+    and start delta of the --json is whole in the table."""
+    path, _ = enacted_store
+    cli(path, "--json", str(tmp_path / "r.json"))
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    result = CliRunner().invoke(app, ["report", "--state", str(path)], env={"COLUMNS": str(width)})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    table = result.output.split("summary")[0]
+    for row in rows:
+        if row["enacted_start"] is not None:
+            assert row["enacted_start"][11:19] in table, (row, table)   # HH:MM:SS, whole
+        if row["delta_start_s"] is not None:
+            assert f"{row['delta_start_s']:+.2f}" in table
+    if width == 60:   # too narrow for every column: those left out are named
+        assert "left out to fit 60 columns" in result.output
