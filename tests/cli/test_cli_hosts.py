@@ -25,6 +25,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
 from tests.support.sshserver import SSHServer
+from tests.support.text import has_row, lines
 from tests.support.times import CLI_NOW
 
 
@@ -51,13 +52,6 @@ def site(cli):
     return cli
 
 
-def lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def has_row(text: str, *cells: str) -> bool:
-    pattern = r"│\s*" + r"\s*│\s*".join(re.escape(c) for c in cells) + r"\s*│"
-    return re.search(pattern, text) is not None
 
 
 def snapshot(store_path: Path) -> str:

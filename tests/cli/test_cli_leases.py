@@ -6,7 +6,6 @@ import getpass
 import hashlib
 import json
 import os
-import re
 import shlex
 import sqlite3
 import subprocess
@@ -29,6 +28,7 @@ from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
+from tests.support.text import has_row, lines
 from tests.support.times import CLI_NOW
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,14 +45,6 @@ def site(cli):
     return cli
 
 
-def lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip()]
-
-
-def has_row(text: str, *cells: str) -> bool:
-    """Whether a rich table in `text` has a row starting with these cells (whatever the column widths)."""
-    pattern = r"│\s*" + r"\s*│\s*".join(re.escape(c) for c in cells) + r"\s*│"
-    return re.search(pattern, text) is not None
 
 
 def stored(store_path: Path, lease_id: int):
