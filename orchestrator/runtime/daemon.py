@@ -87,8 +87,8 @@ class Daemon:
             cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
             # a daemon killed mid-step may have enacted that step's stops and suspensions without
             # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
-            # committing them. Restarted on a real clock, that step was due by now; resumed on a fast
-            # clock (from the time of the last committed step), it was the next event's step.
+            # Restarted on a real clock, that step was due by now; resumed on a fast clock (from the time
+            # of the last committed step), it was the next event's step.
             horizon = now
             saved = self.store.get_meta("daemon_clock")
             following = cluster.scheduler.next_event_time()
@@ -240,9 +240,5 @@ def simulated_driver_for(store: Store, state_file: Path | None):
     It gets its own clock: operations cost it time without moving the daemon's clock."""
     hosts = store.hosts()
     clock = SimulatedClock(fast_clock_start(store, datetime.now().astimezone()))
-    return make_driver("simulated", [h.config for h in hosts], capacities={h.name: (h.vcpus, h.memory_mib) for h in hosts},
-                       clock=clock, state_file=state_file)
-
-
-def lease_summary(lease: Lease) -> str:
-    return f"lease {lease.id} {lease.type.short} {lease.state}"
+    return make_driver("simulated", [h.config for h in hosts],
+                       capacities={h.name: (h.vcpus, h.memory_mib) for h in hosts}, clock=clock, state_file=state_file)
