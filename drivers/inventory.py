@@ -22,6 +22,11 @@ from .errors import DriverConfigError
 INVENTORY_ENV = "LEASEWISE_INVENTORY"
 LAB_INVENTORY = Path("deploy/lab/run/inventory.toml")
 DEFAULT_STATE_DIR = "/var/lib/libvirt/qemu/save"
+#: where a host keeps its VMs' disk overlays and cloud-init seeds when the inventory names no `disk_dir`
+#: (under the first shared-storage prefix, so a live migration finds the disk where it left it)
+DISK_DIR_NAME = "leasewise-vms"
+FALLBACK_DISK_PARENT = "/var/lib/libvirt/images"
+NETWORK_TYPES = ("bridge", "network")
 
 
 @dataclass(frozen=True)
@@ -37,13 +42,16 @@ class HostConfig:
     migration_uri: str | None = None         # data channel for migrate3 (VIR_MIGRATE_PARAM_URI)
     state_dir: str = DEFAULT_STATE_DIR       # where save images go
     shared_storage: tuple[str, ...] = ()     # path prefixes every host sees (no copy needed)
+    network: str | None = None               # the bridge (or libvirt network) VMs attach to; None = no NIC
+    network_type: str = "bridge"             # bridge | network
+    disk_dir: str | None = None              # the libvirt pool directory for overlays and seeds
 
     def __post_init__(self) -> None:
         for key in ("name", "uri"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
                 raise DriverConfigError(key, "must be a non-empty string")
-        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri"):
+        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise DriverConfigError(key, "must be a non-empty string when given")
@@ -60,11 +68,24 @@ class HostConfig:
             if not isinstance(prefix, str) or not posixpath.isabs(prefix):
                 raise DriverConfigError("shared_storage", f"must be a list of absolute paths (got {prefix!r})")
         object.__setattr__(self, "shared_storage", tuple(posixpath.normpath(p) for p in prefixes))
+        if self.network_type not in NETWORK_TYPES:
+            raise DriverConfigError("network_type",
+                                    f"must be one of {', '.join(NETWORK_TYPES)} (got {self.network_type!r})")
+        if self.disk_dir is not None and not posixpath.isabs(self.disk_dir):
+            raise DriverConfigError("disk_dir", f"must be an absolute path (got {self.disk_dir!r})")
 
     @property
     def is_remote(self) -> bool:
         """True when the URI names a host (qemu+tcp://h/system), False for qemu:///system or test:///."""
         return bool(urlsplit(self.uri).hostname)
+
+    @property
+    def vm_disk_dir(self) -> str:
+        """Where this host's VM overlays and seeds live: `disk_dir`, else under its first shared storage."""
+        if self.disk_dir is not None:
+            return posixpath.normpath(self.disk_dir)
+        parent = self.shared_storage[0] if self.shared_storage else FALLBACK_DISK_PARENT
+        return posixpath.join(parent, DISK_DIR_NAME)
 
     def is_shared(self, path: str) -> bool:
         """Whether `path` is on storage every host sees, so no copy is needed."""
