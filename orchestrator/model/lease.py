@@ -12,6 +12,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from orchestrator.model.errors import IllegalTransition, InvalidRequest
+from orchestrator.model.guest import GuestSetup
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
@@ -36,13 +37,17 @@ class LeaseType(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class VMImage:
-    """What a VM boots: a disk image, or a kernel + initrd + command line (the lab's tiny guest)."""
+    """What a VM boots: a disk image, or a kernel + initrd + command line (the lab's tiny guest), or both
+    (a disk booted by direct kernel boot). `name` is the catalogue's name when the lease named an image."""
 
     disk: str | None = None
     size_mib: float = 0
     kernel: str | None = None
     initrd: str | None = None
     cmdline: str | None = None
+    name: str | None = None
+    format: str | None = None           # qcow2 | raw; None: told by the file's suffix
+    login_user: str | None = None       # who `lease ssh` logs in as
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,7 @@ class LeaseRequest:
     user: str = ""
     name: str = ""
     dirty_rate_mib_s: float | None = None   # per-lease memory dirty rate for live-migration predictions
+    guest: GuestSetup | None = None         # disk overlay, cloud-init, network (None: the image bare)
 
     #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
     #: every node is alike (None otherwise)
@@ -90,6 +96,8 @@ class LeaseRequest:
             raise InvalidRequest("real_duration", f"must be positive (got {self.real_duration})")
         if self.dirty_rate_mib_s is not None and self.dirty_rate_mib_s < 0:
             raise InvalidRequest("dirty_rate", f"must not be negative (got {self.dirty_rate_mib_s})")
+        if self.guest is not None and self.guest.macs and len(self.guest.macs) != len(self.nodes):
+            raise InvalidRequest("macs", f"one MAC per VM: {len(self.guest.macs)} for {len(self.nodes)} VMs")
 
     @property
     def end(self) -> datetime | None:

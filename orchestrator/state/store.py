@@ -26,7 +26,7 @@ import sqlite3
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
@@ -34,6 +34,8 @@ from typing import Any
 
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.guest import MAC_COUNT, GuestSetup, mac_address
+from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.reservations import (
     Reservation,
@@ -41,7 +43,7 @@ from orchestrator.model.reservations import (
     ReservationState,
 )
 from orchestrator.model.resources import Resources
-from orchestrator.model.states import LeaseState
+from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import UTC, as_utc, iso, parse_time
 
 log = logging.getLogger(__name__)
@@ -278,7 +280,30 @@ _V3 = (
     "ALTER TABLE hosts ADD COLUMN unavailable_from TEXT",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3]
+_V4 = (
+    # VMs a person can use: where a host's VMs attach and keep their disks, a lease's guest setup, the
+    # catalogue of base images, and the counter MAC addresses are handed out from
+    "ALTER TABLE hosts ADD COLUMN network TEXT",
+    "ALTER TABLE hosts ADD COLUMN network_type TEXT NOT NULL DEFAULT 'bridge'",
+    "ALTER TABLE hosts ADD COLUMN disk_dir TEXT",
+    "ALTER TABLE leases ADD COLUMN guest TEXT",                          # JSON GuestSetup or NULL
+    """CREATE TABLE images (
+        name TEXT PRIMARY KEY,
+        path TEXT NOT NULL,
+        format TEXT NOT NULL,
+        login_user TEXT NOT NULL,
+        os TEXT NOT NULL,
+        kernel TEXT,
+        initrd TEXT,
+        cmdline TEXT,
+        size_bytes INTEGER NOT NULL DEFAULT 0,
+        added_at TEXT NOT NULL,
+        added_by TEXT NOT NULL DEFAULT ''
+    )""",
+    "INSERT INTO meta (key, value) VALUES ('next_mac', '0')",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -357,10 +382,14 @@ class Event:
 
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
-                 "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from")
+                 "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
+                 "network_type", "disk_dir")
+_IMAGE_COLUMNS = ("name", "path", "format", "login_user", "os", "kernel", "initrd", "cmdline", "size_bytes",
+                  "added_at", "added_by")
 #: the columns that hold the (immutable) request: a lease saved again must not change them
 _REQUEST_COLUMNS = ("name", "user", "type", "preemptible", "nodes", "duration_s", "start", "submit_time", "image",
-                    "dirty_rate", "real_duration_s")
+                    "dirty_rate", "real_duration_s", "guest")
+_JSON_REQUEST_COLUMNS = ("nodes", "image", "guest")
 _STATE_COLUMNS = ("state", "accumulated_s", "reason", "suspensions", "migrations", "requeues", "start_time",
                   "end_time")
 _LEASE_COLUMNS = ("id", "workload_id") + _REQUEST_COLUMNS + _STATE_COLUMNS
@@ -534,7 +563,8 @@ class Store:
                             added_at=as_utc(at, "added_at") if at is not None else datetime.now(UTC))
         values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
                   config.migration_uri, config.state_dir, _json(list(config.shared_storage)), record.vcpus,
-                  record.memory_mib, int(record.available), _t(record.added_at), None)
+                  record.memory_mib, int(record.available), _t(record.added_at), None, config.network,
+                  config.network_type, config.disk_dir)
         with self.transaction():
             try:
                 self._conn.execute(f"INSERT INTO hosts ({', '.join(_HOST_COLUMNS)}) "
@@ -576,15 +606,82 @@ class Store:
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at, unavailable_from) = row
+         available, added_at, unavailable_from, network, network_type, disk_dir) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
-                                shared_storage=tuple(json.loads(shared)))
+                                shared_storage=tuple(json.loads(shared)), network=network,
+                                network_type=network_type, disk_dir=disk_dir)
         except LeasewiseError as exc:
             raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None
         return HostRecord(config=config, vcpus=vcpus, memory_mib=memory, available=bool(available),
                           added_at=_dt(added_at), unavailable_from=_dt(unavailable_from))
+
+    # -- images ---------------------------------------------------------------------------------------------------
+    def add_image(self, image: CatalogImage) -> CatalogImage:
+        """Catalogue a base image; `StoreError` if the name is taken."""
+        added = image if image.added_at is not None else replace(image, added_at=datetime.now(UTC))
+        values = tuple(getattr(added, c) for c in _IMAGE_COLUMNS)
+        values = (*values[:9], _t(added.added_at), added.added_by)
+        with self.transaction():
+            try:
+                self._conn.execute(f"INSERT INTO images ({', '.join(_IMAGE_COLUMNS)}) "
+                                   f"VALUES ({', '.join('?' * len(_IMAGE_COLUMNS))})", values)
+            except sqlite3.IntegrityError:
+                raise StoreError(f"image {image.name!r} already exists") from None
+        return added
+
+    def images(self) -> list[CatalogImage]:
+        rows = self._conn.execute(f"SELECT {', '.join(_IMAGE_COLUMNS)} FROM images ORDER BY name").fetchall()
+        return [self._image(row) for row in rows]
+
+    def image(self, name: str) -> CatalogImage:
+        row = self._conn.execute(f"SELECT {', '.join(_IMAGE_COLUMNS)} FROM images WHERE name = ?",
+                                 (name,)).fetchone()
+        if row is None:
+            raise StoreError(f"no image named {name!r}")
+        return self._image(row)
+
+    def _image(self, row: tuple) -> CatalogImage:
+        values = dict(zip(_IMAGE_COLUMNS, row))
+        values["added_at"] = _dt(values["added_at"])
+        try:
+            return CatalogImage(**values)
+        except LeasewiseError as exc:
+            raise StoreError(f"{self.path}: image {values['name']!r} is invalid in the store: {exc}") from None
+
+    def leases_using_image(self, name: str) -> list[int]:
+        """The leases not yet in a final state that boot the catalogued image `name`."""
+        final = tuple(s.value for s in FINAL_STATES)
+        rows = self._conn.execute(
+            f"SELECT id FROM leases WHERE json_extract(image, '$.name') = ? "
+            f"AND state NOT IN ({', '.join('?' * len(final))}) ORDER BY id", (name, *final)).fetchall()
+        return [r[0] for r in rows]
+
+    def remove_image(self, name: str) -> None:
+        """Forget a catalogued image (the file stays); refused while a lease still uses it."""
+        with self.transaction():
+            users = self.leases_using_image(name)
+            if users:
+                raise StoreError(f"image {name!r} is used by lease{'s' if len(users) > 1 else ''} "
+                                 f"{', '.join(map(str, users))}")
+            if self._conn.execute("DELETE FROM images WHERE name = ?", (name,)).rowcount == 0:
+                raise StoreError(f"no image named {name!r}")
+
+    def allocate_macs(self, count: int) -> tuple[str, ...]:
+        """`count` MAC addresses no other VM of this store was given (a counter under the write lock)."""
+        if count <= 0:
+            return ()
+        with self.transaction():
+            row = self._conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'next_mac' "
+                                     "RETURNING CAST(value AS INTEGER) - ?", (count, count)).fetchone()
+            if row is None:
+                self._conn.execute("INSERT INTO meta (key, value) VALUES ('next_mac', ?)", (str(count),))
+                row = (0,)
+        first = int(row[0])
+        if first + count > MAC_COUNT:
+            raise StoreError("no MAC addresses left under 52:54:00 (16,777,216 handed out)")
+        return tuple(mac_address(first + i) for i in range(count))
 
     # -- leases ---------------------------------------------------------------------------------------------------
     def save_lease(self, lease: Lease, workload_id: str | None = None) -> None:
@@ -596,6 +693,7 @@ class Store:
             _secs(req.duration), _t(req.start), _t(req.submit_time),
             None if req.image is None else _json(_image_dict(req.image)),
             req.dirty_rate_mib_s, _secs(req.real_duration),
+            None if req.guest is None else _json(req.guest.as_dict()),
         )
         state_values = (
             lease.state.value, _secs(lease.accumulated), lease.reason, lease.suspensions, lease.migrations,
@@ -613,8 +711,8 @@ class Store:
                 # the duration may grow (`lease extend`); anything else differing means an id clash
                 changed = [c for c, a, b in zip(_REQUEST_COLUMNS, stored, request_values)
                            if c != "duration_s"
-                           and (json.loads(a) if c in ("nodes", "image") and a else a)
-                           != (json.loads(b) if c in ("nodes", "image") and b else b)]
+                           and (json.loads(a) if c in _JSON_REQUEST_COLUMNS and a else a)
+                           != (json.loads(b) if c in _JSON_REQUEST_COLUMNS and b else b)]
                 if changed:
                     raise StoreError(f"lease {lease.id} is already stored with a different request "
                                      f"({', '.join(changed)} differ): two leases were given the same id")
@@ -769,8 +867,11 @@ class Store:
 
 # -- rebuilding -----------------------------------------------------------------------------------------------
 def _image_dict(image: VMImage) -> dict[str, Any]:
-    return {"disk": image.disk, "size_mib": image.size_mib, "kernel": image.kernel, "initrd": image.initrd,
-            "cmdline": image.cmdline}
+    found = {"disk": image.disk, "size_mib": image.size_mib, "kernel": image.kernel, "initrd": image.initrd,
+             "cmdline": image.cmdline}
+    # the catalogue's fields only when set, so leases stored before them compare equal
+    found.update({k: v for k in ("name", "format", "login_user") if (v := getattr(image, k)) is not None})
+    return found
 
 
 def _lease_from_row(row: tuple) -> Lease:
@@ -788,6 +889,7 @@ def _lease_from_row(row: tuple) -> Lease:
         user=values["user"],
         name=values["name"],
         dirty_rate_mib_s=values["dirty_rate"],
+        guest=None if values["guest"] is None else GuestSetup.from_dict(json.loads(values["guest"])),
     )
     return Lease(
         id=values["id"], request=request, state=LeaseState(values["state"]),
