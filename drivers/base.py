@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from drivers.cloudinit import SeedSpec
 
 
 @dataclass(frozen=True)
@@ -28,18 +31,38 @@ class HostInfo:
 
 
 @dataclass(frozen=True)
+class DiskSpec:
+    """A VM's own disk: a qcow2 overlay backed by `base` (never opened read-write), created when the VM
+    starts, following it through save/restore and migration, deleted when it stops unless `keep`."""
+
+    base: str                        # the base image, on storage every host sees
+    base_format: str = "qcow2"       # qcow2 | raw
+    size_bytes: int | None = None    # the overlay's virtual size; None: the base's
+    keep: bool = False
+
+
+@dataclass(frozen=True)
 class VMSpec:
-    """Everything needed to define and start one VM; rendered to domain XML in one place."""
+    """Everything needed to define and start one VM; rendered to domain XML in one place.
+
+    `disk` and `seed` are requests the driver turns into volumes on the host (`disk_image` and
+    `seed_image` then name them); `disk_image` alone attaches a file as it is."""
 
     name: str
     vcpus: int
     memory_mib: int
-    disk_image: str | None = None    # path of a qcow2/raw disk (on storage the hosts share)
+    disk_image: str | None = None    # path of a qcow2/raw disk the domain opens
     kernel: str | None = None        # direct kernel boot (the lab's tiny guest)
     initrd: str | None = None
     cmdline: str | None = None
-    network: str | None = None       # libvirt network name or bridge; None = no NIC
+    network: str | None = None       # libvirt network name or bridge; None = the host's (if `mac` is set)
+    network_type: str = "bridge"     # bridge | network
+    mac: str | None = None           # a NIC with this MAC, on `network` or else on the host's network
     lease_id: str | None = None      # recorded in the domain's metadata so a restart can adopt it
+    disk: DiskSpec | None = None     # an overlay of its own
+    seed: SeedSpec | None = None     # a cloud-init NoCloud seed, attached as a CD-ROM
+    seed_image: str | None = None    # the seed's path once made
+    guest_agent: bool = True         # a virtio channel for qemu-guest-agent (addresses, clean shutdown)
     # How fast the guest dirties memory, and the most it keeps dirtying (None = 90% of memory): the
     # simulated driver models it to time live migrations; real drivers ignore it.
     dirty_rate_mib_s: float = 0.0
@@ -80,6 +103,25 @@ class HostCheck:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    path: str
+    format: str                      # qcow2 | raw | ...
+    virtual_size: int                # bytes the guest sees
+
+
+@dataclass(frozen=True)
+class VMAddress:
+    """One address of a VM's NIC, and where it was learnt (agent, lease, arp, simulated)."""
+
+    mac: str
+    address: str
+    prefix: int
+    family: Literal["ipv4", "ipv6"]
+    source: str
+    interface: str = ""
 
 
 VMStateName = Literal["running", "paused", "shutoff", "saved", "crashed", "other"]
@@ -252,6 +294,25 @@ class Driver(ABC):
     @abstractmethod
     def measured_dirty_rate(self, vm: str) -> float | None:
         """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured."""
+
+    def image_info(self, host: str, path: str) -> ImageInfo:
+        """What `host` sees at `path` (a base image): format and virtual size; `OperationFailed` naming the
+        problem when it cannot read it."""
+        raise NotImplementedError(f"{self.name} driver cannot read images")
+
+    def vm_addresses(self, vm: str) -> list[VMAddress]:
+        """The VM's network addresses: from the guest agent, else the DHCP leases, else ARP (libvirt's
+        `interfaceAddresses` sources, in that order); empty when none answers yet."""
+        return []
+
+    def console_command(self, vm: str) -> list[str]:
+        """A command line that attaches a terminal to the VM's serial console."""
+        raise NotImplementedError(f"{self.name} driver has no console")
+
+    def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
+        """Delete what a VM left on `host`'s storage (its overlay unless `keep_disk`, its seed); returns the
+        paths deleted. Nothing to do when there is none."""
+        return []
 
     def locate(self, vm: str) -> str | None:
         """The host a VM runs (or is defined) on, or None."""

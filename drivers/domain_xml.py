@@ -15,6 +15,8 @@ from .base import VMSpec
 LEASEWISE_NS = "https://leasewise.dev/xmlns/libvirt/lease/1"
 _PREFIX = "leasewise"
 DOMAIN_TYPES = ("kvm", "qemu")
+NETWORK_TYPES = ("bridge", "network")
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
 
 def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -> str:
@@ -39,6 +41,8 @@ def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -
         # A literal prefix (not ET.register_namespace, which is process-global) keeps the XML readable.
         lease = ET.SubElement(metadata, f"{_PREFIX}:lease", {f"xmlns:{_PREFIX}": LEASEWISE_NS})
         ET.SubElement(lease, f"{_PREFIX}:id").text = spec.lease_id
+        if spec.disk is not None and spec.disk.keep:
+            ET.SubElement(lease, f"{_PREFIX}:keep-disk")
     ET.SubElement(domain, "memory", {"unit": "MiB"}).text = str(int(spec.memory_mib))
     ET.SubElement(domain, "vcpu").text = str(int(spec.vcpus))
 
@@ -58,13 +62,28 @@ def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -
     devices = ET.SubElement(domain, "devices")
     if spec.disk_image is not None:
         disk = ET.SubElement(devices, "disk", {"type": "file", "device": "disk"})
-        ET.SubElement(disk, "driver", {"name": "qemu", "type": disk_format(spec.disk_image)})
+        fmt = "qcow2" if spec.disk is not None else disk_format(spec.disk_image)   # an overlay is qcow2
+        ET.SubElement(disk, "driver", {"name": "qemu", "type": fmt})
         ET.SubElement(disk, "source", {"file": spec.disk_image})
         ET.SubElement(disk, "target", {"dev": "vda", "bus": "virtio"})
+    if spec.seed_image is not None:
+        # NoCloud finds its seed by the filesystem label (cidata), whatever the device
+        cdrom = ET.SubElement(devices, "disk", {"type": "file", "device": "cdrom"})
+        ET.SubElement(cdrom, "driver", {"name": "qemu", "type": "raw"})
+        ET.SubElement(cdrom, "source", {"file": spec.seed_image})
+        ET.SubElement(cdrom, "target", {"dev": "sda", "bus": "sata"})
+        ET.SubElement(cdrom, "readonly")
     if spec.network is not None:
-        nic = ET.SubElement(devices, "interface", {"type": "bridge"})
-        ET.SubElement(nic, "source", {"bridge": spec.network})
+        if spec.network_type not in NETWORK_TYPES:
+            raise ValueError(f"network_type must be one of {', '.join(NETWORK_TYPES)} (got {spec.network_type!r})")
+        nic = ET.SubElement(devices, "interface", {"type": spec.network_type})
+        if spec.mac is not None:
+            ET.SubElement(nic, "mac", {"address": spec.mac})
+        ET.SubElement(nic, "source", {spec.network_type: spec.network})
         ET.SubElement(nic, "model", {"type": "virtio"})
+    if spec.guest_agent:
+        channel = ET.SubElement(devices, "channel", {"type": "unix"})
+        ET.SubElement(channel, "target", {"type": "virtio", "name": GUEST_AGENT_CHANNEL})
     serial = ET.SubElement(devices, "serial", {"type": "pty"})
     ET.SubElement(serial, "target", {"port": "0"})
     console = ET.SubElement(devices, "console", {"type": "pty"})
@@ -87,3 +106,12 @@ def lease_id_from_xml(domain_xml: str) -> str | None:
     if node is None or not (node.text or "").strip():
         return None
     return node.text.strip()
+
+
+def keeps_disk(domain_xml: str) -> bool:
+    """Whether the lease asked to keep this VM's disk overlay when it stops (`render_domain_xml` notes it)."""
+    try:
+        root = ET.fromstring(domain_xml)
+    except ET.ParseError:
+        return False
+    return root.find(f"metadata/{{{LEASEWISE_NS}}}lease/{{{LEASEWISE_NS}}}keep-disk") is not None

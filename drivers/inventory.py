@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .domain_xml import DOMAIN_TYPES
+from .domain_xml import DOMAIN_TYPES, NETWORK_TYPES
 from .errors import DriverConfigError
 
 INVENTORY_ENV = "LEASEWISE_INVENTORY"
@@ -26,7 +26,6 @@ DEFAULT_STATE_DIR = "/var/lib/libvirt/qemu/save"
 #: (under the first shared-storage prefix, so a live migration finds the disk where it left it)
 DISK_DIR_NAME = "leasewise-vms"
 FALLBACK_DISK_PARENT = "/var/lib/libvirt/images"
-NETWORK_TYPES = ("bridge", "network")
 
 
 @dataclass(frozen=True)

@@ -32,21 +32,25 @@ from typing import Any, get_args
 from .base import (
     HOST_CHECKS,
     CheckItem,
+    DiskSpec,
     Driver,
     HostCheck,
     HostInfo,
+    ImageInfo,
     MigrationModel,
     MigrationProgress,
     MigrationReport,
     OnTimeout,
     OperationReport,
     ProgressCallback,
+    VMAddress,
     VMInfo,
     VMSpec,
     VMStateName,
     validate_migration_args,
 )
 from .clock import UTC, SimulatedClock, as_utc
+from .cloudinit import SeedSpec
 from .domain_xml import render_domain_xml
 from .errors import (
     HostUnreachable,
@@ -62,6 +66,9 @@ MIB = 1024 * 1024
 ZERO = timedelta(0)
 STATE_FORMAT = "leasewise-simulated-hosts"
 STATE_VERSION = 1
+QCOW2_MAGIC = b"QFI\xfb"
+#: where the simulated hosts say they keep the VMs' overlays (nothing is written there)
+SIMULATED_DISK_DIR = "/var/lib/libvirt/images/leasewise-vms"
 OPERATIONS = frozenset({"start", "stop", "suspend", "resume", "move_state", "migrate"})
 
 
@@ -158,7 +165,30 @@ def _spec_from_json(data: object) -> VMSpec:
     unknown = sorted(set(data) - _SPEC_FIELDS)
     if unknown:
         raise ValueError(f"VM spec has unknown key {unknown[0]!r}")
-    return VMSpec(**data)
+    values = dict(data)
+    if isinstance(values.get("disk"), dict):
+        values["disk"] = DiskSpec(**values["disk"])
+    if isinstance(values.get("seed"), dict):
+        values["seed"] = SeedSpec(**{**values["seed"], "ssh_keys": tuple(values["seed"].get("ssh_keys", ()))})
+    return VMSpec(**values)
+
+
+def probe_image(path: str) -> ImageInfo:
+    """Format and virtual size of a disk image file on this machine (qcow2 by its header, else raw): what
+    the simulated hosts, which see this machine's files, read there."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(32)
+            size = os.fstat(handle.fileno()).st_size
+    except FileNotFoundError:
+        raise OperationFailed(f"image {path}: no such file") from None
+    except IsADirectoryError:
+        raise OperationFailed(f"image {path}: is a directory") from None
+    except OSError as exc:
+        raise OperationFailed(f"image {path}: cannot be read ({exc.strerror or exc})") from None
+    if header[:4] == QCOW2_MAGIC and len(header) >= 32:
+        return ImageInfo(path, "qcow2", int.from_bytes(header[24:32], "big"))
+    return ImageInfo(path, "raw", size)
 
 
 class SimulatedDriver(Driver):
@@ -193,6 +223,7 @@ class SimulatedDriver(Driver):
         self._vms: dict[str, _VM] = {}
         # Save images: key (host, path) for host-local files, (None, path) for shared storage.
         self._files: dict[tuple[str | None, str], _StateFile] = {}
+        self._disks: dict[str, bool] = {}   # VM -> its overlay is kept when it stops
         self.state_file: Path | None = Path(state_file) if state_file is not None else None
         if self.state_file is not None:
             self._load()
@@ -250,10 +281,13 @@ class SimulatedDriver(Driver):
                 if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                     raise ValueError(f"save image {image_path}: bad size {size!r}")
                 files[(host, image_path)] = _StateFile(_spec_from_json(entry["spec"]), size)
+            disks = data.get("disks", {})
+            if not isinstance(disks, dict) or not all(isinstance(v, bool) for v in disks.values()):
+                raise ValueError("disks must map VM names to true/false")
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ValueError(f"simulated state file {path}: {problem}") from None
-        self._vms, self._files = vms, files
+        self._vms, self._files, self._disks = vms, files, dict(disks)
 
     def _state_json(self) -> dict[str, Any]:
         return {
@@ -261,6 +295,7 @@ class SimulatedDriver(Driver):
             "version": STATE_VERSION,
             "vms": {name: {"host": vm.host, "state": vm.state, "spec": asdict(vm.spec)}
                     for name, vm in self._vms.items()},
+            "disks": self._disks,
             "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes, "spec": asdict(image.spec)}
                        for (host, image_path), image in self._files.items()],
         }
@@ -295,11 +330,12 @@ class SimulatedDriver(Driver):
             return
         vms = {name: replace(vm) for name, vm in self._vms.items()}
         files = dict(self._files)
+        disks = dict(self._disks)
         try:
             yield
             self._save()
         except BaseException as exc:
-            self._vms, self._files = vms, files
+            self._vms, self._files, self._disks = vms, files, disks
             if isinstance(exc, OSError):
                 raise OperationFailed(f"{what}: cannot write the simulated state file {self.state_file}: "
                                       f"{exc.strerror or exc}") from exc
@@ -400,9 +436,50 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self.config.start_time.total_seconds())
         if self._injected_failure("start"):
             raise OperationFailed(f"start {spec.name} on {host}: injected failure")
+        if spec.disk is not None and os.path.isfile(spec.disk.base):
+            # (a base image this machine does not have is on the simulated hosts' storage: taken as given)
+            base = probe_image(spec.disk.base)
+            if spec.disk.size_bytes is not None and spec.disk.size_bytes < base.virtual_size:
+                raise OperationFailed(f"disk_size: {spec.disk.size_bytes} bytes is smaller than the image "
+                                      f"({base.virtual_size} bytes)")
         with self._changing(f"start {spec.name} on {host}"):
             self._vms[spec.name] = _VM(spec, host, "running")
+            if spec.disk is not None:
+                self._disks[spec.name] = spec.disk.keep
         return OperationReport("start", spec.name, host, seconds)
+
+    # -- what a person uses: disks, addresses, the console ----------------------------------------
+
+    def image_info(self, host: str, path: str) -> ImageInfo:
+        self._up(host)
+        return probe_image(path)
+
+    def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
+        self._up(host)
+        if vm not in self._disks or keep_disk or self._disks[vm]:
+            return []
+        with self._changing(f"delete the disk of {vm}"):
+            del self._disks[vm]
+        return [f"{SIMULATED_DISK_DIR}/{vm}.qcow2"]
+
+    def disks(self) -> list[str]:
+        """The VMs whose disk overlays exist (tests look at what a lease leaves behind)."""
+        return sorted(self._disks)
+
+    def vm_addresses(self, vm: str) -> list[VMAddress]:
+        """A running VM with a NIC answers with an address from 10.0.0.0/8 made of its MAC, as a DHCP
+        server with a fixed host per MAC would give it: the same across suspension and migration."""
+        record = self._vm(vm)
+        mac = record.spec.mac
+        if record.state != "running" or mac is None:
+            return []
+        octets = [int(x, 16) for x in mac.split(":")[3:]]
+        return [VMAddress(mac=mac, address=f"10.{octets[0]}.{octets[1]}.{octets[2] or 1}", prefix=8,
+                          family="ipv4", source="simulated", interface="eth0")]
+
+    def console_command(self, vm: str) -> list[str]:
+        record = self._vm(vm)
+        return ["virsh", "-c", f"simulated://{record.host}", "console", vm]
 
     def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
         record = self._vm(vm)
@@ -412,6 +489,8 @@ class SimulatedDriver(Driver):
             raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
         with self._changing(f"stop {vm} on {record.host}"):
             del self._vms[vm]
+            if not self._disks.get(vm, True):   # the overlay goes with the VM, unless the lease keeps it
+                del self._disks[vm]
         return OperationReport("stop", vm, record.host, seconds)
 
     def guest_poweroff(self, vm: str) -> None:

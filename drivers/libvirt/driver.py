@@ -11,21 +11,25 @@ from drivers.base import (
     Driver,
     HostCheck,
     HostInfo,
+    ImageInfo,
     MigrationReport,
     OnTimeout,
     OperationReport,
     ProgressCallback,
     VMInfo,
+    VMAddress,
     VMSpec,
 )
 from drivers.clock import Clock, RealClock
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
+from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
 from .lifecycle import Lifecycle
 from .migration import DowntimePolicy, Migrations
 from .state_transfer import StateTransfer
+from .storage import Storage
 
 
 class LibvirtDriver(Driver):
@@ -61,7 +65,8 @@ class LibvirtDriver(Driver):
             retry=RetryPolicy(retry_attempts, retry_wait_s, retry_wait_max_s),
             keepalive_interval_s=keepalive_interval_s, keepalive_count=keepalive_count,
         )
-        self._lifecycle = Lifecycle(self._connections, clock, poll_interval_s)
+        self._storage = Storage(self._connections)
+        self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
         self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
         self._migrations = Migrations(self._connections, self._lifecycle,
                                       DowntimePolicy(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
@@ -93,6 +98,19 @@ class LibvirtDriver(Driver):
 
     def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
         return self._lifecycle.stop(vm, graceful_timeout)
+
+    def image_info(self, host: str, path: str) -> ImageInfo:
+        return self._storage.image_info(host, path)
+
+    def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
+        return self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
+
+    def vm_addresses(self, vm: str) -> list[VMAddress]:
+        return vm_addresses(self._connections, self._lifecycle.find(vm), vm)
+
+    def console_command(self, vm: str) -> list[str]:
+        host = self._lifecycle.find(vm)
+        return ["virsh", "-c", self._connections.host_config(host).uri, "console", vm]
 
     # -- memory images ---------------------------------------------------------------------------
 

@@ -11,15 +11,17 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from drivers.base import OperationReport, VMInfo, VMSpec, VMStateName
 from drivers.clock import Clock
-from drivers.domain_xml import lease_id_from_xml, render_domain_xml
+from drivers.domain_xml import keeps_disk, lease_id_from_xml, render_domain_xml
 from drivers.errors import DriverError, HostUnreachable, OperationFailed, VMAlreadyExists, VMNotFound
 
 from .connection import Connections
+from .storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +29,9 @@ log = logging.getLogger(__name__)
 class Lifecycle:
     """Finding, listing, starting and stopping domains on the hosts of `connections`."""
 
-    def __init__(self, connections: Connections, clock: Clock, poll_interval_s: float):
+    def __init__(self, connections: Connections, storage: Storage, clock: Clock, poll_interval_s: float):
         self._connections = connections
+        self._storage = storage
         self._clock = clock
         self._poll_interval_s = poll_interval_s
 
@@ -130,13 +133,19 @@ class Lifecycle:
 
     def start(self, spec: VMSpec, host: str) -> OperationReport:
         cfg = self._connections.host_config(host)
-        xml = render_domain_xml(spec, cfg.domain_type, uuid=str(uuid.uuid4()))
+        render_domain_xml(spec, cfg.domain_type)   # bad input fails here, before anything is created
         existing, _ = self.where_defined(spec.name)
         if existing is not None:
             raise VMAlreadyExists(f"VM {spec.name!r} already exists on {existing}")
         began = time.perf_counter()
+        spec = self._with_volumes_and_network(spec, host)
+        xml = render_domain_xml(spec, cfg.domain_type, uuid=str(uuid.uuid4()))
         # The fixed UUID makes a retried define an update of the same domain, not a second one.
-        self._connections.call(host, f"define {spec.name}", lambda c: c.defineXML(xml), spec.name)
+        try:
+            self._connections.call(host, f"define {spec.name}", lambda c: c.defineXML(xml), spec.name)
+        except DriverError:
+            self._remove_volumes(host, spec)
+            raise
 
         def boot(conn: Any) -> None:
             dom = conn.lookupByName(spec.name)
@@ -147,8 +156,39 @@ class Lifecycle:
             self._connections.call(host, f"start {spec.name}", boot, spec.name)
         except DriverError:
             self._undefine_after_failed_start(host, spec.name)
+            self._remove_volumes(host, spec)
             raise
         return OperationReport("start", spec.name, host, time.perf_counter() - began)
+
+    def _with_volumes_and_network(self, spec: VMSpec, host: str) -> VMSpec:
+        """`spec` with its overlay and seed made on `host` and its NIC on the host's network; what was made
+        is deleted again when a later part fails."""
+        cfg = self._connections.host_config(host)
+        changes: dict[str, Any] = {}
+        if spec.mac is not None and spec.network is None:
+            if cfg.network is not None:
+                changes.update(network=cfg.network, network_type=cfg.network_type)
+            else:
+                log.warning("%s: host %s names no network; the VM gets no NIC", spec.name, host)
+        if spec.disk is not None:
+            changes["disk_image"] = self._storage.create_overlay(host, spec.name, spec.disk)
+        if spec.seed is not None:
+            try:
+                from drivers.cloudinit import build_seed_iso
+                changes["seed_image"] = self._storage.upload_seed(host, spec.name, build_seed_iso(spec.seed))
+            except BaseException:
+                self._remove_volumes(host, spec)
+                raise
+        return replace(spec, **changes)
+
+    def _remove_volumes(self, host: str, spec: VMSpec) -> None:
+        if spec.disk is None and spec.seed is None:
+            return
+        keep = spec.disk is not None and spec.disk.keep
+        try:
+            self._storage.remove_vm_volumes(host, spec.name, keep_disk=keep)
+        except DriverError as exc:
+            log.warning("could not delete the volumes of %s on %s: %s", spec.name, host, exc)
 
     def _undefine_after_failed_start(self, host: str, vm: str) -> None:
         def undefine(conn: Any) -> None:
@@ -165,6 +205,7 @@ class Lifecycle:
         host = self.find(vm)
         call = self._connections.call
         began = time.perf_counter()
+        keep_disk = call(host, f"read {vm}", lambda c: keeps_disk(c.lookupByName(vm).XMLDesc(0)), vm)
 
         def shutdown(conn: Any) -> bool:
             dom = conn.lookupByName(vm)
@@ -197,6 +238,10 @@ class Lifecycle:
                 dom.undefine()
 
         call(host, f"undefine {vm}", undefine, vm)
+        try:
+            self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
+        except DriverError as exc:   # the VM is stopped; its volumes stay for `lease cleanup` to find
+            log.warning("%s stopped, but its volumes on %s could not be deleted: %s", vm, host, exc)
         return OperationReport("stop", vm, host, time.perf_counter() - began)
 
     def undefine_stale(self, host: str, vm: str) -> None:

@@ -30,6 +30,7 @@ from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.planning.enactment import EnactmentError
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
@@ -60,6 +61,7 @@ class Daemon:
         self.say = say or (lambda line: None)
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
+        self._release_failures: set[int] = set()
         self._idle = False
         hosts = {h.name: h.config for h in store.hosts()}
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now)
@@ -153,12 +155,30 @@ class Daemon:
             else:
                 raise InconsistentSchedule(f"no progress at {now}")
             cluster.save(now)
+            self._release_finished(now)
             self.store.set_meta("daemon_clock", iso(now))
             following = sched.next_event_time()
             idle = following is None and not sched.queue and not sched.pending
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
         return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))
+
+    def _release_finished(self, now: datetime) -> None:
+        """Clean up after leases that finished (ended, cancelled by another process, failed): what they left
+        on the hosts goes; a host that cannot be reached keeps it until a later step."""
+        for lease in self.store.unreleased_leases():
+            try:
+                removed = self.enactor.release(lease)
+            except EnactmentError as exc:
+                if lease.id not in self._release_failures:
+                    self._notes.append(f"lease {lease.id}: cleanup waits: {exc}")
+                    self._release_failures.add(lease.id)
+                continue
+            self._release_failures.discard(lease.id)
+            self.store.mark_released(lease.id)
+            self.store.append_event(now, "released", lease.id, removed=removed)
+            if removed:
+                self._notes.append(f"lease {lease.id}: removed {', '.join(removed)}")
 
     def _notice_ended_vms(self, cluster: Cluster, now: datetime) -> None:
         """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost."""

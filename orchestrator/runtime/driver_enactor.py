@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from drivers.base import Driver, OperationReport, VMInfo, VMSpec
+from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec
+from drivers.cloudinit import SeedSpec
+from drivers.domain_xml import disk_format
 from drivers.errors import DriverError, HostUnreachable, VMAlreadyExists, VMNotFound
 from drivers.inventory import HostConfig
 from orchestrator.model.config import DaemonConfig
@@ -72,17 +74,32 @@ def lease_vm_names(lease: Lease) -> list[str]:
 
 def vm_spec(lease: Lease, vnode: int) -> VMSpec:
     """What to boot for one virtual node: its CPU (percent, rounded up to whole vCPUs) and memory, the
-    lease's image, and the lease id for the domain's metadata."""
+    lease's image (as an overlay of its own when it has a disk), its cloud-init seed and NIC when the lease
+    has a guest setup, and the lease id for the domain's metadata."""
     node = lease.request.nodes[vnode]
     image = lease.request.image
+    guest = lease.request.guest
+    name = vm_name(lease.id, vnode)
+    disk = seed = None
+    if image is not None and image.disk is not None:
+        disk = DiskSpec(base=image.disk, base_format=image.format or disk_format(image.disk),
+                        size_bytes=guest.disk_size_mib * 2**20 if guest and guest.disk_size_mib else None,
+                        keep=bool(guest and guest.keep_disks))
+        if guest is not None:
+            seed = SeedSpec(instance_id=name, hostname=guest.hostname(name, vnode), ssh_keys=guest.ssh_keys,
+                            user_data=guest.user_data,
+                            # the user's own #cloud-config names its users itself
+                            login_user=image.login_user if guest.user_data is None else None)
     return VMSpec(
-        name=vm_name(lease.id, vnode),
+        name=name,
         vcpus=max(1, math.ceil(node.cpu / 100 - EPSILON)),
         memory_mib=max(1, math.ceil(node.memory - EPSILON)),
-        disk_image=image.disk if image is not None else None,
+        disk=disk,
+        seed=seed,
         kernel=image.kernel if image is not None else None,
         initrd=image.initrd if image is not None else None,
         cmdline=image.cmdline if image is not None else None,
+        mac=guest.mac(vnode) if guest is not None and guest.network else None,
         lease_id=str(lease.id),
         dirty_rate_mib_s=lease.request.dirty_rate_mib_s or 0.0,
     )
@@ -329,6 +346,50 @@ class DriverEnactor:
                         problem = f"already running on {elsewhere}"
                 raise self._error(lease.id, "resume", name, vnode, host, problem, path=path, rr=rr) from exc
             self._enacted(lease.id, vnode, report, rr=rr, path=path)
+            self._remove_images(lease.id, name, path, {host, self._suspended_on(lease, rr, vnode) or host})
+
+    def _remove_images(self, lease_id: int, vm: str, path: str, hosts: Iterable[str]) -> list[str]:
+        """Delete a memory image nothing needs any more (the VM runs again, or its lease is over) from
+        `hosts`; a host that cannot be reached keeps it (logged)."""
+        removed = []
+        for host in sorted(hosts):
+            try:
+                self.driver.remove_state(path, host)
+                removed.append(f"{host}:{path}")
+            except DriverError as exc:
+                log.warning("lease %s: could not delete the memory image %s of %s on %s: %s",
+                            lease_id, path, vm, host, exc)
+        return removed
+
+    def release(self, lease: Lease) -> list[str]:
+        """Everything a finished lease left on its hosts goes: VMs still running or defined (a cancelled
+        lease's, a suspended one's definition), saved memory images, disk overlays (unless kept) and seeds.
+        Returns what was removed; raises `EnactmentError` when a host could not be reached (try again later).
+        """
+        hosts = sorted({h for rr in lease.reservations for h in rr.nodes.values()}
+                       | {h for rr in lease.reservations for pre in rr.pre for t in pre.transfers.values() for h in t})
+        keep = bool(lease.request.guest and lease.request.guest.keep_disks)
+        removed: list[str] = []
+        problems: list[str] = []
+        for vnode in range(lease.numnodes):
+            name = vm_name(lease.id, vnode)
+            try:
+                report = self.driver.stop(name, graceful_timeout=0)
+                self._enacted(lease.id, vnode, report, released=True)
+                removed.append(f"{report.host}:{name}")
+            except VMNotFound:
+                pass
+            except DriverError as exc:
+                problems.append(f"stop {name}: {_one_line(str(exc))}")
+            for host in hosts:
+                try:
+                    self.driver.remove_state(self.state_path(lease.id, vnode, host), host)
+                    removed.extend(f"{host}:{p}" for p in self.driver.remove_vm_storage(name, host, keep_disk=keep))
+                except DriverError as exc:
+                    problems.append(f"{host}: {_one_line(str(exc))}")
+        if problems:
+            raise EnactmentError(f"lease {lease.id}: could not clean up: {'; '.join(problems)}")
+        return removed
 
     def migrate_images(self, lease: Lease, rr: Reservation) -> None:
         for vnode, (src, dst) in sorted(rr.transfers.items()):

@@ -301,6 +301,10 @@ _V4 = (
         added_by TEXT NOT NULL DEFAULT ''
     )""",
     "INSERT INTO meta (key, value) VALUES ('next_mac', '0')",
+    # a finished lease whose VMs, memory images and disks are not cleaned up from the hosts yet
+    "ALTER TABLE leases ADD COLUMN released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1))",
+    "UPDATE leases SET released = 1 WHERE state IN ('done', 'cancelled', 'rejected', 'failed')",
+    "CREATE INDEX leases_unreleased ON leases (id) WHERE released = 0",
 )
 
 MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4]
@@ -798,6 +802,15 @@ class Store:
             clauses.append("user = ?")
             params.append(user)
         return self._load_leases(f"WHERE {' AND '.join(clauses)}" if clauses else "", tuple(params))
+
+    def unreleased_leases(self) -> list[Lease]:
+        """Finished leases whose leftovers on the hosts (VMs, memory images, disks) are not cleaned up yet."""
+        final = tuple(s.value for s in FINAL_STATES)
+        return self._load_leases(f"WHERE released = 0 AND state IN ({', '.join('?' * len(final))})", final)
+
+    def mark_released(self, lease_id: int) -> None:
+        with self.transaction():
+            self._conn.execute("UPDATE leases SET released = 1 WHERE id = ?", (lease_id,))
 
     def workload_ids(self) -> dict[int, str]:
         """lease id -> the workload id it was saved with (only leases that have one)."""

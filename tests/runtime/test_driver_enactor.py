@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from drivers.base import VMSpec
+from drivers.base import DiskSpec, VMSpec
+from orchestrator.model.guest import GuestSetup
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.libvirt import LibvirtDriver
@@ -105,6 +106,23 @@ def vms_on(driver, host: str) -> dict[str, tuple[str, int, int, str | None]]:
     return {i.name: (i.state, i.vcpus, i.memory_mib, i.lease_id) for i in driver.list_vms(host)}
 
 
+def test_a_guest_setup_gives_each_vm_its_seed_mac_and_disk_size():
+    guest = GuestSetup(ssh_keys=("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFvboQNZtwefN4L+HjRQtDNq3IXxjfcrFoSfUPrceJOx test",), user_data="#cloud-config\n",
+                       hostname_prefix="web", disk_size_mib=4096, keep_disks=True,
+                       macs=("52:54:00:00:00:07", "52:54:00:00:00:08"))
+    request = LeaseRequest(type=LeaseType.BEST_EFFORT, nodes=(NODE, NODE), duration=HOUR, submit_time=T0,
+                           image=VMImage(disk="/img/deb.raw", format="raw", login_user="debian"), guest=guest)
+    specs = [vm_spec(Lease(id=9, request=request), v) for v in (0, 1)]
+    assert [s.mac for s in specs] == ["52:54:00:00:00:07", "52:54:00:00:00:08"]
+    assert [s.seed.hostname for s in specs] == ["web-0", "web-1"]
+    assert {s.seed.instance_id for s in specs} == {"lw-9-0", "lw-9-1"}
+    assert specs[0].seed.ssh_keys == guest.ssh_keys and specs[0].seed.user_data == "#cloud-config\n"
+    assert specs[1].disk == DiskSpec(base="/img/deb.raw", base_format="raw", size_bytes=4096 * 2**20, keep=True)
+    no_net = LeaseRequest(type=LeaseType.BEST_EFFORT, nodes=(NODE,), duration=HOUR, submit_time=T0,
+                          image=VMImage(disk="/img/deb.qcow2"), guest=GuestSetup(network=False))
+    assert vm_spec(Lease(id=10, request=no_net), 0).mac is None
+
+
 def test_names_and_specs():
     assert vm_name(12, 3) == "lw-12-3"
     assert parse_vm_name("lw-12-3") == (12, 3)
@@ -117,7 +135,11 @@ def test_names_and_specs():
     assert (two.vcpus, two.memory_mib) == (3, 1001)
     assert (one.kernel, one.initrd, one.cmdline, one.disk_image) == ("/img/vmlinuz", "/img/initrd", "console=ttyS0", None)
     disk = vm_spec(make_lease(8, image=VMImage(disk="/img/guest.qcow2")), 0)
-    assert disk.disk_image == "/img/guest.qcow2" and disk.kernel is None
+    # the base image is never the VM's disk: the VM gets an overlay of its own, and no seed or NIC
+    # without a guest setup
+    assert disk.disk_image is None and disk.kernel is None
+    assert disk.disk == DiskSpec(base="/img/guest.qcow2", base_format="qcow2", size_bytes=None, keep=False)
+    assert disk.seed is None and disk.mac is None
     enactor, _, _ = sim()
     for operation in ("start_vms", "stop_vms", "suspend_vms", "resume_vms", "migrate_images", "kill_vms"):
         assert callable(getattr(enactor, operation)) and hasattr(Enactor, operation)
