@@ -58,7 +58,7 @@ if ! (cd / && "$PY" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
-            "numpy", "matplotlib", "importlinter", "grimp"):
+            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
