@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
-#   * Debian packages: libvirt + QEMU (the lab tier), the tools to build the lab guest, sshd
+#   * Debian packages: libvirt + QEMU (the lab tier), the tools to build the lab guest, sshd, isoinfo
 #   * the project itself: pip install -e '.[test,libvirt]' from this repository's root
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
@@ -26,6 +26,7 @@ PACKAGES=(
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
     iproute2 util-linux procps
+    genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
