@@ -17,6 +17,7 @@ from typing import Any
 
 from drivers.base import OperationReport, VMInfo, VMSpec, VMStateName
 from drivers.clock import Clock
+from drivers.cloudinit import build_seed_iso
 from drivers.domain_xml import keeps_disk, lease_id_from_xml, render_domain_xml
 from drivers.errors import DriverError, HostUnreachable, OperationFailed, VMAlreadyExists, VMNotFound
 
@@ -174,7 +175,6 @@ class Lifecycle:
             changes["disk_image"] = self._storage.create_overlay(host, spec.name, spec.disk)
         if spec.seed is not None:
             try:
-                from drivers.cloudinit import build_seed_iso
                 changes["seed_image"] = self._storage.upload_seed(host, spec.name, build_seed_iso(spec.seed))
             except BaseException:
                 self._remove_volumes(host, spec)

@@ -16,6 +16,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from drivers.base import DiskSpec, ImageInfo
+from drivers.cloudinit import overlay_volume_name, seed_volume_name
 from drivers.errors import DriverError, OperationFailed
 
 from .connection import Connections
@@ -25,14 +26,6 @@ log = logging.getLogger(__name__)
 VM_POOL = "leasewise-vms"
 IMAGE_POOL_PREFIX = "leasewise-img-"
 _UPLOAD_CHUNK = 256 * 1024
-
-
-def overlay_volume_name(vm: str) -> str:
-    return f"{vm}.qcow2"
-
-
-def seed_volume_name(vm: str) -> str:
-    return f"{vm}-seed.iso"
 
 
 def _pool_xml(name: str, directory: str) -> str:

@@ -6,8 +6,10 @@ and registers itself on that app when imported, which is all this package does: 
 """
 
 from orchestrator.cli import (  # noqa: F401  (each module adds its commands to `app`)
+    access,
     calibrate,
     hosts,
+    images,
     leases,
     migrate,
     plan,

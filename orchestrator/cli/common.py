@@ -33,6 +33,12 @@ def store_path(state: Path | None, config: Config) -> Path:
     return default_store_path()
 
 
+def simulated_hosts_path(state: Path | None, config: Config) -> Path:
+    """Where the simulated driver keeps its hosts between commands (next to the store), so `run` and
+    `lease show` / `lease ssh` see the same simulated VMs."""
+    return store_path(state, config).with_suffix(".hosts.json")
+
+
 def store_exists(state: Path | None, config: Config) -> bool:
     """Read-only commands do not create a store: False when there is none yet (an error if --state names
     a file that does not exist, which is a typo more often than not)."""

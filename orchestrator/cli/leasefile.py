@@ -12,7 +12,13 @@ A lease file is one YAML mapping, read with `yaml.safe_load` (no tags, no object
     duration: 2h          # 90, 90s, 15m, 2h, 1h30m, 01:30:00
     start: 2026-05-04T14:00:00Z   # omit: best-effort; "now": immediate; a time: advance reservation
     preemptible: false
-    image: /var/lib/libvirt/images/debian.qcow2    # or kernel / initrd / cmdline
+    image: debian12       # a catalogued image (leasewise image add), or a path; or kernel / initrd / cmdline
+    disk_size: 20G        # grow each VM's own disk (an overlay of the image) to this size
+    ssh_key: [~/.ssh/id_ed25519.pub]   # default: the submitter's ~/.ssh/id_*.pub
+    user_data: init.yaml  # a #cloud-config file, passed to cloud-init as it is
+    hostname_prefix: web  # VM n calls itself web-n (default: its VM name, lw-ID-n)
+    network: true         # one NIC on the hosts' network (false: none)
+    keep_disks: false     # keep the VMs' disks when the lease ends
     user: alice
     name: experiment-7
     dirty_rate: 20        # MiB/s, for live-migration predictions
@@ -25,8 +31,11 @@ from __future__ import annotations
 
 import difflib
 import getpass
+import glob
 import math
+import os
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -34,14 +43,22 @@ from typing import Any
 
 import yaml
 
+from drivers.cloudinit import parse_user_data, read_ssh_public_key
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.guest import GuestSetup
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import as_utc, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
 KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
-        "cmdline", "user", "name", "dirty_rate")
+        "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
+        "keep_disks")
+#: the keys that make up a lease's guest setup (they need an image with a disk)
+GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
+MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE)
+_SIZE_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 MAX_FILE_BYTES = 1 << 20
 
 _TYPES = {
@@ -208,8 +225,13 @@ class _Fields:
             raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
 
 
+#: a catalogued image's name -> what a lease naming it boots (`InvalidRequest` for an unknown name)
+ImageResolver = Callable[[str], VMImage]
+
+
 def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Callable[[str], str] = str,
-                        where: str | None = None, default_user: str | None = None) -> LeaseRequest:
+                        where: str | None = None, default_user: str | None = None,
+                        images: ImageResolver | None = None, base_dir: Path | None = None) -> LeaseRequest:
     """Build and validate a request from raw values keyed by `KEYS` (None = not given).
 
     `label` turns a key into the name used in errors (the key itself for files, the flag for the CLI);
@@ -247,7 +269,8 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
     if start_time is not None and start_time < now:
         raise f.error("start", f"{iso(start_time)} is in the past (now {iso(now.replace(microsecond=0))})")
 
-    image_path = f.path("image")
+    image_text = f.text("image")
+    image_path = image_text if image_text is None or posixpath.isabs(image_text) else None
     kernel = f.path("kernel")
     initrd = f.path("initrd")
     cmdline = f.text("cmdline")
@@ -258,15 +281,26 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
     if kernel is None and (initrd or cmdline):
         raise f.error("kernel", f"is required with {label('initrd') if initrd else label('cmdline')}")
     image = None
-    if image_path is not None:
+    if image_text is not None and image_path is None:   # a name: the catalogue's image
+        if kernel or initrd or cmdline:
+            raise f.error("image", f"a catalogued image brings its own boot; drop {label('kernel')}/"
+                                   f"{label('initrd')}/{label('cmdline')}")
+        if images is None:
+            raise f.error("image", f"must be an absolute path here (got {_shown(image_text)})")
+        try:
+            image = images(image_text)
+        except InvalidRequest as exc:
+            raise f.error("image", exc.problem) from None
+    elif image_path is not None:
         image = VMImage(disk=image_path)
     elif kernel is not None:
         image = VMImage(kernel=kernel, initrd=initrd, cmdline=cmdline)
+    guest = _guest_setup(f, image, base_dir)
 
     preemptible = f.boolean("preemptible")
     user = f.text("user")
     if user is None:
-        user = default_user if default_user is not None else _current_user()
+        user = default_user if default_user is not None else current_user()
     name = f.text("name") or ""
     dirty_rate = f.number("dirty_rate")
 
@@ -282,19 +316,116 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
             user=user,
             name=name,
             dirty_rate_mib_s=dirty_rate,
+            guest=guest,
         )
     except InvalidRequest as exc:   # everything above should have caught it; keep the one-line form anyway
         raise InvalidRequest(exc.field, exc.problem, where=where) from None
 
 
-def _current_user() -> str:
+def _guest_setup(f: _Fields, image: VMImage | None, base_dir: Path | None) -> GuestSetup | None:
+    """The guest side of the request: what each VM's own disk, cloud-init seed and NIC get. A lease whose
+    image has a disk always has one (its VMs get a NIC and the submitter's keys by default)."""
+    given = [k for k in GUEST_KEYS if f.present(k)]
+    if image is None or image.disk is None:
+        if given:
+            raise f.error(given[0], f"needs an image with a disk ({f.label('image')})")
+        return None
+    disk_size = _size_mib(f, "disk_size")
+    if disk_size is not None and image.size_mib and disk_size < image.size_mib:
+        raise f.error("disk_size", f"{disk_size} MiB is smaller than the image ({image.size_mib:.0f} MiB)")
+    key_files = f.get("ssh_key")
+    if isinstance(key_files, str):
+        key_files = [key_files]
+    if key_files is not None and (not isinstance(key_files, (list, tuple)) or not key_files
+                                  or not all(isinstance(k, str) and k.strip() for k in key_files)):
+        raise f.error("ssh_key", f"must be a public key file or a list of them (got {_shown(key_files)})")
+    if key_files is None:
+        key_files = sorted(glob.glob(os.path.expanduser("~/.ssh/id_*.pub")))
+    keys = tuple(_read_key(f, _resolve(path, base_dir)) for path in key_files)
+    user_data = None
+    if f.present("user_data"):
+        source = f.get("user_data")
+        if not isinstance(source, str) or not source.strip():
+            raise f.error("user_data", f"must be a #cloud-config file (got {_shown(source)})")
+        user_data = _read_user_data(f, _resolve(source, base_dir))
+    prefix = f.text("hostname_prefix")
+    network = f.boolean("network")
+    keep = f.boolean("keep_disks")
+    try:
+        return GuestSetup(ssh_keys=keys, user_data=user_data, hostname_prefix=prefix,
+                          network=True if network is None else network, disk_size_mib=disk_size,
+                          keep_disks=bool(keep))
+    except InvalidRequest as exc:
+        raise f.error(exc.field, exc.problem) from None
+
+
+def _resolve(path: str, base_dir: Path | None) -> Path:
+    """A file named in a lease file is relative to that file; on the command line, to where it runs."""
+    expanded = Path(os.path.expanduser(path))
+    return expanded if expanded.is_absolute() or base_dir is None else base_dir / expanded
+
+
+def _read_small(f: _Fields, key: str, path: Path, limit: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise f.error(key, f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise f.error(key, f"{path}: is a directory") from None
+    except OSError as exc:
+        raise f.error(key, f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise f.error(key, f"{path}: is larger than {limit // 1024} KiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise f.error(key, f"{path}: is not UTF-8 text") from None
+
+
+def _read_key(f: _Fields, path: Path) -> str:
+    text = _read_small(f, "ssh_key", path, 16 * 1024)
+    try:
+        return read_ssh_public_key(text, str(path))
+    except ValueError as exc:
+        raise f.error("ssh_key", str(exc)) from None
+
+
+def _read_user_data(f: _Fields, path: Path) -> str:
+    text = _read_small(f, "user_data", path, MAX_USER_DATA_BYTES)
+    try:
+        return parse_user_data(text, str(path))
+    except ValueError as exc:
+        raise f.error("user_data", str(exc)) from None
+
+
+def _size_mib(f: _Fields, key: str) -> int | None:
+    """A size as 20G, 512M, 2048 (MiB), 1.5GiB... in whole MiB."""
+    value = f.get(key)
+    if value is None:
+        return None
+    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    match = _SIZE.fullmatch(text) if text else None
+    if match is None:
+        raise f.error(key, f"must be a size such as 20G, 512M or 2048 (MiB) (got {_shown(value)})")
+    unit = (match.group(2) or "")[:1].lower()
+    mib = math.ceil(float(match.group(1)) * _SIZE_MIB[unit])
+    if mib <= 0:
+        raise f.error(key, f"must be greater than zero (got {_shown(value)})")
+    if mib > 64 * 1024 * 1024:
+        raise f.error(key, f"is larger than 64 TiB (got {_shown(value)})")
+    return mib
+
+
+def current_user() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):   # no passwd entry and no $USER (some containers)
         return ""
 
 
-def load_lease_file(path: str | Path, now: datetime, default_user: str | None = None) -> LeaseRequest:
+def load_lease_file(path: str | Path, now: datetime, default_user: str | None = None,
+                    images: ImageResolver | None = None) -> LeaseRequest:
     """Read a YAML lease file (safe_load only) into a validated request; errors name the file and key."""
     where = str(path)
     try:
@@ -330,4 +461,5 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
     if bad_keys:
         raise InvalidRequest(_shown(bad_keys[0]), "unknown key (keys are names such as nodes, cpus, memory)",
                              where=where)
-    return request_from_fields(data, now, where=where, default_user=default_user)
+    return request_from_fields(data, now, where=where, default_user=default_user, images=images,
+                               base_dir=Path(path).parent)

@@ -14,6 +14,8 @@ or an extension does not fit), so scripts can tell "fix your input" from "try ot
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from orchestrator.cli.leasefile import (
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.lease import Lease
+from orchestrator.model.lease import Lease, VMImage
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
@@ -214,13 +216,21 @@ def submit(
     start: str | None = typer.Option(None, "--start", metavar="ISO|now",
                                      help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation"),
     preemptible: bool | None = typer.Option(None, "--preemptible/--no-preemptible", help="May be suspended for reservations (default: yes)"),
-    image: str | None = typer.Option(None, "--image", metavar="PATH", help="Disk image (absolute path on the hosts)"),
+    image: str | None = typer.Option(None, "--image", metavar="NAME|PATH",
+                                     help="A catalogued image (leasewise image list), or a disk image's absolute path on the hosts"),
     kernel: str | None = typer.Option(None, "--kernel", metavar="K", help="Kernel for direct boot (absolute path)"),
     initrd: str | None = typer.Option(None, "--initrd", metavar="I", help="Initrd for direct boot"),
     cmdline: str | None = typer.Option(None, "--cmdline", metavar="C", help="Kernel command line"),
     user: str | None = typer.Option(None, "--user", metavar="U", help="Owner (default: the current user)"),
     name: str | None = typer.Option(None, "--name", metavar="N", help="A name to find it by"),
     dirty_rate: str | None = typer.Option(None, "--dirty-rate", metavar="MIB_S", help="Memory dirty rate, MiB/s"),
+    disk_size: str | None = typer.Option(None, "--disk-size", metavar="SIZE", help="Grow each VM's own disk to this size (20G, 512M)"),
+    ssh_key: list[str] | None = typer.Option(None, "--ssh-key", metavar="FILE",
+                                             help="A public key to log in with (repeatable; default ~/.ssh/id_*.pub)"),
+    user_data: str | None = typer.Option(None, "--user-data", metavar="FILE", help="A #cloud-config file for cloud-init"),
+    hostname_prefix: str | None = typer.Option(None, "--hostname-prefix", metavar="P", help="VM n calls itself P-n"),
+    network: bool | None = typer.Option(None, "--network/--no-network", help="One NIC on the hosts' network (default: yes)"),
+    keep_disks: bool | None = typer.Option(None, "--keep-disks", help="Keep the VMs' disks when the lease ends"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
@@ -228,21 +238,29 @@ def submit(
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
              "preemptible": preemptible, "image": image, "kernel": kernel, "initrd": initrd, "cmdline": cmdline,
-             "user": user, "name": name, "dirty_rate": dirty_rate}
+             "user": user, "name": name, "dirty_rate": dirty_rate, "disk_size": disk_size,
+             "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
+             "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
     given = [k for k in KEYS if flags.get(k) is not None]
     cfg = common.load(config)
     now = common.now()
+    catalogue = _catalogue(state, cfg)
     if file is not None:
         if given:
             raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-        request = load_lease_file(file, now)
+        request = load_lease_file(file, now, images=catalogue)
     else:
         if not given:
             raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-        request = request_from_fields(flags, now, label=flag_label)
+        request = request_from_fields(flags, now, label=flag_label, images=catalogue)
+    if request.image is not None and request.image.name is not None:
+        _check_image_on_hosts(state, cfg, request.image, "image" if file is not None else "--image")
 
     with common.open_cluster(state, cfg) as cluster:
         check_hosts_can_hold(cluster, request)   # refused before anything is written
+        if request.guest is not None and request.guest.network:
+            macs = cluster.store.allocate_macs(request.numnodes)
+            request = replace(request, guest=replace(request.guest, macs=macs))
         before = _plan_snapshot(cluster)
         lease = cluster.submit(request, now)
         answer = _submit_answer(lease, _affected(cluster, before, lease.id))
@@ -253,6 +271,43 @@ def submit(
         _print_answer(answer)
     if lease.state is LeaseState.REJECTED:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _catalogue(state: Path | None, cfg) -> "Callable[[str], VMImage]":
+    """Resolves an image name through the store's catalogue (read when a name is given)."""
+
+    def resolve(name: str) -> VMImage:
+        known = []
+        if common.store_exists(state, cfg):
+            with common.open_store(state, cfg) as store:
+                known = store.images()
+        for image in known:
+            if image.name == name:
+                return image.vm_image()
+        names = ", ".join(i.name for i in known) or "none; add one with `leasewise image add`"
+        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
+                                      f"(catalogued: {names})")
+
+    return resolve
+
+
+def _check_image_on_hosts(state: Path | None, cfg, image: VMImage, label: str) -> None:
+    """Refuse a lease whose image some available host cannot read, before anything is written: its VMs
+    would otherwise start on some hosts and fail on others."""
+    from orchestrator.cli.images import hosts_driver, read_on_hosts
+
+    with common.open_store(state, cfg) as store:
+        records = [r for r in store.hosts() if r.available]
+    if not records:
+        return
+    driver = hosts_driver(records, cfg.daemon.driver)
+    try:
+        seen = read_on_hosts(driver, [r.name for r in records], image.disk)
+    finally:
+        driver.close()
+    for host, what in seen.items():
+        if isinstance(what, str):
+            raise fail(f"{label}: {image.name} ({image.disk}) cannot be read on {host}: {what}")
 
 
 def _print_answer(answer: dict) -> None:
@@ -340,6 +395,7 @@ def show(
     with common.open_store(state, cfg) as store:
         lease = store.lease(number)
         events = store.events(lease_id=number)
+        records = store.hosts()
     plan = _plan_rows(lease)
     if json_out:
         emit_json({
@@ -371,6 +427,23 @@ def show(
         console.print(f"  boots: {escape(boot)}", soft_wrap=True)
     console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
                   f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
+    if req.guest is not None:
+        g = req.guest
+        console.print(f"  guest: {len(g.ssh_keys)} ssh key(s), {'user-data' if g.user_data else 'no user-data'}, "
+                      f"{'a NIC each' if g.network else 'no network'}"
+                      + (f", disks grown to {g.disk_size_mib} MiB" if g.disk_size_mib else "")
+                      + (", disks kept after the lease (in the hosts' leasewise-vms pool, lw-ID-N.qcow2)"
+                         if g.keep_disks else ""), soft_wrap=True)
+    if lease.state in RUNNING_STATES or lease.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
+                                                        LeaseState.SUSPENDED_SCHEDULED):
+        from orchestrator.cli.images import hosts_driver
+        from orchestrator.cli.vms import lease_vms, print_vms
+
+        driver = hosts_driver(records, cfg.daemon.driver, common.simulated_hosts_path(state, cfg))
+        try:
+            print_vms(console, lease_vms(lease, driver))
+        finally:
+            driver.close()
 
     if plan:
         print_table(console, [Column("rr"), Column("kind"), Column("state", drop=1), Column("start"), Column("end"),

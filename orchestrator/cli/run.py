@@ -25,7 +25,7 @@ def run(
     fast: bool = typer.Option(False, "--fast", help="Fast-forward: jump the clock from event to event instead of waiting (simulated driver only)"),
     until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),
     until: str | None = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
-    sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (survives restarts)"),
+    sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (default: next to the store)"),
     max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many steps"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
@@ -58,7 +58,8 @@ def run(
             if not store.hosts():
                 raise fail("no hosts in the store: add some with `leasewise host add` or `leasewise host import`")
             if driver_name == "simulated":
-                driver = simulated_driver_for(store, sim_state)
+                driver = simulated_driver_for(
+                    store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"))
             else:
                 from orchestrator.runtime.driver_factory import make_driver
 

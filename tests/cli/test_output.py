@@ -72,4 +72,4 @@ def test_any_cli_module_imported_first_gives_the_whole_app(first):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['calibrate', 'host', 'lease', 'migrate', 'plan', 'report', 'run', 'simulate']"
+    assert out.stdout.strip() == "['calibrate', 'host', 'image', 'lease', 'migrate', 'plan', 'report', 'run', 'simulate']"
