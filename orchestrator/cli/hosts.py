@@ -41,6 +41,7 @@ from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import ConfigError
+from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
@@ -130,12 +131,14 @@ def _capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory
 
 def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str | None,
                          ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
-                         state_dir: str | None, shared_storage: list[str] | None) -> HostConfig:
+                         state_dir: str | None, shared_storage: list[str] | None, network: str | None = None,
+                         network_type: str = "bridge", disk_dir: str | None = None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
     values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
-                              "shared_storage": tuple(shared_storage or ())}
+                              "shared_storage": tuple(shared_storage or ()), "network": network,
+                              "network_type": network_type, "disk_dir": disk_dir}
     if state_dir is not None:
         values["state_dir"] = state_dir
     if ssh is not None:
@@ -165,6 +168,10 @@ def add(
     state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
     shared_storage: list[str] | None = typer.Option(None, "--shared-storage", metavar="PATH",
                                                     help="Path prefix every host sees (repeatable)"),
+    network: str | None = typer.Option(None, "--network", metavar="BRIDGE|NET", help="The bridge (or libvirt network) VMs attach to"),
+    network_type: str = typer.Option("bridge", "--network-type", metavar="bridge|network", help="What --network names"),
+    disk_dir: str | None = typer.Option(None, "--disk-dir", metavar="DIR",
+                                        help="Where VMs' disks and seeds go (default: under the first --shared-storage)"),
     cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
@@ -176,7 +183,7 @@ def add(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
-                               shared_storage)
+                               shared_storage, network, network_type, disk_dir)
     settings = common.load(config)
     with common.open_store(state, settings) as store:
         if any(h.name == name for h in store.hosts()):   # before contacting it; checked again on insert
@@ -318,9 +325,11 @@ def list_hosts(
 
 
 # -- check ------------------------------------------------------------------------------------------------------
-def run_checks(record: HostRecord, driver: str, timeout: float) -> list[dict[str, str]]:
-    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail. The driver
-    named by `[daemon] driver` checks the host with its own connection and SSH code."""
+def run_checks(record: HostRecord, driver: str, timeout: float,
+               images: list[CatalogImage] | None = None) -> list[dict[str, str]]:
+    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail, and one row
+    per catalogued image (can the host read it). The driver named by `[daemon] driver` checks the host
+    with its own connection and SSH code."""
     from orchestrator.runtime.driver_factory import make_driver
 
     try:
@@ -328,8 +337,16 @@ def run_checks(record: HostRecord, driver: str, timeout: float) -> list[dict[str
                               retry_attempts=1)
     except (DriverError, ValueError) as exc:
         raise fail(str(exc)) from None
+    image_rows = []
     try:
         result = checker.check_host(record.name, timeout)
+        for image in images or ():
+            try:
+                seen = checker.image_info(record.name, image.path)
+                image_rows.append({"check": f"image {image.name}", "status": "PASS",
+                                   "detail": f"{image.path}: {seen.format}, {seen.virtual_size / 2**30:.1f} GiB"})
+            except DriverError as exc:
+                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": str(exc)})
     finally:
         checker.close()
     rows = []
@@ -338,7 +355,7 @@ def run_checks(record: HostRecord, driver: str, timeout: float) -> list[dict[str
         if item.check == "connect" and item.status == "PASS":   # the driver knows the host, the store what was added
             detail += f" (store: {record.vcpus} vCPUs, {record.memory_mib} MiB)"
         rows.append({"check": item.check, "status": item.status, "detail": detail})
-    return rows
+    return rows + image_rows
 
 
 @host_app.command("check")
@@ -356,7 +373,8 @@ def check(
         raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
     with common.open_store(state, settings) as store:
         record = store.host(name)
-    rows = run_checks(record, settings.daemon.driver, timeout)
+        images = store.images()
+    rows = run_checks(record, settings.daemon.driver, timeout, images)
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
     if json_out:
         emit_json({"host": name, "ok": not failed, "checks": rows})
@@ -373,7 +391,7 @@ def check(
         skipped = sum(1 for r in rows if r["status"] == "SKIP")
         if failed:
             summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
-        elif all(r["status"] == "simulated" for r in rows):
+        elif all(r["status"] in ("simulated", "PASS") for r in rows) and any(r["status"] == "simulated" for r in rows):
             summary = "simulated driver: nothing to check"
         else:
             summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")

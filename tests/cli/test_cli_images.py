@@ -150,3 +150,25 @@ def test_image_add_refuses_what_the_hosts_cannot_read(site, tmp_path, image):
     assert site("image", "add", "deb", str(image)).exit_code == 0
     again = site("image", "add", "deb", str(image))
     assert again.exit_code == 2 and "already exists" in again.output
+
+
+def test_host_check_says_whether_each_catalogued_image_is_readable(site, image):
+    assert site("image", "add", "deb", str(image)).exit_code == 0
+    checked = site("host", "check", "lab1", "--json")
+    rows = {r["check"]: r for r in json.loads(checked.stdout)["checks"]}
+    assert rows["image deb"]["status"] == "PASS" and "qcow2, 1.0 GiB" in rows["image deb"]["detail"]
+    image.unlink()
+    rows = {r["check"]: r for r in json.loads(site("host", "check", "lab1", "--json").stdout)["checks"]}
+    assert rows["image deb"]["status"] == "FAIL" and "no such file" in rows["image deb"]["detail"]
+
+
+def test_host_add_takes_the_network_its_vms_attach_to(cli, store_path):
+    added = cli("host", "add", "lab9", "--uri", "test:///default", "--cpus", "2", "--memory", "2048",
+                "--network", "br0", "--disk-dir", "/srv/vms")
+    assert added.exit_code == 0, added.output
+    with Store.open(store_path) as store:
+        config = store.host("lab9").config
+    assert (config.network, config.network_type, config.vm_disk_dir) == ("br0", "bridge", "/srv/vms")
+    bad = cli("host", "add", "lab8", "--uri", "test:///default", "--cpus", "2", "--memory", "2048",
+              "--network-type", "wire")
+    assert bad.exit_code == 2 and "--network-type:" in bad.output
