@@ -205,7 +205,13 @@ class Lifecycle:
         host = self.find(vm)
         call = self._connections.call
         began = time.perf_counter()
-        keep_disk = call(host, f"read {vm}", lambda c: keeps_disk(c.lookupByName(vm).XMLDesc(0)), vm)
+        try:
+            xml = call(host, f"read {vm}", lambda c: c.lookupByName(vm).XMLDesc(0), vm)
+        except VMNotFound:
+            xml = ""
+        keep_disk = keeps_disk(xml)
+        # (only a VM that has volumes in the host's pool costs the pool calls below)
+        has_volumes = self._connections.host_config(host).vm_disk_dir in xml
 
         def shutdown(conn: Any) -> bool:
             dom = conn.lookupByName(vm)
@@ -239,8 +245,9 @@ class Lifecycle:
 
         call(host, f"undefine {vm}", undefine, vm)
         try:
-            self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
-        except DriverError as exc:   # the VM is stopped; its volumes stay for `lease cleanup` to find
+            if has_volumes:
+                self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
+        except DriverError as exc:   # the VM is stopped; the daemon's cleanup of its lease tries again
             log.warning("%s stopped, but its volumes on %s could not be deleted: %s", vm, host, exc)
         return OperationReport("stop", vm, host, time.perf_counter() - began)
 
