@@ -26,6 +26,7 @@ PACKAGES=(
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
     iproute2 util-linux procps
+    iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
     genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
 )
 missing=()

@@ -99,6 +99,7 @@ class ReportRow:
     measured_seconds: float | None = None       # ... and what libvirt measured (slowest VM of the reservation)
     predicted_downtime_ms: float | None = None
     downtime_ms: float | None = None
+    network_outage_ms: float | None = None      # the longest silence of the VM's address (pinged every 10 ms)
     outcome: str | None = None
     first_event: int = 0
 
@@ -180,6 +181,7 @@ class ReportRow:
                 "predicted_downtime_ms": self.predicted_downtime_ms,
                 "downtime_ms": self.downtime_ms,
                 "downtime_error_ms": self.downtime_error,
+                "network_outage_ms": self.network_outage_ms,
                 "outcome": self.outcome,
             })
         return out
@@ -314,6 +316,7 @@ class _Group:
     measured: list[float] = field(default_factory=list)
     predicted_downtime: list[float] = field(default_factory=list)
     downtime: list[float] = field(default_factory=list)
+    network_outage: list[float] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
 
     def add(self, event: EventLike, detail: dict[str, Any], op: str) -> None:
@@ -339,7 +342,8 @@ class _Group:
         if end is not None:
             self.ends.append(end)
         for values, key in ((self.predicted, "predicted_seconds"), (self.measured, "total_seconds"),
-                            (self.predicted_downtime, "predicted_downtime_ms"), (self.downtime, "downtime_ms")):
+                            (self.predicted_downtime, "predicted_downtime_ms"), (self.downtime, "downtime_ms"),
+                            (self.network_outage, "network_outage_ms")):
             number = _number(detail.get(key))
             if number is not None:
                 values.append(number)
@@ -368,6 +372,7 @@ class _Group:
             measured_seconds=max(self.measured) if self.measured else None,
             predicted_downtime_ms=max(self.predicted_downtime) if self.predicted_downtime else None,
             downtime_ms=max(self.downtime) if self.downtime else None,
+            network_outage_ms=max(self.network_outage) if self.network_outage else None,
             outcome="/".join(self.outcomes) or None,
             first_event=self.first_event,
         )

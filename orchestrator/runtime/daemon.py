@@ -34,6 +34,7 @@ from orchestrator.planning.enactment import EnactmentError
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
+from orchestrator.runtime.netprobe import PingProbe
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 
@@ -64,7 +65,9 @@ class Daemon:
         self._release_failures: set[int] = set()
         self._idle = False
         hosts = {h.name: h.config for h in store.hosts()}
-        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now)
+        # a real driver's live migrations are watched from the network too (the outage users see)
+        probe = None if driver.name == "simulated" else PingProbe
+        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:

@@ -28,7 +28,7 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec
 from drivers.cloudinit import SeedSpec
@@ -49,6 +49,19 @@ ACTIVE_STATES = frozenset({"running", "paused"})
 _NAME = re.compile(r"lw-(\d+)-(\d+)")
 
 Recorder = Callable[[str, int, dict], None]
+#: how long a migration's network probe goes on after libvirt says it is done: a silence that outlasts
+#: the migration is part of the outage
+PROBE_LINGER_S = 1.0
+
+
+class Probe(Protocol):
+    def start(self) -> bool: ...
+
+    def stop(self, linger_s: float = 0.0) -> None: ...
+
+    def outage_ms(self) -> float | None: ...
+
+    def answered_after(self) -> bool: ...
 
 
 def _planned(rr: Reservation) -> dict[str, Any]:
@@ -127,6 +140,7 @@ class DriverEnactor:
         config: DaemonConfig,
         record: Recorder | None = None,
         now: Callable[[], datetime] | None = None,
+        probe: Callable[[str], Probe] | None = None,
     ):
         """`now`: the daemon's clock, to time live migrations against their deadline (without one, the
         planned start of the migration stands for now)."""
@@ -135,6 +149,7 @@ class DriverEnactor:
         self.config = config
         self._record = record
         self._now = now
+        self._probe = probe          # makes a network probe of an address (live migrations' outage)
 
     # -- naming ----------------------------------------------------------------------------------------
     vm_name = staticmethod(vm_name)          # the module's function, for callers holding only the enactor
@@ -420,11 +435,14 @@ class DriverEnactor:
             if timeout <= 0:
                 raise self._error(lease.id, "migrate", name, vnode, src,
                                   f"no time left: the fallback had to start by {iso(abort_at)}", **expected, rr=rr)
+            probe = self._start_probe(name)
             try:
                 report = self.driver.migrate(name, dst, max_downtime_ms=float(extra.get("max_downtime_ms", 300.0)),
                                              bandwidth_mib_s=extra.get("bandwidth_mib_s"), timeout_s=timeout,
                                              on_timeout="abort")
             except DriverError as exc:
+                if probe is not None:
+                    probe.stop()
                 if self._where(name) == dst:
                     self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}")
                     continue
@@ -435,10 +453,28 @@ class DriverEnactor:
                 if self._now is not None:
                     error.at = self._now()   # when it gave up: the fallback is planned from then
                 raise error from exc
+            network: dict[str, Any] = {}
+            if probe is not None:
+                probe.stop(linger_s=PROBE_LINGER_S)
+                network = {"network_outage_ms": probe.outage_ms(), "network_survived": probe.answered_after()}
             self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
                                                            report.bytes_transferred), rr=rr, **expected,
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
-                          iterations=report.iterations, outcome=report.outcome)
+                          iterations=report.iterations, outcome=report.outcome, **network)
+
+    def _start_probe(self, vm: str) -> Probe | None:
+        """A network probe of the VM's first IPv4 address, running, or None (no prober, no address, no reply)."""
+        if self._probe is None:
+            return None
+        try:
+            addresses = [a.address for a in self.driver.vm_addresses(vm) if a.family == "ipv4"]
+        except DriverError as exc:
+            log.debug("no address of %s to probe: %s", vm, exc)
+            return None
+        if not addresses:
+            return None
+        probe = self._probe(addresses[0])
+        return probe if probe.start() else None
 
     # -- reconciliation ------------------------------------------------------------------------------------
     def running_vms(self, lease: Lease) -> dict[int, str | None]:
