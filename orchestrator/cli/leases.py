@@ -310,6 +310,22 @@ def _check_image_on_hosts(state: Path | None, cfg, image: VMImage, label: str) -
             raise fail(f"{label}: {image.name} ({image.disk}) cannot be read on {host}: {what}")
 
 
+def _live_vms(lease: Lease, records, state: Path | None, cfg) -> list | None:
+    """Each VM of a lease whose VMs exist (running or suspended), as the hosts see it; None otherwise."""
+    if lease.state not in RUNNING_STATES and lease.state not in (
+            LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED,
+            LeaseState.MIGRATING):
+        return None
+    from orchestrator.cli.images import hosts_driver
+    from orchestrator.cli.vms import lease_vms
+
+    driver = hosts_driver(records, cfg.daemon.driver, common.simulated_hosts_path(state, cfg))
+    try:
+        return lease_vms(lease, driver)
+    finally:
+        driver.close()
+
+
 def _print_answer(answer: dict) -> None:
     console = make_console()
     head = f"lease {answer['id']}"
@@ -397,6 +413,7 @@ def show(
         events = store.events(lease_id=number)
         records = store.hosts()
     plan = _plan_rows(lease)
+    vms = _live_vms(lease, records, state, cfg)
     if json_out:
         emit_json({
             "lease": lease_summary(lease),
@@ -406,6 +423,7 @@ def show(
             "plan": [_rr_json(rr) for rr in plan],
             "history": [{"time": iso(at), "state": s.value} for at, s in lease.history],
             "events": [{"id": e.id, "time": iso(e.time), "kind": e.kind, "detail": e.detail} for e in events],
+            "vms": [vm.to_json() for vm in vms or ()],
         })
         return
     console = make_console()
@@ -434,16 +452,10 @@ def show(
                       + (f", disks grown to {g.disk_size_mib} MiB" if g.disk_size_mib else "")
                       + (", disks kept after the lease (in the hosts' leasewise-vms pool, lw-ID-N.qcow2)"
                          if g.keep_disks else ""), soft_wrap=True)
-    if lease.state in RUNNING_STATES or lease.state in (LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
-                                                        LeaseState.SUSPENDED_SCHEDULED):
-        from orchestrator.cli.images import hosts_driver
-        from orchestrator.cli.vms import lease_vms, print_vms
+    if vms is not None:
+        from orchestrator.cli.vms import print_vms
 
-        driver = hosts_driver(records, cfg.daemon.driver, common.simulated_hosts_path(state, cfg))
-        try:
-            print_vms(console, lease_vms(lease, driver))
-        finally:
-            driver.close()
+        print_vms(console, vms)
 
     if plan:
         print_table(console, [Column("rr"), Column("kind"), Column("state", drop=1), Column("start"), Column("end"),

@@ -38,6 +38,13 @@ class VMAccess:
         ipv4 = [a.address for a in self.addresses if a.family == "ipv4"]
         return (ipv4 or [a.address for a in self.addresses] or [None])[0]
 
+    def to_json(self) -> dict:
+        command = self.ssh_command()
+        return {"vm": self.name, "node": self.vnode, "host": self.host, "state": self.state, "mac": self.mac,
+                "addresses": [{"address": a.address, "prefix": a.prefix, "family": a.family, "source": a.source,
+                               "interface": a.interface, "mac": a.mac} for a in self.addresses],
+                "login_user": self.login_user, "ssh": shlex.join(command) if command else None}
+
     def ssh_command(self) -> list[str] | None:
         return None if self.address is None else ["ssh", *SSH_OPTIONS, f"{self.login_user}@{self.address}"]
 

@@ -82,6 +82,10 @@ def test_image_lease_ssh_and_nothing_left_after_the_end(site, store_path, image,
     for vnode, mac in enumerate(request.guest.macs):
         row = next(line for line in shown.stdout.splitlines() if f"lw-1-{vnode}" in line and mac in line)
         assert "running" in row and "ssh -o StrictHostKeyChecking=no" in row and "alice@10." in row
+    vms = json.loads(site("lease", "show", "1", "--json").stdout)["vms"]
+    assert [(v["vm"], v["state"], v["mac"]) for v in vms] == [
+        ("lw-1-0", "running", request.guest.macs[0]), ("lw-1-1", "running", request.guest.macs[1])]
+    assert vms[1]["ssh"].endswith(f"alice@{vms[1]['addresses'][0]['address']}")
     line = CliRunner().invoke(app, ["lease", "ssh", "1/1", "--print", "-i", str(key), "--state", str(store_path),
                                     "--", "hostname"])
     assert line.exit_code == 0, line.output
