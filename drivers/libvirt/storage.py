@@ -51,7 +51,7 @@ def overlay_xml(vm: str, disk: DiskSpec, capacity: int) -> str:
     return ET.tostring(vol, encoding="unicode")
 
 
-def _seed_xml(vm: str, size: int) -> str:
+def seed_xml(vm: str, size: int) -> str:
     vol = ET.Element("volume")
     ET.SubElement(vol, "name").text = seed_volume_name(vm)
     ET.SubElement(vol, "capacity", {"unit": "bytes"}).text = str(int(size))
@@ -164,7 +164,7 @@ class Storage:
             existing = self._lookup(pool, seed_volume_name(vm))
             if existing is not None:
                 existing.delete(0)
-            vol = pool.createXML(_seed_xml(vm, len(data)), 0)
+            vol = pool.createXML(seed_xml(vm, len(data)), 0)
             try:
                 stream = conn.newStream(0)
                 vol.upload(stream, 0, len(data), 0)
