@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
-#   * Debian packages: libvirt + QEMU (the lab tier), the tools to build the lab guest, sshd, isoinfo
+#   * Debian packages: libvirt + QEMU (the lab tier), dnsmasq (the lab's DHCP for VMs), the tools to build the
+#     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
 #   * the project itself: pip install -e '.[test,libvirt]' from this repository's root
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
-# Idempotent, and quiet when there is nothing to do. `--no-guest` skips the guest build.
+#   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
+# Idempotent, and quiet when there is nothing to do. `--no-guest` skips the guest build, `--no-images` the
+# image build.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_GUEST=1
+BUILD_IMAGES=1
 for arg in "$@"; do
     case $arg in
         --no-guest) BUILD_GUEST=0 ;;
-        *) echo "usage: $0 [--no-guest]" >&2; exit 2 ;;
+        --no-images) BUILD_IMAGES=0 ;;
+        *) echo "usage: $0 [--no-guest] [--no-images]" >&2; exit 2 ;;
     esac
 done
 
@@ -25,9 +30,11 @@ PACKAGES=(
     qemu-system-x86 qemu-utils
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
+    mmdebstrap e2fsprogs
     iproute2 util-linux procps
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
     genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
+    dnsmasq-base
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -38,7 +45,8 @@ if ((${#missing[@]})); then
     say "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     # Packages must not start their services (a root-namespace libvirtd, its default NAT network, sshd):
-    # the lab starts its own, in its own namespaces.
+    # the lab starts its own, in its own namespaces. (dnsmasq-base is the binary alone, without the
+    # dnsmasq package's system service: the lab starts the one DHCP server it needs, on its bridge only.)
     if [[ ! -e /usr/sbin/policy-rc.d ]]; then
         printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
@@ -76,4 +84,7 @@ fi
 
 if [[ $BUILD_GUEST == 1 ]]; then
     "$ROOT/deploy/guest/build" --quiet
+fi
+if [[ $BUILD_IMAGES == 1 ]]; then
+    "$ROOT/deploy/images/build" debian12 --quiet
 fi
