@@ -63,6 +63,8 @@ def ssh(
     ctx: typer.Context,
     target: str = typer.Argument(..., metavar="ID[/NODE]", help="Lease id, and the node (default 0)"),
     identity: Path | None = typer.Option(None, "--identity", "-i", metavar="FILE", help="Private key to log in with"),
+    options: list[str] | None = typer.Option(None, "--option", "-o", metavar="OPT",
+                                             help="An ssh option, as ssh -o takes it (repeatable)"),
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
@@ -73,8 +75,10 @@ def ssh(
     command = vm.ssh_command()
     if command is None:
         raise fail(f"lease {target}: {vm.name} has no address yet (no NIC, or its guest has not asked DHCP yet)")
+    extra = [x for opt in options or () for x in ("-o", opt)]
     if identity is not None:
-        command[1:1] = ["-i", str(identity)]
+        extra += ["-i", str(identity)]
+    command[1:1] = extra                 # (ssh reads its options before the destination only)
     command += list(ctx.args)
     if print_only:
         typer.echo(shlex.join(command))

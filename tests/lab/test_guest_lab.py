@@ -94,8 +94,8 @@ def _vms(site) -> list[dict]:
 
 
 def _ssh(site, node: int, *command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return _cli("lease", "ssh", f"1/{node}", "-i", str(site["key"]), *site["common"], "--",
-                "-o", "ConnectTimeout=5", "-o", "BatchMode=yes", *command, timeout=timeout, check=False)
+    return _cli("lease", "ssh", f"1/{node}", "-i", str(site["key"]), "-o", "ConnectTimeout=5", "-o", "BatchMode=yes",
+                *site["common"], "--", *command, timeout=timeout, check=False)
 
 
 def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_leaves_nothing(
@@ -116,7 +116,8 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
         t0 = time.monotonic()
         up: set[int] = set()
         while len(up) < 2:
-            assert time.monotonic() - t0 < BOOT_TIMEOUT_S, f"VMs not reachable by ssh: {_vms(site)}"
+            assert time.monotonic() - t0 < BOOT_TIMEOUT_S, \
+                f"VMs not reachable by ssh: {_vms(site)}; last try: {_ssh(site, min({0, 1} - up), 'true')}"
             assert daemon.poll() is None, daemon.stdout.read()
             for node in {0, 1} - up:
                 if _ssh(site, node, "true", timeout=30).returncode == 0:
@@ -137,7 +138,7 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
         # -- live migration by the daemon (the VM's host is drained), an ssh session open across it
         source = vms[0]["host"]
         session = subprocess.Popen(
-            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), *common, "--", "-o", "BatchMode=yes",
+            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes", *common, "--",
              "sh", "-c", "'for i in $(seq 1 45); do sleep 1; done; echo alive'"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3)
