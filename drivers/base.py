@@ -60,7 +60,7 @@ class VMSpec:
     mac: str | None = None           # a NIC with this MAC, on `network` or else on the host's network
     lease_id: str | None = None      # recorded in the domain's metadata so a restart can adopt it
     disk: DiskSpec | None = None     # an overlay of its own
-    seed: SeedSpec | None = None     # a cloud-init NoCloud seed, attached as a CD-ROM
+    seed: SeedSpec | None = None     # a cloud-init NoCloud seed, attached as a read-only disk
     seed_image: str | None = None    # the seed's path once made
     guest_agent: bool = True         # a virtio channel for qemu-guest-agent (addresses, clean shutdown)
     # How fast the guest dirties memory, and the most it keeps dirtying (None = 90% of memory): the

@@ -67,12 +67,13 @@ def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -
         ET.SubElement(disk, "source", {"file": spec.disk_image})
         ET.SubElement(disk, "target", {"dev": "vda", "bus": "virtio"})
     if spec.seed_image is not None:
-        # NoCloud finds its seed by the filesystem label (cidata), whatever the device
-        cdrom = ET.SubElement(devices, "disk", {"type": "file", "device": "cdrom"})
-        ET.SubElement(cdrom, "driver", {"name": "qemu", "type": "raw"})
-        ET.SubElement(cdrom, "source", {"file": spec.seed_image})
-        ET.SubElement(cdrom, "target", {"dev": "sda", "bus": "sata"})
-        ET.SubElement(cdrom, "readonly")
+        # NoCloud finds its seed by the filesystem label (cidata), whatever the device: a read-only virtio
+        # disk, since cloud kernels (Debian's linux-image-cloud: no CONFIG_SATA_AHCI) see no SATA CD-ROM
+        seed = ET.SubElement(devices, "disk", {"type": "file", "device": "disk"})
+        ET.SubElement(seed, "driver", {"name": "qemu", "type": "raw"})
+        ET.SubElement(seed, "source", {"file": spec.seed_image})
+        ET.SubElement(seed, "target", {"dev": "vdb", "bus": "virtio"})
+        ET.SubElement(seed, "readonly")
     if spec.network is not None:
         if spec.network_type not in NETWORK_TYPES:
             raise ValueError(f"network_type must be one of {', '.join(NETWORK_TYPES)} (got {spec.network_type!r})")
