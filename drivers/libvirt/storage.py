@@ -28,7 +28,7 @@ IMAGE_POOL_PREFIX = "leasewise-img-"
 _UPLOAD_CHUNK = 256 * 1024
 
 
-def _pool_xml(name: str, directory: str) -> str:
+def pool_xml(name: str, directory: str) -> str:
     pool = ET.Element("pool", {"type": "dir"})
     ET.SubElement(pool, "name").text = name
     target = ET.SubElement(pool, "target")
@@ -82,7 +82,7 @@ class Storage:
         except lv.libvirtError as exc:
             if not self._is_missing(exc, "VIR_ERR_NO_STORAGE_POOL"):
                 raise
-            pool = conn.storagePoolDefineXML(_pool_xml(name, directory), 0)
+            pool = conn.storagePoolDefineXML(pool_xml(name, directory), 0)
             if build:
                 pool.build(0)   # mkdir -p the directory (owned by the host, not by us)
             pool.setAutostart(1)
