@@ -36,15 +36,19 @@ def pool_xml(name: str, directory: str) -> str:
     return ET.tostring(pool, encoding="unicode")
 
 
-def overlay_xml(vm: str, disk: DiskSpec, capacity: int) -> str:
-    """A qcow2 volume of `capacity` bytes backed by the (read-only) base image."""
+def _volume(name: str, capacity: int, fmt: str, mode: str) -> ET.Element:
     vol = ET.Element("volume")
-    ET.SubElement(vol, "name").text = overlay_volume_name(vm)
+    ET.SubElement(vol, "name").text = name
     ET.SubElement(vol, "capacity", {"unit": "bytes"}).text = str(int(capacity))
     target = ET.SubElement(vol, "target")
-    ET.SubElement(target, "format", {"type": "qcow2"})
-    perms = ET.SubElement(target, "permissions")
-    ET.SubElement(perms, "mode").text = "0600"
+    ET.SubElement(target, "format", {"type": fmt})
+    ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = mode
+    return vol
+
+
+def overlay_xml(vm: str, disk: DiskSpec, capacity: int) -> str:
+    """A qcow2 volume of `capacity` bytes backed by the (read-only) base image; only its owner reads it."""
+    vol = _volume(overlay_volume_name(vm), capacity, "qcow2", "0600")
     backing = ET.SubElement(vol, "backingStore")
     ET.SubElement(backing, "path").text = disk.base
     ET.SubElement(backing, "format", {"type": disk.base_format})
@@ -52,14 +56,8 @@ def overlay_xml(vm: str, disk: DiskSpec, capacity: int) -> str:
 
 
 def seed_xml(vm: str, size: int) -> str:
-    vol = ET.Element("volume")
-    ET.SubElement(vol, "name").text = seed_volume_name(vm)
-    ET.SubElement(vol, "capacity", {"unit": "bytes"}).text = str(int(size))
-    target = ET.SubElement(vol, "target")
-    ET.SubElement(target, "format", {"type": "raw"})
-    perms = ET.SubElement(target, "permissions")
-    ET.SubElement(perms, "mode").text = "0644"
-    return ET.tostring(vol, encoding="unicode")
+    """A raw volume for the seed ISO (readable by all: it holds public keys and the person's user-data)."""
+    return ET.tostring(_volume(seed_volume_name(vm), size, "raw", "0644"), encoding="unicode")
 
 
 class Storage:

@@ -569,13 +569,17 @@ class Store:
                   config.migration_uri, config.state_dir, _json(list(config.shared_storage)), record.vcpus,
                   record.memory_mib, int(record.available), _t(record.added_at), None, config.network,
                   config.network_type, config.disk_dir)
+        self._insert_new("hosts", _HOST_COLUMNS, values, f"host {name!r}")
+        return record
+
+    def _insert_new(self, table: str, columns: tuple[str, ...], values: tuple, what: str) -> None:
+        """One row into `table`; `StoreError` "WHAT already exists" when its key is taken."""
         with self.transaction():
             try:
-                self._conn.execute(f"INSERT INTO hosts ({', '.join(_HOST_COLUMNS)}) "
-                                   f"VALUES ({', '.join('?' * len(_HOST_COLUMNS))})", values)
+                self._conn.execute(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                   f"VALUES ({', '.join('?' * len(columns))})", values)
             except sqlite3.IntegrityError:
-                raise StoreError(f"host {name!r} already exists") from None
-        return record
+                raise StoreError(f"{what} already exists") from None
 
     def _update_host(self, name: str, sql: str, params: tuple) -> None:
         with self.transaction():
@@ -627,12 +631,7 @@ class Store:
         added = image if image.added_at is not None else replace(image, added_at=datetime.now(UTC))
         values = tuple(getattr(added, c) for c in _IMAGE_COLUMNS)
         values = (*values[:9], _t(added.added_at), added.added_by)
-        with self.transaction():
-            try:
-                self._conn.execute(f"INSERT INTO images ({', '.join(_IMAGE_COLUMNS)}) "
-                                   f"VALUES ({', '.join('?' * len(_IMAGE_COLUMNS))})", values)
-            except sqlite3.IntegrityError:
-                raise StoreError(f"image {image.name!r} already exists") from None
+        self._insert_new("images", _IMAGE_COLUMNS, values, f"image {image.name!r}")
         return added
 
     def images(self) -> list[CatalogImage]:

@@ -27,3 +27,12 @@ def cli(store_path, clock):
         return CliRunner().invoke(app, argv, env={"COLUMNS": "250"})
 
     return invoke
+
+
+@pytest.fixture
+def site(cli):
+    """Two simulated hosts of 8 vCPUs / 16 GiB."""
+    for name in ("lab1", "lab2"):
+        result = cli("host", "add", name, "--uri", "test:///default", "--cpus", "8", "--memory", "16384")
+        assert result.exit_code == 0, result.output
+    return cli

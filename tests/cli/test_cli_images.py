@@ -37,14 +37,6 @@ def key(tmp_path):
     return path
 
 
-@pytest.fixture
-def site(cli):
-    for name in ("lab1", "lab2"):
-        result = cli("host", "add", name, "--uri", "test:///default", "--cpus", "8", "--memory", "16384")
-        assert result.exit_code == 0, result.output
-    return cli
-
-
 def _driver(store_path):
     with Store.open(store_path) as store:
         hosts = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}

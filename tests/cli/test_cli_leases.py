@@ -36,15 +36,6 @@ CORPUS = sorted(p for p in (ROOT / "tests" / "data" / "bad_leases").iterdir() if
 T = lambda hh, mm=0, ss=0: datetime(2027, 3, 1, hh, mm, ss, tzinfo=UTC)  # noqa: E731
 
 
-@pytest.fixture
-def site(cli):
-    """Two simulated hosts of 8 vCPUs / 16 GiB."""
-    for name in ("lab1", "lab2"):
-        result = cli("host", "add", name, "--uri", "test:///default", "--cpus", "8", "--memory", "16384")
-        assert result.exit_code == 0, result.output
-    return cli
-
-
 
 
 def stored(store_path: Path, lease_id: int):
