@@ -81,7 +81,11 @@ def leasewise_run(image: dict, key: Path, work: Path) -> dict[str, float]:
         planned = datetime.fromisoformat(starts[0]["planned_start"].replace("Z", "+00:00")).timestamp()
         running = max(datetime.fromisoformat(d["enacted_end"].replace("Z", "+00:00")).timestamp() for d in starts)
         cli("lease", "cancel", "1", *common)
-        time.sleep(8)    # the daemon stops the VMs and removes their volumes at its next step
+        deadline = time.monotonic() + 120   # the daemon stops the VMs and removes their volumes
+        while not any(e["kind"] == "released" for e in json.loads(cli("lease", "show", "1", "--json", *common))["events"]):
+            if time.monotonic() > deadline:
+                sys.exit("the daemon did not clean up after the lease in 2 minutes")
+            time.sleep(1)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
