@@ -255,6 +255,15 @@ class Connections:
             return any(word in message for word in _CONNECTION_WORDS)
         return False
 
+    def domain_or_none(self, conn: Any, vm: str) -> Any | None:
+        """The domain `vm` on `conn`, or None when that host has none of that name."""
+        try:
+            return conn.lookupByName(vm)
+        except self.libvirt.libvirtError as exc:
+            if self.is_no_domain(exc):
+                return None
+            raise
+
     def is_no_domain(self, exc: BaseException) -> bool:
         """Whether `exc` is libvirt saying the domain does not exist (on that host)."""
         lv = self.libvirt

@@ -42,12 +42,8 @@ class Lifecycle:
         """True/False whether `vm` runs (or is paused) on `host`; None when the host cannot be asked."""
 
         def ask(conn: Any) -> bool:
-            try:
-                return bool(conn.lookupByName(vm).isActive())
-            except self._connections.libvirt.libvirtError as exc:
-                if self._connections.is_no_domain(exc):
-                    return False
-                raise
+            dom = self._connections.domain_or_none(conn, vm)
+            return dom is not None and bool(dom.isActive())
 
         try:
             return self._connections.call(host, f"state of {vm}", ask, vm)
@@ -234,13 +230,8 @@ class Lifecycle:
             call(host, f"destroy {vm}", destroy, vm)
 
         def undefine(conn: Any) -> None:
-            try:
-                dom = conn.lookupByName(vm)
-            except self._connections.libvirt.libvirtError as exc:
-                if self._connections.is_no_domain(exc):  # a transient domain vanishes when it stops
-                    return
-                raise
-            if dom.isPersistent():
+            dom = self._connections.domain_or_none(conn, vm)   # (a transient domain vanishes when it stops)
+            if dom is not None and dom.isPersistent():
                 dom.undefine()
 
         call(host, f"undefine {vm}", undefine, vm)
@@ -255,13 +246,8 @@ class Lifecycle:
         """Drop the saved definition a VM leaves on the host it was suspended on (it now runs elsewhere)."""
 
         def undefine(conn: Any) -> None:
-            try:
-                dom = conn.lookupByName(vm)
-            except self._connections.libvirt.libvirtError as exc:
-                if self._connections.is_no_domain(exc):
-                    return
-                raise
-            if not dom.isActive() and dom.isPersistent():
+            dom = self._connections.domain_or_none(conn, vm)
+            if dom is not None and not dom.isActive() and dom.isPersistent():
                 log.info("removing the stale definition of %s on %s", vm, host)
                 dom.undefine()
 

@@ -331,13 +331,8 @@ class Migrations:
         lv = self._connections.libvirt
 
         def resume(conn: Any) -> None:
-            try:
-                dom = conn.lookupByName(vm)
-            except lv.libvirtError as exc:
-                if self._connections.is_no_domain(exc):
-                    return
-                raise
-            if dom.state()[0] == lv.VIR_DOMAIN_PAUSED:
+            dom = self._connections.domain_or_none(conn, vm)
+            if dom is not None and dom.state()[0] == lv.VIR_DOMAIN_PAUSED:
                 log.info("resuming paused %s on %s", vm, host)
                 dom.resume()
 
