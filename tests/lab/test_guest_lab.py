@@ -139,7 +139,9 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
         # -- live migration by the daemon (the VM's host is drained), an ssh session open across it
         source = vms[0]["host"]
         session = subprocess.Popen(
-            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes", *common, "--",
+            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes",
+             # a session that died in the migration ends within 30 s and says so, rather than hanging
+             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6", *common, "--",
              "sh", "-c", "'for i in $(seq 1 150); do sleep 1; done; echo alive'"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(3)
