@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from drivers.cloudinit import SeedSpec
+    from drivers.downtime import DowntimeSchedule
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,8 @@ class MigrationModel(Protocol):
     def __call__(self, memory_mib: float, bandwidth_mib_s: float, dirty_rate_mib_s: float, max_downtime_ms: float,
                  *, working_set_mib: float | None = None, timeout_s: float | None = None,
                  on_timeout: Literal["abort", "force"] = "abort", overhead_s: float = 0.0,
-                 dirty_factor: float = 1.0) -> MigrationCost: ...
+                 dirty_factor: float = 1.0, switchover_ms: float = 0.0,
+                 downtime_schedule: DowntimeSchedule | None = None) -> MigrationCost: ...
 
 
 class Driver(ABC):
@@ -307,6 +309,11 @@ class Driver(ABC):
 
     def console_command(self, vm: str) -> list[str]:
         """A command line that attaches a terminal to the VM's serial console."""
+        raise NotImplementedError(f"{self.name} driver has no console")
+
+    def wait_for_console(self, vm: str, pattern: str, timeout_s: float) -> str | None:
+        """The first line the VM prints on its serial console from now on that matches the regular
+        expression `pattern`, or None after `timeout_s` (a guest that printed nothing)."""
         raise NotImplementedError(f"{self.name} driver has no console")
 
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:

@@ -52,6 +52,7 @@ from .base import (
 from .clock import UTC, SimulatedClock, as_utc
 from .cloudinit import SeedSpec
 from .domain_xml import render_domain_xml
+from .downtime import DowntimeSchedule
 from .errors import (
     HostUnreachable,
     MigrationFailed,
@@ -98,6 +99,8 @@ class SimulatedDriverConfig:
     migration_bandwidth_mib_s: float = 100.0  # used when migrate() is not given a bandwidth
     migration_overhead: timedelta = ZERO
     dirty_factor: float = 1.0
+    migration_switchover_ms: float = 0.0      # fixed part of every migration's pause
+    downtime_schedule: DowntimeSchedule = DowntimeSchedule()
     shared_storage: tuple[str, ...] = ()
     domain_type: str = "kvm"
     host_down_at: Mapping[str, datetime] = field(default_factory=dict)
@@ -640,6 +643,8 @@ class SimulatedDriver(Driver):
             on_timeout=on_timeout,
             overhead_s=self.config.migration_overhead.total_seconds(),
             dirty_factor=self.config.dirty_factor,
+            switchover_ms=self.config.migration_switchover_ms,
+            downtime_schedule=self.config.downtime_schedule,
         )
         start = self.clock.now()
         self._spend(self.config.migration_overhead.total_seconds())

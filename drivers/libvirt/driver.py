@@ -21,13 +21,15 @@ from drivers.base import (
     VMSpec,
 )
 from drivers.clock import Clock, RealClock
+from drivers.downtime import DowntimeSchedule
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
+from .console import wait_for_console_line
 from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
 from .lifecycle import Lifecycle
-from .migration import DowntimePolicy, Migrations
+from .migration import Migrations
 from .state_transfer import StateTransfer
 from .storage import Storage
 
@@ -54,7 +56,7 @@ class LibvirtDriver(Driver):
         keepalive_interval_s: int = 5,
         keepalive_count: int = 3,
         poll_interval_s: float = 0.5,
-        downtime_steps: int = 10,
+        downtime_steps: int = 1,
         downtime_delay_s_per_gib: float = 75.0,
         ssh_timeout_s: float = 15.0,
     ):
@@ -69,7 +71,7 @@ class LibvirtDriver(Driver):
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
         self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
         self._migrations = Migrations(self._connections, self._lifecycle,
-                                      DowntimePolicy(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
+                                      DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -111,6 +113,9 @@ class LibvirtDriver(Driver):
     def console_command(self, vm: str) -> list[str]:
         host = self._lifecycle.find(vm)
         return ["virsh", "-c", self._connections.host_config(host).uri, "console", vm]
+
+    def wait_for_console(self, vm: str, pattern: str, timeout_s: float) -> str | None:
+        return wait_for_console_line(self._connections, self._lifecycle.find(vm), vm, pattern, timeout_s)
 
     # -- memory images ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Pre-copy live migration through libvirt, with its policy as pure functions beside it (as Nova's
-virt/libvirt/migration.py): how the allowed downtime is raised, when the completion timeout acts, how the
-job's statistics become a report, and how the outcome is judged.
+virt/libvirt/migration.py): when the completion timeout acts, how the job's statistics become a report, and
+how the outcome is judged. How the allowed downtime is raised is drivers/downtime.py's, shared with the
+planner's model.
 
 `migrate3` (`migrateToURI3` when peer-to-peer) runs in a worker thread while the calling thread samples the
 job's statistics, steps the downtime up and enforces the timeout. A migration is judged by where the domain
@@ -15,7 +16,7 @@ import math
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from drivers.base import (
     ProgressCallback,
     validate_migration_args,
 )
+from drivers.downtime import DowntimeSchedule, allowed_at
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import HostConfig
 
@@ -38,42 +40,6 @@ Outcome = Literal["completed", "forced", "aborted", "failed"]
 
 
 # -- the policy, as pure functions ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DowntimePolicy:
-    """How the allowed downtime is raised during a migration (Nova's live_migration_downtime_steps and
-    live_migration_downtime_delay)."""
-
-    steps: int = 10
-    delay_s_per_gib: float = 75.0
-
-
-def downtime_steps(
-    max_downtime_ms: float, memory_bytes: int, steps: int = 10, delay_s_per_gib: float = 75.0
-) -> list[tuple[float, float]]:
-    """(seconds into the migration, max downtime in ms) pairs, as Nova raises the allowed downtime.
-
-    It starts at max/steps so a guest that can converge with a tiny pause gets one, and reaches the full
-    max after `steps` delays; the delay grows with guest memory, since bigger guests need longer passes.
-    """
-    if steps < 1:
-        raise ValueError(f"downtime steps must be at least 1 (got {steps})")
-    delay = delay_s_per_gib * memory_bytes / 2**30
-    base = max_downtime_ms / steps
-    offset = (max_downtime_ms - base) / steps
-    return [(delay * i, base + offset * i) for i in range(steps + 1)]
-
-
-def downtime_at(steps: Iterable[tuple[float, float]], elapsed: float) -> float:
-    """The step value in force `elapsed` seconds into the migration."""
-    value = None
-    for at, downtime in steps:
-        if elapsed >= at:
-            value = downtime
-    if value is None:
-        raise ValueError("downtime steps must start at 0 s")
-    return value
-
 
 def should_abort(elapsed_s: float, timeout_s: float, on_timeout: OnTimeout, acted: bool) -> bool:
     """Whether to cancel the job now: past the completion timeout, told to abort, and not acted on yet."""
@@ -161,7 +127,7 @@ class _Attempt:
 class Migrations:
     """migrate and measured_dirty_rate of the libvirt driver."""
 
-    def __init__(self, connections: Connections, lifecycle: Lifecycle, downtime: DowntimePolicy,
+    def __init__(self, connections: Connections, lifecycle: Lifecycle, downtime: DowntimeSchedule,
                  poll_interval_s: float):
         self._connections = connections
         self._lifecycle = lifecycle
@@ -208,8 +174,8 @@ class Migrations:
             # "unsafe" unless the disks use cache=none or it recognises the file system as shared (NFS,
             # GlusterFS, ...); a shared directory it cannot recognise (the lab's) is the operator's word.
             flags |= lv.VIR_MIGRATE_UNSAFE
-        steps = downtime_steps(max_downtime_ms, memory_total, self._downtime.steps, self._downtime.delay_s_per_gib)
-        downtime = downtime_at(steps, 0.0)
+        steps = self._downtime.points(max_downtime_ms, memory_total)
+        downtime = allowed_at(steps, 0.0)
         self._set_downtime(dom, downtime)
 
         outcome: dict[str, Any] = {}
@@ -246,7 +212,7 @@ class Migrations:
                         progress(sample)
                     except Exception:  # a broken display must not leave a migration unattended
                         log.exception("migration progress callback failed")
-            wanted = downtime_at(steps, elapsed)
+            wanted = allowed_at(steps, elapsed)
             if wanted != downtime:
                 log.info("raising max downtime of %s to %.0f ms after %.0f s", vm, wanted, elapsed)
                 self._set_downtime(dom, wanted)

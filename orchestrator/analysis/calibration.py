@@ -4,12 +4,16 @@
 builds the records to store, with no I/O.
 
 Live migration follows the pre-copy model (`orchestrator.planning.precopy.predict_precopy`), whose free parameters are
-the effective bandwidth (MiB/s), a fixed per-migration overhead (s) and the dirty-rate factor. The fit is
-least squares over the measured total times, with the measured downtimes as a secondary term (both as
-seconds, so a downtime counts for what it adds to the migration):
+the effective bandwidth (MiB/s), a fixed per-migration overhead (s), the switch-over cost (ms: the part of
+every pause that is not the final transfer) and the dirty-rate factor. The fit is least squares over the
+measured total times, with the measured downtimes as a secondary term (both as seconds, so a downtime
+counts for what it adds to the migration). For any bandwidth, overhead and factor, the switch-over cost is
+the median of measured downtime less the model's final transfer (not below 0): a median, since a pass that
+TCG lost or a loaded host gives a few downtimes far above the rest.
 
-1. idle guests (dirty rate 0) take `overhead + memory / bandwidth` in the model: a linear least-squares
-   fit (`numpy.linalg.lstsq`) of those gives bandwidth and overhead (overhead >= 0, bandwidth > 0);
+1. idle guests (dirty rate 0) take `overhead + memory / bandwidth + switch-over` in the model: a linear
+   least-squares fit (`numpy.linalg.lstsq`) of those gives bandwidth and overhead plus switch-over
+   (>= 0, bandwidth > 0); their downtimes give the switch-over, hence the overhead;
 2. with those fixed, the dirty factor minimises the residuals of the dirtying guests: a search over a
    log-spaced grid, then golden-section search around the best grid point (the model is piecewise: the
    number of passes changes with the factor, so a local method alone could stop in the wrong piece);
@@ -68,12 +72,13 @@ class MigrationSample:
 
     memory_mib: float
     dirty_rate_mib_s: float
-    max_downtime_ms: float
+    max_downtime_ms: float               # the limit the migration job was given
     total_s: float                       # measured: start of the job to the guest running on the destination
-    downtime_ms: float                   # measured pause of the stop-and-copy
+    downtime_ms: float                   # measured pause of the stop-and-copy, switch-over included
     iterations: int = 0                  # measured passes over memory (libvirt's memory_iteration)
     working_set_mib: float | None = None  # what the guest keeps dirtying (None: the model's 90% of memory)
     timeout_s: float | None = None       # the completion timeout the migration ran with
+    guest_survived: bool | None = None   # the guest still ran after it (None: not known, e.g. simulated)
 
 
 @dataclass(frozen=True)
@@ -103,11 +108,12 @@ class MigrationFit:
     max_rel_total_error: float           # largest |predicted - measured| / measured total time
     dirty_factor_interval: tuple[float, float] | None = None
     dirty_factor_determined: bool = False
+    switchover_ms: float = 0.0
 
     def predict(self, sample: MigrationSample) -> PrecopyResult:
         """The model's prediction for the conditions of `sample` with the fitted parameters."""
         factor = 1.0 if self.dirty_factor is None else self.dirty_factor
-        return predict_sample(sample, self.bandwidth_mib_s, self.overhead_s, factor)
+        return predict_sample(sample, self.bandwidth_mib_s, self.overhead_s, factor, self.switchover_ms)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -132,8 +138,9 @@ class RateFit:
 
 # -- the model for one sample ----------------------------------------------------------------------------
 def predict_sample(sample: MigrationSample, bandwidth_mib_s: float, overhead_s: float,
-                   dirty_factor: float) -> PrecopyResult:
-    """predict_precopy under the sample's conditions (memory, dirty rate, working set, downtime, timeout)."""
+                   dirty_factor: float, switchover_ms: float = 0.0) -> PrecopyResult:
+    """predict_precopy under the sample's conditions (memory, dirty rate, working set, the job's downtime
+    limit, timeout)."""
     return predict_precopy(
         sample.memory_mib,
         bandwidth_mib_s,
@@ -144,23 +151,34 @@ def predict_sample(sample: MigrationSample, bandwidth_mib_s: float, overhead_s: 
         on_timeout="abort",
         overhead_s=overhead_s,
         dirty_factor=dirty_factor,
+        switchover_ms=switchover_ms,
     )
 
 
+def _switchover_ms(measured_ms: np.ndarray, transfer_ms: np.ndarray) -> float:
+    """The switch-over cost that best explains the downtimes: the median gap, never below 0."""
+    if len(measured_ms) == 0:
+        return 0.0
+    return max(0.0, float(np.median(measured_ms - transfer_ms)))
+
+
 def _residuals(samples: Sequence[MigrationSample], bandwidth: float, overhead: float,
-               factor: float) -> tuple[np.ndarray, np.ndarray]:
-    """(predicted - measured total s, predicted - measured downtime s) per sample."""
+               factor: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """(predicted - measured total s, predicted - measured downtime s) per sample, with the switch-over
+    cost that fits these parameters best (which the predictions include)."""
     total = np.empty(len(samples))
-    down = np.empty(len(samples))
+    transfer_ms = np.empty(len(samples))
     for i, s in enumerate(samples):
         r = predict_sample(s, bandwidth, overhead, factor)
         total[i] = r.total_seconds - s.total_s
-        down[i] = (r.downtime_ms - s.downtime_ms) / 1000.0
-    return total, down
+        transfer_ms[i] = r.downtime_ms
+    measured_ms = np.array([s.downtime_ms for s in samples], dtype=float)
+    switchover = _switchover_ms(measured_ms, transfer_ms)
+    return total + switchover / 1000.0, (transfer_ms + switchover - measured_ms) / 1000.0, switchover
 
 
 def _objective(samples: Sequence[MigrationSample], bandwidth: float, overhead: float, factor: float) -> float:
-    total, down = _residuals(samples, bandwidth, overhead, factor)
+    total, down, _ = _residuals(samples, bandwidth, overhead, factor)
     return float(np.dot(total, total) + DOWNTIME_WEIGHT * np.dot(down, down))
 
 
@@ -311,8 +329,11 @@ def fit_migration(samples: Iterable[MigrationSample], max_downtime_ms: float | N
             raise CalibrationError(f"migration sample {s}: dirty_rate_mib_s must not be negative")
     idle = [s for s in data if s.dirty_rate_mib_s == 0]
     dirty = [s for s in data if s.dirty_rate_mib_s > 0]
-    bandwidth, overhead = _linear_time_fit(
+    bandwidth, fixed = _linear_time_fit(
         [s.memory_mib for s in idle], [s.total_s for s in idle], "migrations of idle guests (dirty rate 0)")
+    # An idle guest's pause is all switch-over; the rest of the fixed time is the setup overhead.
+    idle_switchover = _switchover_ms(np.array([s.downtime_ms for s in idle], dtype=float), np.zeros(len(idle)))
+    overhead = max(fixed - idle_switchover / 1000.0, 0.0)
     factor: float | None = None
     if dirty:
         factor = _fit_dirty_factor(dirty, bandwidth, overhead)
@@ -333,7 +354,7 @@ def fit_migration(samples: Iterable[MigrationSample], max_downtime_ms: float | N
     if factor is not None:
         interval = _factor_interval(data, bandwidth, overhead, factor)
         determined = interval is None or (interval[0] > 0.0 and interval[1] < MAX_DIRTY_FACTOR)
-    total, down = _residuals(data, bandwidth, overhead, 1.0 if factor is None else factor)
+    total, down, switchover = _residuals(data, bandwidth, overhead, 1.0 if factor is None else factor)
     measured = np.array([s.total_s for s in data])
     return MigrationFit(
         bandwidth_mib_s=float(bandwidth),
@@ -345,6 +366,7 @@ def fit_migration(samples: Iterable[MigrationSample], max_downtime_ms: float | N
         max_rel_total_error=float(np.max(np.abs(total) / measured)),
         dirty_factor_interval=interval,
         dirty_factor_determined=determined,
+        switchover_ms=switchover,
     )
 
 
@@ -367,6 +389,7 @@ def migration_record(fit: MigrationFit, hosts: Sequence[str], at: datetime, driv
     return {
         "bandwidth_mib_s": fit.bandwidth_mib_s,
         "overhead_s": fit.overhead_s,
+        "switchover_ms": fit.switchover_ms,
         # applied only when the measurements bound it; the best fit and its interval are kept either way
         "dirty_factor": fit.dirty_factor if fit.dirty_factor_determined else None,
         "dirty_factor_fit": fit.dirty_factor,

@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.analysis.timeline import (
     KIND_COLOURS,
     KIND_ORDER,
@@ -102,6 +103,7 @@ class ReportRow:
     network_outage_ms: float | None = None      # the longest silence of the VM's address (pinged every 10 ms)
     outcome: str | None = None
     first_event: int = 0
+    comparisons: tuple[Comparison, ...] = ()    # live migrations: predicted vs measured, one per VM moved
 
     @property
     def delta_start(self) -> float | None:
@@ -246,6 +248,12 @@ class Report:
     def live_migrations(self) -> list[ReportRow]:
         return [row for row in self.rows if row.is_live_migration]
 
+    @property
+    def live_fidelity(self) -> Fidelity | None:
+        """How the pre-copy model's predictions held for every VM the daemon migrated live (as
+        `calibrate migration --validate` reports its validation grid)."""
+        return fidelity(c for row in self.live_migrations for c in row.comparisons)
+
     def kind(self, name: str) -> KindSummary | None:
         return next((s for s in self.summary if s.kind == name), None)
 
@@ -260,6 +268,7 @@ class Report:
             "summary": {s.kind: s.to_json() for s in self.summary},
             "unattributed": self.unattributed,
             "skipped": self.skipped,
+            "live_migration_fidelity": None if self.live_fidelity is None else self.live_fidelity.to_json(),
         }
 
 
@@ -318,6 +327,7 @@ class _Group:
     downtime: list[float] = field(default_factory=list)
     network_outage: list[float] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
 
     def add(self, event: EventLike, detail: dict[str, Any], op: str) -> None:
         if op not in self.operations:
@@ -347,6 +357,10 @@ class _Group:
             number = _number(detail.get(key))
             if number is not None:
                 values.append(number)
+        compared = [_number(detail.get(key)) for key in ("predicted_seconds", "total_seconds", "predicted_downtime_ms",
+                                                          "downtime_ms", "max_downtime_ms")]
+        if all(value is not None for value in compared):
+            self.comparisons.append(Comparison(*compared))
         if detail.get("outcome") is not None and str(detail["outcome"]) not in self.outcomes:
             self.outcomes.append(str(detail["outcome"]))
 
@@ -375,6 +389,7 @@ class _Group:
             network_outage_ms=max(self.network_outage) if self.network_outage else None,
             outcome="/".join(self.outcomes) or None,
             first_event=self.first_event,
+            comparisons=tuple(self.comparisons),
         )
 
 

@@ -165,6 +165,9 @@ def print_report(report: Report, console: Console) -> None:
         console.print(f"live migrations (predicted vs measured): duration error mean {signed_seconds(d.mean, ' s')}, "
                       f"worst {signed_seconds(d.worst, ' s')}; downtime error mean {signed_seconds(m.mean, ' ms')}, "
                       f"worst {signed_seconds(m.worst, ' ms')}", soft_wrap=True)
+    live_fidelity = report.live_fidelity
+    if live_fidelity is not None:
+        console.print(f"live migrations, model fidelity: {live_fidelity.sentence()}", soft_wrap=True)
 
     for r in report.failed:
         where = f"lease {r.lease_id}" + (f" rr {r.reservation_id}" if r.reservation_id else "")

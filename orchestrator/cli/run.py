@@ -63,7 +63,9 @@ def run(
             else:
                 from orchestrator.runtime.driver_factory import make_driver
 
-                driver = make_driver(driver_name, [h.config for h in store.hosts()])
+                schedule = cfg.scheduling.downtime_schedule   # the steps the planner's model assumed
+                driver = make_driver(driver_name, [h.config for h in store.hosts()],
+                                     downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib)
             clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
             try:

@@ -21,6 +21,7 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any, Mapping
 
+from drivers.downtime import DowntimeSchedule
 from orchestrator.model.errors import ConfigError, InvalidRequest
 from orchestrator.model.resources import Resources, parse_capacity
 from orchestrator.model.timeutil import UTC, ZERO, as_utc, parse_duration, parse_time
@@ -170,7 +171,11 @@ class SchedulingConfig:
     live_migration_overhead: timedelta = ZERO       # fixed setup time of one live migration
     live_migration_dirty_factor: float = 1.0        # measured dirtying / declared dirty rate
     max_downtime_ms: float = 300.0                  # the stop-and-copy may pause a guest this long
+    live_migration_switchover_ms: float = 0.0       # fixed part of every pause (device state, takeover)
+    live_migration_downtime_steps: int = 1          # Nova-style steps up to the downtime limit
+    live_migration_downtime_delay: float = 75.0     # seconds per GiB of guest between two steps
     dirty_rate: float = 0.0                         # MiB/s a VM dirties when its lease does not say
+    dirty_rate_margin: float = 1.25                 # a measured dirty rate is planned with this factor
     live_migration_margin: timedelta = timedelta(seconds=30)   # evacuations end this long before the AR
 
     def __post_init__(self) -> None:
@@ -213,7 +218,21 @@ class SchedulingConfig:
         _set(self, "live_migration_dirty_factor",
              _number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor))
         _set(self, "max_downtime_ms", _number(p + "max_downtime_ms", self.max_downtime_ms, positive=True))
+        _set(self, "live_migration_switchover_ms",
+             _number(p + "live_migration_switchover_ms", self.live_migration_switchover_ms))
+        _set(self, "live_migration_downtime_steps",
+             _integer(p + "live_migration_downtime_steps", self.live_migration_downtime_steps, minimum=1))
+        _set(self, "live_migration_downtime_delay",
+             _number(p + "live_migration_downtime_delay", self.live_migration_downtime_delay))
         _set(self, "dirty_rate", _number(p + "dirty_rate", self.dirty_rate))
+        _set(self, "dirty_rate_margin", _number(p + "dirty_rate_margin", self.dirty_rate_margin))
+        if self.dirty_rate_margin < 1:
+            raise ConfigError(p + "dirty_rate_margin", f"must be at least 1 (got {self.dirty_rate_margin:g})")
+
+    @property
+    def downtime_schedule(self) -> DowntimeSchedule:
+        """How the allowed downtime rises during a live migration (the driver's and the model's)."""
+        return DowntimeSchedule(self.live_migration_downtime_steps, self.live_migration_downtime_delay)
 
     @property
     def live_bandwidth(self) -> float:

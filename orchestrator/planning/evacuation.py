@@ -13,8 +13,10 @@ VM reservation V runs on hosts that must be free by `needed_by`, the plan is:
                                      then its shutdown
 
 Each move takes what the pre-copy model (`orchestrator.planning.precopy`) predicts from the VM's memory, its dirty rate
-(the lease's, else `dirty_rate`), `live_bandwidth`, `max_downtime_ms`, `live_migration_overhead` and
-`live_migration_dirty_factor`, rounded up to whole seconds. The moves of one evacuation run one after the
+(the rate measured on its host times `dirty_rate_margin`, else the lease's, else `dirty_rate`),
+`live_bandwidth`, `live_migration_overhead` and `live_migration_dirty_factor`, rounded up to whole seconds;
+the migration job is given `max_downtime_ms` less `live_migration_switchover_ms` as its limit (with the
+configured steps), so the predicted pause, switch-over included, stays within the maximum. The moves of one evacuation run one after the
 other (the daemon migrates one VM at a time), laid out backwards from `needed_by - live_migration_margin`.
 Two live migrations that share a host are serialised (an evacuation moves earlier until it overlaps none),
 not given shares of the bandwidth. A VM that would never converge, a layout that would have to start in
@@ -38,7 +40,7 @@ from orchestrator.model.resources import NOTHING, Resources, add
 from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
-from orchestrator.planning.precopy import PrecopyResult, predict_precopy
+from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
 from orchestrator.planning.slottable.table import SlotTable
 
 _MAX_SHIFTS = 16
@@ -69,12 +71,17 @@ class EvacuationPlanner:
         rate = lease.request.dirty_rate_mib_s
         return self.config.dirty_rate if rate is None else rate
 
-    def predict(self, lease: Lease, vnode: int) -> PrecopyResult:
-        """What moving one VM of the lease costs, per the pre-copy model and the configured parameters."""
+    def predict(self, lease: Lease, vnode: int) -> PrecopyResult | None:
+        """What moving one VM of the lease costs, per the pre-copy model and the configured parameters;
+        None when the switch-over alone would take the maximum downtime."""
         cfg = self.config
+        limit = downtime_limit_ms(cfg.max_downtime_ms, cfg.live_migration_switchover_ms)
+        if limit is None:
+            return None
         return predict_precopy(
-            lease.request.nodes[vnode].memory, cfg.live_bandwidth, self.dirty_rate(lease), cfg.max_downtime_ms,
+            lease.request.nodes[vnode].memory, cfg.live_bandwidth, self.dirty_rate(lease), limit,
             overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=cfg.live_migration_dirty_factor,
+            switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
         )
 
     def fallback_time(self, lease: Lease) -> timedelta:
@@ -98,7 +105,7 @@ class EvacuationPlanner:
         total = ZERO
         for v in moving:
             result = self.predict(lease, v)
-            if result.outcome != "completed":
+            if result is None or result.outcome != "completed":
                 return None   # it would never get under the downtime limit
             predicted[v] = result
             total += ceil_seconds(result.total_seconds)
@@ -171,6 +178,7 @@ class EvacuationPlanner:
                 "needed_by": iso(needed_by),
                 "abort_at": iso(abort_at),
                 "max_downtime_ms": cfg.max_downtime_ms,
+                "downtime_limit_ms": downtime_limit_ms(cfg.max_downtime_ms, cfg.live_migration_switchover_ms),
                 "bandwidth_mib_s": cfg.live_migration_bandwidth,
                 "predicted": {str(v): {"seconds": predicted[v].total_seconds,
                                        "downtime_ms": predicted[v].downtime_ms,

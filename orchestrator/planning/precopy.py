@@ -10,7 +10,14 @@ The model, as in SimGrid:
 * stage 2 resends what the guest dirtied during the previous pass (dirty rate x pass time x dirty_factor,
   never more than the working set), pass after pass, until what is left could be sent within the
   maximum downtime;
-* stage 3 pauses the guest and sends the rest: that transfer is the downtime.
+* stage 3 pauses the guest and sends the rest; the downtime is that transfer plus a fixed switch-over
+  cost (device state, the destination taking over), which QEMU's own convergence test does not count.
+
+So that the whole pause stays within the maximum downtime, the migration job is given the maximum less
+the switch-over cost as its limit (`downtime_limit_ms`); when the switch-over alone takes the maximum,
+no pre-copy can keep it and the migration does not converge. The limit may rise in steps during the
+migration (`drivers.downtime.DowntimeSchedule`, as Nova does), and the model checks each pass against
+the step in force, as the libvirt driver sets them.
 
 Deviations from SimGrid, on purpose: the bandwidth is a given effective rate (no network model), and
 the timeout ends the pre-copy as libvirt's completion timeout does (abort, or pause and finish). A pass
@@ -23,6 +30,8 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal, NamedTuple
+
+from drivers.downtime import DowntimeSchedule
 
 Outcome = Literal["completed", "forced", "aborted"]
 
@@ -43,6 +52,7 @@ class PrecopyResult:
     `rounds` lists every pass in order: stage 1, each stage-2 pass, then the stop-and-copy pass (absent
     when aborted). `iterations` counts only the stage-2 passes, so an idle guest has 0.
     `remaining_mib` is what was left when the pre-copy ended: sent while paused unless aborted.
+    `downtime_ms` is that last transfer plus the switch-over cost (the last round holds the transfer only).
     """
 
     total_seconds: float
@@ -66,6 +76,13 @@ class PrecopyResult:
     @property
     def downtime(self) -> timedelta:
         return timedelta(milliseconds=self.downtime_ms)
+
+
+def downtime_limit_ms(max_downtime_ms: float, switchover_ms: float) -> float | None:
+    """The limit a migration job is given so that transfer plus switch-over stays within the maximum;
+    None when the switch-over alone takes it all."""
+    limit = max_downtime_ms - switchover_ms
+    return limit if limit > 0 else None
 
 
 def _check(name: str, value: float, *, positive: bool) -> float:
@@ -92,10 +109,13 @@ def predict_precopy(
     overhead_s: float = 0.0,
     dirty_factor: float = 1.0,
     max_iterations: int = 1000,
+    switchover_ms: float = 0.0,
+    downtime_schedule: DowntimeSchedule | None = None,
 ) -> PrecopyResult:
     """Simulate a pre-copy migration and return its cost; raises `ValueError` naming a bad parameter.
 
-    `timeout_s` counts from the start of the migration, setup overhead included. A migration still above
+    `max_downtime_ms` is the limit the migration job is given (see `downtime_limit_ms`); the predicted
+    downtime adds `switchover_ms` to the final transfer. `timeout_s` counts from the start of the migration, setup overhead included. A migration still above
     the downtime threshold after `max_iterations` stage-2 passes is treated as one that will not
     converge: with a timeout it keeps sending (at the last remainder) until the timeout; without one it
     ends there, per `on_timeout`.
@@ -106,6 +126,8 @@ def predict_precopy(
     max_downtime = _check("max_downtime_ms", max_downtime_ms, positive=True)
     overhead = _check("overhead_s", overhead_s, positive=False)
     factor = _check("dirty_factor", dirty_factor, positive=False)
+    switchover = _check("switchover_ms", switchover_ms, positive=False)
+    schedule = downtime_schedule if downtime_schedule is not None else DowntimeSchedule()
     if working_set_mib is None:
         working_set = memory * DEFAULT_WORKING_SET_FRACTION
     else:
@@ -123,9 +145,11 @@ def predict_precopy(
     def dirtied(seconds: float) -> float:
         return min(effective_dirty * seconds, working_set)
 
-    def fits(remaining: float) -> bool:
-        # Compared as a downtime, so a converged result's downtime can never exceed the maximum.
-        return remaining * 1000.0 / bandwidth <= max_downtime
+    memory_bytes = memory * 2**20
+
+    def fits(remaining: float, elapsed: float) -> bool:
+        # Compared as a downtime, so a converged result's transfer can never exceed the limit.
+        return remaining * 1000.0 / bandwidth <= schedule.allowed_at(max_downtime, memory_bytes, elapsed)
 
     rounds: list[Round] = []
     elapsed = overhead
@@ -148,7 +172,7 @@ def predict_precopy(
         rounds.append(Round(seconds, to_send))
         elapsed += seconds
         remaining = dirtied(seconds)
-        if fits(remaining):
+        if fits(remaining, elapsed):
             converged = True
             break
         if stage2_passes >= max_iterations:
@@ -162,9 +186,10 @@ def predict_precopy(
 
     iterations = max(len(rounds) - 1, 0)
     if converged or on_timeout == "force":
-        downtime_s = remaining / bandwidth
-        rounds.append(Round(downtime_s, remaining))
+        transfer_s = remaining / bandwidth
+        rounds.append(Round(transfer_s, remaining))
         end = max(elapsed, timeout) if timed_out and timeout is not None else elapsed
+        downtime_s = transfer_s + switchover / 1000.0
         return PrecopyResult(
             total_seconds=end + downtime_s,
             downtime_ms=downtime_s * 1000.0,

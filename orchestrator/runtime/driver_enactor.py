@@ -429,7 +429,8 @@ class DriverEnactor:
             name = vm_name(lease.id, vnode)
             guess = predicted.get(str(vnode), {})
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
-                        "predicted_downtime_ms": guess.get("downtime_ms")}
+                        "predicted_downtime_ms": guess.get("downtime_ms"),
+                        "max_downtime_ms": extra.get("max_downtime_ms")}
             now = self._now() if self._now is not None else rr.start
             timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
             if timeout <= 0:
@@ -437,7 +438,9 @@ class DriverEnactor:
                                   f"no time left: the fallback had to start by {iso(abort_at)}", **expected, rr=rr)
             probe = self._start_probe(name)
             try:
-                report = self.driver.migrate(name, dst, max_downtime_ms=float(extra.get("max_downtime_ms", 300.0)),
+                # the job's limit leaves room for the switch-over (plans made before it existed: the maximum)
+                limit = extra.get("downtime_limit_ms") or extra.get("max_downtime_ms", 300.0)
+                report = self.driver.migrate(name, dst, max_downtime_ms=float(limit),
                                              bandwidth_mib_s=extra.get("bandwidth_mib_s"), timeout_s=timeout,
                                              on_timeout="abort")
             except DriverError as exc:

@@ -2,7 +2,7 @@
 
 `leasewise calibrate` fits (orchestrator.analysis.calibration) and stores the result here, in the store's
 meta table under `CALIBRATION_KEY`:
-`{"migration": {"bandwidth_mib_s", "overhead_s", "dirty_factor", ..., "hosts", "at", "samples"},
+`{"migration": {"bandwidth_mib_s", "overhead_s", "switchover_ms", "dirty_factor", ..., "hosts", "at", "samples"},
 "suspend": {"suspend_rate_mib_s", "suspend_overhead_s", "resume_rate_mib_s", "resume_overhead_s", ...}}`;
 the cluster rebuilds its scheduler with `apply_calibration` so every plan uses the measured values.
 """
@@ -69,7 +69,8 @@ def apply_calibration(config: "SchedulingConfig", stored: Mapping[str, Any] | No
     """`config` with the calibrated values in place of the configured ones.
 
     `stored` is the value under `CALIBRATION_KEY` (None or {}: nothing changes). From `migration`:
-    live_migration_bandwidth, live_migration_overhead and (when it was fitted) live_migration_dirty_factor;
+    live_migration_bandwidth, live_migration_overhead, live_migration_switchover_ms and (when it was fitted)
+    live_migration_dirty_factor;
     from `suspend`: suspend_rate and resume_rate. The fitted suspend/resume overheads are reported and
     stored but not applied: the scheduler's only fixed cost is `enactment_overhead`, which also applies to
     starts and migrations. Raises `CalibrationError` naming a stored value that is not usable.
@@ -90,6 +91,9 @@ def apply_calibration(config: "SchedulingConfig", stored: Mapping[str, Any] | No
         factor = _stored_number(migration, MIGRATION_SECTION, "dirty_factor", positive=False, optional=True)
         if factor is not None:
             changes["live_migration_dirty_factor"] = factor
+        switchover = _stored_number(migration, MIGRATION_SECTION, "switchover_ms", positive=False, optional=True)
+        if switchover is not None:   # calibrations made before the downtime model have none
+            changes["live_migration_switchover_ms"] = switchover
     suspend = stored.get(SUSPEND_SECTION)
     if suspend:
         if not isinstance(suspend, Mapping):

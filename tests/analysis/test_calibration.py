@@ -40,14 +40,15 @@ SIZES = (128, 256, 512)
 DIRTY_PPS = (0, 1000, 5000)
 
 
-def model_samples(bandwidth, overhead, factor, sizes=SIZES, pps=DIRTY_PPS, max_downtime=300.0, timeout=600.0):
+def model_samples(bandwidth, overhead, factor, sizes=SIZES, pps=DIRTY_PPS, max_downtime=300.0, timeout=600.0,
+                  switchover=0.0):
     """What the pre-copy model says each grid point measures (aborted migrations are not measurements)."""
     out = []
     for memory in sizes:
         for p in pps:
             probe = MigrationSample(memory, pages_to_mib_s(p), max_downtime, 1.0, 0.0,
                                     working_set_mib=memory / 2, timeout_s=timeout)
-            r = predict_sample(probe, bandwidth, overhead, factor)
+            r = predict_sample(probe, bandwidth, overhead, factor, switchover)
             if r.outcome != "aborted":
                 out.append(dataclasses.replace(probe, total_s=r.total_seconds, downtime_ms=r.downtime_ms,
                                                iterations=r.passes))
@@ -104,6 +105,31 @@ def test_fit_migration_with_noise_stays_close_and_reports_its_error():
     assert fit.dirty_factor == pytest.approx(1.2, rel=0.35)
     assert 0 < fit.rms_total_s < 0.5
     assert fit.max_rel_total_error < 0.05
+
+
+@pytest.mark.parametrize(("bandwidth", "overhead", "factor", "switchover"),
+                         [(114.0, 0.8, 1.3, 170.0), (50.0, 0.0, 2.0, 40.0), (800.0, 1.5, 0.7, 300.0)])
+def test_fit_migration_recovers_the_switch_over_cost_and_the_overhead_beside_it(bandwidth, overhead, factor,
+                                                                                switchover):
+    samples = model_samples(bandwidth, overhead, factor, switchover=switchover, max_downtime=250.0)
+    fit = fit_migration(samples)
+    assert fit.switchover_ms == pytest.approx(switchover, rel=0.02, abs=1.0)
+    assert fit.overhead_s == pytest.approx(overhead, rel=0.05, abs=0.05)
+    assert fit.bandwidth_mib_s == pytest.approx(bandwidth, rel=0.05)
+    assert fit.rms_downtime_ms < 1.0
+    record = migration_record(fit, ["a", "b"], datetime(2026, 12, 1, tzinfo=UTC), "simulated", 300.0)
+    assert record["switchover_ms"] == pytest.approx(fit.switchover_ms)
+
+
+def test_a_few_outlying_downtimes_do_not_move_the_switch_over_cost():
+    samples = model_samples(114.0, 0.8, 1.3, switchover=170.0)
+    spoiled = [dataclasses.replace(s, downtime_ms=s.downtime_ms + 450.0) if i in (2, 5) else s
+               for i, s in enumerate(samples)]
+    assert fit_migration(spoiled).switchover_ms == pytest.approx(170.0, abs=15.0)
+
+
+def test_without_a_switch_over_cost_none_is_fitted():
+    assert fit_migration(model_samples(114.0, 0.8, 1.3)).switchover_ms == pytest.approx(0.0, abs=1.0)
 
 
 # Measured on the lab (QEMU 7.2 TCG, loopback): ~0.5 s of setup, a fast link, and dirty rates too low
@@ -420,6 +446,32 @@ def test_a_failure_mid_way_removes_the_guests(site, store_path, monkeypatch):
     assert stored(store_path) == {}
 
 
+def test_calibrate_migration_validates_on_a_grid_it_was_not_fitted_to(store_path, tmp_path):
+    config = tmp_path / "switch.toml"
+    config.write_text("[scheduling]\nlive_migration_bandwidth = 114.0\nlive_migration_overhead = 0.8\n"
+                      "live_migration_switchover_ms = 150\nlive_migration_dirty_factor = 1.3\n")
+    runner = CliRunner()
+    for name in ("sim1", "sim2"):
+        assert runner.invoke(app, ["host", "add", name, "--uri", f"sim://{name}", "--cpus", "8", "--memory",
+                                   "16384", "--state", str(store_path)]).exit_code == 0
+    result = runner.invoke(app, ["calibrate", "migration", "--host", "sim1", "--host", "sim2", "--dirty",
+                                 "0,1000,2500", "--validate", "192,384x500,1500", "--json", "--state",
+                                 str(store_path), "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["fit"]["switchover_ms"] == pytest.approx(150.0, abs=1.0)
+    # the training grid ran with the whole 300 ms as the job's limit: the switch-over took some pauses over it
+    assert answer["in_sample"]["within_max_downtime"] < answer["in_sample"]["runs"] == 9
+    validation = answer["validation"]
+    assert validation["downtime_limit_ms"] == pytest.approx(150.0, abs=1.0)
+    assert [(p["memory_mib"], p["dirty_pages_s"]) for p in validation["points"]] == [
+        (192, 500), (192, 1500), (384, 500), (384, 1500)]
+    summary = validation["summary"]
+    assert summary["runs"] == 4 and summary["within_share"] == 1.0   # the limit left room for the switch-over
+    assert summary["total_error_pct_p90"] < 0.1 and summary["downtime_error_ms_p90"] < 1.0
+    assert stored(store_path)["migration"]["switchover_ms"] == pytest.approx(150.0, abs=1.0)
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
@@ -439,6 +491,10 @@ def test_a_failure_mid_way_removes_the_guests(site, store_path, monkeypatch):
         (["migration", "--host", "sim1", "--host", "sim2", "--timeout", "soon"], "--timeout"),
         (["migration", "--host", "sim1", "--host", "sim2", "--settle", "-1"], "--settle"),
         (["migration", "--host", "sim1", "--host", "sim2", "--dry-run", "--inventory", "x.toml"], "--inventory"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--validate", "192,384"], "--validate"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--validate", "192x"], "--validate"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--validate", "ax500"], "--validate"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--validate", "192x500x1"], "--validate"),
         (["suspend"], "--host"),
         (["suspend", "--host", "sim1", "--sizes", ","], "--sizes"),
         (["suspend", "--host", "sim1", "--state-dir", "relative/dir"], "--state-dir"),

@@ -79,7 +79,7 @@ def mixed_log() -> Log:
     # lease 3: a live migration predicted 45 s / 30 ms, measured 50 s / 42 ms; planned 2400 -> 2460
     log.enacted(3, 7, "live-migrate", "migrate", (2400, 2460), (2400, 2450), src="h1", dst="h2",
                 predicted_seconds=45.0, predicted_downtime_ms=30.0, total_seconds=50.0, downtime_ms=42.0,
-                iterations=4, outcome="completed")
+                max_downtime_ms=300.0, iterations=4, outcome="completed")
     # lease 4: its VM reservation cut at 1200 (cancelled): the VMs killed 1 s late
     log.enacted(4, 9, "vm", "stop", (0, 1200), (1200, 1201), killed=True)
     # lease 5: a resumption that failed (logged with its reservation)
@@ -173,7 +173,8 @@ def test_nothing_enacted_is_an_empty_report():
     report = build_report(log.events)
     assert report.empty and report.summary == [] and report.overall is None
     assert json.loads(json.dumps(report.to_json())) == {"lease": None, "rows": [], "summary": {},
-                                                        "unattributed": 0, "skipped": 0}
+                                                        "unattributed": 0, "skipped": 0,
+                                                        "live_migration_fidelity": None}
 
 
 def test_a_failure_logged_without_its_reservation_is_matched_to_the_plan():
@@ -220,7 +221,11 @@ def test_terminal_and_json_show_every_part():
     assert ("live migrations (predicted vs measured): duration error mean +5.00 s, worst +5.00 s; downtime error "
             "mean +12.00 ms, worst +12.00 ms") in text
     assert "1 enacted operation names no reservation" in text
+    assert ("live migrations, model fidelity: 1 run: total time error median 10.0%, 90th percentile 10.0%; "
+            "downtime error median 12 ms, 90th percentile 12 ms; downtime within 300 ms in 1/1 (100%)") in text
     data = json.loads(json.dumps(report.to_json()))
+    assert data["live_migration_fidelity"]["runs"] == 1
+    assert data["live_migration_fidelity"]["total_error_pct_median"] == pytest.approx(10.0)
     assert data["summary"]["all"]["delta_start_s"] == {"count": 4, "mean": 0.75, "mean_abs": 0.75, "worst": 2.0}
     assert data["summary"]["live-migrate"]["downtime_error_ms"]["worst"] == 12.0
     vm_row = data["rows"][0]

@@ -42,7 +42,6 @@ from drivers.inventory import (
 from drivers.libvirt import LibvirtDriver
 from drivers.libvirt.connection import INSTALL_HINT
 from drivers.libvirt.host import format_version
-from drivers.libvirt.migration import downtime_at, downtime_steps
 from drivers.registry import create_driver
 from orchestrator.planning.precopy import predict_precopy
 from tests.support.sshserver import SSHServer
@@ -294,17 +293,6 @@ def test_migration_on_the_test_hypervisor_fails_cleanly_with_the_vm_on_the_sourc
     assert [i.state for i in driver.list_vms("a") if i.name == vm] == ["running"]
     with pytest.raises(ValueError, match="on_timeout"):
         driver.migrate(vm, "b", on_timeout="later")  # type: ignore[arg-type]
-
-
-def test_downtime_steps_follow_nova():
-    # Nova's documented example: 10 steps, 30 s/GiB, 3 GiB, 400 ms.
-    steps = downtime_steps(400, 3 * 2**30, steps=10, delay_s_per_gib=30)
-    assert [round(t) for t, _ in steps] == list(range(0, 901, 90))
-    assert [round(d) for _, d in steps] == [40, 76, 112, 148, 184, 220, 256, 292, 328, 364, 400]
-    assert downtime_at(steps, 0) == 40
-    assert downtime_at(steps, 89.9) == 40
-    assert downtime_at(steps, 90) == pytest.approx(76)
-    assert downtime_at(steps, 10_000) == 400
 
 
 # -- libvirt-python missing -------------------------------------------------------------------------

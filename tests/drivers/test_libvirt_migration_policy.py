@@ -1,13 +1,11 @@
 """The live-migration policy of the libvirt driver, as pure functions (drivers/libvirt/migration.py): no
-libvirt needed. How the allowed downtime rises, when the completion timeout acts, how libvirt's job
+libvirt needed. When the completion timeout acts, how libvirt's job
 statistics become progress samples and a report, and how the outcome is judged."""
 
 import pytest
 
 from drivers.base import MigrationProgress
 from drivers.libvirt.migration import (
-    downtime_at,
-    downtime_steps,
     migration_outcome,
     migration_report,
     progress_from_job_stats,
@@ -16,15 +14,6 @@ from drivers.libvirt.migration import (
 )
 
 MIB = 2**20
-
-
-def test_downtime_steps_need_at_least_one_step_and_reach_the_max():
-    with pytest.raises(ValueError, match="at least 1"):
-        downtime_steps(300, 2**30, steps=0)
-    [(start, first), (later, last)] = downtime_steps(300, 2**30, steps=1, delay_s_per_gib=10)
-    assert (start, first, later, last) == (0.0, 300.0, 10.0, 300.0)   # one step: the max from the start
-    with pytest.raises(ValueError, match="start at 0"):
-        downtime_at([(5.0, 100.0)], 1.0)
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,22 @@ def test_predicted_downtime_is_summed_in_the_metrics():
     assert result.to_json()["metrics"]["predicted_downtime_ms_total"] == pytest.approx(expected.downtime_ms)
 
 
+def test_the_switch_over_cost_is_planned_and_the_job_gets_the_limit_left_after_it():
+    """1 MiB/s dirtying with a 200 ms switch-over: the job's limit is 100 ms, so pre-copy makes a fourth
+    pass (the third would leave 262 ms to send), and the predicted pause, switch-over included, keeps 300 ms."""
+    requests = [dirty(be("13:00", 60, memory=512), 1.0), ar("13:15", "13:30", 30, nodes=4)]
+    result = simulate(with_small_host(), requests, live_migration_switchover_ms=200.0)
+    expected = predict_precopy(512, 12.5, 1.0, 100.0, switchover_ms=200.0)
+    assert expected.passes == 4 and expected.downtime_ms <= 300
+    assert result.metrics["predicted_downtime_ms_total"] == pytest.approx(expected.downtime_ms)
+
+
+def test_a_switch_over_that_takes_the_whole_maximum_means_suspension():
+    requests = [be("13:00", 60, memory=512), ar("13:15", "13:30", 30, nodes=4)]
+    result = simulate(with_small_host(), requests, live_migration_switchover_ms=300.0)
+    assert result.metrics["migrations"] == 0 and result.metrics["suspensions"] == 1
+
+
 def test_a_migration_predicted_to_overrun_falls_back_to_suspension():
     """The AR arrives at 13:29: the 41 s migration would have had to start at 13:28:49."""
     result = simulate(with_small_host(), [be("13:00", 60, memory=512), ar("13:29", "13:30", 30, nodes=4)])
@@ -250,16 +266,18 @@ def test_an_evacuation_survives_a_round_trip_through_the_store(tmp_path):
     store.close()
 
 
-def _daemon_until_the_ar(tmp_path, **driver_config):
+def _daemon_until_the_ar(tmp_path, scheduling=None, dirty_rate=None, **driver_config):
     """The scenario on the daemon and the simulated driver (with `driver_config`): the best-effort lease
-    started at 13:00, the daemon stepped to 13:15, the AR submitted then. Returns the open store."""
-    store, cfg, _ = _cluster(tmp_path)
+    (dirtying at `dirty_rate`) started at 13:00, the daemon stepped to 13:15, the AR submitted then.
+    Returns the open store."""
+    store, cfg, _ = _cluster(tmp_path, **(scheduling or {}))
     driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
                                        SimulatedClock(T0), config=SimulatedDriverConfig(**driver_config),
                                        migration_model=predict_precopy)
+    request = be("13:00", 60, memory=512)
     with store.transaction():
         cluster = Cluster(store, cfg)
-        cluster.submit(be("13:00", 60, memory=512), T0)
+        cluster.submit(request if dirty_rate is None else dirty(request, dirty_rate), T0)
         cluster.save(T0)
     Daemon(store, cfg, driver, SimulatedClock(T0)).run(until=at("13:15"))
     with store.transaction():
@@ -292,6 +310,23 @@ def test_the_daemon_enacts_an_evacuation_through_the_driver(tmp_path):
     assert first.end_time == at("14:00")
     assert second.start_time == at("13:30") and second.state.value == "done"
     assert all(driver.list_vms(h) == [] for h in driver.hosts())
+
+
+def test_the_daemon_gives_the_driver_the_limit_left_after_the_switch_over(tmp_path):
+    """With the planner's own parameters on the simulated driver, the enacted migration is the predicted
+    one: four passes under the 100 ms job limit, not the three a 300 ms limit would give (262 ms + 200 ms)."""
+    store, cfg, driver = _daemon_until_the_ar(
+        tmp_path, scheduling={"live_migration_switchover_ms": 200.0}, dirty_rate=1.0,
+        migration_bandwidth_mib_s=12.5, migration_switchover_ms=200.0)
+    with store:
+        Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)
+        migrate = [e.detail for e in store.events(lease_id=1) if e.kind == "enacted"
+                   and e.detail["operation"] == "migrate"][0]
+    expected = predict_precopy(512, 12.5, 1.0, 100.0, switchover_ms=200.0)
+    assert migrate["iterations"] == expected.passes == 4
+    assert migrate["downtime_ms"] == pytest.approx(migrate["predicted_downtime_ms"])
+    assert migrate["downtime_ms"] <= 300
+    assert migrate["max_downtime_ms"] == 300.0
 
 
 def test_a_stored_calibration_times_the_planned_migrations(tmp_path):

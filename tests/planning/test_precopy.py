@@ -6,7 +6,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.planning.precopy import Round, predict_precopy
+from drivers.downtime import DowntimeSchedule
+from orchestrator.planning.precopy import Round, downtime_limit_ms, predict_precopy
 
 
 def test_idle_guest_takes_memory_over_bandwidth_plus_overhead_with_no_extra_rounds():
@@ -141,3 +142,63 @@ def test_converged_migrations_respect_the_max_downtime(mem, bw, rate, max_dt, li
         assert result.outcome == on_timeout.replace("abort", "aborted").replace("force", "forced")
     assert result.transferred_mib == pytest.approx(math.fsum(r.mib for r in result.rounds))
     assert result.remaining_mib <= mem * (1 + 1e-9)
+
+
+# -- the downtime model: switch-over cost and the limit's steps --------------------------------------------
+
+def test_switch_over_cost_adds_to_the_downtime_and_the_total_not_to_the_rounds():
+    plain = predict_precopy(1024, 100, 20, 300)
+    with_switch = predict_precopy(1024, 100, 20, 300, switchover_ms=150)
+    assert with_switch.rounds == plain.rounds                  # QEMU's convergence test counts the transfer only
+    assert with_switch.downtime_ms == pytest.approx(plain.downtime_ms + 150)
+    assert with_switch.total_seconds == pytest.approx(plain.total_seconds + 0.15)
+    idle = predict_precopy(512, 100, 0.0, 300, switchover_ms=170)
+    assert idle.downtime_ms == pytest.approx(170)               # an idle guest's pause is the switch-over
+
+
+def test_the_limit_left_after_the_switch_over():
+    assert downtime_limit_ms(300, 120) == 180
+    assert downtime_limit_ms(300, 0) == 300
+    assert downtime_limit_ms(300, 300) is None                  # nothing left for the transfer
+    assert downtime_limit_ms(300, 450) is None
+
+
+def test_a_smaller_limit_means_more_passes_and_a_downtime_within_the_maximum():
+    # 20 MiB/s dirtied at 100 MiB/s: the 300 ms maximum less a 250 ms switch-over leaves a 50 ms limit.
+    limit = downtime_limit_ms(300, 250)
+    naive = predict_precopy(1024, 100, 20, 300, switchover_ms=250)
+    planned = predict_precopy(1024, 100, 20, limit, switchover_ms=250)
+    assert naive.downtime_ms > 300                               # what a model without the cost would promise
+    assert planned.iterations > naive.iterations
+    assert planned.downtime_ms <= 300
+
+
+def test_stepped_limit_holds_a_dirtying_guest_until_the_step_that_lets_it_converge():
+    # 1 GiB, 10 steps of 10 s: 30 ms allowed for the first 10 s, 57 ms from 10 s, 84 ms from 20 s. The guest
+    # keeps an 8 MiB working set dirty (80 ms to send), so it passes over it until the limit reaches 84 ms.
+    schedule = DowntimeSchedule(steps=10, delay_s_per_gib=10)
+    stepped = predict_precopy(1024, 100, 200, 300, working_set_mib=8, downtime_schedule=schedule)
+    one_step = predict_precopy(1024, 100, 200, 300, working_set_mib=8)
+    assert stepped.total_seconds > 20 > 11 > one_step.total_seconds
+    assert stepped.converged and stepped.downtime_ms == pytest.approx(80)
+    transfer_ms = stepped.rounds[-1].seconds * 1000
+    assert transfer_ms <= schedule.allowed_at(300, 2**30, stepped.total_seconds) + 1e-9
+    assert predict_precopy(1024, 100, 200, 300, working_set_mib=8, downtime_schedule=DowntimeSchedule()) == one_step
+
+
+def test_negative_switch_over_is_refused():
+    with pytest.raises(ValueError, match="switchover_ms"):
+        predict_precopy(1024, 100, 20, 300, switchover_ms=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(memory, bandwidth, dirty, downtime, st.floats(min_value=0, max_value=2_000), timeout, action)
+def test_with_the_limit_left_after_the_switch_over_a_converged_downtime_stays_within_the_maximum(
+        mem, bw, rate, max_dt, switchover, limit, on_timeout):
+    job_limit = downtime_limit_ms(max_dt, switchover)
+    if job_limit is None:
+        return
+    result = predict_precopy(mem, bw, rate, job_limit, switchover_ms=switchover, timeout_s=limit,
+                             on_timeout=on_timeout, max_iterations=200)
+    if result.converged:
+        assert result.downtime_ms <= max_dt * (1 + 1e-9)
