@@ -295,7 +295,12 @@ class Driver(ABC):
 
     @abstractmethod
     def measured_dirty_rate(self, vm: str) -> float | None:
-        """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured."""
+        """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured (or
+        a measurement is still running)."""
+
+    def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
+        """Start measuring how fast the VM dirties memory over `seconds`; `measured_dirty_rate` has the
+        answer afterwards. Costs the guest little (pages are sampled), but not nothing: call it seldom."""
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         """What `host` sees at `path` (a base image): format and virtual size; `OperationFailed` naming the

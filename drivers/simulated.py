@@ -592,6 +592,9 @@ class SimulatedDriver(Driver):
 
     # -- live migration --------------------------------------------------------------------------
 
+    def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
+        self._vm(vm)   # the rate is the spec's: nothing to sample, but the VM must exist
+
     def measured_dirty_rate(self, vm: str) -> float | None:
         """The rate the guest dirties memory at here: its spec's, scaled as the migrations see it."""
         spec = self._vm(vm).spec

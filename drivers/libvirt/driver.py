@@ -148,3 +148,6 @@ class LibvirtDriver(Driver):
 
     def measured_dirty_rate(self, vm: str) -> float | None:
         return self._migrations.measured_dirty_rate(vm)
+
+    def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
+        self._migrations.start_dirty_rate_measurement(vm, seconds)

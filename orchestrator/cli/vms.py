@@ -1,4 +1,5 @@
-"""Each VM of a lease as its host sees it now: host, state, MAC, addresses and the ssh line to use.
+"""Each VM of a lease as its host sees it now: host, state, MAC, addresses and the ssh line to use, and the
+dirty rate the daemon last measured on it.
 
 The hosts are asked through the configured driver (libvirt: the guest agent, else DHCP leases, else ARP;
 simulated: addresses made from the MAC), so a dry run shows the same thing. ssh skips host-key checks as
@@ -32,6 +33,7 @@ class VMAccess:
     mac: str | None
     addresses: tuple[VMAddress, ...]
     login_user: str
+    dirty_rate_mib_s: float | None = None   # as the daemon last measured it on its host
 
     @property
     def address(self) -> str | None:
@@ -43,7 +45,8 @@ class VMAccess:
         return {"vm": self.name, "node": self.vnode, "host": self.host, "state": self.state, "mac": self.mac,
                 "addresses": [{"address": a.address, "prefix": a.prefix, "family": a.family, "source": a.source,
                                "interface": a.interface, "mac": a.mac} for a in self.addresses],
-                "login_user": self.login_user, "ssh": shlex.join(command) if command else None}
+                "login_user": self.login_user, "ssh": shlex.join(command) if command else None,
+                "dirty_rate_mib_s": self.dirty_rate_mib_s}
 
     def ssh_command(self) -> list[str] | None:
         return None if self.address is None else ["ssh", *SSH_OPTIONS, f"{self.login_user}@{self.address}"]
@@ -69,14 +72,17 @@ def lease_vms(lease: Lease, driver: Driver) -> list[VMAccess]:
                     addresses = tuple(driver.vm_addresses(name))
         except DriverError as exc:
             state = f"unreachable ({exc})"
-        found.append(VMAccess(vnode, name, host, state, guest.mac(vnode) if guest else None, addresses, user))
+        found.append(VMAccess(vnode, name, host, state, guest.mac(vnode) if guest else None, addresses, user,
+                              lease.measured_dirty_rates.get(vnode)))
     return found
 
 
 def print_vms(console, vms: list[VMAccess]) -> None:
     print_table(console, [Column("vm"), Column("host"), Column("state", wraps=True), Column("MAC", drop=2),
+                          Column("dirty MiB/s", "right", drop=3),
                           Column("addresses", wraps=True), Column("ssh", wraps=True, drop=1)],
                 [[v.name, v.host or "-", escape(v.state), v.mac or "-",
+                  "-" if v.dirty_rate_mib_s is None else f"{v.dirty_rate_mib_s:.1f}",
                   ", ".join(f"{a.address}/{a.prefix} ({a.source})" for a in v.addresses) or "-",
                   escape(shlex.join(v.ssh_command())) if v.ssh_command() else "-"] for v in vms],
                 title="VMs")

@@ -352,6 +352,8 @@ class DaemonConfig:
     on_lost_vm: str = "fail"                 # a VM the plan says runs but is gone: fail the lease or requeue it
     graceful_timeout: timedelta = timedelta(seconds=30)   # shutdown before destroy
     state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
+    dirty_rate_interval: timedelta = timedelta(minutes=5)   # how often a running VM's dirty rate is measured
+    dirty_rate_sample: timedelta = timedelta(seconds=5)     # how long one measurement samples the guest
 
     def __post_init__(self) -> None:
         p = "daemon."
@@ -365,6 +367,11 @@ class DaemonConfig:
             _set(self, name, _duration(p + name, getattr(self, name)))
         if self.poll_interval.total_seconds() <= 0:
             raise ConfigError(p + "poll_interval", "must be greater than zero")
+        for name in ("dirty_rate_interval", "dirty_rate_sample"):
+            _set(self, name, _duration(p + name, getattr(self, name)))
+        sample = self.dirty_rate_sample.total_seconds()
+        if sample != int(sample) or not 1 <= sample <= 60:
+            raise ConfigError(p + "dirty_rate_sample", f"must be 1 to 60 whole seconds (got {sample:g} s)")
         if not isinstance(self.state_dir, str) or not self.state_dir.startswith("/"):
             raise ConfigError(p + "state_dir", f"must be an absolute path (got {self.state_dir!r})")
 

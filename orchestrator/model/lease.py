@@ -120,6 +120,8 @@ class Lease:
     suspensions: int = 0
     requeues: int = 0
     migrations: int = 0
+    # vnode -> MiB/s, as last measured on its host (the store keeps them; not part of the plan)
+    measured_dirty_rates: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     # -- request shortcuts -------------------------------------------------------------------------
     @property

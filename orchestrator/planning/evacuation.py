@@ -67,9 +67,15 @@ class EvacuationPlanner:
         self.host_selection = host_selection
         self.may_suspend = may_suspend
 
-    def dirty_rate(self, lease: Lease) -> float:
+    def dirty_rate(self, lease: Lease, vnode: int) -> tuple[float, float]:
+        """(MiB/s, factor) the model is given for the VM: the rate last measured on its host with the margin
+        (measured, so not scaled by `live_migration_dirty_factor`); else the lease's declared rate, else the
+        configured default, with the factor."""
+        measured = lease.measured_dirty_rates.get(vnode)
+        if measured is not None:
+            return measured * self.config.dirty_rate_margin, 1.0
         rate = lease.request.dirty_rate_mib_s
-        return self.config.dirty_rate if rate is None else rate
+        return (self.config.dirty_rate if rate is None else rate), self.config.live_migration_dirty_factor
 
     def predict(self, lease: Lease, vnode: int) -> PrecopyResult | None:
         """What moving one VM of the lease costs, per the pre-copy model and the configured parameters;
@@ -78,9 +84,10 @@ class EvacuationPlanner:
         limit = downtime_limit_ms(cfg.max_downtime_ms, cfg.live_migration_switchover_ms)
         if limit is None:
             return None
+        rate, factor = self.dirty_rate(lease, vnode)
         return predict_precopy(
-            lease.request.nodes[vnode].memory, cfg.live_bandwidth, self.dirty_rate(lease), limit,
-            overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=cfg.live_migration_dirty_factor,
+            lease.request.nodes[vnode].memory, cfg.live_bandwidth, rate, limit,
+            overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
             switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
         )
 

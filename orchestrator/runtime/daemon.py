@@ -31,6 +31,7 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.planning.enactment import EnactmentError
+from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
@@ -68,6 +69,7 @@ class Daemon:
         # a real driver's live migrations are watched from the network too (the outage users see)
         probe = None if driver.name == "simulated" else PingProbe
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe)
+        self.dirty_rates = DirtyRateSampler(driver, config.daemon.dirty_rate_interval, config.daemon.dirty_rate_sample)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
@@ -162,9 +164,26 @@ class Daemon:
             self.store.set_meta("daemon_clock", iso(now))
             following = sched.next_event_time()
             idle = following is None and not sched.queue and not sched.pending
+            running = self._running_vms(cluster, now)
+        # outside the store's lock: the measurements only start or are read here, and each is stored alone
+        self.dirty_rates.step(now, running, self._record_dirty_rate)
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
         return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))
+
+    def _running_vms(self, cluster: Cluster, now: datetime) -> list[RunningVM]:
+        """The VMs the plan has running at `now` (none while the sampler is off)."""
+        if not self.dirty_rates.enabled:
+            return []
+        running = []
+        for lease in cluster.scheduler.leases.values():
+            vm = lease.last_vm
+            if lease.state is LeaseState.ACTIVE and vm is not None and vm.start <= now < vm.end:
+                running += [RunningVM(lease.id, v, self.enactor.vm_name(lease.id, v)) for v in sorted(vm.nodes)]
+        return running
+
+    def _record_dirty_rate(self, vm: RunningVM, at: datetime, mib_s: float) -> None:
+        self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
 
     def _release_finished(self, now: datetime) -> None:
         """Clean up after leases that finished (ended, cancelled by another process, failed): what they left

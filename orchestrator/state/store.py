@@ -20,6 +20,7 @@ order) and read back as aware UTC datetimes; durations as float seconds.
 from __future__ import annotations
 
 import json
+import math
 import logging
 import os
 import sqlite3
@@ -307,7 +308,19 @@ _V4 = (
     "CREATE INDEX leases_unreleased ON leases (id) WHERE released = 0",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4]
+_V5 = (
+    # the dirty rate last measured on each running VM (libvirt's dirty-rate calculation), which the planner
+    # uses in place of the declared one when it plans a live migration
+    """CREATE TABLE dirty_rates (
+        lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE CASCADE,
+        vnode INTEGER NOT NULL,
+        measured_at TEXT NOT NULL,
+        mib_s REAL NOT NULL CHECK (mib_s >= 0),
+        PRIMARY KEY (lease_id, vnode)
+    )""",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -811,6 +824,21 @@ class Store:
         with self.transaction():
             self._conn.execute("UPDATE leases SET released = 1 WHERE id = ?", (lease_id,))
 
+    def record_dirty_rate(self, lease_id: int, vnode: int, at: datetime, mib_s: float) -> None:
+        """The dirty rate just measured on a lease's VM (replaces the one measured before)."""
+        if not (isinstance(mib_s, (int, float)) and math.isfinite(mib_s) and mib_s >= 0):
+            raise StoreError(f"dirty rate of lease {lease_id} VM {vnode} must be a finite number >= 0 (got {mib_s!r})")
+        with self.transaction():
+            self._conn.execute("INSERT INTO dirty_rates (lease_id, vnode, measured_at, mib_s) VALUES (?, ?, ?, ?) "
+                               "ON CONFLICT (lease_id, vnode) DO UPDATE SET measured_at = excluded.measured_at, "
+                               "mib_s = excluded.mib_s", (lease_id, vnode, _t(at), float(mib_s)))
+
+    def dirty_rates(self, lease_id: int) -> dict[int, tuple[datetime, float]]:
+        """vnode -> (when, MiB/s) of the last dirty rate measured on each of the lease's VMs."""
+        rows = self._conn.execute("SELECT vnode, measured_at, mib_s FROM dirty_rates WHERE lease_id = ? "
+                                  "ORDER BY vnode", (lease_id,))
+        return {vnode: (_dt(at), rate) for vnode, at, rate in rows}
+
     def workload_ids(self) -> dict[int, str]:
         """lease id -> the workload id it was saved with (only leases that have one)."""
         rows = self._conn.execute("SELECT id, workload_id FROM leases WHERE workload_id IS NOT NULL")
@@ -825,12 +853,17 @@ class Store:
                                         f"({select}) ORDER BY lease_id, seq", params).fetchall()
             rr_rows = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
                                    f"({select}) ORDER BY lease_id, position", params).fetchall()
+            rate_rows = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
+                                     params).fetchall()
         histories: dict[int, list[tuple[datetime, LeaseState]]] = {}
         for lease_id, at, state in history_rows:
             histories.setdefault(lease_id, []).append((_dt(at), LeaseState(state)))
         plans: dict[int, list[tuple]] = {}
         for row in rr_rows:
             plans.setdefault(row[1], []).append(row)
+        rates: dict[int, dict[int, float]] = {}
+        for lease_id, vnode, mib_s in rate_rows:
+            rates.setdefault(lease_id, {})[vnode] = mib_s
         leases = []
         for row in lease_rows:
             lease_id = row[0]
@@ -838,6 +871,7 @@ class Store:
                 lease = _lease_from_row(row)
                 lease.history = histories.get(lease_id, [])
                 lease.reservations = _plan_from_rows(plans.get(lease_id, []))
+                lease.measured_dirty_rates = rates.get(lease_id, {})
             except (LeasewiseError, ValueError, KeyError, TypeError) as exc:
                 raise StoreError(f"{self.path}: lease {lease_id} cannot be read back: {exc}") from None
             leases.append(lease)

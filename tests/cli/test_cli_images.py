@@ -78,6 +78,11 @@ def test_image_lease_ssh_and_nothing_left_after_the_end(site, store_path, image,
     assert [(v["vm"], v["state"], v["mac"]) for v in vms] == [
         ("lw-1-0", "running", request.guest.macs[0]), ("lw-1-1", "running", request.guest.macs[1])]
     assert vms[1]["ssh"].endswith(f"alice@{vms[1]['addresses'][0]['address']}")
+    with Store.open(store_path) as store:
+        store.record_dirty_rate(1, 1, CLI_NOW, 3.5)
+    vms = json.loads(site("lease", "show", "1", "--json").stdout)["vms"]
+    assert [v["dirty_rate_mib_s"] for v in vms] == [None, 3.5]
+    assert "3.5" in next(line for line in site("lease", "show", "1").stdout.splitlines() if "lw-1-1" in line)
     line = CliRunner().invoke(app, ["lease", "ssh", "1/1", "--print", "-i", str(key), "--state", str(store_path),
                                     "--", "hostname"])
     assert line.exit_code == 0, line.output

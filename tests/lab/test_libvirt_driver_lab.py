@@ -67,6 +67,26 @@ def test_start_runs_the_guest_and_stop_removes_it(driver, conns, libvirt_mod, co
     assert stop_s < 25, "the guest should power off on the ACPI button within seconds, not be destroyed"
 
 
+def test_the_console_says_when_the_guest_is_ready_and_its_dirty_rate_is_measured(driver, host_a, vm_name):
+    """What `calibrate` waits for (the dirtier's line on the console) and what the daemon samples (libvirt's
+    dirty-rate calculation, page sampling: the one mode QEMU 7.2 under TCG survives)."""
+    driver.start(guest_spec(vm_name, mib=128, pps=2500), host_a)
+    line = driver.wait_for_console(vm_name, r"dirtier: (ready|t=)", BOOT_TIMEOUT_S)
+    assert line is not None and "pps=2500" in line
+    assert driver.wait_for_console(vm_name, r"a line the guest never prints", 2) is None
+    assert driver.measured_dirty_rate(vm_name) is None          # never measured
+    driver.start_dirty_rate_measurement(vm_name, 3)
+    deadline = time.monotonic() + 15
+    rate = None
+    while rate is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rate = driver.measured_dirty_rate(vm_name)
+    declared = 2500 * 4096 / 2**20                               # 9.77 MiB/s
+    print(f"\nmeasured dirty rate {rate} MiB/s, dirtier {declared:.2f} MiB/s")
+    assert rate is not None and declared / 2 <= rate <= declared * 2
+    driver.stop(vm_name, graceful_timeout=0)
+
+
 def test_suspend_and_resume_on_the_same_host_then_on_another_over_shared_storage(
     driver, conns, libvirt_mod, console, host_a, host_b, vm_name, shared_state_dir, record_property
 ):

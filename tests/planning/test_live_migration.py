@@ -315,8 +315,9 @@ def test_the_daemon_enacts_an_evacuation_through_the_driver(tmp_path):
 def test_the_daemon_gives_the_driver_the_limit_left_after_the_switch_over(tmp_path):
     """With the planner's own parameters on the simulated driver, the enacted migration is the predicted
     one: four passes under the 100 ms job limit, not the three a 300 ms limit would give (262 ms + 200 ms)."""
+    # (the daemon measures 1 MiB/s on the simulated driver too: planned with no margin, the same rate)
     store, cfg, driver = _daemon_until_the_ar(
-        tmp_path, scheduling={"live_migration_switchover_ms": 200.0}, dirty_rate=1.0,
+        tmp_path, scheduling={"live_migration_switchover_ms": 200.0, "dirty_rate_margin": 1.0}, dirty_rate=1.0,
         migration_bandwidth_mib_s=12.5, migration_switchover_ms=200.0)
     with store:
         Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)
