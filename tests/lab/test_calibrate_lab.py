@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import pytest
 from typer.testing import CliRunner
@@ -19,18 +18,9 @@ from tests.lab.labkit import GUEST_DIR
 
 pytestmark = pytest.mark.lab
 
-SETTLE_S = "10"            # boot under TCG and touch the working set before measuring
-
-
 def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines()
             if line.startswith("│") and line.count("│") > 5]
-
-
-def _percent(cell: str) -> float:
-    m = re.fullmatch(r"([+-]?\d+(?:\.\d+)?)%", cell)
-    assert m, f"not an error percentage: {cell!r}"
-    return float(m.group(1))
 
 
 @pytest.fixture
@@ -60,21 +50,25 @@ def test_calibrate_migration_on_two_lab_hosts(lab, host_a, host_b, tmp_path, no_
     store = tmp_path / "state.sqlite"
     result = _invoke("calibrate", "migration", "--host", host_a, "--host", host_b,
                      "--inventory", str(lab.inventory), "--guest-dir", str(GUEST_DIR),
-                     "--sizes", "128,512", "--dirty", "0,2000", "--repeat", "2", "--max-downtime", "300",
-                     "--timeout", "120", "--settle", SETTLE_S, "--state", str(store))
-    print("\n" + result.stdout)
+                     "--sizes", "128,512", "--dirty", "0,2000", "--repeat", "2", "--max-downtime", "500",
+                     "--timeout", "120", "--validate", "256x1000", "--json", "--state", str(store))
+    print("\n" + result.stderr + "\n" + result.stdout)
     assert result.exit_code == 0, result.output
-    assert "predicted vs measured (libvirt driver)" in result.stdout
-    assert "Fitted pre-copy model" in result.stdout
-
-    rows = _rows(result.stdout)
-    assert [(r[0], r[1]) for r in rows] == [("128", "0"), ("128", "2000"), ("512", "0"), ("512", "2000")]
-    for row in rows:
-        assert row[3].split("/")[0] != "0", f"no migration of this grid point succeeded: {row}"
-        predicted, measured = float(row[4]), float(row[5])
-        assert predicted > 0 and measured > 0
-        assert math.isfinite(_percent(row[6]))
-        assert math.isfinite(float(row[7])) and math.isfinite(float(row[8])) and math.isfinite(float(row[9]))
+    answer = json.loads(result.stdout)
+    points = answer["points"]
+    assert [(p["memory_mib"], p["dirty_pages_s"]) for p in points] == [(128, 0), (128, 2000), (512, 0), (512, 2000)]
+    for point in points:
+        assert point["measured"] is not None, f"no migration of this grid point succeeded: {point}"
+        assert point["measured"]["total_s"] > 0 and point["predicted"]["total_s"] > 0
+        assert math.isfinite(point["predicted"]["error_pct"])
+    assert answer["fit"]["switchover_ms"] >= 0 and answer["in_sample"]["runs"] >= 6
+    # the grid it was not fitted to ran with the limit left after the switch-over, and was compared
+    validation = answer["validation"]
+    assert validation["downtime_limit_ms"] == pytest.approx(500 - answer["fit"]["switchover_ms"])
+    assert [(p["memory_mib"], p["dirty_pages_s"]) for p in validation["points"]] == [(256, 1000)]
+    summary = validation["summary"]
+    assert summary["runs"] >= 1 and math.isfinite(summary["total_error_pct_median"])
+    print("validation:", json.dumps(summary))
 
     with Store.open(store) as s:
         record = s.get_meta(CALIBRATION_KEY)["migration"]
@@ -82,6 +76,7 @@ def test_calibrate_migration_on_two_lab_hosts(lab, host_a, host_b, tmp_path, no_
     assert record["samples"] >= 6
     assert math.isfinite(record["bandwidth_mib_s"]) and record["bandwidth_mib_s"] > 0
     assert math.isfinite(record["overhead_s"]) and record["overhead_s"] >= 0
+    assert record["switchover_ms"] == pytest.approx(answer["fit"]["switchover_ms"])
     assert math.isfinite(record["rms_total_s"]) and math.isfinite(record["rms_downtime_ms"])
     if record["dirty_factor"] is not None:
         assert math.isfinite(record["dirty_factor"]) and record["dirty_factor"] >= 0
@@ -91,8 +86,7 @@ def test_calibrate_migration_on_two_lab_hosts(lab, host_a, host_b, tmp_path, no_
 def test_calibrate_suspend_on_a_lab_host(lab, host_a, tmp_path, no_calibration_guests_left, record_property):
     store = tmp_path / "state.sqlite"
     result = _invoke("calibrate", "suspend", "--host", host_a, "--inventory", str(lab.inventory),
-                     "--guest-dir", str(GUEST_DIR), "--sizes", "128,512", "--settle", SETTLE_S,
-                     "--state", str(store))
+                     "--guest-dir", str(GUEST_DIR), "--sizes", "128,512", "--state", str(store))
     print("\n" + result.stdout)
     assert result.exit_code == 0, result.output
     assert "warning" not in result.stdout   # the save images were removed
