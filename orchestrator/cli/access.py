@@ -26,7 +26,7 @@ from orchestrator.cli.images import hosts_driver
 from orchestrator.cli.leases import lease_app
 from orchestrator.cli.vms import VMAccess, lease_vms
 
-_TARGET = re.compile(r"(\d+)(?:/(\d+))?")
+_TARGET = re.compile(r"([0-9]+)(?:/([0-9]+))?")
 
 
 def _target(text: str) -> tuple[int, int | None]:

@@ -23,7 +23,6 @@ pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. Every guest is named `lwcal-
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 import dataclasses
-import math
 import os
 import posixpath
 import signal
@@ -59,6 +58,7 @@ from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
 from orchestrator.state.calibrated import (
     CALIBRATION_KEY,
@@ -77,6 +77,8 @@ VM_PREFIX = "lwcal-"
 DEFAULT_SETTLE_S = 15.0
 #: capacity of hosts that a dry run names but the store does not know
 DRY_RUN_CAPACITY = (1024, 1 << 30)
+#: the longest --timeout / --settle (and --max-downtime, in ms) taken: a day
+DAY_S = 86400.0
 
 
 # -- options -----------------------------------------------------------------------------------------------
@@ -87,37 +89,21 @@ def _int_list(option: str, text: str, *, minimum: int, what: str) -> list[int]:
         raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
     values: list[int] = []
     for item in items:
-        if not item.lstrip("+").isdigit():
-            raise fail(f"{option}: {item!r} is not a whole number (a list of {what}, e.g. 128,256,512)")
-        value = int(item)
-        if value < minimum:
-            raise fail(f"{option}: {value} must be at least {minimum}")
-        if value > 2**31:
-            raise fail(f"{option}: {value} is too large")
+        value = parse_whole(item, option, minimum=minimum)
         if value in values:
             raise fail(f"{option}: {value} is given twice")
         values.append(value)
     return values
 
 
-def _number(option: str, text: str | None, *, zero_ok: bool, unit: str) -> float | None:
+def _number(option: str, text: str | None, *, zero_ok: bool, unit: str, maximum: float) -> float | None:
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(f"{option}: must be a number of {unit} (got {text!r})") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = "must not be negative" if zero_ok else "must be greater than 0"
-        raise fail(f"{option}: {bound} ({unit}; got {text})")
-    return value
+    return parse_decimal(text, option, maximum=maximum, positive=not zero_ok, unit=unit)
 
 
 def _repeat(text: str) -> int:
-    value = text.strip()
-    if not value.lstrip("+").isdigit() or int(value) < 1 or int(value) > 1000:
-        raise fail(f"--repeat: must be a whole number from 1 to 1000 (got {text!r})")
-    return int(value)
+    return parse_whole(text, "--repeat", maximum=1000)
 
 
 def _hosts(option_hosts: list[str] | None, *, exactly: int | None = None) -> list[str]:
@@ -409,10 +395,10 @@ def migration_command(
     if 0 not in dirty:
         raise fail("--dirty: must include 0 (idle guests give the bandwidth and the overhead)")
     repeat = _repeat(repeat_text)
-    timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds")
-    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds", maximum=DAY_S)
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     cfg = common.load(config)
-    max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms")
+    max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms", maximum=DAY_S * 1000)
     if max_downtime is None:
         max_downtime = cfg.scheduling.max_downtime_ms
     setup = _setup(hosts, sizes, dry_run, inventory, state, cfg)
@@ -617,7 +603,7 @@ def suspend_command(
     if len(sizes) < 2:
         raise fail("--sizes: give at least two sizes (rate and overhead are fitted to a line)")
     repeat = _repeat(repeat_text)
-    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     if state_dir is not None and not posixpath.isabs(state_dir):
         raise fail(f"--state-dir: must be an absolute path (got {state_dir!r})")
     cfg = common.load(config)

@@ -16,6 +16,7 @@ import typer
 
 from orchestrator.cli.app import fail
 from orchestrator.model.config import Config, load_config
+from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store, default_store_path
@@ -48,6 +49,14 @@ def store_exists(state: Path | None, config: Config) -> bool:
     if state is not None:
         raise fail(f"--state: {path} does not exist")
     return False
+
+
+def parse_lease_id(text: str, label: str = "lease") -> int:
+    """A lease id as typed (ASCII digits, greater than zero), or one error line naming `label`."""
+    number = ascii_whole(text)
+    if number is None or number <= 0 or not text.strip()[:1].isdigit():
+        raise fail(f"{label}: {text!r} is not a lease id (a positive whole number)")
+    return number
 
 
 def load(config_path: Path | None) -> Config:

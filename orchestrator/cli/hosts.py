@@ -45,8 +45,12 @@ from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
-from orchestrator.model.timeutil import iso, parse_duration, parse_time
+from orchestrator.model.numbers import parse_decimal, parse_whole
+from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
 from orchestrator.state.store import HostRecord, Store
+
+#: the longest `--timeout` for answers from hosts
+MAX_HOST_WAIT_S = 3600.0
 
 host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
@@ -56,27 +60,12 @@ host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
 def _positive_int(option: str, text: str | None) -> int | None:
     """A whole number > 0 from an option, or one error line naming the option."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value.lstrip("+-").isdigit():
-        raise fail(f"{option}: must be a whole number (got {text!r})")
-    number = int(value)
-    if number <= 0:
-        raise fail(f"{option}: must be greater than zero (got {number})")
-    if number > 2**31:
-        raise fail(f"{option}: is too large (got {number})")
-    return number
+    return None if text is None else parse_whole(text, option)
 
 
 def _seconds(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(f"{option}: must be a number of seconds (got {text!r})") from None
-    if not 0 < value < float("inf"):
-        raise fail(f"{option}: must be a number of seconds greater than zero (got {text!r})")
-    return value
+    """How long to wait for hosts: more than 0, at most an hour."""
+    return parse_decimal(text, option, maximum=MAX_HOST_WAIT_S, positive=True, unit="seconds")
 
 
 # -- asking hosts ------------------------------------------------------------------------------------------
@@ -483,7 +472,7 @@ def _drain_time(text: str | None, current: datetime) -> datetime:
         return current
     text = text.strip()
     if text.startswith("+"):
-        return current + parse_duration(text[1:], "--by")
+        return end_of(current, parse_duration(text[1:], "--by"), "--by")
     return parse_time(text, "--by")
 
 

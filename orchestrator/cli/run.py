@@ -13,6 +13,7 @@ from drivers.clock import RealClock, SimulatedClock
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
 from orchestrator.cli.output import make_console
+from orchestrator.model.numbers import parse_whole
 from orchestrator.model.timeutil import parse_time
 from orchestrator.state.store import Store
 
@@ -26,7 +27,7 @@ def run(
     until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),
     until: str | None = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
     sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (default: next to the store)"),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many steps"),
+    max_steps_text: str | None = typer.Option(None, "--max-steps", metavar="N", help="Stop after this many steps"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
     console = make_console()
@@ -38,8 +39,7 @@ def run(
 
     cfg = load(config)
     stop_at = parse_time(until, "--until") if until else None
-    if max_steps is not None and max_steps < 1:
-        raise fail(f"--max-steps must be at least 1: got {max_steps}")
+    max_steps = None if max_steps_text is None else parse_whole(max_steps_text, "--max-steps")
     path = store_path(state, cfg)
     if not path.exists():
         raise fail(f"--state: no store at {path} (add hosts with `leasewise host add` first)")
