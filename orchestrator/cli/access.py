@@ -68,6 +68,7 @@ def ssh(
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """ssh to a VM of a lease as its image's login user; anything after `--` runs there."""
     vm, driver = _one_vm(target, state, config)
@@ -94,6 +95,7 @@ def console(
     print_only: bool = typer.Option(False, "--print", help="Print the virsh command instead of running it"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Attach to the serial console of a VM of a lease (leave with Ctrl-]); `--print` gives the virsh line."""
     vm, driver = _one_vm(target, state, config)

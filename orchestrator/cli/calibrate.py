@@ -54,6 +54,7 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.cli import common
 from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
@@ -231,10 +232,16 @@ def _token() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _store_result(state: Path | None, cfg: Config, section: str, record: dict) -> Path:
+def _store_result(state: Path | None, cfg: Config, section: str, record: dict, wait_s: float) -> Path:
+    """Store the fit, trying again while the store is busy: only this write, never the measurements (the
+    option is not named `wait`, so the app does not run the whole calibration again)."""
     path = common.store_path(state, cfg)
-    with Store.open(path) as store:
-        store_calibration(store, section, record)
+
+    def write() -> None:
+        with Store.open(path) as store:
+            store_calibration(store, section, record)
+
+    call_waiting(write, wait_s)
     return path
 
 
@@ -385,6 +392,7 @@ def migration_command(
     json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    store_wait: str = common.WaitOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
     hosts = _hosts(host, exactly=2)
@@ -395,6 +403,7 @@ def migration_command(
     if 0 not in dirty:
         raise fail("--dirty: must include 0 (idle guests give the bandwidth and the overhead)")
     repeat = _repeat(repeat_text)
+    wait_s = parse_wait(store_wait)
     timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds", maximum=DAY_S)
     settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     cfg = common.load(config)
@@ -442,7 +451,7 @@ def migration_command(
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
         record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
-        path = _store_result(state, cfg, MIGRATION_SECTION, record)
+        path = _store_result(state, cfg, MIGRATION_SECTION, record, wait_s)
         answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{MIGRATION_SECTION}"}
         console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
                       "uses it in place of live_migration_bandwidth, live_migration_overhead"
@@ -596,6 +605,7 @@ def suspend_command(
     json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    store_wait: str = common.WaitOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
     hosts = _hosts(host)
@@ -603,6 +613,7 @@ def suspend_command(
     if len(sizes) < 2:
         raise fail("--sizes: give at least two sizes (rate and overhead are fitted to a line)")
     repeat = _repeat(repeat_text)
+    wait_s = parse_wait(store_wait)
     settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     if state_dir is not None and not posixpath.isabs(state_dir):
         raise fail(f"--state-dir: must be an absolute path (got {state_dir!r})")
@@ -650,7 +661,7 @@ def suspend_command(
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
         record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
-        path = _store_result(state, cfg, SUSPEND_SECTION, record)
+        path = _store_result(state, cfg, SUSPEND_SECTION, record, wait_s)
         answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{SUSPEND_SECTION}"}
         console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
                       "uses it in place of suspend_rate and resume_rate", soft_wrap=True)

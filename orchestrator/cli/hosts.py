@@ -166,6 +166,7 @@ def add(
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
     vcpus_opt = _positive_int("--cpus", cpus)
@@ -192,6 +193,7 @@ def import_hosts(
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the hosts"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Add every host of an inventory in one transaction; hosts already there with the same settings are
     skipped, one with different settings is an error (nothing is added)."""
@@ -263,6 +265,7 @@ def list_hosts(
     timeout_text: str = typer.Option("3", "--timeout", metavar="S", help="How long to wait for hosts (libvirt)"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
     timeout = _seconds("--timeout", timeout_text)
@@ -354,6 +357,7 @@ def check(
     timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
@@ -419,6 +423,7 @@ def remove(
     drain: bool = typer.Option(False, "--drain", help="First requeue the best-effort leases planned there"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Remove a host; refused while reservations are planned on it unless --drain can move them."""
     settings = common.load(config)
@@ -484,6 +489,7 @@ def drain(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Move everything off a host (live migration, else suspension) and keep new leases off it."""
     settings = common.load(config)
@@ -511,6 +517,7 @@ def undrain(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Make a drained host available to leases again."""
     settings = common.load(config)

@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_REJECTED, command_group, fail
 from orchestrator.cli.leasefile import (
     KEYS,
     flag_label,
@@ -40,9 +40,6 @@ from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
-
-#: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
-EXIT_REJECTED = 3
 
 lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
 
@@ -228,6 +225,7 @@ def submit(
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
@@ -366,6 +364,7 @@ def list_leases(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
     states = None
@@ -411,6 +410,7 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """One lease: its request, its plan (every reservation), its state history and its events."""
     number = common.parse_lease_id(lease_id)
@@ -485,6 +485,7 @@ def cancel(
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
     number = common.parse_lease_id(lease_id)
@@ -507,6 +508,7 @@ def extend(
     by: str | None = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
     number = common.parse_lease_id(lease_id)

@@ -28,6 +28,7 @@ from orchestrator.analysis.timeline import require_plot
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
+    WaitOption,
     StateOption,
     load,
     parse_lease_id,
@@ -52,6 +53,7 @@ def report(
                                          help="Also write the rows and summary as JSON"),
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
+    wait: str = WaitOption,
 ) -> None:
     """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
     reservation and its mean and worst per kind, from the event log."""

@@ -11,7 +11,7 @@ import typer
 
 from drivers.clock import RealClock, SimulatedClock
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
+from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, now, store_path
 from orchestrator.cli.output import make_console
 from orchestrator.model.numbers import parse_whole
 from orchestrator.model.timeutil import parse_time
@@ -22,6 +22,7 @@ from orchestrator.state.store import Store
 def run(
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
+    wait: str = WaitOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver, fast-forwarded clock, on a copy of the store: print what would be done"),
     fast: bool = typer.Option(False, "--fast", help="Fast-forward: jump the clock from event to event instead of waiting (simulated driver only)"),
     until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),

@@ -59,6 +59,24 @@ class StoreError(LeasewiseError):
     """The state database cannot be opened, is too new, or a write names a missing / duplicate thing."""
 
 
+class StoreBusy(StoreError):
+    """Another process held the database's write lock for longer than the busy timeout: nothing was
+    written, and the same operation may succeed if tried again."""
+
+    def __init__(self, path: Path, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED, by code where Python gives it, else by SQLite's message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    message = str(exc)
+    return "database is locked" in message or "database is busy" in message or "database table is locked" in message
+
+
 # -- paths ---------------------------------------------------------------------------------------------------
 def default_store_path(env: Mapping[str, str] | None = None) -> Path:
     """`$XDG_DATA_HOME/leasewise/state.sqlite`, else `~/.local/share/leasewise/state.sqlite`.
@@ -444,6 +462,8 @@ class Store:
             raise StoreError(f"{path}: {exc}") from None
         except sqlite3.Error as exc:
             conn.close()
+            if _is_busy(exc):
+                raise StoreBusy(path, f"busy: another process holds the write lock ({_sqlite_message(exc)})") from None
             raise StoreError(f"{path}: cannot open the state database ({_sqlite_message(exc)})") from None
         # the -wal / -shm files SQLite just created. By path only: opening and closing a descriptor on
         # the database here would drop every POSIX lock this process holds on it (fcntl locks belong to
@@ -525,10 +545,8 @@ class Store:
                 conn.execute("COMMIT")
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
-        message = _sqlite_message(exc)
-        if "locked" in message or "busy" in message:
-            return StoreError(f"{self.path}: the state database stayed busy (another leasewise process is "
-                              f"writing to it): {message}")
+        if _is_busy(exc):
+            return StoreBusy(self.path, f"busy: another process holds the write lock ({_sqlite_message(exc)})")
         return exc
 
     # -- meta --------------------------------------------------------------------------------------------------

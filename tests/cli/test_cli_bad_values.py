@@ -70,6 +70,9 @@ COMMANDS = [
     (["run", "--until", "9999-12-31T23:00Z"], "--until"),
     (["calibrate", "migration", "--host", "lab1", "--host", "lab2", "--sizes", "١٢٨,256"], "--sizes"),
     (["calibrate", "suspend", "--host", "lab1", "--repeat", "²"], "--repeat"),
+    (["lease", "cancel", "1", "--wait", "³"], "--wait"),
+    (["lease", "list", "--wait", "-1"], "--wait"),
+    (["calibrate", "suspend", "--host", "lab1", "--wait", "1e308"], "--wait"),
 ]
 
 #: (lease file, the key the error line must name)
