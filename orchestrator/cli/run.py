@@ -49,6 +49,7 @@ def run(
         raise fail("--fast needs the simulated driver ([daemon] driver = \"simulated\" or --dry-run)")
     workdir = None
     if dry_run:
+        Store.open(path).close()   # a damaged store is refused by its own name, not the copy's
         workdir = tempfile.mkdtemp(prefix="leasewise-dry-run-")
         copy = Path(workdir) / "state.sqlite"
         _copy_store(path, copy)
