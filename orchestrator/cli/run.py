@@ -11,7 +11,8 @@ import typer
 
 from drivers.clock import RealClock, SimulatedClock
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, now, store_path
+from orchestrator.cli import common
+from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, store_path
 from orchestrator.cli.output import make_console
 from orchestrator.model.numbers import parse_whole
 from orchestrator.model.timeutil import parse_time
@@ -61,12 +62,13 @@ def run(
                 raise fail("no hosts in the store: add some with `leasewise host add` or `leasewise host import`")
             if driver_name == "simulated":
                 driver = simulated_driver_for(
-                    store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"))
+                    store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"),
+                    cfg.scheduling)
             else:
                 from orchestrator.runtime.driver_factory import make_driver
 
                 driver = make_driver(driver_name, [h.config for h in store.hosts()])
-            clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
+            clock = SimulatedClock(fast_clock_start(store, common.now())) if (fast or dry_run) else RealClock()
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
             try:
                 ran = daemon.run(until_idle=until_idle or dry_run, until=stop_at, max_steps=max_steps)
