@@ -63,14 +63,19 @@ def test_a_lock_released_within_wait_is_waited_for(store):
         assert [lease.id for lease in opened.leases()] == [1]
 
 
-def test_a_lock_held_past_wait_is_exit_75_with_one_line(store):
-    before = snapshot(store)
-    locker = hold_lock(store, 120)
+def submit_while_locked(path: Path, wait: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`lease submit --wait WAIT` while another process holds the write lock all along."""
+    locker = hold_lock(path, 120)
     try:
-        done, took = submit(store, "--wait", "1")
+        return submit(path, "--wait", wait)
     finally:
         locker.kill()
         locker.wait(timeout=60)
+
+
+def test_a_lock_held_past_wait_is_exit_75_with_one_line(store):
+    before = snapshot(store)
+    done, took = submit_while_locked(store, "1")
     assert done.returncode == 75, (done.returncode, done.stderr)
     assert done.stdout == ""
     [line] = lines(done.stderr)
@@ -80,11 +85,6 @@ def test_a_lock_held_past_wait_is_exit_75_with_one_line(store):
 
 
 def test_wait_0_does_not_try_again(store):
-    locker = hold_lock(store, 120)
-    try:
-        done, took = submit(store, "--wait", "0")
-    finally:
-        locker.kill()
-        locker.wait(timeout=60)
+    done, took = submit_while_locked(store, "0")
     assert done.returncode == 75, done.stderr
     assert took < BUSY_TIMEOUT_S + 10
