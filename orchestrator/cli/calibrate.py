@@ -53,7 +53,7 @@ from orchestrator.analysis.calibration import (
     suspend_record,
 )
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_FAILED, command_group, fail
 from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
@@ -429,7 +429,7 @@ def migration_command(
     except KeyboardInterrupt:
         raise fail("interrupted; the calibration guests were removed", code=130) from None
     except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=1) from None
+        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
     finally:
         setup.driver.close()
 
@@ -442,7 +442,7 @@ def migration_command(
             emit_json(_migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
         else:
             print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
-        raise fail(f"calibrate migration: {exc}", code=1) from None
+        raise fail(f"calibrate migration: {exc}", code=EXIT_FAILED) from None
     answer = _migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
     if not json_out:
         print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
@@ -638,7 +638,7 @@ def suspend_command(
     except KeyboardInterrupt:
         raise fail("interrupted; the calibration guests were removed", code=130) from None
     except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=1) from None
+        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
     finally:
         setup.driver.close()
 
@@ -651,7 +651,7 @@ def suspend_command(
             emit_json(_suspend_json(points, None, None, cfg, hosts, setup.kind))
         else:
             print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
-        raise fail(f"calibrate suspend: {exc}", code=1) from None
+        raise fail(f"calibrate suspend: {exc}", code=EXIT_FAILED) from None
     answer = _suspend_json(points, suspend, resume, cfg, hosts, setup.kind)
     if not json_out:
         print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)

@@ -37,7 +37,7 @@ from drivers.deadline import answers_within
 from drivers.errors import DriverConfigError, DriverError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_FAILED, command_group, fail
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import ConfigError
@@ -390,7 +390,7 @@ def check(
             summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
         console.print(summary, soft_wrap=True)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 # -- remove -----------------------------------------------------------------------------------------------------

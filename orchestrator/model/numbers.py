@@ -15,6 +15,7 @@ from orchestrator.model.errors import InvalidRequest, shown
 
 #: the largest whole number any option or key takes (a C int: what SQLite, libvirt and the tables hold)
 MAX_WHOLE = 2**31 - 1
+_HUGE = 2.0**1000   # what a number too large for a float counts as: above every maximum
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
@@ -55,9 +56,9 @@ def parse_whole(value: object, field: str, *, minimum: int = 1, maximum: int = M
         raise InvalidRequest(field, f"must be a whole number (got {shown(value)})")
     if number < minimum:
         bound = "greater than zero" if minimum == 1 else f"at least {minimum}"
-        raise InvalidRequest(field, f"must be {bound} (got {number})")
+        raise InvalidRequest(field, f"must be {bound} (got {shown(number)})")
     if number > maximum:
-        raise InvalidRequest(field, f"is too large (got {number}; at most {maximum})")
+        raise InvalidRequest(field, f"is too large (got {shown(number)}; at most {maximum})")
     return number
 
 
@@ -67,16 +68,21 @@ def parse_decimal(value: object, field: str, *, maximum: float, positive: bool =
     number: float | None = None
     if isinstance(value, bool):
         number = None
-    elif isinstance(value, (int, float)):
-        number = float(value) if math.isfinite(value) else None
+    elif isinstance(value, int):   # (YAML and TOML read integers of any size: clamped, never overflowed)
+        number = float(max(min(value, _HUGE), -_HUGE))
+    elif isinstance(value, float):
+        number = value if math.isfinite(value) else None
     elif isinstance(value, str):
         number = ascii_decimal(value)
-    if number is None or not math.isfinite(number):
+        if number is None and _DECIMAL.fullmatch(value.strip()):   # more digits than a float holds
+            number = -_HUGE if value.strip().startswith("-") else _HUGE
+    if number is None:
         raise InvalidRequest(field, f"must be a number{f' of {unit}' if unit else ''} (got {shown(value)})")
+    got = shown(value) if abs(number) == _HUGE else f"{number:g}"
     if number < 0:
-        raise InvalidRequest(field, f"must not be negative (got {number:g})")
+        raise InvalidRequest(field, f"must not be negative (got {got})")
     if positive and number == 0:
         raise InvalidRequest(field, "must be greater than zero (got 0)")
     if number > maximum:
-        raise InvalidRequest(field, f"is too large (got {number:g}; at most {plain(maximum)}{f' {unit}' if unit else ''})")
+        raise InvalidRequest(field, f"is too large (got {got}; at most {plain(maximum)}{f' {unit}' if unit else ''})")
     return number

@@ -94,10 +94,11 @@ _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
 
 
 def duration_from_seconds(seconds: float, field: str = "duration") -> timedelta:
-    """A number of seconds as a timedelta; non-finite or longer than `MAX_DURATION` is refused."""
-    if not math.isfinite(seconds):
+    """A number of seconds (an int of any size, or a float) as a timedelta; NaN, or longer than
+    `MAX_DURATION` (infinity too), is refused."""
+    if seconds != seconds:
         raise InvalidRequest(field, f"must be a finite duration (got {seconds})")
-    if abs(seconds) > MAX_DURATION.total_seconds():
+    if abs(seconds) > MAX_DURATION.total_seconds():   # (compares a huge int without making it a float)
         raise InvalidRequest(field, f"is too long (more than {MAX_DURATION.days} days)")
     return timedelta(seconds=seconds)
 
@@ -118,7 +119,7 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
         while len(nums) < 4:
             nums.insert(0, 0)
         days, hours, minutes, seconds = nums
-        total = float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     else:
         if not body or not _UNITS_TEXT.fullmatch(body):
             raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)")

@@ -40,7 +40,7 @@ from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
 from orchestrator.model.numbers import ascii_decimal, ascii_whole
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import ZERO, duration_from_seconds, iso, parse_time
+from orchestrator.model.timeutil import MAX_DURATION, ZERO, duration_from_seconds, iso, parse_time
 from orchestrator.model.config import MAX_SITE_HOSTS
 from orchestrator.model.workload import Workload, check_fits_site
 
@@ -103,7 +103,8 @@ def parse_lwf_time(text: str, field: str) -> tuple[timedelta, bool]:
     plus, days, hours, minutes, seconds = match.groups()
     if int(minutes) >= 60 or float(seconds) >= 60:
         raise InvalidRequest(field, f"{text!r}: minutes and seconds must be below 60")
-    seconds = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
+    whole = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60
+    seconds = whole + float(seconds) if whole <= MAX_DURATION.total_seconds() else whole
     return duration_from_seconds(seconds, field), bool(plus)
 
 
