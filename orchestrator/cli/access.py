@@ -31,7 +31,7 @@ _TARGET = re.compile(r"([0-9]+)(?:/([0-9]+))?")
 
 def _target(text: str) -> tuple[int, int | None]:
     match = _TARGET.fullmatch(text.strip())
-    if not match:
+    if not match or not 0 < int(match.group(1)) <= common.MAX_LEASE_ID:
         raise fail(f"ID[/NODE]: {text!r} is not a lease id with an optional node (e.g. 12 or 12/1)")
     return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
 

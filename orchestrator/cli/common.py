@@ -57,10 +57,14 @@ def store_exists(state: Path | None, config: Config) -> bool:
     return False
 
 
+#: the largest id SQLite stores (a signed 64-bit INTEGER)
+MAX_LEASE_ID = 2**63 - 1
+
+
 def parse_lease_id(text: str, label: str = "lease") -> int:
-    """A lease id as typed (ASCII digits, greater than zero), or one error line naming `label`."""
+    """A lease id as typed (ASCII digits, from 1 to `MAX_LEASE_ID`), or one error line naming `label`."""
     number = ascii_whole(text)
-    if number is None or number <= 0 or not text.strip()[:1].isdigit():
+    if number is None or not 0 < number <= MAX_LEASE_ID or not text.strip()[:1].isdigit():
         raise fail(f"{label}: {text!r} is not a lease id (a positive whole number)")
     return number
 

@@ -61,6 +61,7 @@ MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE | re.ASCII)
 _SIZE_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 MAX_FILE_BYTES = 1 << 20
+MAX_DISK_MIB = 64 * 1024 * 1024   # a VM's disk: 64 TiB
 
 _TYPES = {
     "advance-reservation": LeaseType.ADVANCE_RESERVATION, "ar": LeaseType.ADVANCE_RESERVATION,
@@ -350,10 +351,13 @@ def _size_mib(f: _Fields, key: str) -> int | None:
     if match is None:
         raise f.error(key, f"must be a size such as 20G, 512M or 2048 (MiB) (got {shown(value)})")
     unit = (match.group(2) or "")[:1].lower()
-    mib = math.ceil(float(match.group(1)) * _SIZE_MIB[unit])
+    number = float(match.group(1)) * _SIZE_MIB[unit]
+    if not math.isfinite(number) or number > MAX_DISK_MIB:
+        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
+    mib = math.ceil(number)
     if mib <= 0:
         raise f.error(key, f"must be greater than zero (got {shown(value)})")
-    if mib > 64 * 1024 * 1024:
+    if mib > MAX_DISK_MIB:
         raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
     return mib
 
