@@ -120,9 +120,20 @@ def _user_data(spec: SeedSpec) -> str:
     return text
 
 
-class _NoDuplicateKeysLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice in one mapping is an error (PyYAML keeps the
-    last silently, cloud-init too, so a second `packages:` would quietly drop the first)."""
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A key given twice in one YAML mapping: `key`, and the lines (1-based) of its first and second use."""
+
+    def __init__(self, key: object, first_line: int, mark: yaml.Mark):
+        self.key = key
+        self.first_line = first_line
+        self.line = mark.line + 1
+        super().__init__(None, None, f"duplicate key {key!r} (first given on line {first_line})", mark)
+
+
+class NoDuplicateKeysLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error (`DuplicateKey`;
+    PyYAML keeps the last silently, cloud-init too, so a second `packages:` would quietly drop the first).
+    The lease file reader uses it too."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
@@ -136,9 +147,7 @@ class _NoDuplicateKeysLoader(yaml.SafeLoader):
                 except TypeError:                                 # unhashable: the base class reports it
                     continue
                 if first is not key_node.start_mark:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first given on line {first.line + 1})",
-                        key_node.start_mark)
+                    raise DuplicateKey(key, first.line + 1, key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -153,7 +162,7 @@ def parse_user_data(text: str, source: str = "user-data") -> str:
         raise ValueError(f"{source}: the first line must be {CLOUD_CONFIG_HEADER!r} (got {first[:40]!r}); "
                          "leasewise takes cloud-config only")
     try:
-        document = yaml.load(body, Loader=_NoDuplicateKeysLoader)
+        document = yaml.load(body, Loader=NoDuplicateKeysLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""

@@ -1,7 +1,9 @@
 """A driver with no hosts behind it: VMs, save images and migrations live in memory, on a simulated clock.
 
 It lets the scheduler and the daemon run end to end in tests and in `leasewise simulate`: every
-operation advances the `SimulatedClock` by what it would cost (never sleeps), and failures are injected
+operation advances the `SimulatedClock` by what it would cost (never sleeps): by default the rates and
+fixed costs of `SimulatedDriverConfig`, or, given `times` (an `OperationTimes`) and a migration model,
+exactly what the planner reserved for it, so a dry run tells the truth about the plan. Failures are injected
 from configuration, drawn from a `random.Random(seed)` this instance owns so a run can be replayed.
 It follows the libvirt driver call for call (the contract tests hold both to it), including libvirt's
 quirks that matter to callers: a saved VM stays defined ("saved") on its host until it is resumed or
@@ -27,7 +29,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 from .base import (
     HOST_CHECKS,
@@ -131,6 +133,47 @@ class SimulatedDriverConfig:
         object.__setattr__(self, "shared_storage", tuple(self.shared_storage))
 
 
+class OperationTimes(Protocol):
+    """Seconds each operation takes on the simulated hosts (live migrations have their `MigrationModel`).
+    The orchestrator passes the planner's cost model (orchestrator/runtime/driver_factory.py)."""
+
+    def start(self, spec: VMSpec) -> float: ...
+
+    def stop(self, spec: VMSpec) -> float: ...
+
+    def suspend(self, spec: VMSpec) -> float: ...
+
+    def resume(self, spec: VMSpec) -> float: ...
+
+    def move_state(self, size_bytes: int, shared: bool) -> float:
+        """A memory image of `size_bytes` from one host to another; `shared`: on storage both see."""
+        ...
+
+
+@dataclass(frozen=True)
+class RatedTimes:
+    """`OperationTimes` from a `SimulatedDriverConfig`'s own rates and fixed costs (the default)."""
+
+    config: SimulatedDriverConfig
+
+    def start(self, spec: VMSpec) -> float:
+        return self.config.start_time.total_seconds()
+
+    def stop(self, spec: VMSpec) -> float:
+        return self.config.stop_time.total_seconds()
+
+    def suspend(self, spec: VMSpec) -> float:
+        return self.config.suspend_overhead.total_seconds() + spec.memory_mib / self.config.suspend_rate_mib_s
+
+    def resume(self, spec: VMSpec) -> float:
+        return self.config.resume_overhead.total_seconds() + spec.memory_mib / self.config.resume_rate_mib_s
+
+    def move_state(self, size_bytes: int, shared: bool) -> float:
+        if shared:   # nothing to copy
+            return 0.0
+        return self.config.transfer_overhead.total_seconds() + size_bytes / MIB / self.config.transfer_rate_mib_s
+
+
 @dataclass
 class _VM:
     spec: VMSpec
@@ -207,6 +250,7 @@ class SimulatedDriver(Driver):
         state_file: str | os.PathLike[str] | None = None,
         *,
         migration_model: MigrationModel,
+        times: OperationTimes | None = None,
     ):
         if not hosts:
             raise ValueError("hosts must name at least one host")
@@ -219,6 +263,7 @@ class SimulatedDriver(Driver):
         self.clock = clock if clock is not None else SimulatedClock(datetime.now(UTC))
         self.config = config if config is not None else SimulatedDriverConfig()
         self._migration_model = migration_model
+        self._times: OperationTimes = times if times is not None else RatedTimes(self.config)
         unknown = set(self.config.host_down_at) - set(self._capacity)
         if unknown:
             raise ValueError(f"host_down_at names unknown host {sorted(unknown)[0]!r}")
@@ -240,10 +285,11 @@ class SimulatedDriver(Driver):
         state_file: str | os.PathLike[str] | None = None,
         *,
         migration_model: MigrationModel,
+        times: OperationTimes | None = None,
     ) -> "SimulatedDriver":
         """A driver over the hosts a store knows: name -> (vcpus, memory MiB), e.g.
         `{h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}`."""
-        return cls(dict(capacities), clock, config, state_file, migration_model=migration_model)
+        return cls(dict(capacities), clock, config, state_file, migration_model=migration_model, times=times)
 
     # -- persistence -----------------------------------------------------------------------------
 
@@ -436,7 +482,7 @@ class SimulatedDriver(Driver):
         why = self._fits(spec, host)
         if why:
             raise OperationFailed(f"start {spec.name} on {host}: {why}")
-        seconds = self._spend(self.config.start_time.total_seconds())
+        seconds = self._spend(self._times.start(spec))
         if self._injected_failure("start"):
             raise OperationFailed(f"start {spec.name} on {host}: injected failure")
         if spec.disk is not None and os.path.isfile(spec.disk.base):
@@ -487,7 +533,7 @@ class SimulatedDriver(Driver):
     def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
         record = self._vm(vm)
         active = record.state in ("running", "paused")
-        seconds = self._spend(self.config.stop_time.total_seconds() if active else 0.0)
+        seconds = self._spend(self._times.stop(record.spec) if active else 0.0)
         if self._injected_failure("stop"):
             raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
         with self._changing(f"stop {vm} on {record.host}"):
@@ -533,9 +579,7 @@ class SimulatedDriver(Driver):
         if record.state not in ("running", "paused"):
             raise OperationFailed(f"suspend {vm} on {record.host}: VM is not running ({record.state})")
         size = record.spec.memory_mib * MIB
-        seconds = self._spend(
-            self.config.suspend_overhead.total_seconds() + record.spec.memory_mib / self.config.suspend_rate_mib_s
-        )
+        seconds = self._spend(self._times.suspend(record.spec))
         if self._injected_failure("suspend"):
             raise OperationFailed(f"suspend {vm} on {record.host}: injected failure")
         with self._changing(f"suspend {vm} on {record.host}"):
@@ -556,9 +600,7 @@ class SimulatedDriver(Driver):
         why = self._fits(image.spec, host)
         if why:
             raise OperationFailed(f"resume {vm} on {host}: {why}")
-        seconds = self._spend(
-            self.config.resume_overhead.total_seconds() + image.spec.memory_mib / self.config.resume_rate_mib_s
-        )
+        seconds = self._spend(self._times.resume(image.spec))
         if self._injected_failure("resume"):
             raise OperationFailed(f"resume {vm} on {host}: injected failure")
         # As the libvirt driver does: the VM now lives on `host`; a stale saved definition elsewhere goes.
@@ -569,14 +611,16 @@ class SimulatedDriver(Driver):
     def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
         self._up(src_host)
         self._up(dst_host)
-        if src_host == dst_host or is_under(state_path, self.config.shared_storage):
+        if src_host == dst_host:
             return OperationReport("move_state", "", dst_host, 0.0, 0)
+        if is_under(state_path, self.config.shared_storage):   # the destination sees it already
+            shared = self._files.get((None, state_path))
+            size = shared.size_bytes if shared is not None else 0
+            return OperationReport("move_state", "", dst_host, self._spend(self._times.move_state(size, True)), 0)
         image = self._files.get((src_host, state_path))
         if image is None:
             raise OperationFailed(f"move_state: no save image at {state_path} on {src_host}")
-        seconds = self._spend(
-            self.config.transfer_overhead.total_seconds() + image.size_bytes / MIB / self.config.transfer_rate_mib_s
-        )
+        seconds = self._spend(self._times.move_state(image.size_bytes, False))
         if self._injected_failure("move_state"):
             raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
         with self._changing(f"move_state {state_path} {src_host} -> {dst_host}"):

@@ -26,12 +26,12 @@ from orchestrator.cli.images import hosts_driver
 from orchestrator.cli.leases import lease_app
 from orchestrator.cli.vms import VMAccess, lease_vms
 
-_TARGET = re.compile(r"(\d+)(?:/(\d+))?")
+_TARGET = re.compile(r"([0-9]+)(?:/([0-9]+))?")
 
 
 def _target(text: str) -> tuple[int, int | None]:
     match = _TARGET.fullmatch(text.strip())
-    if not match:
+    if not match or not 0 < int(match.group(1)) <= common.MAX_LEASE_ID:
         raise fail(f"ID[/NODE]: {text!r} is not a lease id with an optional node (e.g. 12 or 12/1)")
     return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
 
@@ -68,6 +68,7 @@ def ssh(
     print_only: bool = typer.Option(False, "--print", help="Print the ssh command instead of running it"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """ssh to a VM of a lease as its image's login user; anything after `--` runs there."""
     vm, driver = _one_vm(target, state, config)
@@ -94,6 +95,7 @@ def console(
     print_only: bool = typer.Option(False, "--print", help="Print the virsh command instead of running it"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Attach to the serial console of a VM of a lease (leave with Ctrl-]); `--print` gives the virsh line."""
     vm, driver = _one_vm(target, state, config)

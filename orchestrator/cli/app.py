@@ -2,28 +2,47 @@
 
 Command modules register on `app` (or on a group made with `command_group`) and raise `fail(...)` for bad
 input. Errors that leasewise raises on purpose become one red line and exit code 2; nothing prints a
-traceback for bad input. The command modules are imported (so registered) by `orchestrator.cli`.
+traceback for bad input. A command with a `--wait` option is run again while the store is busy
+(`orchestrator.cli.busy`), then exits 75. The command modules are imported (so registered) by
+`orchestrator.cli`.
+
+Exit codes, for scripts (the README's table): 0 done; 1 a check or measurement failed (`host check`,
+`calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler; 4 not allowed
+(reserved for the multi-user service); 75 the store stayed busy: try again.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import time
 
 import typer
 from rich.markup import escape
 
 from drivers.errors import DriverError
+from orchestrator.cli.busy import WAIT_PARAMETER, call_waiting, parse_wait
 from orchestrator.cli.output import make_console
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.state.store import StoreBusy
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+#: a well-formed request the scheduler refused (a rejected lease, an extension that does not fit)
+EXIT_REJECTED = 3
+#: the caller may not do this (reserved: the multi-user service answers it)
+EXIT_NOT_ALLOWED = 4
+#: the store stayed busy with another writer for longer than --wait (EX_TEMPFAIL): try again
+EXIT_BUSY = 75
 
 #: where error lines go (stdout stays the command's answer, e.g. its JSON)
 err_console = make_console(stderr=True)
 
 
 class ErrorLineTyper(typer.Typer):
-    """A Typer whose commands turn leasewise's own errors into one red line and exit code 2, both from
-    the console script and under typer's test runner (which calls commands without `main`)."""
+    """A Typer whose commands turn leasewise's own errors into one red line and exit code 2 (75 for a
+    store that stayed busy), both from the console script and under typer's test runner (which calls
+    commands without `main`); a command with a `--wait` option is run again while the store is busy."""
 
     def command(self, *args, **kwargs):
         register = super().command(*args, **kwargs)
@@ -31,8 +50,14 @@ class ErrorLineTyper(typer.Typer):
         def decorator(func):
             @functools.wraps(func)
             def wrapper(*a, **kw):
+                began = time.monotonic()
                 try:
-                    return func(*a, **kw)
+                    wait = parse_wait(kw[WAIT_PARAMETER]) if WAIT_PARAMETER in kw else 0.0
+                    return call_waiting(functools.partial(func, *a, **kw), wait)
+                except StoreBusy as exc:
+                    raise fail(f"{exc.path}: busy: another process held the store's write lock for "
+                               f"{time.monotonic() - began:.0f} s (--wait {wait:g}); nothing was done, "
+                               "try again", EXIT_BUSY) from None
                 except (LeasewiseError, DriverError) as exc:
                     raise fail(str(exc)) from None
 
@@ -57,7 +82,7 @@ def command_group(name: str, help: str) -> ErrorLineTyper:
     return group
 
 
-def fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print one error line and return the Exit to raise."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     return typer.Exit(code)

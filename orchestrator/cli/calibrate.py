@@ -29,7 +29,6 @@ behind.
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 import dataclasses
-import math
 import os
 import posixpath
 import signal
@@ -61,11 +60,13 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_FAILED, command_group, fail
+from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import Config
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.planning.precopy import downtime_limit_ms
 from orchestrator.runtime.driver_factory import make_driver, simulated_config
 from orchestrator.state.calibrated import (
@@ -92,6 +93,8 @@ READY_TIMEOUT_S = 300.0
 ALIVE_TIMEOUT_S = 10.0
 #: capacity of hosts that a dry run names but the store does not know
 DRY_RUN_CAPACITY = (1024, 1 << 30)
+#: the longest --timeout / --settle (and --max-downtime, in ms) taken: a day
+DAY_S = 86400.0
 
 
 # -- options -----------------------------------------------------------------------------------------------
@@ -102,13 +105,7 @@ def _int_list(option: str, text: str, *, minimum: int, what: str) -> list[int]:
         raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
     values: list[int] = []
     for item in items:
-        if not item.lstrip("+").isdigit():
-            raise fail(f"{option}: {item!r} is not a whole number (a list of {what}, e.g. 128,256,512)")
-        value = int(item)
-        if value < minimum:
-            raise fail(f"{option}: {value} must be at least {minimum}")
-        if value > 2**31:
-            raise fail(f"{option}: {value} is too large")
+        value = parse_whole(item, option, minimum=minimum)
         if value in values:
             raise fail(f"{option}: {value} is given twice")
         values.append(value)
@@ -124,24 +121,14 @@ def _grid(option: str, text: str) -> tuple[list[int], list[int]]:
             _int_list(option, parts[1], minimum=0, what="dirty rates in pages/s"))
 
 
-def _number(option: str, text: str | None, *, zero_ok: bool, unit: str) -> float | None:
+def _number(option: str, text: str | None, *, zero_ok: bool, unit: str, maximum: float) -> float | None:
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(f"{option}: must be a number of {unit} (got {text!r})") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = "must not be negative" if zero_ok else "must be greater than 0"
-        raise fail(f"{option}: {bound} ({unit}; got {text})")
-    return value
+    return parse_decimal(text, option, maximum=maximum, positive=not zero_ok, unit=unit)
 
 
 def _repeat(text: str) -> int:
-    value = text.strip()
-    if not value.lstrip("+").isdigit() or int(value) < 1 or int(value) > 1000:
-        raise fail(f"--repeat: must be a whole number from 1 to 1000 (got {text!r})")
-    return int(value)
+    return parse_whole(text, "--repeat", maximum=1000)
 
 
 def _hosts(option_hosts: list[str] | None, *, exactly: int | None = None) -> list[str]:
@@ -269,10 +256,16 @@ def _token() -> str:
     return uuid.uuid4().hex[:6]
 
 
-def _store_result(state: Path | None, cfg: Config, section: str, record: dict) -> Path:
+def _store_result(state: Path | None, cfg: Config, section: str, record: dict, wait_s: float) -> Path:
+    """Store the fit, trying again while the store is busy: only this write, never the measurements (the
+    option is not named `wait`, so the app does not run the whole calibration again)."""
     path = common.store_path(state, cfg)
-    with Store.open(path) as store:
-        store_calibration(store, section, record)
+
+    def write() -> None:
+        with Store.open(path) as store:
+            store_calibration(store, section, record)
+
+    call_waiting(write, wait_s)
     return path
 
 
@@ -460,6 +453,7 @@ def migration_command(
     json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    store_wait: str = common.WaitOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
     hosts = _hosts(host, exactly=2)
@@ -470,11 +464,12 @@ def migration_command(
     if 0 not in dirty:
         raise fail("--dirty: must include 0 (idle guests give the bandwidth and the overhead)")
     repeat = _repeat(repeat_text)
-    timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds")
-    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    wait_s = parse_wait(store_wait)
+    timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds", maximum=DAY_S)
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     validate = _grid("--validate", validate_text) if validate_text is not None else None
     cfg = common.load(config)
-    max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms")
+    max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms", maximum=DAY_S * 1000)
     if max_downtime is None:
         max_downtime = cfg.scheduling.max_downtime_ms
     setup = _setup(hosts, sorted({*sizes, *(validate[0] if validate else ())}), dry_run, inventory, state, cfg)
@@ -487,7 +482,7 @@ def migration_command(
                   f"{repeat} run(s) each, max downtime {max_downtime:g} ms", soft_wrap=True)
     try:
         _calibrate_migration(setup, hosts, sizes, dirty, validate, repeat, max_downtime, timeout, settle, guest_dir,
-                             cfg, state, dry_run, no_store, json_out, console)
+                             cfg, state, wait_s, dry_run, no_store, json_out, console)
     finally:
         setup.driver.close()
 
@@ -495,7 +490,7 @@ def migration_command(
 def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty: list[int],
                          validate: tuple[list[int], list[int]] | None, repeat: int, max_downtime: float,
                          timeout: float, settle: float, guest_dir: str, cfg: Config, state: Path | None,
-                         dry_run: bool, no_store: bool, json_out: bool, console: Console) -> None:
+                         wait_s: float, dry_run: bool, no_store: bool, json_out: bool, console: Console) -> None:
     """Measure the grid, fit, validate, store and print: the command once its options are checked."""
     a, b = hosts
     token = _token()
@@ -511,7 +506,7 @@ def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty
             emit_json(_migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
         else:
             print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
-        raise fail(f"calibrate migration: {exc}", code=1) from None
+        raise fail(f"calibrate migration: {exc}", code=EXIT_FAILED) from None
     answer = _migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
     if not json_out:
         print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
@@ -529,7 +524,7 @@ def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
         record = migration_record(fit, hosts, common.now(), setup.kind, max_downtime)
-        path = _store_result(state, cfg, MIGRATION_SECTION, record)
+        path = _store_result(state, cfg, MIGRATION_SECTION, record, wait_s)
         answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{MIGRATION_SECTION}"}
         console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{MIGRATION_SECTION}): the scheduler "
                       "uses it in place of live_migration_bandwidth, live_migration_overhead, "
@@ -551,7 +546,7 @@ def _measure_grid(setup: Setup, points: list["_Point"], a: str, b: str, repeat: 
     except KeyboardInterrupt:
         raise fail("interrupted; the calibration guests were removed", code=130) from None
     except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=1) from None
+        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
 
 
 def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
@@ -623,7 +618,7 @@ def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit
     limit = downtime_limit_ms(max_downtime, fit.switchover_ms)
     if limit is None:
         raise fail(f"--validate: the fitted switch-over ({fit.switchover_ms:.0f} ms) takes all of the "
-                   f"{max_downtime:g} ms maximum downtime: no migration can keep it", code=1)
+                   f"{max_downtime:g} ms maximum downtime: no migration can keep it", code=EXIT_FAILED)
     a, b = hosts
     sizes, dirty = grid
     console.print(f"validating on a grid it was not fitted to: sizes {', '.join(map(str, sizes))} MiB x dirty "
@@ -749,6 +744,7 @@ def suspend_command(
     json_out: bool = JsonOption,
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    store_wait: str = common.WaitOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
     hosts = _hosts(host)
@@ -756,7 +752,8 @@ def suspend_command(
     if len(sizes) < 2:
         raise fail("--sizes: give at least two sizes (rate and overhead are fitted to a line)")
     repeat = _repeat(repeat_text)
-    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds")
+    wait_s = parse_wait(store_wait)
+    settle = _number("--settle", settle_text, zero_ok=True, unit="seconds", maximum=DAY_S)
     if state_dir is not None and not posixpath.isabs(state_dir):
         raise fail(f"--state-dir: must be an absolute path (got {state_dir!r})")
     cfg = common.load(config)
@@ -780,7 +777,7 @@ def suspend_command(
     except KeyboardInterrupt:
         raise fail("interrupted; the calibration guests were removed", code=130) from None
     except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=1) from None
+        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
     finally:
         setup.driver.close()
 
@@ -793,7 +790,7 @@ def suspend_command(
             emit_json(_suspend_json(points, None, None, cfg, hosts, setup.kind))
         else:
             print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, None, None), title=title)
-        raise fail(f"calibrate suspend: {exc}", code=1) from None
+        raise fail(f"calibrate suspend: {exc}", code=EXIT_FAILED) from None
     answer = _suspend_json(points, suspend, resume, cfg, hosts, setup.kind)
     if not json_out:
         print_table(console, SUSPEND_COLUMNS, _suspend_rows(points, suspend, resume), title=title)
@@ -803,7 +800,7 @@ def suspend_command(
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
         record = suspend_record(suspend, resume, hosts, common.now(), setup.kind)
-        path = _store_result(state, cfg, SUSPEND_SECTION, record)
+        path = _store_result(state, cfg, SUSPEND_SECTION, record, wait_s)
         answer["stored"] = {"path": str(path), "key": f"{CALIBRATION_KEY}.{SUSPEND_SECTION}"}
         console.print(f"stored in {escape(str(path))} (meta {CALIBRATION_KEY}.{SUSPEND_SECTION}): the scheduler "
                       "uses it in place of suspend_rate and resume_rate", soft_wrap=True)

@@ -2,7 +2,8 @@
 
 A command opens the store, takes the write lock (`BEGIN IMMEDIATE`), rebuilds the cluster, does its work,
 writes back and commits; on any error nothing is written. Two commands at once are serialised by SQLite;
-one that waits longer than the busy timeout gets a one-line "busy, retry" error.
+one that waits longer than the busy timeout is run again for up to `--wait` seconds, then exits 75
+(`orchestrator.cli.busy`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 import typer
 
 from orchestrator.cli.app import fail
+from orchestrator.cli.busy import DEFAULT_WAIT_S
 from orchestrator.model.config import Config, load_config
+from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store, default_store_path
@@ -23,6 +26,10 @@ from orchestrator.state.store import Store, default_store_path
 #: options every store-backed command takes
 StateOption = typer.Option(None, "--state", help="SQLite store (default: \\[daemon] store, else under $XDG_DATA_HOME/leasewise)")
 ConfigOption = typer.Option(None, "--config", "-c", help="TOML configuration")
+#: (the app runs a command that has it again while the store is busy: orchestrator.cli.busy)
+WaitOption = typer.Option(f"{DEFAULT_WAIT_S:g}", "--wait", metavar="SECONDS",
+                          help="While another process holds the store's write lock, retry for up to this "
+                               "long (0: no retry), then exit 75")
 
 
 def store_path(state: Path | None, config: Config) -> Path:
@@ -48,6 +55,18 @@ def store_exists(state: Path | None, config: Config) -> bool:
     if state is not None:
         raise fail(f"--state: {path} does not exist")
     return False
+
+
+#: the largest id SQLite stores (a signed 64-bit INTEGER)
+MAX_LEASE_ID = 2**63 - 1
+
+
+def parse_lease_id(text: str, label: str = "lease") -> int:
+    """A lease id as typed (ASCII digits, from 1 to `MAX_LEASE_ID`), or one error line naming `label`."""
+    number = ascii_whole(text)
+    if number is None or not 0 < number <= MAX_LEASE_ID or not text.strip()[:1].isdigit():
+        raise fail(f"{label}: {text!r} is not a lease id (a positive whole number)")
+    return number
 
 
 def load(config_path: Path | None) -> Config:

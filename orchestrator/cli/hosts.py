@@ -37,7 +37,7 @@ from drivers.deadline import answers_within
 from drivers.errors import DriverConfigError, DriverError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_FAILED, command_group, fail
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import ConfigError
@@ -45,8 +45,12 @@ from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
-from orchestrator.model.timeutil import iso, parse_duration, parse_time
+from orchestrator.model.numbers import parse_decimal, parse_whole
+from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
 from orchestrator.state.store import HostRecord, Store
+
+#: the longest `--timeout` for answers from hosts
+MAX_HOST_WAIT_S = 3600.0
 
 host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
@@ -56,27 +60,12 @@ host_app = command_group("host", "Add, import, list, check and remove hosts.")
 
 def _positive_int(option: str, text: str | None) -> int | None:
     """A whole number > 0 from an option, or one error line naming the option."""
-    if text is None:
-        return None
-    value = text.strip()
-    if not value.lstrip("+-").isdigit():
-        raise fail(f"{option}: must be a whole number (got {text!r})")
-    number = int(value)
-    if number <= 0:
-        raise fail(f"{option}: must be greater than zero (got {number})")
-    if number > 2**31:
-        raise fail(f"{option}: is too large (got {number})")
-    return number
+    return None if text is None else parse_whole(text, option)
 
 
 def _seconds(option: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise fail(f"{option}: must be a number of seconds (got {text!r})") from None
-    if not 0 < value < float("inf"):
-        raise fail(f"{option}: must be a number of seconds greater than zero (got {text!r})")
-    return value
+    """How long to wait for hosts: more than 0, at most an hour."""
+    return parse_decimal(text, option, maximum=MAX_HOST_WAIT_S, positive=True, unit="seconds")
 
 
 # -- asking hosts ------------------------------------------------------------------------------------------
@@ -177,6 +166,7 @@ def add(
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
     vcpus_opt = _positive_int("--cpus", cpus)
@@ -203,6 +193,7 @@ def import_hosts(
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the hosts"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Add every host of an inventory in one transaction; hosts already there with the same settings are
     skipped, one with different settings is an error (nothing is added)."""
@@ -274,6 +265,7 @@ def list_hosts(
     timeout_text: str = typer.Option("3", "--timeout", metavar="S", help="How long to wait for hosts (libvirt)"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
     timeout = _seconds("--timeout", timeout_text)
@@ -365,6 +357,7 @@ def check(
     timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
@@ -397,7 +390,7 @@ def check(
             summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
         console.print(summary, soft_wrap=True)
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 # -- remove -----------------------------------------------------------------------------------------------------
@@ -430,6 +423,7 @@ def remove(
     drain: bool = typer.Option(False, "--drain", help="First requeue the best-effort leases planned there"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Remove a host; refused while reservations are planned on it unless --drain can move them."""
     settings = common.load(config)
@@ -483,7 +477,7 @@ def _drain_time(text: str | None, current: datetime) -> datetime:
         return current
     text = text.strip()
     if text.startswith("+"):
-        return current + parse_duration(text[1:], "--by")
+        return end_of(current, parse_duration(text[1:], "--by"), "--by")
     return parse_time(text, "--by")
 
 
@@ -495,6 +489,7 @@ def drain(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Move everything off a host (live migration, else suspension) and keep new leases off it."""
     settings = common.load(config)
@@ -522,6 +517,7 @@ def undrain(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Make a drained host available to leases again."""
     settings = common.load(config)

@@ -67,6 +67,7 @@ def add(
     cmdline: str | None = typer.Option(None, "--cmdline", metavar="C", help="... its command line (e.g. root=/dev/vda)"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Catalogue a base image, after checking every host can read it."""
     if fmt is not None and fmt not in IMAGE_FORMATS:
@@ -127,6 +128,7 @@ def list_images(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """The catalogued images: name, path, format, size, login user, leases using it."""
     settings = common.load(config)
@@ -160,6 +162,7 @@ def remove(
     name: str = typer.Argument(..., metavar="NAME", help="Image name"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Forget a catalogued image (the file stays); refused while a lease uses it."""
     settings = common.load(config)

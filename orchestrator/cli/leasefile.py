@@ -37,18 +37,19 @@ import os
 import posixpath
 import re
 from collections.abc import Callable, Mapping
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from drivers.cloudinit import parse_user_data, read_ssh_public_key
-from orchestrator.model.errors import InvalidRequest
+from drivers.cloudinit import DuplicateKey, NoDuplicateKeysLoader, parse_user_data, read_ssh_public_key
+from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.guest import GuestSetup
-from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
+from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import as_utc, iso, parse_duration, parse_time
+from orchestrator.model.numbers import parse_decimal, parse_whole
+from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
 KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
@@ -57,9 +58,10 @@ KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "
 #: the keys that make up a lease's guest setup (they need an image with a disk)
 GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
 MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE | re.ASCII)
 _SIZE_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 MAX_FILE_BYTES = 1 << 20
+MAX_DISK_MIB = 64 * 1024 * 1024   # a VM's disk: 64 TiB
 
 _TYPES = {
     "advance-reservation": LeaseType.ADVANCE_RESERVATION, "ar": LeaseType.ADVANCE_RESERVATION,
@@ -71,28 +73,6 @@ _TYPES = {
 def flag_label(key: str) -> str:
     """The `lease submit` flag that sets `key` (`dirty_rate` -> `--dirty-rate`)."""
     return "--" + key.replace("_", "-")
-
-
-def _shown(value: Any) -> str:
-    """A bad value as quoted in an error: short scalars as themselves, containers by their kind only
-    (a YAML alias bomb must not be printed)."""
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        text = repr(value)
-    elif isinstance(value, str):
-        text = repr(value)
-    elif isinstance(value, (datetime, date)):
-        text = value.isoformat()
-    elif isinstance(value, Mapping):
-        return "a mapping"
-    elif isinstance(value, (list, tuple, set)):
-        return "a list"
-    else:
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class _Fields:
@@ -112,85 +92,47 @@ class _Fields:
     def present(self, key: str) -> bool:
         return self.values.get(key) is not None
 
+    def parsed(self, parse: Callable[..., Any], key: str, **bounds: Any) -> Any:
+        """`parse(value, label, **bounds)` (one of the model's parsers), its error naming this file."""
+        try:
+            return parse(self.get(key), self.label(key), **bounds)
+        except InvalidRequest as exc:
+            raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
+
     def whole(self, key: str, default: int | None = None) -> int:
-        value = self.get(key)
-        if value is None:
+        if self.get(key) is None:
             if default is None:
                 raise self.error(key, "is required")
             return default
-        number: int | None = None
-        if isinstance(value, bool):
-            number = None
-        elif isinstance(value, int):
-            number = value
-        elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            number = int(value)
-        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            number = int(value.strip())
-        if number is None:
-            raise self.error(key, f"must be a whole number (got {_shown(value)})")
-        if number <= 0:
-            raise self.error(key, f"must be greater than zero (got {number})")
-        if number > 2**31:
-            raise self.error(key, f"is too large (got {number})")
-        return number
+        return self.parsed(parse_whole, key)
 
-    def number(self, key: str) -> float | None:
-        value = self.get(key)
-        if value is None:
-            return None
-        number: float | None = None
-        if isinstance(value, bool):
-            number = None
-        elif isinstance(value, (int, float)):
-            number = float(value)
-        elif isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                number = None
-        if number is None or not math.isfinite(number):
-            raise self.error(key, f"must be a number (got {_shown(value)})")
-        if number < 0:
-            raise self.error(key, f"must not be negative (got {number:g})")
-        return number
+    def number(self, key: str, maximum: float) -> float | None:
+        return None if self.get(key) is None else self.parsed(parse_decimal, key, maximum=maximum)
 
     def duration(self, key: str) -> timedelta:
         value = self.get(key)
         if value is None:
             raise self.error(key, "is required")
-        try:
-            if isinstance(value, bool):
-                raise self.error(key, f"must be a duration such as 90s, 15m, 2h or 01:30:00 (got {_shown(value)})")
-            if isinstance(value, (int, float)):   # a YAML number: seconds (YAML reads 1:30:00 as 5400)
-                if not math.isfinite(value):
-                    raise self.error(key, f"must be a finite duration (got {_shown(value)})")
-                result = timedelta(seconds=value)
-            elif isinstance(value, str):
-                try:
-                    result = parse_duration(value, self.label(key))
-                except InvalidRequest as exc:
-                    raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
-            else:
-                raise self.error(key, f"must be a duration such as 90s, 15m, 2h or 01:30:00 (got {_shown(value)})")
-        except OverflowError:
-            raise self.error(key, f"is too long (got {_shown(value)})") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise self.error(key, f"must be a duration such as 90s, 15m, 2h or 01:30:00 (got {shown(value)})")
+        # a YAML number is seconds (YAML reads 1:30:00 as 5400)
+        result = self.parsed(parse_duration if isinstance(value, str) else duration_from_seconds, key)
         if result <= timedelta(0):
-            raise self.error(key, f"must be greater than zero (got {_shown(value)})")
+            raise self.error(key, f"must be greater than zero (got {shown(value)})")
         return result
 
     def boolean(self, key: str) -> bool | None:
         value = self.get(key)
         if value is None or isinstance(value, bool):
             return value
-        raise self.error(key, f"must be true or false (got {_shown(value)})")
+        raise self.error(key, f"must be true or false (got {shown(value)})")
 
     def text(self, key: str) -> str | None:
         value = self.get(key)
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
-            raise self.error(key, f"must be a non-empty string (got {_shown(value)})")
+            raise self.error(key, f"must be a non-empty string (got {shown(value)})")
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
             raise self.error(key, "must not contain control characters (newlines, tabs, ...)")
         if len(value) > 4096:
@@ -200,7 +142,7 @@ class _Fields:
     def path(self, key: str) -> str | None:
         value = self.text(key)
         if value is not None and not posixpath.isabs(value):
-            raise self.error(key, f"must be an absolute path on the hosts (got {_shown(value)})")
+            raise self.error(key, f"must be an absolute path on the hosts (got {shown(value)})")
         return value
 
     def start(self, key: str, now: datetime) -> datetime | str | None:
@@ -210,33 +152,29 @@ class _Fields:
             return None
         if isinstance(value, str) and value.strip().lower() == "now":
             return "now"
-        if isinstance(value, datetime):   # YAML reads an unquoted ISO time itself
-            try:
-                return as_utc(value, self.label(key))
-            except InvalidRequest as exc:
-                raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
-        if isinstance(value, date):
-            raise self.error(key, f"{value.isoformat()} has no time of day (give e.g. {value.isoformat()}T14:00:00Z)")
+        if isinstance(value, datetime):   # (a request built by a program)
+            return self.parsed(in_range, key)
         if not isinstance(value, str):
-            raise self.error(key, f"must be an ISO 8601 time or 'now' (got {_shown(value)})")
-        try:
-            return parse_time(value, self.label(key))
-        except InvalidRequest as exc:
-            raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
+            raise self.error(key, f"must be an ISO 8601 time or 'now' (got {shown(value)})")
+        return self.parsed(parse_time, key)
 
 
 #: a catalogued image's name -> what a lease naming it boots (`InvalidRequest` for an unknown name)
 ImageResolver = Callable[[str], VMImage]
+#: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
+SiteCheck = Callable[[int, Resources], None]
 
 
 def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Callable[[str], str] = str,
                         where: str | None = None, default_user: str | None = None,
-                        images: ImageResolver | None = None, base_dir: Path | None = None) -> LeaseRequest:
+                        images: ImageResolver | None = None, base_dir: Path | None = None,
+                        site: SiteCheck | None = None) -> LeaseRequest:
     """Build and validate a request from raw values keyed by `KEYS` (None = not given).
 
     `label` turns a key into the name used in errors (the key itself for files, the flag for the CLI);
     `where` (a file name) prefixes them. The start decides the type: none = best-effort, "now" =
-    immediate, a time = advance reservation (which must not be in the past)."""
+    immediate, a time = advance reservation (which must not be in the past). `site` checks the size
+    against the hosts before the request's list of nodes is made (a million VMs is refused at once)."""
     f = _Fields(values, label, where)
     unknown = sorted(k for k in values if k not in KEYS)
     if unknown:
@@ -257,7 +195,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
                 else LeaseType.IMMEDIATE if start == "now" else LeaseType.ADVANCE_RESERVATION)
     else:
         if not isinstance(declared, str) or declared.strip().lower() not in _TYPES:
-            raise f.error("type", f"must be advance-reservation, best-effort or immediate (got {_shown(declared)})")
+            raise f.error("type", f"must be advance-reservation, best-effort or immediate (got {shown(declared)})")
         kind = _TYPES[declared.strip().lower()]
         if kind is LeaseType.ADVANCE_RESERVATION and (start is None or start == "now"):
             raise f.error("start", "an advance reservation needs a start time (ISO 8601, e.g. 2026-05-04T14:00:00Z)")
@@ -286,7 +224,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
             raise f.error("image", f"a catalogued image brings its own boot; drop {label('kernel')}/"
                                    f"{label('initrd')}/{label('cmdline')}")
         if images is None:
-            raise f.error("image", f"must be an absolute path here (got {_shown(image_text)})")
+            raise f.error("image", f"must be an absolute path here (got {shown(image_text)})")
         try:
             image = images(image_text)
         except InvalidRequest as exc:
@@ -302,12 +240,15 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
     if user is None:
         user = default_user if default_user is not None else current_user()
     name = f.text("name") or ""
-    dirty_rate = f.number("dirty_rate")
+    dirty_rate = f.number("dirty_rate", MAX_DIRTY_RATE_MIB_S)
 
+    node = Resources.of(cpus, memory)
     try:
+        if site is not None:
+            site(nodes, node)
         return LeaseRequest(
             type=kind,
-            nodes=(Resources.of(cpus, memory),) * nodes,
+            nodes=(node,) * nodes,
             duration=duration,
             submit_time=now,
             start=start_time,
@@ -318,8 +259,9 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Call
             dirty_rate_mib_s=dirty_rate,
             guest=guest,
         )
-    except InvalidRequest as exc:   # everything above should have caught it; keep the one-line form anyway
-        raise InvalidRequest(exc.field, exc.problem, where=where) from None
+    except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
+        raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
+            exc.field, exc.problem, where=where) from None
 
 
 def _guest_setup(f: _Fields, image: VMImage | None, base_dir: Path | None) -> GuestSetup | None:
@@ -338,7 +280,7 @@ def _guest_setup(f: _Fields, image: VMImage | None, base_dir: Path | None) -> Gu
         key_files = [key_files]
     if key_files is not None and (not isinstance(key_files, (list, tuple)) or not key_files
                                   or not all(isinstance(k, str) and k.strip() for k in key_files)):
-        raise f.error("ssh_key", f"must be a public key file or a list of them (got {_shown(key_files)})")
+        raise f.error("ssh_key", f"must be a public key file or a list of them (got {shown(key_files)})")
     if key_files is None:
         key_files = sorted(glob.glob(os.path.expanduser("~/.ssh/id_*.pub")))
     keys = tuple(_read_key(f, _resolve(path, base_dir)) for path in key_files)
@@ -346,7 +288,7 @@ def _guest_setup(f: _Fields, image: VMImage | None, base_dir: Path | None) -> Gu
     if f.present("user_data"):
         source = f.get("user_data")
         if not isinstance(source, str) or not source.strip():
-            raise f.error("user_data", f"must be a #cloud-config file (got {_shown(source)})")
+            raise f.error("user_data", f"must be a #cloud-config file (got {shown(source)})")
         user_data = _read_user_data(f, _resolve(source, base_dir))
     prefix = f.text("hostname_prefix")
     network = f.boolean("network")
@@ -407,13 +349,16 @@ def _size_mib(f: _Fields, key: str) -> int | None:
     text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else None
     match = _SIZE.fullmatch(text) if text else None
     if match is None:
-        raise f.error(key, f"must be a size such as 20G, 512M or 2048 (MiB) (got {_shown(value)})")
+        raise f.error(key, f"must be a size such as 20G, 512M or 2048 (MiB) (got {shown(value)})")
     unit = (match.group(2) or "")[:1].lower()
-    mib = math.ceil(float(match.group(1)) * _SIZE_MIB[unit])
+    number = float(match.group(1)) * _SIZE_MIB[unit]
+    if not math.isfinite(number) or number > MAX_DISK_MIB:
+        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
+    mib = math.ceil(number)
     if mib <= 0:
-        raise f.error(key, f"must be greater than zero (got {_shown(value)})")
-    if mib > 64 * 1024 * 1024:
-        raise f.error(key, f"is larger than 64 TiB (got {_shown(value)})")
+        raise f.error(key, f"must be greater than zero (got {shown(value)})")
+    if mib > MAX_DISK_MIB:
+        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
     return mib
 
 
@@ -424,8 +369,16 @@ def current_user() -> str:
         return ""
 
 
+class _LeaseFileLoader(NoDuplicateKeysLoader):
+    """Safe YAML, no key twice, and times left as text: `parse_time`, the one reader of times, reads them
+    (PyYAML's own reader raises ValueError on `2026-13-45T99:00:00Z` and makes dates of `2026-05-04`)."""
+
+
+_LeaseFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _LeaseFileLoader.construct_yaml_str)
+
+
 def load_lease_file(path: str | Path, now: datetime, default_user: str | None = None,
-                    images: ImageResolver | None = None) -> LeaseRequest:
+                    images: ImageResolver | None = None, site: SiteCheck | None = None) -> LeaseRequest:
     """Read a YAML lease file (safe_load only) into a validated request; errors name the file and key."""
     where = str(path)
     try:
@@ -445,7 +398,11 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
         line = raw[: exc.start].count(b"\n") + 1
         raise InvalidRequest(f"line {line}", "not valid UTF-8", where=where) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LeaseFileLoader)
+    except DuplicateKey as exc:
+        raise InvalidRequest(shown(exc.key) if not isinstance(exc.key, str) else exc.key,
+                             f"is given twice (lines {exc.first_line} and {exc.line}): give each key once",
+                             where=where) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -455,11 +412,11 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
         raise InvalidRequest("file", "is empty (a lease file is a YAML mapping: nodes, cpus, memory, duration, ...)",
                              where=where)
     if not isinstance(data, Mapping):
-        raise InvalidRequest("file", f"must be a YAML mapping of keys ({', '.join(KEYS)}), not {_shown(data)}",
+        raise InvalidRequest("file", f"must be a YAML mapping of keys ({', '.join(KEYS)}), not {shown(data)}",
                              where=where)
     bad_keys = [k for k in data if not isinstance(k, str)]
     if bad_keys:
-        raise InvalidRequest(_shown(bad_keys[0]), "unknown key (keys are names such as nodes, cpus, memory)",
+        raise InvalidRequest(shown(bad_keys[0]), "unknown key (keys are names such as nodes, cpus, memory)",
                              where=where)
     return request_from_fields(data, now, where=where, default_user=default_user, images=images,
-                               base_dir=Path(path).parent)
+                               base_dir=Path(path).parent, site=site)

@@ -23,7 +23,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.app import EXIT_REJECTED, command_group, fail
 from orchestrator.cli.leasefile import (
     KEYS,
     flag_label,
@@ -35,13 +35,11 @@ from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, VMImage
 from orchestrator.model.reservations import Reservation
+from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
-from orchestrator.state.cluster import check_hosts_can_hold
+from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
-
-#: exit code of a well-formed request the scheduler refused (rejected lease, extension that does not fit)
-EXIT_REJECTED = 3
 
 lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
 
@@ -148,13 +146,6 @@ def _duration_text(seconds: float) -> str:
     return text or "0s"
 
 
-def _lease_id(text: str) -> int:
-    value = text.strip()
-    if not value.isdigit() or int(value) <= 0:
-        raise fail(f"lease: {text!r} is not a lease id (a positive whole number)")
-    return int(value)
-
-
 # -- submit ---------------------------------------------------------------------------------------------------
 def _plan_snapshot(cluster) -> dict:
     """lease id -> what its current plan looks like, to tell which other leases a submission moved."""
@@ -234,6 +225,7 @@ def submit(
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
@@ -245,19 +237,21 @@ def submit(
     cfg = common.load(config)
     now = common.now()
     catalogue = _catalogue(state, cfg)
+    site = _site_check(state, cfg)
     if file is not None:
         if given:
             raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-        request = load_lease_file(file, now, images=catalogue)
+        request = load_lease_file(file, now, images=catalogue, site=site)
     else:
         if not given:
             raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-        request = request_from_fields(flags, now, label=flag_label, images=catalogue)
+        request = request_from_fields(flags, now, label=flag_label, images=catalogue, site=site)
     if request.image is not None and request.image.name is not None:
         _check_image_on_hosts(state, cfg, request.image, "image" if file is not None else "--image")
 
     with common.open_cluster(state, cfg) as cluster:
-        check_hosts_can_hold(cluster, request)   # refused before anything is written
+        # (again: hosts may have gone since); refused before anything is written
+        check_site_can_hold([h.capacity for h in cluster.hosts.values()], request.numnodes, request.nodes[0])
         if request.guest is not None and request.guest.network:
             macs = cluster.store.allocate_macs(request.numnodes)
             request = replace(request, guest=replace(request.guest, macs=macs))
@@ -289,6 +283,19 @@ def _catalogue(state: Path | None, cfg) -> "Callable[[str], VMImage]":
                                       f"(catalogued: {names})")
 
     return resolve
+
+
+def _site_check(state: Path | None, cfg) -> "Callable[[int, Resources], None]":
+    """Checks a request's size against the store's hosts (read when asked) before its nodes are made."""
+
+    def check(numnodes: int, node: Resources) -> None:
+        capacities = []
+        if common.store_path(state, cfg).exists():
+            with common.open_store(state, cfg) as store:
+                capacities = [h.capacity for h in store.hosts()]
+        check_site_can_hold(capacities, numnodes, node)
+
+    return check
 
 
 def _check_image_on_hosts(state: Path | None, cfg, image: VMImage, label: str) -> None:
@@ -357,6 +364,7 @@ def list_leases(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
     states = None
@@ -402,9 +410,10 @@ def show(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """One lease: its request, its plan (every reservation), its state history and its events."""
-    number = _lease_id(lease_id)
+    number = common.parse_lease_id(lease_id)
     cfg = common.load(config)
     if not common.store_exists(state, cfg):
         raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
@@ -476,9 +485,10 @@ def cancel(
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
-    number = _lease_id(lease_id)
+    number = common.parse_lease_id(lease_id)
     cfg = common.load(config)
     now = common.now()
     with common.open_cluster(state, cfg) as cluster:
@@ -498,15 +508,13 @@ def extend(
     by: str | None = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
+    wait: str = common.WaitOption,
 ) -> None:
     """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
-    number = _lease_id(lease_id)
+    number = common.parse_lease_id(lease_id)
     if by is None:
         raise fail("--by: is required (e.g. --by 30m)")
-    try:
-        amount = parse_duration(by, "--by")
-    except OverflowError:
-        raise fail(f"--by: is too long (got {by!r})") from None
+    amount = parse_duration(by, "--by")
     if amount.total_seconds() <= 0:
         raise fail(f"--by: must be greater than zero (got {by!r})")
     cfg = common.load(config)
@@ -518,6 +526,8 @@ def extend(
             end = vm.end if vm is not None and vm in cluster.table else None
             duration = lease.request.duration
     except InvalidRequest as exc:
+        if exc.field == "duration":   # the lease would end after the year 9998: --by is absurd
+            raise fail(f"--by: {exc.problem}") from None
         if exc.field != "by":
             raise
         make_console().print(f"[bold red]lease {number} not extended[/]: {escape(exc.problem)}", soft_wrap=True)

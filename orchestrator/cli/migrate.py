@@ -6,7 +6,6 @@ same VM: same model (orchestrator.planning.precopy), same parameters.
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
-import math
 from pathlib import Path
 
 import typer
@@ -26,34 +25,37 @@ from orchestrator.cli.app import app, fail
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S
+from orchestrator.model.numbers import MAX_WHOLE, parse_decimal
 
 MIB = 1024 * 1024
 #: the prediction and the report: one row per quantity
 VALUE_COLUMNS = (Column("", wraps=True, style="bold"), Column("value", "right", wraps=True))
 
 
-def _check_options(
-    max_downtime: float, bandwidth: float | None, timeout: float, on_timeout: str,
-    memory: float | None, dirty_rate: float | None, overhead: float, dirty_factor: float,
-) -> None:
-    """One line naming the option for each bad value, before anything is contacted."""
-    checks = [
-        ("--max-downtime", max_downtime, "ms", False),
-        ("--timeout", timeout, "s", False),
-        ("--bandwidth", bandwidth, "MiB/s", False),
-        ("--memory", memory, "MiB", False),
-        ("--dirty-rate", dirty_rate, "MiB/s", True),
-        ("--overhead", overhead, "s", True),
-        ("--dirty-factor", dirty_factor, "", True),
-    ]
-    for option, value, unit, zero_ok in checks:
-        if value is None:
-            continue
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-            bound = "must not be negative" if zero_ok else "must be greater than 0"
-            raise fail(f"{option} {bound}{' (' + unit + ')' if unit else ''}: got {value:g}")
+#: option -> (unit, zero allowed, the largest value taken): what each number option may be
+_NUMBERS = {
+    "--max-downtime": ("ms", False, 3_600_000.0),
+    "--timeout": ("s", False, 7 * 86400.0),
+    "--bandwidth": ("MiB/s", False, 1024.0 * 1024.0),
+    "--memory": ("MiB", False, float(MAX_WHOLE)),
+    "--dirty-rate": ("MiB/s", True, MAX_DIRTY_RATE_MIB_S),
+    "--overhead": ("s", True, 86400.0),
+    "--dirty-factor": ("", True, 1000.0),
+}
+
+
+def _read_options(texts: dict[str, str | None], on_timeout: str) -> dict[str, float | None]:
+    """Each number option's value (None when not given), or one line naming the first bad one, before
+    anything is contacted."""
+    values: dict[str, float | None] = {}
+    for option, text in texts.items():
+        unit, zero_ok, maximum = _NUMBERS[option]
+        values[option] = None if text is None else parse_decimal(text, option, maximum=maximum,
+                                                                   positive=not zero_ok, unit=unit)
     if on_timeout not in ("abort", "force"):
         raise fail(f"--on-timeout must be 'abort' or 'force': got {on_timeout!r}")
+    return values
 
 
 def _libvirt_driver(inventory: Path | None):
@@ -169,23 +171,29 @@ def migrate_command(
     inventory: Path | None = typer.Option(
         None, "--inventory", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
     ),
-    max_downtime: float = typer.Option(300.0, "--max-downtime", help="Longest pause the guest may see, ms."),
-    bandwidth: float | None = typer.Option(None, "--bandwidth", help="Bandwidth cap for the migration, MiB/s."),
-    timeout: float = typer.Option(600.0, "--timeout", help="Completion timeout, s."),
+    max_downtime_text: str = typer.Option("300", "--max-downtime", metavar="MS", help="Longest pause the guest may see, ms."),
+    bandwidth_text: str | None = typer.Option(None, "--bandwidth", metavar="MIB_S", help="Bandwidth cap for the migration, MiB/s."),
+    timeout_text: str = typer.Option("600", "--timeout", metavar="S", help="Completion timeout, s."),
     on_timeout: str = typer.Option(
         "abort", "--on-timeout", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only predict with the pre-copy model; changes nothing."),
-    memory: float | None = typer.Option(None, "--memory", help="Dry run: guest memory, MiB (default: the VM's)."),
-    dirty_rate: float | None = typer.Option(
-        None, "--dirty-rate", help="Dry run: how fast the guest dirties memory, MiB/s (default: libvirt's last measurement)."
+    memory_text: str | None = typer.Option(None, "--memory", metavar="MIB", help="Dry run: guest memory, MiB (default: the VM's)."),
+    dirty_rate_text: str | None = typer.Option(
+        None, "--dirty-rate", metavar="MIB_S",
+        help="Dry run: how fast the guest dirties memory, MiB/s (default: libvirt's last measurement)."
     ),
-    overhead: float = typer.Option(0.0, "--overhead", help="Dry run: fixed setup cost per migration, s (calibrated)."),
-    dirty_factor: float = typer.Option(1.0, "--dirty-factor", help="Dry run: calibrated dirty-rate factor."),
+    overhead_text: str = typer.Option("0", "--overhead", metavar="S", help="Dry run: fixed setup cost per migration, s (calibrated)."),
+    dirty_factor_text: str = typer.Option("1", "--dirty-factor", metavar="F", help="Dry run: calibrated dirty-rate factor."),
     json_out: bool = typer.Option(False, "--json", help="Print the report (or the prediction) as JSON; progress goes to stderr."),
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
-    _check_options(max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate, overhead, dirty_factor)
+    values = _read_options({"--max-downtime": max_downtime_text, "--timeout": timeout_text, "--bandwidth": bandwidth_text,
+                            "--memory": memory_text, "--dirty-rate": dirty_rate_text, "--overhead": overhead_text,
+                            "--dirty-factor": dirty_factor_text}, on_timeout)
+    max_downtime, timeout = values["--max-downtime"], values["--timeout"]
+    bandwidth, memory, dirty_rate = values["--bandwidth"], values["--memory"], values["--dirty-rate"]
+    overhead, dirty_factor = values["--overhead"], values["--dirty-factor"]
     console = make_console(stderr=json_out)
     if dry_run:
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,

@@ -22,6 +22,7 @@ from orchestrator.analysis.timeline import (
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
+    WaitOption,
     StateOption,
     load,
     now,
@@ -55,6 +56,7 @@ def plan(
     json_out: bool = typer.Option(False, "--json", help="Print the timeline as JSON"),
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
+    wait: str = WaitOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
     console = make_console(stderr=json_out)

@@ -28,8 +28,10 @@ from orchestrator.analysis.timeline import require_plot
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
+    WaitOption,
     StateOption,
     load,
+    parse_lease_id,
     open_store,
     store_path,
     write_png,
@@ -39,13 +41,6 @@ from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.reservations import ReservationKind
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.store import StoreError
-
-
-def _lease_number(text: str) -> int:
-    value = text.strip()
-    if not value.isdigit() or int(value) <= 0:
-        raise fail(f"--lease: {text!r} is not a lease id (a positive whole number)")
-    return int(value)
 
 
 @app.command()
@@ -58,10 +53,11 @@ def report(
                                          help="Also write the rows and summary as JSON"),
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
+    wait: str = WaitOption,
 ) -> None:
     """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
     reservation and its mean and worst per kind, from the event log."""
-    lease_id = _lease_number(lease) if lease is not None else None
+    lease_id = parse_lease_id(lease, "--lease") if lease is not None else None
     if png is not None:
         require_plot()
     cfg = load(config)

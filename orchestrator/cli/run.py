@@ -11,8 +11,10 @@ import typer
 
 from drivers.clock import RealClock, SimulatedClock
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.common import ConfigOption, StateOption, load, now, store_path
+from orchestrator.cli import common
+from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, store_path
 from orchestrator.cli.output import make_console
+from orchestrator.model.numbers import parse_whole
 from orchestrator.model.timeutil import parse_time
 from orchestrator.state.store import Store
 
@@ -21,12 +23,13 @@ from orchestrator.state.store import Store
 def run(
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
+    wait: str = WaitOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Simulated driver, fast-forwarded clock, on a copy of the store: print what would be done"),
     fast: bool = typer.Option(False, "--fast", help="Fast-forward: jump the clock from event to event instead of waiting (simulated driver only)"),
     until_idle: bool = typer.Option(False, "--until-idle", help="Stop when nothing is planned, queued or pending"),
     until: str | None = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
     sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (default: next to the store)"),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many steps"),
+    max_steps_text: str | None = typer.Option(None, "--max-steps", metavar="N", help="Stop after this many steps"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
     console = make_console()
@@ -38,8 +41,7 @@ def run(
 
     cfg = load(config)
     stop_at = parse_time(until, "--until") if until else None
-    if max_steps is not None and max_steps < 1:
-        raise fail(f"--max-steps must be at least 1: got {max_steps}")
+    max_steps = None if max_steps_text is None else parse_whole(max_steps_text, "--max-steps")
     path = store_path(state, cfg)
     if not path.exists():
         raise fail(f"--state: no store at {path} (add hosts with `leasewise host add` first)")
@@ -48,6 +50,7 @@ def run(
         raise fail("--fast needs the simulated driver ([daemon] driver = \"simulated\" or --dry-run)")
     workdir = None
     if dry_run:
+        Store.open(path).close()   # a damaged store is refused by its own name, not the copy's
         workdir = tempfile.mkdtemp(prefix="leasewise-dry-run-")
         copy = Path(workdir) / "state.sqlite"
         _copy_store(path, copy)
@@ -59,14 +62,15 @@ def run(
                 raise fail("no hosts in the store: add some with `leasewise host add` or `leasewise host import`")
             if driver_name == "simulated":
                 driver = simulated_driver_for(
-                    store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"))
+                    store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"),
+                    cfg.scheduling)
             else:
                 from orchestrator.runtime.driver_factory import make_driver
 
                 schedule = cfg.scheduling.downtime_schedule   # the steps the planner's model assumed
                 driver = make_driver(driver_name, [h.config for h in store.hosts()],
                                      downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib)
-            clock = SimulatedClock(fast_clock_start(store, now())) if (fast or dry_run) else RealClock()
+            clock = SimulatedClock(fast_clock_start(store, common.now())) if (fast or dry_run) else RealClock()
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))
             try:
                 ran = daemon.run(until_idle=until_idle or dry_run, until=stop_at, max_steps=max_steps)

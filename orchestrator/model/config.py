@@ -24,9 +24,19 @@ from typing import Any, Mapping
 from drivers.downtime import DowntimeSchedule
 from orchestrator.model.errors import ConfigError, InvalidRequest
 from orchestrator.model.resources import Resources, parse_capacity
-from orchestrator.model.timeutil import UTC, ZERO, as_utc, parse_duration, parse_time
+from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S
+from orchestrator.model.numbers import ascii_whole, plain
+from orchestrator.model.timeutil import UTC, ZERO, duration_from_seconds, in_range, parse_duration, parse_time
 
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC)
+#: the range of a rate (MB/s or MiB/s: suspend, resume, migration): from a 100 kB/s link to 1 TiB/s, so an
+#: overhead (memory / rate) always fits a duration
+RATES = (0.1, 1024.0 * 1024.0)
+#: the most hosts a simulated site may have, so the most VMs one lease of a workload may ask for (the
+#: benchmarks use 1,000): more is a typo, and making the list would exhaust memory
+MAX_SITE_HOSTS = 100_000
+#: the largest factor (scheduling_threshold_factor, live_migration_dirty_factor) that means anything
+MAX_FACTOR = 1000.0
 
 BACKFILLING = ("off", "aggressive", "conservative")
 SUSPENSION = ("none", "serial", "all")
@@ -71,7 +81,8 @@ def _choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _number(key: str, value: object, *, positive: bool = False) -> float:
+def _number(key: str, value: object, *, positive: bool = False, minimum: float = 0.0,
+            maximum: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(key, f"must be a number {'greater than zero' if positive else '>= 0'} (got {_kind(value)})")
     number = float(value)
@@ -81,7 +92,15 @@ def _number(key: str, value: object, *, positive: bool = False) -> float:
         raise ConfigError(key, f"must be greater than zero (got {value})")
     if not positive and number < 0:
         raise ConfigError(key, f"must not be negative (got {value})")
+    if number < minimum:
+        raise ConfigError(key, f"is too small (got {value}; at least {plain(minimum)})")
+    if number > maximum:
+        raise ConfigError(key, f"is too large (got {value}; at most {plain(maximum)})")
     return number
+
+
+def _rate(key: str, value: object) -> float:
+    return _number(key, value, positive=True, minimum=RATES[0], maximum=RATES[1])
 
 
 def _integer(key: str, value: object, *, minimum: int) -> int:
@@ -102,9 +121,10 @@ def _duration(key: str, value: object) -> timedelta:
     elif isinstance(value, bool):
         raise ConfigError(key, "must be a duration such as 30, \"30s\", \"5m\" or \"01:00:00\" (got a boolean)")
     elif isinstance(value, (int, float)):
-        if math.isnan(value) or math.isinf(value):
-            raise ConfigError(key, f"must be a finite number of seconds (got {value})")
-        result = timedelta(seconds=value)
+        try:
+            result = duration_from_seconds(value, key)
+        except InvalidRequest as exc:
+            raise ConfigError(key, exc.problem) from None
     elif isinstance(value, time) and not isinstance(value, datetime):
         if value.tzinfo is not None:
             raise ConfigError(key, "a duration cannot have a time zone")
@@ -181,8 +201,8 @@ class SchedulingConfig:
     def __post_init__(self) -> None:
         p = "scheduling."
         bf = self.backfilling
-        if isinstance(bf, str) and bf.strip().isdigit():
-            bf = int(bf.strip())
+        if isinstance(bf, str) and ascii_whole(bf) is not None:
+            bf = ascii_whole(bf)
         if isinstance(bf, int) and not isinstance(bf, bool):
             if bf < 0:
                 raise ConfigError(p + "backfilling", f'must be "off", "aggressive", "conservative" or an integer >= 0 (got {bf})')
@@ -196,36 +216,41 @@ class SchedulingConfig:
                               f'must be "off", "aggressive", "conservative" or an integer >= 0 (got {shown}{extra})')
         _set(self, "backfilling", bf)
         _set(self, "suspension", _choice(p + "suspension", self.suspension, SUSPENSION))
-        _set(self, "suspend_rate", _number(p + "suspend_rate", self.suspend_rate, positive=True))
-        _set(self, "resume_rate", _number(p + "resume_rate", self.resume_rate, positive=True))
+        _set(self, "suspend_rate", _rate(p + "suspend_rate", self.suspend_rate))
+        _set(self, "resume_rate", _rate(p + "resume_rate", self.resume_rate))
         _set(self, "suspendresume_exclusion", _choice(p + "suspendresume_exclusion", self.suspendresume_exclusion, EXCLUSION))
         _set(self, "migration", _choice(p + "migration", self.migration, MIGRATION))
-        _set(self, "migration_bandwidth", _number(p + "migration_bandwidth", self.migration_bandwidth, positive=True))
+        _set(self, "migration_bandwidth", _rate(p + "migration_bandwidth", self.migration_bandwidth))
         for name in ("shutdown_time", "enactment_overhead", "non_schedulable_interval"):
             _set(self, name, _duration(p + name, getattr(self, name)))
         for name in ("force_scheduling_threshold", "override_suspend_time", "override_resume_time"):
             _set(self, name, _optional_duration(p + name, getattr(self, name)))
-        _set(self, "scheduling_threshold_factor", _number(p + "scheduling_threshold_factor", self.scheduling_threshold_factor))
+        _set(self, "scheduling_threshold_factor",
+             _number(p + "scheduling_threshold_factor", self.scheduling_threshold_factor, maximum=MAX_FACTOR))
         for name in ("policy_admission", "policy_preemption", "policy_host_selection"):
             _set(self, name, _name(p + name, getattr(self, name)))
         _set(self, "on_enactment_error", _choice(p + "on_enactment_error", self.on_enactment_error, ON_ENACTMENT_ERROR))
         _set(self, "preemption_mode", _choice(p + "preemption_mode", self.preemption_mode, PREEMPTION_MODE))
         if self.live_migration_bandwidth is not None:
-            _set(self, "live_migration_bandwidth",
-                 _number(p + "live_migration_bandwidth", self.live_migration_bandwidth, positive=True))
+            _set(self, "live_migration_bandwidth", _rate(p + "live_migration_bandwidth", self.live_migration_bandwidth))
         for name in ("live_migration_overhead", "live_migration_margin"):
             _set(self, name, _duration(p + name, getattr(self, name)))
         _set(self, "live_migration_dirty_factor",
-             _number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor))
+             _number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor, maximum=MAX_FACTOR))
         _set(self, "max_downtime_ms", _number(p + "max_downtime_ms", self.max_downtime_ms, positive=True))
         _set(self, "live_migration_switchover_ms",
-             _number(p + "live_migration_switchover_ms", self.live_migration_switchover_ms))
+             _number(p + "live_migration_switchover_ms", self.live_migration_switchover_ms,
+                     maximum=3_600_000.0))
         _set(self, "live_migration_downtime_steps",
              _integer(p + "live_migration_downtime_steps", self.live_migration_downtime_steps, minimum=1))
+        if self.live_migration_downtime_steps > 1000:
+            raise ConfigError(p + "live_migration_downtime_steps",
+                              f"is too large (got {self.live_migration_downtime_steps}; at most 1000)")
         _set(self, "live_migration_downtime_delay",
-             _number(p + "live_migration_downtime_delay", self.live_migration_downtime_delay))
-        _set(self, "dirty_rate", _number(p + "dirty_rate", self.dirty_rate))
-        _set(self, "dirty_rate_margin", _number(p + "dirty_rate_margin", self.dirty_rate_margin))
+             _number(p + "live_migration_downtime_delay", self.live_migration_downtime_delay,
+                     maximum=86_400.0))
+        _set(self, "dirty_rate", _number(p + "dirty_rate", self.dirty_rate, maximum=MAX_DIRTY_RATE_MIB_S))
+        _set(self, "dirty_rate_margin", _number(p + "dirty_rate_margin", self.dirty_rate_margin, maximum=1000.0))
         if self.dirty_rate_margin < 1:
             raise ConfigError(p + "dirty_rate_margin", f"must be at least 1 (got {self.dirty_rate_margin:g})")
 
@@ -253,7 +278,7 @@ class SchedulingConfig:
 
 
 # -- [simulation] -----------------------------------------------------------------------------------------
-_SITE = re.compile(r"^\s*(\d+)\s+(\S.*)$")
+_SITE = re.compile(r"^\s*([0-9]+)\s+(\S.*)$")
 
 
 def parse_site(text: str, field: str = "simulation.site") -> list[tuple[str, Resources]]:
@@ -266,6 +291,8 @@ def parse_site(text: str, field: str = "simulation.site") -> list[tuple[str, Res
     count = int(match.group(1))
     if count < 1:
         raise ConfigError(field, f"needs at least one host (got {count})")
+    if count > MAX_SITE_HOSTS:
+        raise ConfigError(field, f"has too many hosts (got {count}; at most {MAX_SITE_HOSTS})")
     spec = ",".join(match.group(2).split())
     try:
         capacity = parse_capacity(spec, field)
@@ -294,7 +321,10 @@ class SimulationConfig:
             if start.tzinfo is None or start.utcoffset() is None:
                 raise ConfigError("simulation.start",
                                   f"{start.isoformat()} has no time zone (write e.g. 2026-01-01T00:00:00Z)")
-            start = as_utc(start, "simulation.start")
+            try:
+                start = in_range(start, "simulation.start")
+            except InvalidRequest as exc:
+                raise ConfigError("simulation.start", exc.problem) from None
         else:
             raise ConfigError("simulation.start",
                               f"must be a date-time with a time zone such as 2026-01-01T00:00:00Z (got {_kind(start)})")

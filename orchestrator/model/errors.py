@@ -7,6 +7,8 @@ shown to the user.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from datetime import date, datetime
 
 
 class LeasewiseError(Exception):
@@ -22,6 +24,26 @@ class InvalidRequest(LeasewiseError, ValueError):
         self.where = where
         prefix = f"{where}: " if where else ""
         super().__init__(f"{prefix}{field}: {problem}")
+
+
+def shown(value: object) -> str:
+    """A bad value as quoted in an error: short scalars as themselves, containers by their kind only
+    (a YAML alias bomb must not be printed)."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        text = repr(value)
+    elif isinstance(value, (datetime, date)):
+        text = value.isoformat()
+    elif isinstance(value, Mapping):
+        return "a mapping"
+    elif isinstance(value, (list, tuple, set)):
+        return "a list"
+    else:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class ConfigError(InvalidRequest):

@@ -16,10 +16,14 @@ from orchestrator.model.guest import GuestSetup
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
-from orchestrator.model.timeutil import ZERO, as_utc
+from orchestrator.model.timeutil import ZERO, as_utc, end_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.reservations import Reservation
+
+
+#: the fastest a guest could dirty memory, MiB/s (1 TiB/s: above any memory bus); a larger dirty rate is a typo
+MAX_DIRTY_RATE_MIB_S = 1024.0 * 1024.0
 
 
 class LeaseType(str, Enum):
@@ -92,10 +96,12 @@ class LeaseRequest:
                 raise InvalidRequest("start", "an advance reservation needs a start time")
         if self.start is not None:
             object.__setattr__(self, "start", as_utc(self.start, "start"))
+        end_of(self.start or self.submit_time, self.duration, "duration")   # it ends before the year 9999
         if self.real_duration is not None and self.real_duration <= ZERO:
             raise InvalidRequest("real_duration", f"must be positive (got {self.real_duration})")
-        if self.dirty_rate_mib_s is not None and self.dirty_rate_mib_s < 0:
-            raise InvalidRequest("dirty_rate", f"must not be negative (got {self.dirty_rate_mib_s})")
+        if self.dirty_rate_mib_s is not None and not 0 <= self.dirty_rate_mib_s <= MAX_DIRTY_RATE_MIB_S:
+            raise InvalidRequest("dirty_rate", f"must be from 0 to {MAX_DIRTY_RATE_MIB_S:g} MiB/s "
+                                               f"(got {self.dirty_rate_mib_s})")
         if self.guest is not None and self.guest.macs and len(self.guest.macs) != len(self.nodes):
             raise InvalidRequest("macs", f"one MAC per VM: {len(self.guest.macs)} for {len(self.nodes)} VMs")
 

@@ -9,11 +9,16 @@ Units: `cpu` in percent of one core (100 = one vCPU, as in Haizea's LWF), `memor
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.numbers import MAX_WHOLE, ascii_decimal
 from orchestrator.model.tolerance import EPSILON
+
+
+#: the largest amount of any resource (2**31 - 1: 2 PiB of memory, 21 million vCPUs); more is a typo whose
+#: overheads (memory / rate) would overflow a duration
+MAX_AMOUNT = float(MAX_WHOLE)
 
 
 class Resources(NamedTuple):
@@ -39,6 +44,8 @@ class Resources(NamedTuple):
                 raise InvalidRequest(f"{what}.{name}", "is not a number (got nan)")
             if value < 0:
                 raise InvalidRequest(f"{what}.{name}", f"must not be negative (got {value})")
+            if value > MAX_AMOUNT:
+                raise InvalidRequest(f"{what}.{name}", f"is too large (got {value:g}; at most {MAX_WHOLE})")
         if not allow_zero_cpu and self.cpu <= 0:
             raise InvalidRequest(f"{what}.cpu", "must be greater than zero")
         if self.memory <= 0 and not allow_zero_cpu:
@@ -98,12 +105,9 @@ def parse_capacity(text: str, field: str = "capacity") -> Resources:
         key = key.strip().lower()
         if not sep or key not in names:
             raise InvalidRequest(field, f"{item!r} is not RESOURCE:AMOUNT with RESOURCE one of CPU, Memory, Disk, Net-in, Net-out")
-        try:
-            number = float(amount)
-        except ValueError:
-            raise InvalidRequest(f"{field}.{key}", f"{amount.strip()!r} is not a number") from None
-        if not math.isfinite(number):
-            raise InvalidRequest(f"{field}.{key}", f"{amount.strip()!r} is not a finite number")
+        number = ascii_decimal(amount)
+        if number is None:
+            raise InvalidRequest(f"{field}.{key}", f"{amount.strip()!r} is not a number")
         if number < 0:
             raise InvalidRequest(f"{field}.{key}", f"must not be negative (got {amount.strip()})")
         values[names[key]] = number

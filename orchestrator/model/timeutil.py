@@ -1,8 +1,15 @@
-"""Time helpers: every time inside leasewise is a timezone-aware UTC datetime, every duration a timedelta."""
+"""Time helpers: every time inside leasewise is a timezone-aware UTC datetime, every duration a timedelta.
+
+Times and durations people give are read here and nowhere else (`parse_time`, `parse_duration`,
+`duration_from_seconds`), with ASCII digits only, and bounded: a time must lie in the years 1970 to 9998
+(`EARLIEST` to `FOREVER`) and `end_of` refuses a time plus a duration past that, so no lease, drain or
+extension can overflow a datetime later on.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta, timezone
 
 from orchestrator.model.errors import InvalidRequest
@@ -13,17 +20,35 @@ ZERO = timedelta(0)
 SECOND = timedelta(seconds=1)
 #: later than any plan, yet early enough that adding a lease's length to it cannot overflow a datetime
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
+#: the earliest time leasewise takes from anyone (the Unix epoch)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+#: no duration is longer than the whole range of times
+MAX_DURATION = FOREVER - EARLIEST
+_RANGE = "years 1970 to 9998"
+_DATE_ONLY = re.compile(r"[0-9]{4}-?[0-9]{2}-?[0-9]{2}")
 
 
 def as_utc(value: datetime, field: str = "time") -> datetime:
     """Return `value` in UTC; a naive datetime is refused rather than guessed at."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRequest(field, f"{value.isoformat()} has no timezone (give e.g. 2026-01-01T14:00:00Z)")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:   # 0001-01-01T00:00+01:00 is before the first datetime in UTC
+        raise InvalidRequest(field, f"{value.isoformat()} is out of range ({_RANGE})") from None
+
+
+def in_range(value: datetime, field: str = "time") -> datetime:
+    """`value` in UTC, refused unless it lies in the years 1970 to 9998."""
+    value = as_utc(value, field)
+    if not EARLIEST <= value < FOREVER:
+        raise InvalidRequest(field, f"{iso(value)} is out of range ({_RANGE})")
+    return value
 
 
 def parse_time(text: str, field: str = "time") -> datetime:
-    """Parse an ISO 8601 time; `Z` and offsets are accepted, a missing offset is refused."""
+    """Parse an ISO 8601 time in the years 1970 to 9998; `Z` and offsets are accepted, a missing offset is
+    refused (`datetime.fromisoformat` reads ASCII digits only)."""
     raw = text.strip()
     if raw.endswith("Z") or raw.endswith("z"):
         raw = raw[:-1] + "+00:00"
@@ -31,7 +56,16 @@ def parse_time(text: str, field: str = "time") -> datetime:
         value = datetime.fromisoformat(raw)
     except ValueError:
         raise InvalidRequest(field, f"{text!r} is not an ISO 8601 time") from None
-    return as_utc(value, field)
+    if _DATE_ONLY.fullmatch(raw):
+        raise InvalidRequest(field, f"{raw} has no time of day (give e.g. {raw}T14:00:00Z)")
+    return in_range(value, field)
+
+
+def end_of(start: datetime, duration: timedelta, field: str) -> datetime:
+    """`start + duration`, refused (naming `field`, the duration's) when it would be past the year 9998."""
+    if duration >= FOREVER - start:
+        raise InvalidRequest(field, f"is too long: from {iso(start)} it would end after the year 9998")
+    return start + duration
 
 
 def iso(value: datetime | None) -> str | None:
@@ -51,45 +85,44 @@ def ceil_seconds(seconds: float) -> timedelta:
     return timedelta(seconds=math.ceil(seconds - EPSILON))
 
 
-def _number(digits: str, field: str, problem: str) -> float:
-    try:
-        return float(digits)   # digits and dots only: fails on "1.2.3" or "."
-    except ValueError:
-        raise InvalidRequest(field, problem) from None
+_DIGITS = re.compile(r"[0-9]+")
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+#: `1h30m`, `90s`, `1.5h`, `90` (seconds): numbers each with a unit, the last one's optional
+_UNITS_TEXT = re.compile(rf"(?:{_NUMBER}[dhms])*{_NUMBER}?")
+_PART = re.compile(rf"({_NUMBER})([dhms]?)")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
+
+
+def duration_from_seconds(seconds: float, field: str = "duration") -> timedelta:
+    """A number of seconds (an int of any size, or a float) as a timedelta; NaN, or longer than
+    `MAX_DURATION` (infinity too), is refused."""
+    if seconds != seconds:
+        raise InvalidRequest(field, f"must be a finite duration (got {seconds})")
+    if abs(seconds) > MAX_DURATION.total_seconds():   # (compares a huge int without making it a float)
+        raise InvalidRequest(field, f"is too long (more than {MAX_DURATION.days} days)")
+    return timedelta(seconds=seconds)
 
 
 def parse_duration(text: str, field: str = "duration") -> timedelta:
-    """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta."""
+    """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta (ASCII
+    digits only; a leading `-` makes it negative, for the caller to refuse)."""
     raw = str(text).strip().lower()
     if not raw:
         raise InvalidRequest(field, "is empty")
     negative = raw.startswith("-")
-    if ":" in raw:
-        parts = raw.lstrip("-+").split(":")
-        if not 2 <= len(parts) <= 4 or not all(p.isdigit() for p in parts):
+    body = raw.lstrip("-+")
+    if ":" in body:
+        parts = body.split(":")
+        if not 2 <= len(parts) <= 4 or not all(_DIGITS.fullmatch(p) for p in parts):
             raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 01:30:00 or 90m)")
         nums = [int(p) for p in parts]
         while len(nums) < 4:
             nums.insert(0, 0)
         days, hours, minutes, seconds = nums
-        value = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     else:
-        units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-        bad = f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)"
-        total = 0.0
-        number = ""
-        body = raw.lstrip("-+")
-        for ch in body:
-            if ch.isdigit() or ch == ".":
-                number += ch
-            elif ch in units and number:
-                total += _number(number, field, bad) * units[ch]
-                number = ""
-            else:
-                raise InvalidRequest(field, bad)
-        if number:
-            total += _number(number, field, bad)
-        value = timedelta(seconds=total)
-    if negative:
-        value = -value
-    return value
+        if not body or not _UNITS_TEXT.fullmatch(body):
+            raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)")
+        total = math.fsum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(body))
+    value = duration_from_seconds(total, field)
+    return -value if negative else value

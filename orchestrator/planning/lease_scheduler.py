@@ -37,7 +37,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, iso, parse_time
+from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, end_of, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import (
     EnactmentError,
@@ -850,7 +850,7 @@ class LeaseScheduler:
                                        "it will run longer when it resumes")
         shutdown = vm.post[0] if vm.post else None
         old_end = vm.final_end
-        new_end = old_end + by
+        new_end = end_of(old_end, by, "duration")
         for host, amount in vm.resources.items():
             if not self.table.fits(host, amount, old_end, new_end):
                 raise InvalidRequest("by", f"cannot extend lease {lease_id} by {by}: host {host} is reserved "

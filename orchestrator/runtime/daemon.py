@@ -25,7 +25,7 @@ from pathlib import Path
 
 from drivers.base import Driver
 from drivers.clock import Clock, SimulatedClock
-from orchestrator.model.config import Config
+from orchestrator.model.config import Config, SchedulingConfig
 from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
@@ -36,6 +36,7 @@ from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.runtime.netprobe import PingProbe
+from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 
@@ -65,10 +66,12 @@ class Daemon:
         self._reconciled_at: datetime | None = None
         self._release_failures: set[int] = set()
         self._idle = False
+        self._serial: dict[object, datetime] = {}   # a fast clock's live migration -> when its next VM starts
         hosts = {h.name: h.config for h in store.hosts()}
         # a real driver's live migrations are watched from the network too (the outage users see)
         probe = None if driver.name == "simulated" else PingProbe
-        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe)
+        self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe,
+                                     dirty_rate=config.scheduling.dirty_rate)
         self.dirty_rates = DirtyRateSampler(driver, config.daemon.dirty_rate_interval, config.daemon.dirty_rate_sample)
 
     # -- logging into the store -------------------------------------------------------------------------
@@ -77,9 +80,14 @@ class Daemon:
         wall = detail.get("wall_seconds")
         if isinstance(wall, (int, float)):
             # when the operation ran, for `leasewise report`: it has just ended on a clock that moves by
-            # itself; a fast-forwarded clock stands still while the (simulated) driver spends its time
+            # itself; a fast-forwarded clock stands still while the (simulated) driver spends its time, so
+            # the operations of a step ran side by side as planned, except the live migrations of one
+            # reservation, which run one after the other (as the plan has them)
             took = timedelta(seconds=wall)
             started = now - took if self.clock.moves_by_itself else now
+            if not self.clock.moves_by_itself and detail.get("reservation_kind") == "live-migrate":
+                started = self._serial.get(detail.get("reservation"), now)
+                self._serial[detail.get("reservation")] = started + took
             detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
         self.store.append_event(now, kind, lease_id, **detail)
         what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
@@ -147,6 +155,7 @@ class Daemon:
 
     def _step(self, now: datetime) -> StepReport:
         self._notes = []
+        self._serial = {}
         with self.store.transaction():
             cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
             sched = cluster.scheduler
@@ -276,11 +285,14 @@ def fast_clock_start(store: Store, default: datetime) -> datetime:
     return parse_time(saved, "daemon_clock") if saved else default
 
 
-def simulated_driver_for(store: Store, state_file: Path | None):
-    """A simulated driver whose hosts are the store's (capacities), kept in `state_file` if given.
+def simulated_driver_for(store: Store, state_file: Path | None, scheduling: SchedulingConfig):
+    """A simulated driver whose hosts are the store's (capacities), kept in `state_file` if given, whose
+    operations take what the planner gives them with `scheduling` and the store's calibration (the
+    cluster plans with the same: `Cluster.scheduling`).
 
     It gets its own clock: operations cost it time without moving the daemon's clock."""
     hosts = store.hosts()
     clock = SimulatedClock(fast_clock_start(store, datetime.now().astimezone()))
     return make_driver("simulated", [h.config for h in hosts],
-                       capacities={h.name: (h.vcpus, h.memory_mib) for h in hosts}, clock=clock, state_file=state_file)
+                       capacities={h.name: (h.vcpus, h.memory_mib) for h in hosts}, clock=clock, state_file=state_file,
+                       planned=apply_calibration(scheduling, store.get_meta(CALIBRATION_KEY)))

@@ -85,10 +85,11 @@ def lease_vm_names(lease: Lease) -> list[str]:
     return [vm_name(lease.id, v) for v in range(lease.numnodes)]
 
 
-def vm_spec(lease: Lease, vnode: int) -> VMSpec:
+def vm_spec(lease: Lease, vnode: int, dirty_rate: float = 0.0) -> VMSpec:
     """What to boot for one virtual node: its CPU (percent, rounded up to whole vCPUs) and memory, the
     lease's image (as an overlay of its own when it has a disk), its cloud-init seed and NIC when the lease
-    has a guest setup, and the lease id for the domain's metadata."""
+    has a guest setup, and the lease id for the domain's metadata. Its dirty rate (only the simulated
+    driver uses it) is the lease's, else `dirty_rate`: what the planner assumes (`[scheduling] dirty_rate`)."""
     node = lease.request.nodes[vnode]
     image = lease.request.image
     guest = lease.request.guest
@@ -114,7 +115,7 @@ def vm_spec(lease: Lease, vnode: int) -> VMSpec:
         cmdline=image.cmdline if image is not None else None,
         mac=guest.mac(vnode) if guest is not None and guest.network else None,
         lease_id=str(lease.id),
-        dirty_rate_mib_s=lease.request.dirty_rate_mib_s or 0.0,
+        dirty_rate_mib_s=dirty_rate if lease.request.dirty_rate_mib_s is None else lease.request.dirty_rate_mib_s,
     )
 
 
@@ -141,15 +142,17 @@ class DriverEnactor:
         record: Recorder | None = None,
         now: Callable[[], datetime] | None = None,
         probe: Callable[[str], Probe] | None = None,
+        dirty_rate: float = 0.0,
     ):
         """`now`: the daemon's clock, to time live migrations against their deadline (without one, the
-        planned start of the migration stands for now)."""
+        planned start of the migration stands for now). `dirty_rate`: a VM's when its lease gives none."""
         self.driver = driver
         self.hosts = dict(hosts) if hosts else {}
         self.config = config
         self._record = record
         self._now = now
         self._probe = probe          # makes a network probe of an address (live migrations' outage)
+        self._dirty_rate = dirty_rate
 
     # -- naming ----------------------------------------------------------------------------------------
     vm_name = staticmethod(vm_name)          # the module's function, for callers holding only the enactor
@@ -246,7 +249,7 @@ class DriverEnactor:
     def start_vms(self, lease: Lease, rr: Reservation) -> None:
         started: list[tuple[int, str, str]] = []
         for vnode, host in sorted(rr.nodes.items()):
-            spec = vm_spec(lease, vnode)
+            spec = vm_spec(lease, vnode, self._dirty_rate)
             try:
                 self._start_one(lease, vnode, spec, host, rr)
             except EnactmentError as exc:

@@ -8,12 +8,14 @@ longer than the store's busy timeout is told to retry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from orchestrator.model.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.reservations import Reservation
+from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import UTC, iso
 from orchestrator.model.tolerance import EPSILON
@@ -144,18 +146,19 @@ def _plan_of(lease: Lease) -> tuple:
     return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in _current_parts(lease))
 
 
-def check_hosts_can_hold(cluster: Cluster, request: LeaseRequest) -> None:
-    """Refuse, naming the field, a request no host could ever hold (rather than queue it forever)."""
-    if not cluster.hosts:
+def check_site_can_hold(capacities: Sequence[Resources], numnodes: int, node: Resources) -> None:
+    """Refuse, naming the field, `numnodes` VMs of size `node` that no set of these hosts could ever hold
+    (rather than queue them forever). It works on the numbers alone, so a request absurd for the site is
+    refused before its list of nodes is made."""
+    if not capacities:
         raise InvalidRequest("hosts", "no hosts: add one with `leasewise host add` or `leasewise host import`")
-    largest = cluster.table.largest_capacity()
-    for i, node in enumerate(request.nodes):
-        for field in ("cpu", "memory"):
-            if getattr(node, field) > getattr(largest, field) + EPSILON:
-                unit = "vCPUs" if field == "cpu" else "MiB"
-                asked = node.vcpus if field == "cpu" else node.memory
-                most = largest.vcpus if field == "cpu" else largest.memory
-                raise InvalidRequest(f"nodes[{i}].{'cpus' if field == 'cpu' else 'memory'}",
-                                     f"{asked:g} {unit} is more than any host has ({most:g} {unit})")
-    if request.numnodes > len(cluster.hosts) * max(1, int(largest.cpu // max(request.nodes[0].cpu, 1))):
-        raise InvalidRequest("nodes", f"{request.numnodes} nodes cannot fit on {len(cluster.hosts)} hosts")
+    largest = Resources(*(max(c[i] for c in capacities) for i in range(len(Resources._fields))))
+    for field in ("cpu", "memory"):
+        if getattr(node, field) > getattr(largest, field) + EPSILON:
+            unit = "vCPUs" if field == "cpu" else "MiB"
+            asked = node.vcpus if field == "cpu" else node.memory
+            most = largest.vcpus if field == "cpu" else largest.memory
+            raise InvalidRequest(f"nodes[0].{'cpus' if field == 'cpu' else 'memory'}",
+                                 f"{asked:g} {unit} is more than any host has ({most:g} {unit})")
+    if numnodes > len(capacities) * max(1, int(largest.cpu // max(node.cpu, 1))):
+        raise InvalidRequest("nodes", f"{numnodes} nodes cannot fit on {len(capacities)} hosts")

@@ -5,6 +5,9 @@ own `Store` (no module-level connection). It runs in WAL mode, so readers never 
 busy timeout, so two processes writing at once wait for each other instead of failing with "database is
 locked"; the file is kept at mode 0600 because it names hosts, users and SSH key paths.
 
+Opening checks the file once per process (`PRAGMA quick_check`, see `_intact`): a corrupted store is one
+error naming the file, never data shown as if nothing were wrong or a traceback half-way through.
+
 Every write runs inside `Store.transaction()` (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception):
 a crash between two writes leaves the previous consistent state. Reads that span several queries run in
 one read transaction, so they see one snapshot even while another process commits.
@@ -60,6 +63,28 @@ class StoreError(LeasewiseError):
     """The state database cannot be opened, is too new, or a write names a missing / duplicate thing."""
 
 
+class StoreCorrupt(StoreError):
+    """SQLite finds the database file damaged (PRAGMA quick_check, or "malformed" on the way there)."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the database's write lock for longer than the busy timeout: nothing was
+    written, and the same operation may succeed if tried again."""
+
+    def __init__(self, path: Path, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED, by code where Python gives it, else by SQLite's message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    message = str(exc)
+    return "database is locked" in message or "database is busy" in message or "database table is locked" in message
+
+
 # -- paths ---------------------------------------------------------------------------------------------------
 def default_store_path(env: Mapping[str, str] | None = None) -> Path:
     """`$XDG_DATA_HOME/leasewise/state.sqlite`, else `~/.local/share/leasewise/state.sqlite`.
@@ -112,6 +137,43 @@ def _secure_file(path: Path) -> None:
             pass
         except OSError as exc:
             raise StoreError(f"{side}: cannot set mode 600 ({exc.strerror or exc})") from None
+
+
+# -- integrity -----------------------------------------------------------------------------------------------
+#: files this process found intact, by (device, inode, size, modification time): a memo so a process that
+#: opens the store many times checks it once (a changed file is checked again). Only a cache: losing it
+#: costs one more check, and nothing reads it but `_intact`.
+_FOUND_INTACT: set[tuple[int, int, int, int]] = set()
+
+
+def _intact(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a damaged database with `StoreCorrupt`, naming the file and SQLite's first complaint.
+
+    `quick_check` reads every page (O(size), no index cross-checks): cheap enough once per process."""
+    try:
+        info = os.stat(path)
+    except OSError:   # (`_secure_file` has just made it: gone again, SQLite's next statement says so)
+        return
+    key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    if key in _FOUND_INTACT:
+        return
+    try:
+        rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if _is_busy(exc):
+            raise
+        problem = _sqlite_message(exc)
+    else:
+        problem = None if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows)
+    if problem is not None:
+        raise StoreCorrupt(_damaged(f"quick_check: {problem}"))
+    _FOUND_INTACT.add(key)
+
+
+def _damaged(problem: str) -> str:
+    problem = " ".join(problem.replace("*** in database main ***", "").split())
+    return (f"the state database is damaged (SQLite {problem}); restore it from a backup, or move it aside "
+            "to start an empty one")
 
 
 # -- encoding ------------------------------------------------------------------------------------------------
@@ -447,6 +509,7 @@ class Store:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             _check_version(conn)   # before changing anything in a file that may not be ours
+            _intact(conn, path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"WAL journal mode is not available (got {mode}); is it on a network filesystem?")
@@ -454,9 +517,13 @@ class Store:
             apply_migrations(conn)
         except StoreError as exc:
             conn.close()
-            raise StoreError(f"{path}: {exc}") from None
+            raise (StoreCorrupt if isinstance(exc, StoreCorrupt) else StoreError)(f"{path}: {exc}") from None
         except sqlite3.Error as exc:
             conn.close()
+            if _is_busy(exc):
+                raise StoreBusy(path, f"busy: another process holds the write lock ({_sqlite_message(exc)})") from None
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT:   # (found before the check)
+                raise StoreCorrupt(f"{path}: {_damaged(_sqlite_message(exc))}") from None
             raise StoreError(f"{path}: cannot open the state database ({_sqlite_message(exc)})") from None
         # the -wal / -shm files SQLite just created. By path only: opening and closing a descriptor on
         # the database here would drop every POSIX lock this process holds on it (fcntl locks belong to
@@ -538,10 +605,8 @@ class Store:
                 conn.execute("COMMIT")
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
-        message = _sqlite_message(exc)
-        if "locked" in message or "busy" in message:
-            return StoreError(f"{self.path}: the state database stayed busy (another leasewise process is "
-                              f"writing to it): {message}")
+        if _is_busy(exc):
+            return StoreBusy(self.path, f"busy: another process holds the write lock ({_sqlite_message(exc)})")
         return exc
 
     # -- meta --------------------------------------------------------------------------------------------------

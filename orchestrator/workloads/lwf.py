@@ -38,14 +38,16 @@ from xml.parsers import expat
 
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
+from orchestrator.model.numbers import ascii_decimal, ascii_whole
 from orchestrator.model.resources import Resources
-from orchestrator.model.timeutil import ZERO, iso, parse_time
+from orchestrator.model.timeutil import MAX_DURATION, ZERO, duration_from_seconds, iso, parse_time
+from orchestrator.model.config import MAX_SITE_HOSTS
 from orchestrator.model.workload import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
 
-_TIME = re.compile(r"^\s*(\+?)(?:(\d+):)?(\d+):(\d+):(\d+(?:\.\d*)?)\s*$")
+_TIME = re.compile(r"^\s*(\+?)(?:(\d+):)?(\d+):(\d+):(\d+(?:\.\d*)?)\s*$", re.ASCII)
 
 _RES_TYPES = {"cpu": "cpu", "memory": "memory", "disk": "disk", "net-in": "net_in", "net-out": "net_out"}
 _RES_NAMES = ("CPU", "Memory", "Disk", "Net-in", "Net-out")
@@ -101,8 +103,9 @@ def parse_lwf_time(text: str, field: str) -> tuple[timedelta, bool]:
     plus, days, hours, minutes, seconds = match.groups()
     if int(minutes) >= 60 or float(seconds) >= 60:
         raise InvalidRequest(field, f"{text!r}: minutes and seconds must be below 60")
-    value = timedelta(days=int(days or 0), hours=int(hours), minutes=int(minutes), seconds=float(seconds))
-    return value, bool(plus)
+    whole = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60
+    seconds = whole + float(seconds) if whole <= MAX_DURATION.total_seconds() else whole
+    return duration_from_seconds(seconds, field), bool(plus)
 
 
 class _Reader:
@@ -162,23 +165,21 @@ class _Reader:
             raise self.fail(exc.field, exc.problem, elem) from None
 
     def number(self, text: str, field: str, elem: ET.Element) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise self.fail(field, f"{text!r} is not a number", elem) from None
-        if value != value or value in (float("inf"), float("-inf")):
-            raise self.fail(field, f"{text!r} is not a finite number", elem)
+        value = ascii_decimal(text)
+        if value is None:
+            raise self.fail(field, f"{text!r} is not a number", elem)
         if value < 0:
             raise self.fail(field, f"must not be negative (got {text})", elem)
         return value
 
     def count(self, text: str, field: str, elem: ET.Element) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise self.fail(field, f"{text!r} is not a whole number", elem) from None
+        value = ascii_whole(text)
+        if value is None:
+            raise self.fail(field, f"{text!r} is not a whole number", elem)
         if value < 1:
             raise self.fail(field, f"must be at least 1 (got {value})", elem)
+        if value > MAX_SITE_HOSTS:
+            raise self.fail(field, f"is too large (got {value}; a site has at most {MAX_SITE_HOSTS} hosts)", elem)
         return value
 
     # -- nodes (shared by the site and the leases) ---------------------------------------------------------

@@ -31,13 +31,15 @@ grouped processors_per_node per host, each host with memory_per_vm MiB (one VM p
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from orchestrator.model.config import MAX_SITE_HOSTS
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.numbers import ascii_decimal, ascii_whole
 from orchestrator.model.resources import Resources
 from orchestrator.model.tolerance import EPSILON
+from orchestrator.model.timeutil import duration_from_seconds, end_of
 from orchestrator.model.workload import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,20 +65,20 @@ def _header_site(max_nodes: int | None, max_procs: int | None, config: "Config")
         return None
     ppn = config.swf.processors_per_node
     capacity = Resources(ppn * 100, config.swf.memory_per_vm)
-    return [(f"host{i}", capacity) for i in range(1, math.ceil(processors / ppn) + 1)]
+    count = math.ceil(processors / ppn)
+    if count > MAX_SITE_HOSTS:
+        raise WorkloadError("MaxProcs" if max_procs else "MaxNodes",
+                            f"makes {count} hosts (at most {MAX_SITE_HOSTS}); name a smaller site in [simulation]")
+    return [(f"host{i}", capacity) for i in range(1, count + 1)]
 
 
 def _number(token: str, index: int, where: str) -> float:
-    try:
-        return int(token)
-    except ValueError:
-        pass
-    try:
-        value = float(token)
-    except ValueError:
-        raise WorkloadError(f"{FIELD_NAMES[index]} (field {index + 1})", f"{token!r} is not a number", where=where) from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise WorkloadError(f"{FIELD_NAMES[index]} (field {index + 1})", f"{token!r} is not a finite number", where=where)
+    whole = ascii_whole(token)
+    if whole is not None:
+        return whole
+    value = ascii_decimal(token)
+    if value is None:
+        raise WorkloadError(f"{FIELD_NAMES[index]} (field {index + 1})", f"{token!r} is not a number", where=where)
     return value
 
 
@@ -117,11 +119,10 @@ def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "
                 key, sep, value = stripped[1:].partition(":")
                 key = key.strip().lower()
                 if sep and key in ("maxnodes", "maxprocs"):
-                    try:
-                        number = int(value.split()[0]) if value.split() else None
-                    except ValueError:
+                    number = ascii_whole(value.split()[0]) if value.split() else None
+                    if value.split() and number is None:
                         raise WorkloadError(key == "maxnodes" and "MaxNodes" or "MaxProcs",
-                                            f"{value.strip()!r} is not a whole number", where=f"{source}:{lineno}") from None
+                                            f"{value.strip()!r} is not a whole number", where=f"{source}:{lineno}")
                     if key == "maxnodes":
                         max_nodes = number
                     else:
@@ -165,7 +166,7 @@ def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "
             skipped[SKIP_NO_PROCS] = skipped.get(SKIP_NO_PROCS, 0) + 1
             continue
         nvms = math.ceil(procs / ppn)
-        if limit_vms is not None and nvms > limit_vms:
+        if nvms > (limit_vms if limit_vms is not None else MAX_SITE_HOSTS):
             skipped[SKIP_TOO_LARGE] = skipped.get(SKIP_TOO_LARGE, 0) + 1
             continue
         if submit_s < 0:
@@ -178,13 +179,15 @@ def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "
             request = LeaseRequest(
                 type=best_effort,
                 nodes=nodes,
-                duration=timedelta(seconds=max(requested, run)),
-                submit_time=start + timedelta(seconds=submit_s - shift),
+                duration=duration_from_seconds(max(requested, run),
+                                               "requested_time (field 9)" if requested > run else "run_time (field 4)"),
+                submit_time=end_of(start, duration_from_seconds(submit_s - shift, "submit_time (field 2)"),
+                                  "submit_time (field 2)"),
                 preemptible=preemptible,
-                real_duration=timedelta(seconds=run),
+                real_duration=duration_from_seconds(run, "run_time (field 4)"),
                 user=str(user) if user >= 0 else "",
             )
-        except InvalidRequest as exc:  # pragma: no cover - every value was checked above
+        except InvalidRequest as exc:   # a time past the year 9998
             raise WorkloadError(exc.field, exc.problem, where=where) from None
         requests.append((fields[0], request))
         if first is not None and len(requests) >= first:

@@ -2,11 +2,9 @@
 an in-process SSH server for the SSH, SFTP and clock checks) and remove (--drain), against a store in a
 temporary directory."""
 
-import hashlib
 import json
 import re
 import socket
-import sqlite3
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +23,7 @@ from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
 from tests.support.sshserver import SSHServer
+from tests.support.stores import snapshot
 from tests.support.text import has_row, lines
 from tests.support.times import CLI_NOW
 
@@ -52,14 +51,6 @@ def site(cli):
     return cli
 
 
-
-
-def snapshot(store_path: Path) -> str:
-    conn = sqlite3.connect(store_path)
-    try:
-        return hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
-    finally:
-        conn.close()
 
 
 def hosts_in(store_path: Path) -> dict:
