@@ -317,6 +317,7 @@ def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list
         passes = _mean([float(s.iterations) for s in p.samples])
         if any(s.guest_survived is False for s in p.samples):
             row[3] += " died"
+        if fit is None:
             rows.append([*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
             continue
         predicted = fit.predict(p.samples[0])

@@ -66,7 +66,8 @@ class PrecopyResult:
 
     @property
     def passes(self) -> int:
-        """Passes over memory, the stop-and-copy included (the meaning of libvirt's memory_iteration)."""
+        """Passes over memory, the stop-and-copy included. (libvirt's memory_iteration counts QEMU's
+        dirty-bitmap syncs, one more: the lab's migrations report this plus one.)"""
         return len(self.rounds)
 
     @property

@@ -540,3 +540,15 @@ def test_stored_value_is_plain_json(site, store_path):
         raw.close()
     assert json.loads(json.dumps(value)) == value
     assert set(value["migration"]) >= {"bandwidth_mib_s", "overhead_s", "dirty_factor", "hosts", "at", "samples"}
+
+
+def test_a_grid_point_whose_guest_died_keeps_its_prediction_and_says_so():
+    from orchestrator.cli.calibrate import _Point, _migration_rows
+
+    [sample] = model_samples(114.0, 0.8, 1.3, sizes=(256,), pps=(2500,), switchover=150.0)
+    point = _Point(256, 2500, samples=[dataclasses.replace(sample, guest_survived=False)])
+    fit = fit_migration(model_samples(114.0, 0.8, 1.3, switchover=150.0))
+    [row] = _migration_rows([point], fit)
+    assert row[3] == "1/1 died"
+    assert row[4] == f"{fit.predict(sample).total_seconds:.2f}" and row[6].endswith("%")
+    assert row[10] == f"{fit.predict(sample).passes}/{sample.iterations}"
