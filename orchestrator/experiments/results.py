@@ -16,35 +16,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiments.spec import Run, Sweep
+from drivers.files import write_whole
+from orchestrator.experiments.spec import Run, Sweep, number_or_text
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.timeutil import UTC, iso
 
 TABLE = "results.csv"
 LOG = "log.jsonl"
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """`text` into `path` through a temporary file in the same folder, flushed to disk before the rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class ResultsDir:
@@ -94,10 +76,10 @@ class ResultsDir:
     def done(self, run: Run, outcome: dict[str, Any], session: str, seconds: float) -> dict[str, Any]:
         """Write the run's files (its leases first, so a run file always has them when asked) and log it."""
         if "simulation" in outcome:
-            _write_whole(self.leases / f"{run.id}.json", json.dumps(outcome["simulation"], indent=1) + "\n")
+            write_whole(self.leases / f"{run.id}.json", json.dumps(outcome["simulation"], indent=1) + "\n")
         record = {"run": run.id, "row": run.row(), "metrics": outcome["metrics"], "session": session,
                   "finished": iso(datetime.now(UTC)), "seconds": round(seconds, 3)}
-        _write_whole(self.runs / f"{run.id}.json", json.dumps(record, indent=1) + "\n")
+        write_whole(self.runs / f"{run.id}.json", json.dumps(record, indent=1) + "\n")
         self._log({"event": "done", "run": run.id, "session": session, "seconds": round(seconds, 3)})
         return record
 
@@ -133,7 +115,7 @@ class ResultsDir:
         writer.writerow(columns)
         for row in rows:
             writer.writerow([_cell(row.get(column)) for column in columns])
-        _write_whole(self.table, out.getvalue())
+        write_whole(self.table, out.getvalue())
         return self.table, rows
 
 
@@ -152,12 +134,7 @@ def _value(text: str) -> Any:
         return None
     if text in ("true", "false"):
         return text == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return number_or_text(text)
 
 
 def read_table(path: Path) -> tuple[list[str], list[dict[str, Any]]]:

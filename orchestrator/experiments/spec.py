@@ -105,15 +105,6 @@ class Sweep:
     def columns(self) -> list[str]:
         return [*FIXED_COLUMNS, *self.field_names, *(axis.key for axis in self.axes)]
 
-    def files(self) -> dict[Path, WorkloadFile]:
-        """Every workload and injected file the runs read, once each."""
-        found: dict[Path, WorkloadFile] = {}
-        for run in self.runs:
-            for item in (run.workload, run.inject):
-                if item is not None:
-                    found.setdefault(item.path, item)
-        return found
-
 
 def plain(value: Any) -> Any:
     """A TOML value as JSON and CSV hold it (dates and times as ISO 8601 text)."""
@@ -377,10 +368,11 @@ class _Fields:
         match = self.regex.fullmatch(stem)
         if match is None:
             raise ConfigError(self.key, f"{self.pattern!r} does not match the injected file {name}")
-        return tuple((field, _number_or_text(match.group(field))) for field in self.names)
+        return tuple((field, number_or_text(match.group(field))) for field in self.names)
 
 
-def _number_or_text(text: str) -> Any:
+def number_or_text(text: str) -> Any:
+    """"05" is 5, "2.5" is 2.5, anything else stays text."""
     for kind in (int, float):
         try:
             return kind(text)
