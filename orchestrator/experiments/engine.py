@@ -98,9 +98,12 @@ class RayEngine:
         return self._task.remote(*args)
 
     def next_done(self, pending: list[Any]) -> Any:
-        """Wait for one of `pending` to finish and return it."""
-        ready, _ = self._ray.wait(pending, num_returns=1)
-        return ready[0]
+        """Wait for one of `pending` to finish and return it. (In steps of a second: Python handles Ctrl-C
+        only between them, and a run may take minutes.)"""
+        while True:
+            ready, _ = self._ray.wait(pending, num_returns=1, timeout=1.0)
+            if ready:
+                return ready[0]
 
     def result(self, ref: Any) -> dict[str, Any]:
         from ray.exceptions import RayError, RayTaskError
