@@ -7,6 +7,7 @@ progress and prints the outcome.
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -74,37 +75,30 @@ def run(
         return
     require_ray()
     info = make_console(stderr=True)
-    progress_shown = not quiet and info.is_terminal
+    progress = None
+    if not quiet and info.is_terminal:
+        progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=info, transient=True)
 
-    def started(engine) -> None:
+    def on_start(engine) -> None:
         if engine.dashboard_url and not quiet:
-            info.print(f"Ray dashboard: http://{engine.dashboard_url}", markup=False, soft_wrap=True)
+            (progress.console if progress else info).print(f"Ray dashboard: http://{engine.dashboard_url}",
+                                                           markup=False, soft_wrap=True)
 
-    def make_engine():
-        return RayEngine(workers=workers, address=address, dashboard=dashboard)
+    with progress or nullcontext():
+        bar = progress.add_task("sweep", total=len(sweep.runs), completed=len(results.finished())) if progress else None
 
-    if progress_shown:
-        with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=info, transient=True) as progress:
-            bar = progress.add_task("sweep", total=len(sweep.runs), completed=0)
-
-            def on_run(run: Run, done: int, total: int, seconds: float, error: str | None) -> None:
+        def on_run(run: Run, done: int, total: int, seconds: float, error: str | None) -> None:
+            what = f"failed: {error}" if error else f"done in {seconds:.1f} s"
+            if progress is not None:
                 progress.update(bar, completed=done)
                 if error:
-                    progress.console.print(f"run {run.id} failed: {error}", markup=False, soft_wrap=True)
-
-            def on_start(engine) -> None:
-                progress.update(bar, completed=len(results.finished()))
-                started(engine)
-
-            outcome = run_sweep(sweep, results, make_engine, with_leases=leases, on_start=on_start, on_run=on_run)
-    else:
-        def on_line(run: Run, done: int, total: int, seconds: float, error: str | None) -> None:
-            if not quiet:
-                what = f"failed: {error}" if error else f"done in {seconds:.1f} s"
+                    progress.console.print(f"run {run.id} {_describe(run)} {what}", markup=False, soft_wrap=True)
+            elif not quiet:
                 info.print(f"[{done}/{total}] run {run.id} {_describe(run)} {what}", markup=False, soft_wrap=True)
 
-        outcome = run_sweep(sweep, results, make_engine, with_leases=leases, on_start=started, on_run=on_line)
+        outcome = run_sweep(sweep, results, lambda: RayEngine(workers=workers, address=address, dashboard=dashboard),
+                            with_leases=leases, on_start=on_start, on_run=on_run)
     _report(sweep, outcome, results, json_out)
     if outcome.failed:
         run_, error = outcome.failed[0]
@@ -157,8 +151,8 @@ def _report(sweep: Sweep, outcome: SweepOutcome, results: ResultsDir, json_out: 
         return
     columns = _run_columns(sweep) + [Column(header, "right", drop=drop) for _, header, drop in _SHOWN]
     rows = [_run_cells(sweep, row) + [_metric(key, row.get(key)) for key, _, _ in _SHOWN] for row in outcome.rows]
-    title = (f"{sweep.path}: {outcome.total} runs ({outcome.ran} now, {outcome.before} before"
-             + (f", {len(outcome.failed)} failed" if outcome.failed else "") + f") -> {outcome.table}")
+    title = (f"{outcome.table}: {outcome.total} runs ({outcome.ran} run now, {outcome.before} before"
+             + (f", {len(outcome.failed)} failed" if outcome.failed else "") + ")")
     print_table(make_console(), columns, rows, title=title, title_justify="left")
 
 
