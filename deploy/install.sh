@@ -2,7 +2,7 @@
 # Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
 #   * Debian packages: libvirt + QEMU (the lab tier), dnsmasq (the lab's DHCP for VMs), the tools to build the
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
-#   * the project itself: pip install -e '.[test,libvirt]' from this repository's root
+#   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray)
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -68,7 +68,7 @@ if ! (cd / && "$PY" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
-            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib"):
+            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
@@ -76,10 +76,10 @@ for pkg in ("orchestrator", "drivers"):
         sys.exit(1)
 EOF
 ); then
-    say "pip install -e '.[test,libvirt]' in $ROOT"
-    (cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt]' 2>&1 \
+    say "pip install -e '.[test,libvirt,sweep]' in $ROOT"
+    (cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt,sweep]' 2>&1 \
         | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true)
-    (cd / && "$PY" -c "import libvirt, pytest, orchestrator, drivers") || die "pip install did not give importable packages"
+    (cd / && "$PY" -c "import libvirt, pytest, ray, orchestrator, drivers") || die "pip install did not give importable packages"
 fi
 
 if [[ $BUILD_GUEST == 1 ]]; then

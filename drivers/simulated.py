@@ -22,7 +22,6 @@ import json
 import math
 import os
 import random
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -63,6 +62,7 @@ from .errors import (
     VMAlreadyExists,
     VMNotFound,
 )
+from .files import write_whole
 from .inventory import is_under
 
 MIB = 1024 * 1024
@@ -189,20 +189,6 @@ class _StateFile:
 
 _VM_STATES = frozenset(get_args(VMStateName))
 _SPEC_FIELDS = frozenset(f.name for f in fields(VMSpec))
-
-
-def _sync_directory(directory: Path) -> None:
-    """Make a rename durable (POSIX); best effort where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _spec_from_json(data: object) -> VMSpec:
@@ -354,21 +340,7 @@ class SimulatedDriver(Driver):
         starts after a crash) sees the old state or the new one, never a mix."""
         path = self.state_file
         assert path is not None
-        text = json.dumps(self._state_json(), indent=1, sort_keys=True)
-        handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-            _sync_directory(path.parent)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_whole(path, json.dumps(self._state_json(), indent=1, sort_keys=True))
 
     @contextmanager
     def _changing(self, what: str) -> Iterator[None]:

@@ -16,6 +16,7 @@ from orchestrator.cli import (  # noqa: F401  (each module adds its commands to 
     report,
     run,
     simulate,
+    sweep,
 )
 from orchestrator.cli.app import app, main
 

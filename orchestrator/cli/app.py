@@ -67,17 +67,18 @@ class ErrorLineTyper(typer.Typer):
         return decorator
 
 
-def _typer(name: str, help: str) -> ErrorLineTyper:
+def _typer(name: str, help: str, **options) -> ErrorLineTyper:
     return ErrorLineTyper(name=name, help=help, no_args_is_help=True, pretty_exceptions_enable=False,
-                          add_completion=False)
+                          add_completion=False, **options)
 
 
 app = _typer("leasewise", "Plan and enact VM leases on lab KVM clusters.")
 
 
-def command_group(name: str, help: str) -> ErrorLineTyper:
-    """A group of subcommands (`leasewise NAME ...`) with the app's error handling, added to `app`."""
-    group = _typer(name, help)
+def command_group(name: str, help: str, **options) -> ErrorLineTyper:
+    """A group of subcommands (`leasewise NAME ...`) with the app's error handling, added to `app`;
+    `options` go to typer (e.g. `cls`, a click group class of its own)."""
+    group = _typer(name, help, **options)
     app.add_typer(group, name=name)
     return group
 

@@ -31,12 +31,15 @@ from orchestrator.model.config import load_config
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator
 from orchestrator.workloads import load_workload
+from orchestrator.workloads.injected import inject as inject_leases
 
 
 @app.command()
 def simulate(
     workload: Path = typer.Argument(..., help="Workload file: Haizea LWF (.lwf/.xml) or SWF (.swf), optionally .gz"),
     config: Path | None = typer.Option(None, "--config", "-c", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
+    inject: Path | None = typer.Option(None, "--inject", metavar="FILE",
+                                       help="Merge these injected leases (e.g. advance reservations) into WORKLOAD"),
     json_out: Path | None = typer.Option(None, "--json", help="Write leases, reservations and metrics as JSON"),
     csv_out: Path | None = typer.Option(None, "--csv", help="Write one row per lease as CSV"),
     png: Path | None = typer.Option(None, "--png", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
@@ -46,12 +49,16 @@ def simulate(
     console = make_console()
     if not workload.exists():
         raise fail(f"workload: {workload} does not exist")
+    if inject is not None and not inject.exists():
+        raise fail(f"--inject: {inject} does not exist")
     if config is not None and not config.exists():
         raise fail(f"--config: {config} does not exist")
     cfg = load_config(config)
     if png is not None:
         require_plot()
     loaded = load_workload(workload, cfg)
+    if inject is not None:
+        loaded = inject_leases(loaded, load_workload(inject, cfg))
     total = len(loaded.requests)
     if quiet or not console.is_terminal:
         result = Simulator(loaded, cfg).run()

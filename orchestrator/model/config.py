@@ -47,7 +47,7 @@ PREEMPTION_MODE = ("migrate-first", "suspend-only")
 
 
 # -- value coercion (each names the dotted key it is checking) -------------------------------------------
-def _kind(value: object) -> str:
+def value_kind(value: object) -> str:
     """How a wrong value is described in an error: its TOML type, and the value itself when short."""
     if isinstance(value, str):
         return f"the string {value!r}" if len(value) <= 40 else "a string"
@@ -73,7 +73,7 @@ def _kind(value: object) -> str:
 def _choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
     listed = ", ".join(f'"{a}"' for a in allowed)
     if not isinstance(value, str):
-        raise ConfigError(key, f"must be one of {listed} (got {_kind(value)})")
+        raise ConfigError(key, f"must be one of {listed} (got {value_kind(value)})")
     if value not in allowed:
         hint = difflib.get_close_matches(value, allowed, n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
@@ -84,7 +84,7 @@ def _choice(key: str, value: object, allowed: tuple[str, ...]) -> str:
 def _number(key: str, value: object, *, positive: bool = False, minimum: float = 0.0,
             maximum: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(key, f"must be a number {'greater than zero' if positive else '>= 0'} (got {_kind(value)})")
+        raise ConfigError(key, f"must be a number {'greater than zero' if positive else '>= 0'} (got {value_kind(value)})")
     number = float(value)
     if math.isnan(number) or math.isinf(number):
         raise ConfigError(key, f"must be a finite number (got {value})")
@@ -108,7 +108,7 @@ def _integer(key: str, value: object, *, minimum: int) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ConfigError(key, f"must be an integer >= {minimum} (got {_kind(value)} {value!r})")
+            raise ConfigError(key, f"must be an integer >= {minimum} (got {value_kind(value)} {value!r})")
     if value < minimum:
         raise ConfigError(key, f"must be an integer >= {minimum} (got {value})")
     return value
@@ -136,7 +136,7 @@ def _duration(key: str, value: object) -> timedelta:
         except InvalidRequest as exc:
             raise ConfigError(key, exc.problem) from None
     else:
-        raise ConfigError(key, f"must be a duration such as 30, \"30s\", \"5m\" or \"01:00:00\" (got {_kind(value)})")
+        raise ConfigError(key, f"must be a duration such as 30, \"30s\", \"5m\" or \"01:00:00\" (got {value_kind(value)})")
     if result < ZERO:
         raise ConfigError(key, f"must not be negative (got {value!r})")
     return result
@@ -148,13 +148,13 @@ def _optional_duration(key: str, value: object) -> timedelta | None:
 
 def _name(key: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(key, f"must be a non-empty string (got {_kind(value)})")
+        raise ConfigError(key, f"must be a non-empty string (got {value_kind(value)})")
     return value.strip()
 
 
 def _bool(key: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise ConfigError(key, f"must be true or false (got {_kind(value)})")
+        raise ConfigError(key, f"must be true or false (got {value_kind(value)})")
     return value
 
 
@@ -209,7 +209,7 @@ class SchedulingConfig:
         elif isinstance(bf, str) and bf in BACKFILLING:
             pass
         else:
-            shown = repr(bf) if isinstance(bf, str) else _kind(bf)
+            shown = repr(bf) if isinstance(bf, str) else value_kind(bf)
             hint = difflib.get_close_matches(bf, BACKFILLING, n=1) if isinstance(bf, str) else []
             extra = f"; did you mean {hint[0]!r}?" if hint else ""
             raise ConfigError(p + "backfilling",
@@ -284,7 +284,7 @@ _SITE = re.compile(r"^\s*([0-9]+)\s+(\S.*)$")
 def parse_site(text: str, field: str = "simulation.site") -> list[tuple[str, Resources]]:
     """Parse Haizea's resources string `N CPU:100,Memory:1024` (commas or spaces between the pairs)."""
     if not isinstance(text, str):
-        raise ConfigError(field, f'must be a string such as "4 CPU:100,Memory:1024" (got {_kind(text)})')
+        raise ConfigError(field, f'must be a string such as "4 CPU:100,Memory:1024" (got {value_kind(text)})')
     match = _SITE.match(text)
     if not match:
         raise ConfigError(field, f'{text!r} is not "NUMHOSTS CPU:amount,Memory:amount[,...]" (e.g. "4 CPU:100,Memory:1024")')
@@ -327,7 +327,7 @@ class SimulationConfig:
                 raise ConfigError("simulation.start", exc.problem) from None
         else:
             raise ConfigError("simulation.start",
-                              f"must be a date-time with a time zone such as 2026-01-01T00:00:00Z (got {_kind(start)})")
+                              f"must be a date-time with a time zone such as 2026-01-01T00:00:00Z (got {value_kind(start)})")
         _set(self, "start", start)
         if self.site is not None:
             _set(self, "_hosts", tuple(parse_site(self.site)))
@@ -390,7 +390,7 @@ class DaemonConfig:
         for name in ("store", "inventory"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(p + name, f"must be a file path (got {_kind(value)})")
+                raise ConfigError(p + name, f"must be a file path (got {value_kind(value)})")
         _set(self, "driver", _choice(p + "driver", self.driver, DRIVERS))
         _set(self, "on_lost_vm", _choice(p + "on_lost_vm", self.on_lost_vm, ON_LOST_VM))
         for name in ("poll_interval", "graceful_timeout"):
@@ -437,7 +437,7 @@ def _suggest(word: str, options: list[str]) -> str:
 
 def _table(path: str, value: object) -> Mapping[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(path, f"must be a table, written [{path}] (got {_kind(value)})")
+        raise ConfigError(path, f"must be a table, written [{path}] (got {value_kind(value)})")
     return value
 
 
@@ -460,7 +460,7 @@ def config_from_dict(data: Mapping[str, Any], source: str | None = None) -> Conf
 
 def _build(data: Mapping[str, Any]) -> Config:
     if not isinstance(data, Mapping):
-        raise ConfigError("config", f"must be a table of tables (got {_kind(data)})")
+        raise ConfigError("config", f"must be a table of tables (got {value_kind(data)})")
     top_level = list(_TABLES) + list(_GROUPS)
     top_level = [t for t in top_level if "." not in t]
     for key, value in data.items():
@@ -514,6 +514,11 @@ def load_config(path: str | Path | None) -> Config:
     """Read a TOML configuration file; None gives every default."""
     if path is None:
         return Config()
+    return config_from_dict(read_toml(path), source=str(path))
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file parsed, or one `ConfigError` naming the file (and the line of a syntax error)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -532,4 +537,4 @@ def load_config(path: str | Path | None) -> Config:
         line = match.group(1) if match else "?"
         reason = _TOML_LINE.sub("", message).strip() or "syntax error"
         raise ConfigError(f"{path}:{line}", f"not valid TOML ({reason})") from None
-    return config_from_dict(data, source=str(path))
+    return data

@@ -1,7 +1,8 @@
 """Workloads: lease requests read from a file (Haizea's LWF, the Parallel Workloads Archive's SWF) or generated.
 
 `load_workload(path, config)` picks the format from the file name (`.lwf`/`.xml`, `.swf`, either optionally
-`.gz`) or, failing that, from the content, and returns a `Workload`: the requests in submit order, each with
+`.gz`; an `.lwf` that is not XML holds injected leases, the older one-lease-a-line format) or, failing that,
+from the content, and returns a `Workload`: the requests in submit order, each with
 the workload's own lease id, plus the site the file describes (if any).
 
 The `Workload` type and `resolve_site` live in `orchestrator.model.workload` (the simulator runs one
@@ -20,27 +21,37 @@ from orchestrator.workloads.files import read_workload_file
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.config import Config
 
-__all__ = ["Workload", "load_workload", "resolve_site", "check_fits_site"]
+__all__ = ["Workload", "load_workload", "workload_from_bytes", "resolve_site", "check_fits_site"]
 
 
 def load_workload(path: str | Path, config: "Config | None" = None) -> Workload:
-    """Read an LWF or SWF workload (gzip-compressed or not) into a `Workload`."""
+    """Read an LWF, injected-lease or SWF workload (gzip-compressed or not) into a `Workload`."""
+    path = Path(path)
+    return workload_from_bytes(read_workload_file(path), path.name, config, source=str(path))
+
+
+def workload_from_bytes(data: bytes, name: str, config: "Config | None" = None, source: str | None = None) -> Workload:
+    """Parse a workload file's (decompressed) bytes; `name` (the file's name) picks the format."""
     from orchestrator.model.config import Config
-    from orchestrator.workloads import lwf, swf
+    from orchestrator.workloads import injected, lwf, swf
 
     config = config or Config()
-    path = Path(path)
-    data = read_workload_file(path)
-    name = path.name.lower()
+    source = source if source is not None else name
+    name = name.lower()
     if name.endswith(".gz"):
         name = name[:-3]
-    if name.endswith((".lwf", ".xml")):
-        return lwf.parse_lwf(data, config, source=str(path))
-    if name.endswith(".swf"):
-        return swf.parse_swf(data, config, source=str(path))
     head = data.lstrip()[:1]
+    if name.endswith(".lwf") and head not in (b"<", b""):
+        return injected.parse_injected(data, config, source=source)   # the older, one-lease-a-line LWF
+    if name.endswith((".lwf", ".xml")):
+        return lwf.parse_lwf(data, config, source=source)
+    if name.endswith(".swf"):
+        return swf.parse_swf(data, config, source=source)
     if head == b"<":
-        return lwf.parse_lwf(data, config, source=str(path))
+        return lwf.parse_lwf(data, config, source=source)
+    if injected.looks_injected(data):
+        return injected.parse_injected(data, config, source=source)
     if head == b";" or head.isdigit():
-        return swf.parse_swf(data, config, source=str(path))
-    raise WorkloadError(str(path), "unknown workload format (expected an LWF .lwf/.xml or an SWF .swf file, optionally .gz)")
+        return swf.parse_swf(data, config, source=source)
+    raise WorkloadError(source, "unknown workload format (expected an LWF .lwf/.xml, injected leases .lwf or an "
+                                "SWF .swf file, optionally .gz)")

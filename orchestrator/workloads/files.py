@@ -15,9 +15,14 @@ def read_workload_file(path: Path) -> bytes:
         raw = path.read_bytes()
     except OSError as exc:
         raise WorkloadError(str(path), f"cannot read the workload file ({exc.strerror or exc})") from None
+    return decompressed(raw, str(path))
+
+
+def decompressed(raw: bytes, source: str) -> bytes:
+    """`raw` gunzipped when it is gzip, else as it is (a sweep ships files' bytes as they are on disk)."""
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as exc:
-            raise WorkloadError(str(path), f"not a valid gzip file ({exc})") from None
+            raise WorkloadError(source, f"not a valid gzip file ({exc})") from None
     return raw

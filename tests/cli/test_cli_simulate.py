@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import re
 from pathlib import Path
@@ -105,3 +106,29 @@ def test_a_run_puts_the_garbage_collector_back_as_it_was():
         assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
+
+
+def test_simulate_injects_leases_into_a_trace(tmp_path):
+    """`--inject`: the injected file's advance reservations run among the trace's jobs, with ids of their own."""
+    blue = EXAMPLES / "sweeps" / "data" / "blue"
+    config = tmp_path / "c.toml"
+    config.write_text('[simulation]\nsite = "144 CPU:100,Memory:1024"\n'
+                      "[workload.swf]\nprocessors_per_node = 1\nfirst = 100\n")
+    injected = blue / "injected" / "work_10-dur_4h-size_3large.lwf.gz"
+    out = tmp_path / "o.json"
+    result = runner.invoke(app, ["simulate", str(blue / "30days.swf.gz"), "--inject", str(injected),
+                                 "--config", str(config), "--quiet", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    ids = [lease["id"] for lease in data["leases"]]
+    ars = [lease for lease in data["leases"] if lease["type"] == "advance-reservation"]
+    assert len(ars) == sum(1 for line in gzip.decompress(injected.read_bytes()).splitlines() if line.strip())
+    assert all(lease["id"].startswith("injected-") for lease in ars)
+    assert len(ids) == len(set(ids)) == len(ars) + 100
+    assert data["metrics"]["ar_accepted"] + data["metrics"]["ar_rejected"] == len(ars)
+
+
+def test_simulate_missing_injected_file():
+    result = runner.invoke(app, ["simulate", str(EXAMPLES / "mixed.lwf"), "--inject", "nowhere.lwf"])
+    assert result.exit_code == 2
+    assert "--inject: nowhere.lwf does not exist" in result.output
