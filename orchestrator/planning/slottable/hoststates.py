@@ -76,6 +76,12 @@ def room_of(node: Resources, used: np.ndarray, capacity: np.ndarray) -> np.ndarr
     return np.maximum(np.floor((capacity[:, wanted] - used[:, wanted] + EPSILON) / need[wanted]).min(axis=1), 0)
 
 
+def fits_rows(used: np.ndarray, request: Resources, capacity: np.ndarray) -> np.ndarray:
+    """Per row, whether `request` fits next to the row's usage (vectorised `resources.fits`: the same
+    sums and comparisons, so the same answer as the slot table's walks give at that time)."""
+    return np.all(used + np.array(request) <= capacity + EPSILON, axis=1)
+
+
 class _Room:
     """Per host, how many nodes of one size fit at the states' time, and the sum."""
 
