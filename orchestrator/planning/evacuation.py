@@ -130,7 +130,8 @@ class EvacuationPlanner:
 
         A host without room for the VM even at `start` is passed over without walking its timeline: on
         a busy site that is most of them, and the arrays read for the ranking answer it (the same
-        comparison as the walk's first step)."""
+        comparison as the walk's first step). VMs of one size (sorted next to each other) go on from the
+        host the one before went to: the hosts before it refused that one and hold the same as then."""
         table = self.table
         requests = lease.request.nodes
         nodes = dict(vm.nodes)
@@ -142,18 +143,22 @@ class EvacuationPlanner:
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
         candidates = [(names[row], row) for row in ranking if names[row] not in avoid]
         fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
+        went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):
             request = requests[v]
             fits_now = fit_at_start.get(request)
             if fits_now is None:
                 fits_now = fit_at_start[request] = fits_rows(used, request, cap).tolist()
-            for host, row in candidates:
+            # (a VM like the last one fits on none of the hosts that one passed over: they hold the same)
+            for i in range(went_to.get(request, 0), len(candidates)):
+                host, row = candidates[i]
                 if not fits_now[row]:
                     continue   # (with the lease's VMs there too, it fits even less)
                 trial = add(held.get(host, NOTHING), request)
                 if table.fits(host, trial, start, end):
                     held[host] = trial
                     nodes[v] = host
+                    went_to[request] = i
                     break
             else:
                 return None
