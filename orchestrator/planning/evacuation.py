@@ -41,6 +41,7 @@ from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
+from orchestrator.planning.slottable.hoststates import fits_rows
 from orchestrator.planning.slottable.table import SlotTable
 
 _MAX_SHIFTS = 16
@@ -139,7 +140,12 @@ class EvacuationPlanner:
     def _destinations(self, lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
                       start: datetime, end: datetime) -> dict[int, str] | None:
         """vnode -> host for the whole lease over [start, end): staying VMs keep their hosts, moving ones
-        go, largest first, to the first host in the policy's order that can hold them until `end`."""
+        go, largest first, to the first host in the policy's order that can hold them until `end`.
+
+        A host without room for the VM even at `start` is passed over without walking its timeline: on
+        a busy site that is most of them, and the arrays read for the ranking answer it (the same
+        comparison as the walk's first step). VMs of one size (sorted next to each other) go on from the
+        host the one before went to: the hosts before it refused that one and hold the same as then."""
         table = self.table
         requests = lease.request.nodes
         nodes = dict(vm.nodes)
@@ -148,14 +154,25 @@ class EvacuationPlanner:
             if v not in moving:
                 held[host] = add(held.get(host, NOTHING), requests[v])
         names, used, cap, count, _ = table.state_arrays(start)
-        order = [names[i] for i in self.host_selection.rank_indices(used, cap, count).tolist()]
-        candidates = [h for h in order if h not in avoid]
+        ranking = self.host_selection.rank_indices(used, cap, count).tolist()
+        candidates = [(names[row], row) for row in ranking if names[row] not in avoid]
+        fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
+        went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):
-            for host in candidates:
-                trial = add(held.get(host, NOTHING), requests[v])
+            request = requests[v]
+            fits_now = fit_at_start.get(request)
+            if fits_now is None:
+                fits_now = fit_at_start[request] = fits_rows(used, request, cap).tolist()
+            # (a VM like the last one fits on none of the hosts that one passed over: they hold the same)
+            for i in range(went_to.get(request, 0), len(candidates)):
+                host, row = candidates[i]
+                if not fits_now[row]:
+                    continue   # (with the lease's VMs there too, it fits even less)
+                trial = add(held.get(host, NOTHING), request)
                 if table.fits(host, trial, start, end):
                     held[host] = trial
                     nodes[v] = host
+                    went_to[request] = i
                     break
             else:
                 return None

@@ -302,7 +302,7 @@ class LeaseScheduler:
         avoid = {host for host, amount in vm.resources.items()
                  if not self.table.fits(host, amount, needed_by, end)}
         node = lease.request.uniform
-        if not avoid or (node is not None and self.table.room_total(node, needed_by)
+        if not avoid or (node is not None and self.table.room_total(node, needed_by, in_passing=True)
                          < sum(host in avoid for host in vm.nodes.values())):
             return None   # (a lookup first: usually the site has no room then for the VMs that must move)
         # (the planner changes `vm` only when it finds an evacuation)

@@ -33,7 +33,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
-from orchestrator.planning.slottable.hoststates import room_of
+from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
 
 
@@ -228,7 +228,7 @@ class Mapper:
         if hosts.room is not None:
             fitting = hosts.room >= 1
         else:
-            fitting = np.all(hosts.used + np.array(smallest) <= hosts.cap + EPSILON, axis=1)
+            fitting = fits_rows(hosts.used, smallest, hosts.cap)
         if allowed is not None:
             permitted = np.zeros(len(hosts.names), dtype=bool)
             permitted[[self.table.row(h) for h in allowed]] = True

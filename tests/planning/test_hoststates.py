@@ -95,3 +95,22 @@ def _check(ops):
             fresh = {h: nodes_that_fit(table.usage_at(h, later), capacities[h], node) for h in capacities}
             assert table.room_total(node, later) == sum(fresh.values())
             assert table.room_total(node, later, ["h1", "h4"]) == fresh["h1"] + fresh["h4"]
+
+
+def test_a_look_in_passing_counts_the_same_and_leaves_the_second_snapshot_where_it_is():
+    """Most of 100 hosts change between the present and the time looked at: the instant check would
+    bring the second snapshot there; in passing it works the count out from the present's rows."""
+    capacities = {f"h{i:03d}": Resources.of(4, 8192) for i in range(100)}
+    table = SlotTable(capacities)
+    for i, host in enumerate(capacities):
+        table.add(Reservation(1, ReservationKind.VM, T(10 + i % 7), T(200), {host: Resources.of(1 + i % 3, 1024)}))
+    table.present = T(0)
+    node = Resources.of(1, 1024)
+    table.states_at(T(0))
+    table.state_arrays(T(5))   # (the second snapshot, where a mapping at another time left it)
+    second = table._snapshots[1]
+    where = second.last
+    fresh = sum(nodes_that_fit(table.usage_at(h, T(50)), capacities[h], node) for h in capacities)
+    assert table.room_total(node, T(50), in_passing=True) == fresh
+    assert second.last == where
+    assert table.room_total(node, T(50)) == fresh

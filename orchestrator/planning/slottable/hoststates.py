@@ -76,6 +76,12 @@ def room_of(node: Resources, used: np.ndarray, capacity: np.ndarray) -> np.ndarr
     return np.maximum(np.floor((capacity[:, wanted] - used[:, wanted] + EPSILON) / need[wanted]).min(axis=1), 0)
 
 
+def fits_rows(used: np.ndarray, request: Resources, capacity: np.ndarray) -> np.ndarray:
+    """Per row, whether `request` fits next to the row's usage (vectorised `resources.fits`: the same
+    sums and comparisons, so the same answer as the slot table's walks give at that time)."""
+    return np.all(used + np.array(request) <= capacity + EPSILON, axis=1)
+
+
 class _Room:
     """Per host, how many nodes of one size fit at the states' time, and the sum."""
 
@@ -452,10 +458,11 @@ class HostStates:
             self._bring_room(room)
         return room
 
-    def room_at(self, node: Resources, k: int, rows: list[int] | None = None) -> int | None:
+    def room_at(self, node: Resources, k: int, rows: list[int] | None = None, *,
+                always: bool = False) -> int | None:
         """How many nodes of this size fit at the later key k (> the time brought to), over all rows or
         `rows`, worked out from the counts kept here and the rows whose window ends by k, without moving
-        there; None when too many rows change by then (moving is then cheaper)."""
+        there; None when too many rows change by then (moving is then cheaper), unless `always`."""
         room = self.room(node)
         until, per_row = self._windows.until, room.per_row
         if rows is None:
@@ -463,7 +470,7 @@ class HostStates:
             if k < self._windows.earliest_until:
                 return total
             changed = (until <= k).nonzero()[0].tolist()
-            if len(changed) > _BULK_ROWS and len(changed) * _BULK_SHARE > len(self.names):
+            if not always and len(changed) > _BULK_ROWS and len(changed) * _BULK_SHARE > len(self.names):
                 return None
         else:
             total = sum([per_row[i] for i in rows])

@@ -322,17 +322,20 @@ class SlotTable:
         nodes each host can take, and whether any CPU is free (`HostStates.room`, `site_full`). Read only."""
         return self._states(t)
 
-    def room_total(self, node: Resources, t: datetime, hosts: Collection[str] | None = None) -> int:
+    def room_total(self, node: Resources, t: datetime, hosts: Collection[str] | None = None, *,
+                   in_passing: bool = False) -> int:
         """How many nodes of this size fit at the instant t over all hosts (or `hosts`): the instant
         check the queue and the mapper make at the present, when a suspended lease's images could have
         moved, at backfilling points. After the present it is worked out from the present's snapshot
         and the hosts whose usage changes in between, so these checks do not drag the second snapshot
-        back and forth (it stays where the mappings at other times need it)."""
+        back and forth (it stays where the mappings at other times need it). When many hosts change by
+        t, the second snapshot is brought there instead (a mapping at t usually follows), unless the
+        look is `in_passing`: one no mapping at t follows."""
         present = self.present
         if present is not None and t > present:
             snapshot = self._states(present)
             rows = None if hosts is None else [snapshot.row(h) for h in hosts]
-            total = snapshot.room_at(node, time_key(t), rows)
+            total = snapshot.room_at(node, time_key(t), rows, always=in_passing)
             if total is not None:
                 return total
         snapshot = self._states(t)
