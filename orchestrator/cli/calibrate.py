@@ -334,6 +334,20 @@ def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list
 def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
                     max_downtime: float) -> dict:
     """What `--json` prints: every grid point measured and predicted, the fit and the configured values."""
+    s = cfg.scheduling
+    return {"hosts": hosts, "driver": driver, "max_downtime_ms": max_downtime, "points": _points_json(points, fit),
+            "fit": None if fit is None else fit.as_dict(),
+            "in_sample": None if fit is None else _json_or_none(_fidelity(points, fit, max_downtime)),
+            "validation": None,
+            "configured": {"live_migration_bandwidth": s.live_bandwidth,
+                           "live_migration_overhead": s.live_migration_overhead.total_seconds(),
+                           "live_migration_switchover_ms": s.live_migration_switchover_ms,
+                           "live_migration_dirty_factor": s.live_migration_dirty_factor},
+            "stored": None}
+
+
+def _points_json(points: list[_Point], fit: MigrationFit | None) -> list[dict]:
+    """Every grid point measured, and predicted when there is a fit."""
     out = []
     for p in points:
         point: dict = {"memory_mib": p.memory_mib, "dirty_pages_s": p.pages_per_second,
@@ -351,16 +365,7 @@ def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config,
                                       "downtime_ms": predicted.downtime_ms, "passes": predicted.passes,
                                       "error_pct": None if aborts else _error_pct(predicted.total_seconds, measured_s)}
         out.append(point)
-    s = cfg.scheduling
-    return {"hosts": hosts, "driver": driver, "max_downtime_ms": max_downtime, "points": out,
-            "fit": None if fit is None else fit.as_dict(),
-            "in_sample": None if fit is None else _json_or_none(_fidelity(points, fit, max_downtime)),
-            "validation": None,
-            "configured": {"live_migration_bandwidth": s.live_bandwidth,
-                           "live_migration_overhead": s.live_migration_overhead.total_seconds(),
-                           "live_migration_switchover_ms": s.live_migration_switchover_ms,
-                           "live_migration_dirty_factor": s.live_migration_dirty_factor},
-            "stored": None}
+    return out
 
 
 def _fidelity(points: list[_Point], fit: MigrationFit, max_downtime: float) -> Fidelity | None:
@@ -636,8 +641,7 @@ def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit
         note = _died_note(points)
         if note is not None:
             console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    out = _migration_json(points, fit, Config(), hosts, setup.kind, max_downtime)
-    return {"downtime_limit_ms": limit, "points": out["points"], "summary": _json_or_none(summary)}
+    return {"downtime_limit_ms": limit, "points": _points_json(points, fit), "summary": _json_or_none(summary)}
 
 
 # -- calibrate suspend -------------------------------------------------------------------------------------
