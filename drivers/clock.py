@@ -69,6 +69,7 @@ class RealClock:
 
     def __init__(self, speedup: float = 1.0):
         self._speedup = speedup
+        self.speedup = speedup
         self._origin_wall = time.monotonic()
         self._origin = datetime.now(UTC)
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import functools
 import random
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -254,6 +256,8 @@ class SimulatedDriver(Driver):
         if unknown:
             raise ValueError(f"host_down_at names unknown host {sorted(unknown)[0]!r}")
         self._rng = random.Random(self.config.seed)
+        self._lock = threading.RLock()   # one operation at a time changes the hosts (see _serialised)
+        self._depth = 0
         self._vms: dict[str, _VM] = {}
         # Save images: key (host, path) for host-local files, (None, path) for shared storage.
         self._files: dict[tuple[str | None, str], _StateFile] = {}
@@ -425,8 +429,24 @@ class SimulatedDriver(Driver):
     # -- time and failures -----------------------------------------------------------------------
 
     def _spend(self, seconds: float) -> float:
-        self.clock.sleep(timedelta(seconds=seconds))
+        self._sleep_until(self.clock.now() + timedelta(seconds=seconds))
         return seconds
+
+    def _sleep_until(self, when: datetime) -> None:
+        """Wait on the clock; on a clock that moves by itself, other threads' operations go on meanwhile
+        (the lock is let go while waiting, as a real host's operations overlap)."""
+        if not getattr(self.clock, "moves_by_itself", False):
+            self.clock.sleep_until(when)
+            return
+        depth = self._depth
+        for _ in range(depth):
+            self._lock.release()
+        try:
+            self.clock.sleep_until(when)
+        finally:
+            for _ in range(depth):
+                self._lock.acquire()
+            self._depth = depth
 
     def _injected_failure(self, operation: str) -> bool:
         p = self.config.failure_probability
@@ -687,7 +707,7 @@ class SimulatedDriver(Driver):
             samples.append(sample)
             if progress is not None:
                 progress(sample)
-        self.clock.sleep_until(start + timedelta(seconds=result.total_seconds))
+        self._sleep_until(start + timedelta(seconds=result.total_seconds))
 
         measured = dict(
             total_seconds=result.total_seconds,
@@ -707,3 +727,24 @@ class SimulatedDriver(Driver):
             outcome=result.outcome, **measured,  # type: ignore[arg-type]
         )
 
+
+
+def _serialised(method):
+    """Run a driver method holding the driver's lock (several threads may share one simulated driver)."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            self._depth += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._depth -= 1
+
+    return locked
+
+
+for _name, _method in list(vars(SimulatedDriver).items()):
+    if callable(_method) and not _name.startswith("_") and not isinstance(_method, (classmethod, staticmethod, type)):
+        setattr(SimulatedDriver, _name, _serialised(_method))
+del _name, _method

@@ -15,6 +15,7 @@ from orchestrator.cli import (  # noqa: F401  (each module adds its commands to 
     plan,
     report,
     run,
+    serve,
     simulate,
     sweep,
 )

@@ -25,6 +25,7 @@ from orchestrator.cli.app import fail
 from orchestrator.cli.images import hosts_driver
 from orchestrator.cli.leases import lease_app
 from orchestrator.cli.vms import VMAccess, lease_vms
+from orchestrator.runtime.vm_access import vm_access_from_json
 
 _TARGET = re.compile(r"([0-9]+)(?:/([0-9]+))?")
 
@@ -36,9 +37,15 @@ def _target(text: str) -> tuple[int, int | None]:
     return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
 
 
-def _one_vm(target: str, state: Path | None, config: Path | None) -> tuple[VMAccess, Driver]:
+def _one_vm(target: str, state: Path | None, config: Path | None, server: str | None = None) -> tuple[VMAccess, Driver]:
+    """The VM, and a driver that can give its console (the server's answer when there is one)."""
     number, node = _target(target)
     cfg = common.load(config)
+    remote = common.client(server, cfg)
+    if remote is not None:
+        with remote:
+            answer = remote.access(number, node)
+        return vm_access_from_json(answer["vm"]), _Answered(answer)
     if not common.store_exists(state, cfg):
         raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
     with common.open_store(state, cfg) as store:
@@ -58,6 +65,21 @@ def _one_vm(target: str, state: Path | None, config: Path | None) -> tuple[VMAcc
     return vm, driver
 
 
+class _Answered:
+    """What the server said about reaching a VM, standing in for the driver that would be asked locally."""
+
+    def __init__(self, answer: dict):
+        self._answer = answer
+
+    def console_command(self, name: str) -> list[str]:
+        if self._answer.get("console") is None:
+            raise DriverError(self._answer.get("console_error") or "no console")
+        return list(self._answer["console"])
+
+    def close(self) -> None:
+        pass
+
+
 @lease_app.command("ssh", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(
     ctx: typer.Context,
@@ -69,9 +91,10 @@ def ssh(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """ssh to a VM of a lease as its image's login user; anything after `--` runs there."""
-    vm, driver = _one_vm(target, state, config)
+    vm, driver = _one_vm(target, state, config, server)
     driver.close()
     command = vm.ssh_command()
     if command is None:
@@ -96,9 +119,10 @@ def console(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Attach to the serial console of a VM of a lease (leave with Ctrl-]); `--print` gives the virsh line."""
-    vm, driver = _one_vm(target, state, config)
+    vm, driver = _one_vm(target, state, config, server)
     try:
         command = driver.console_command(vm.name)
     except (DriverError, NotImplementedError) as exc:

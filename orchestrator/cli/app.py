@@ -59,7 +59,7 @@ class ErrorLineTyper(typer.Typer):
                                f"{time.monotonic() - began:.0f} s (--wait {wait:g}); nothing was done, "
                                "try again", EXIT_BUSY) from None
                 except (LeasewiseError, DriverError) as exc:
-                    raise fail(str(exc)) from None
+                    raise fail(str(exc), exit_code_of(exc)) from None
 
             register(wrapper)
             return func
@@ -83,6 +83,15 @@ def command_group(name: str, help: str, **options) -> ErrorLineTyper:
     return group
 
 
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code of one of leasewise's errors: its own when it carries one (a server's answer, a
+    quota, a refusal: 4), else 2 (bad input)."""
+    code = getattr(exc, "exit_code", None)
+    if isinstance(code, int):
+        return code
+    return EXIT_BAD_INPUT
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print one error line and return the Exit to raise."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
@@ -94,7 +103,7 @@ def main() -> None:
     try:
         app()
     except LeasewiseError as exc:
-        sys.exit(fail(str(exc)).exit_code)
+        sys.exit(fail(str(exc), exit_code_of(exc)).exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)

@@ -8,7 +8,8 @@ one that waits longer than the busy timeout is run again for up to `--wait` seco
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,11 @@ from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store, default_store_path
+
+#: where the commands that a server can answer send them (else they work on the local store)
+ServerOption = typer.Option(None, "--server", metavar="URL",
+                            help="A leasewise server: unix:PATH or https://HOST:PORT (default: $LEASEWISE_SERVER, "
+                                 "else \\[client] server; none: the local store)")
 
 #: options every store-backed command takes
 StateOption = typer.Option(None, "--state", help="SQLite store (default: \\[daemon] store, else under $XDG_DATA_HOME/leasewise)")
@@ -67,6 +73,24 @@ def parse_lease_id(text: str, label: str = "lease") -> int:
     if number is None or not 0 < number <= MAX_LEASE_ID or not text.strip()[:1].isdigit():
         raise fail(f"{label}: {text!r} is not a lease id (a positive whole number)")
     return number
+
+
+def server_url(server: str | None, config: Config, env: Mapping[str, str] | None = None) -> str | None:
+    """The server to send commands to: --server, else $LEASEWISE_SERVER, else [client] server."""
+    env = os.environ if env is None else env
+    url = server if server is not None else env.get("LEASEWISE_SERVER") or config.client.server
+    return url or None
+
+
+def client(server: str | None, config: Config):
+    """A client of the configured server, or None (work on the local store)."""
+    url = server_url(server, config)
+    if url is None:
+        return None
+    from orchestrator.service.client import Client, token_for
+
+    token = token_for(config.client.token_file) if not url.startswith("unix:") else None
+    return Client(url, token=token, ca=config.client.ca)
 
 
 def load(config_path: Path | None) -> Config:

@@ -490,6 +490,7 @@ def drain(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Move everything off a host (live migration, else suspension) and keep new leases off it."""
     settings = common.load(config)
@@ -497,19 +498,27 @@ def drain(
     deadline = _drain_time(by, now)
     if deadline < now:
         raise fail(f"--by: {iso(deadline)} is in the past (now {iso(now)})")
-    with common.open_cluster(state, settings) as cluster:
-        if name not in cluster.hosts:
-            raise fail(f"host: no host named {name!r}")
-        plan = cluster.drain(name, deadline, now)
+    remote = common.client(server, settings)
+    if remote is not None:
+        with remote:
+            done = remote.drain(name, iso(deadline))
+        unavailable = parse_time(done["unavailable_from"], "unavailable_from")
+        leases = {int(i): what for i, what in done["leases"].items()}
+    else:
+        with common.open_cluster(state, settings) as cluster:
+            if name not in cluster.hosts:
+                raise fail(f"host: no host named {name!r}")
+            plan = cluster.drain(name, deadline, now)
+        unavailable, leases = plan.unavailable_from, plan.leases
     if json_out:
-        emit_json({"host": name, "unavailable_from": iso(plan.unavailable_from),
-                   "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(plan.leases.items())]})
+        emit_json({"host": name, "unavailable_from": iso(unavailable),
+                   "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(leases.items())]})
         return
     console = make_console()
-    for lease_id, what in sorted(plan.leases.items()):
+    for lease_id, what in sorted(leases.items()):
         console.print(f"lease {lease_id}: {escape(what)}", soft_wrap=True)
-    console.print(f"host {escape(name)} drained: unavailable from {when(plan.unavailable_from)}"
-                  + ("" if plan.leases else " (nothing ran or was planned there)"), soft_wrap=True)
+    console.print(f"host {escape(name)} drained: unavailable from {when(unavailable)}"
+                  + ("" if leases else " (nothing ran or was planned there)"), soft_wrap=True)
 
 
 @host_app.command("undrain")
@@ -518,10 +527,17 @@ def undrain(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Make a drained host available to leases again."""
     settings = common.load(config)
     now = common.now()
+    remote = common.client(server, settings)
+    if remote is not None:
+        with remote:
+            remote.undrain(name)
+        make_console().print(f"host {escape(name)} is available again", soft_wrap=True)
+        return
     with common.open_cluster(state, settings) as cluster:
         if name not in cluster.hosts:
             raise fail(f"host: no host named {name!r}")

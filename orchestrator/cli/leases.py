@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import typer
@@ -33,11 +33,13 @@ from orchestrator.cli.leasefile import (
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, VMImage
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
+from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
 
@@ -45,10 +47,6 @@ lease_app = command_group("lease", "Submit, list, show, cancel and extend leases
 
 
 # -- formatting -----------------------------------------------------------------------------------------------
-def hosts_of(rr: Reservation | None) -> list[str]:
-    return [] if rr is None else sorted(set(rr.resources) | set(rr.nodes.values()))
-
-
 def lease_window(lease: Lease) -> tuple[datetime | None, datetime | None]:
     """(start, end) to show: when it first ran (or is planned to), and when it ended (or is planned to)."""
     first = lease.reservations[0] if lease.reservations else None
@@ -147,56 +145,6 @@ def _duration_text(seconds: float) -> str:
 
 
 # -- submit ---------------------------------------------------------------------------------------------------
-def _plan_snapshot(cluster) -> dict:
-    """lease id -> what its current plan looks like, to tell which other leases a submission moved."""
-    out = {}
-    for lease in cluster.scheduler.leases.values():
-        if lease.is_final:
-            continue
-        vm = lease.last_vm
-        out[lease.id] = (lease.state, None if vm is None else (vm.id, vm.start, vm.end, vm.is_suspending))
-    return out
-
-
-def _affected(cluster, before: dict, skip: int) -> list[dict]:
-    """Leases whose plan or state changed because of the submission (preempted: suspended or requeued)."""
-    out = []
-    for lease_id, (state, plan) in sorted(before.items()):
-        if lease_id == skip:
-            continue
-        lease = cluster.scheduler.leases[lease_id]
-        vm = lease.last_vm
-        now_plan = None if vm is None else (vm.id, vm.start, vm.end, vm.is_suspending)
-        if lease.state is state and now_plan == plan:
-            continue
-        at = None
-        if vm is not None and vm.is_suspending and vm in cluster.table:
-            what, at = f"suspended at {when(vm.end)}", vm.end
-        elif lease.state in (LeaseState.QUEUED, LeaseState.SUSPENDED_QUEUED):
-            what = "requeued"
-        elif vm is not None and vm in cluster.table:
-            what, at = f"moved to {when(vm.start)} → {when(vm.end)} on {', '.join(hosts_of(vm))}", vm.start
-        else:
-            what = f"now {lease.state}"
-        out.append({"id": lease_id, "state": lease.state.value, "change": what, "at": iso(at)})
-    return out
-
-
-def _submit_answer(lease: Lease, affected: list[dict]) -> dict:
-    vm = lease.last_vm
-    return {
-        "id": lease.id,
-        "type": lease.type.value,
-        "state": lease.state.value,
-        "start": iso(vm.start) if vm is not None else None,
-        "end": iso(vm.end) if vm is not None else None,
-        "suspended_at_end": bool(vm is not None and vm.is_suspending),
-        "hosts": hosts_of(vm),
-        "reason": lease.reason,
-        "preempted": affected,
-    }
-
-
 @lease_app.command("submit")
 def submit(
     file: Path | None = typer.Argument(None, metavar="FILE.yaml", help="YAML lease file (or give the flags below)"),
@@ -226,6 +174,7 @@ def submit(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
@@ -236,8 +185,11 @@ def submit(
     given = [k for k in KEYS if flags.get(k) is not None]
     cfg = common.load(config)
     now = common.now()
-    catalogue = _catalogue(state, cfg)
-    site = _site_check(state, cfg)
+    remote = common.client(server, cfg)
+    if remote is not None:   # the server checks the site, the image and the owner itself
+        catalogue, site = _remote_catalogue(remote), None
+    else:
+        catalogue, site = _catalogue(state, cfg), _site_check(state, cfg)
     if file is not None:
         if given:
             raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
@@ -246,6 +198,11 @@ def submit(
         if not given:
             raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
         request = request_from_fields(flags, now, label=flag_label, images=catalogue, site=site)
+    if remote is not None:
+        with remote:
+            answer = remote.submit(request)
+        _answer(answer, json_out)
+        return
     if request.image is not None and request.image.name is not None:
         _check_image_on_hosts(state, cfg, request.image, "image" if file is not None else "--image")
 
@@ -255,16 +212,34 @@ def submit(
         if request.guest is not None and request.guest.network:
             macs = cluster.store.allocate_macs(request.numnodes)
             request = replace(request, guest=replace(request.guest, macs=macs))
-        before = _plan_snapshot(cluster)
+        before = plan_snapshot(cluster)
         lease = cluster.submit(request, now)
-        answer = _submit_answer(lease, _affected(cluster, before, lease.id))
+        answer = submit_answer(lease, affected(cluster, before, lease.id))
+    _answer(answer, json_out)
 
+
+def _answer(answer: dict, json_out: bool) -> None:
     if json_out:
         emit_json(answer)
     else:
         _print_answer(answer)
-    if lease.state is LeaseState.REJECTED:
+    if answer["state"] == LeaseState.REJECTED.value:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _remote_catalogue(remote) -> "Callable[[str], VMImage]":
+    """Resolves an image name through the server's catalogue (asked when a name is given)."""
+
+    def resolve(name: str) -> VMImage:
+        known = remote.images()
+        for image in known:
+            if image["name"] == name:
+                return CatalogImage(**{k: v for k, v in image.items() if k != "added_at"}).vm_image()
+        names = ", ".join(i["name"] for i in known) or "none; an admin adds them with `leasewise image add`"
+        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
+                                      f"(catalogued: {names})")
+
+    return resolve
 
 
 def _catalogue(state: Path | None, cfg) -> "Callable[[str], VMImage]":
@@ -365,6 +340,7 @@ def list_leases(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
     states = None
@@ -382,7 +358,11 @@ def list_leases(
                            f"{', '.join(x.value for x in LeaseState)})") from None
     cfg = common.load(config)
     leases = []
-    if common.store_exists(state, cfg):
+    remote = common.client(server, cfg)
+    if remote is not None:
+        with remote:
+            leases = remote.leases(states, user)
+    elif common.store_exists(state, cfg):
         with common.open_store(state, cfg) as store:
             leases = store.leases(state=states, user=user)
     rows = [lease_summary(l) for l in leases]
@@ -411,18 +391,27 @@ def show(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """One lease: its request, its plan (every reservation), its state history and its events."""
     number = common.parse_lease_id(lease_id)
     cfg = common.load(config)
-    if not common.store_exists(state, cfg):
-        raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
-    with common.open_store(state, cfg) as store:
-        lease = store.lease(number)
-        events = store.events(lease_id=number)
-        records = store.hosts()
+    remote = common.client(server, cfg)
+    if remote is not None:
+        from orchestrator.runtime.vm_access import vm_access_from_json
+
+        with remote:
+            lease, events, found = remote.lease(number)
+        vms = None if found is None else [vm_access_from_json(v) for v in found]
+    else:
+        if not common.store_exists(state, cfg):
+            raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
+        with common.open_store(state, cfg) as store:
+            lease = store.lease(number)
+            events = store.events(lease_id=number)
+            records = store.hosts()
+        vms = _live_vms(lease, records, state, cfg)
     plan = _plan_rows(lease)
-    vms = _live_vms(lease, records, state, cfg)
     if json_out:
         emit_json({
             "lease": lease_summary(lease),
@@ -486,16 +475,27 @@ def cancel(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
     number = common.parse_lease_id(lease_id)
     cfg = common.load(config)
     now = common.now()
+    remote = common.client(server, cfg)
+    if remote is not None:
+        with remote:
+            done = remote.cancel(number)
+        _cancelled(number, done["was_running"], done["hosts"])
+        return
     with common.open_cluster(state, cfg) as cluster:
         lease = cluster.lease(number)
         was_running = lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
         hosts = hosts_of(lease.last_vm) if was_running else []
         cluster.cancel(number, now)
+    _cancelled(number, was_running, hosts)
+
+
+def _cancelled(number: int, was_running: bool, hosts: list[str]) -> None:
     console = make_console()
     console.print(f"lease {number} cancelled", soft_wrap=True)
     if was_running:
@@ -509,6 +509,7 @@ def extend(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
     number = common.parse_lease_id(lease_id)
@@ -519,12 +520,29 @@ def extend(
         raise fail(f"--by: must be greater than zero (got {by!r})")
     cfg = common.load(config)
     now = common.now()
+    remote = common.client(server, cfg)
     try:
-        with common.open_cluster(state, cfg) as cluster:
-            lease = cluster.extend(number, amount, now)
-            vm = lease.last_vm
-            end = vm.end if vm is not None and vm in cluster.table else None
-            duration = lease.request.duration
+        if remote is not None:
+            from orchestrator.service.client import RemoteError
+
+            try:
+                with remote:
+                    done = remote.extend(number, by)
+            except RemoteError as exc:
+                head = f"lease {number} not extended: "
+                if exc.exit_code != EXIT_REJECTED or not str(exc).startswith(head):
+                    raise
+                make_console().print(f"[bold red]lease {number} not extended[/]: {escape(str(exc)[len(head):])}",
+                                     soft_wrap=True)
+                raise typer.Exit(EXIT_REJECTED) from None
+            end = None if done["end"] is None else datetime.fromisoformat(done["end"])
+            duration = timedelta(seconds=done["duration_s"])
+        else:
+            with common.open_cluster(state, cfg) as cluster:
+                lease = cluster.extend(number, amount, now)
+                vm = lease.last_vm
+                end = vm.end if vm is not None and vm in cluster.table else None
+                duration = lease.request.duration
     except InvalidRequest as exc:
         if exc.field == "duration":   # the lease would end after the year 9998: --by is absurd
             raise fail(f"--by: {exc.problem}") from None

@@ -384,6 +384,7 @@ class DaemonConfig:
     state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
     dirty_rate_interval: timedelta = timedelta(minutes=5)   # how often a running VM's dirty rate is measured
     dirty_rate_sample: timedelta = timedelta(seconds=5)     # how long one measurement samples the guest
+    parallel_operations: int = 8             # operations on the hosts at once (one at a time on each host)
 
     def __post_init__(self) -> None:
         p = "daemon."
@@ -404,6 +405,87 @@ class DaemonConfig:
             raise ConfigError(p + "dirty_rate_sample", f"must be 1 to 60 whole seconds (got {sample:g} s)")
         if not isinstance(self.state_dir, str) or not self.state_dir.startswith("/"):
             raise ConfigError(p + "state_dir", f"must be an absolute path (got {self.state_dir!r})")
+        _set(self, "parallel_operations", _integer(p + "parallel_operations", self.parallel_operations, minimum=1))
+        if self.parallel_operations > 256:
+            raise ConfigError(p + "parallel_operations", f"must be at most 256 (got {self.parallel_operations})")
+
+
+def _optional_path(key: str, value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError(key, f"must be an absolute file path (got {value_kind(value)})")
+    return value
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Who may do what on the server: admins are the Unix users of `admin_group` (and root), and the
+    holders of admin tokens."""
+
+    admin_group: str = "leasewise-admin"
+
+    def __post_init__(self) -> None:
+        _set(self, "admin_group", _name("auth.admin_group", self.admin_group))
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where `leasewise serve` listens: a Unix socket (callers known by their peer credentials) and, when
+    `listen` is set, HTTPS on TCP (callers present API tokens)."""
+
+    socket: str = "/run/leasewise/api.sock"
+    socket_group: str = "leasewise"          # the socket's group (mode socket_mode); "" keeps the server's own
+    socket_mode: int = 0o660
+    listen: str = ""                         # host:port for HTTPS, e.g. "0.0.0.0:8443"; "" = Unix socket only
+    tls_cert: str | None = None              # PEM certificate (chain) for `listen`
+    tls_key: str | None = None               # its PEM private key
+
+    def __post_init__(self) -> None:
+        p = "serve."
+        _set(self, "socket", _optional_path(p + "socket", self.socket) or "")
+        if not self.socket:
+            raise ConfigError(p + "socket", "must be an absolute file path")
+        if not isinstance(self.socket_group, str):
+            raise ConfigError(p + "socket_group", f"must be a group name (got {value_kind(self.socket_group)})")
+        mode = self.socket_mode
+        if isinstance(mode, str):
+            try:
+                mode = int(mode, 8)
+            except ValueError:
+                raise ConfigError(p + "socket_mode", f"must be an octal mode such as \"0660\" (got {mode!r})") from None
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777:
+            raise ConfigError(p + "socket_mode", f"must be a mode from 0 to 0777 (got {value_kind(mode)})")
+        _set(self, "socket_mode", mode)
+        if not isinstance(self.listen, str):
+            raise ConfigError(p + "listen", f"must be host:port (got {value_kind(self.listen)})")
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            number = ascii_whole(port)
+            if not host or number is None or not 0 < number < 65536:
+                raise ConfigError(p + "listen", f"must be host:port with a port from 1 to 65535 (got {self.listen!r})")
+            if not self.tls_cert or not self.tls_key:
+                raise ConfigError(p + "listen", "needs tls_cert and tls_key: callers on TCP present tokens, "
+                                                "which must not cross the network in clear")
+        for name in ("tls_cert", "tls_key"):
+            _set(self, name, _optional_path(p + name, getattr(self, name)))
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where the CLI sends its commands: a server (`unix:/run/leasewise/api.sock` or `https://head:8443`),
+    or none (the CLI works on its local store)."""
+
+    server: str = ""
+    ca: str | None = None                    # CA bundle that signed the server's certificate (https)
+    token_file: str | None = None            # where the API token is (https); default $LEASEWISE_TOKEN
+
+    def __post_init__(self) -> None:
+        p = "client."
+        if not isinstance(self.server, str) or (self.server and not self.server.startswith(("unix:", "https://", "http://"))):
+            raise ConfigError(p + "server", f"must be unix:PATH or an https:// URL (got {value_kind(self.server)})")
+        for name in ("ca", "token_file"):
+            _set(self, name, _optional_path(p + name, getattr(self, name)))
 
 
 # -- the whole configuration ------------------------------------------------------------------------------
@@ -413,6 +495,9 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     swf: SWFConfig = field(default_factory=SWFConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
 
 
 # table path -> dataclass built from it
@@ -421,6 +506,9 @@ _TABLES: dict[str, type] = {
     "simulation": SimulationConfig,
     "workload.swf": SWFConfig,
     "daemon": DaemonConfig,
+    "auth": AuthConfig,
+    "serve": ServeConfig,
+    "client": ClientConfig,
 }
 # tables that only group other tables
 _GROUPS = {"workload": ("swf",)}
@@ -504,7 +592,7 @@ def _build(data: Mapping[str, Any]) -> Config:
                 raise ConfigError(f"{name}.{key}", f"unknown key{hint}")
         built[name] = cls(**body)
     return Config(scheduling=built["scheduling"], simulation=built["simulation"], swf=built["workload.swf"],
-                  daemon=built["daemon"])
+                  daemon=built["daemon"], auth=built["auth"], serve=built["serve"], client=built["client"])
 
 
 _TOML_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")

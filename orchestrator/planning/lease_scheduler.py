@@ -632,19 +632,50 @@ class LeaseScheduler:
             self._operations[operation](lease, rr)
             return True
         except EnactmentError as exc:
-            if operation is Operation.LIVE_MIGRATE and now is not None:
-                log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
-                # (a migration that ran until it was aborted ended after the step began: plan from then,
-                # in whole seconds like the rest of the plan)
-                failed_at = getattr(exc, "at", None) or now
-                self._migration_failed(lease, rr, max(now, ceil_time(failed_at)))
-                return False
-            if self.config.on_enactment_error == "stop":
-                raise
-            log.error("lease %s: %s failed: %s", lease.id, operation.value, exc)
-            now = rr.start if rr.state is ReservationState.SCHEDULED else max(rr.start, min(rr.end, rr.start))
-            self._fail(lease, f"{operation.value}: {exc}", now)
+            self._enactment_error(operation, lease, rr, exc, now)
             return False
+
+    def _enactment_error(self, operation: Operation, lease: Lease, rr: Reservation, exc: EnactmentError,
+                         now: datetime | None) -> None:
+        if operation is Operation.LIVE_MIGRATE and now is not None:
+            log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
+            # (a migration that ran until it was aborted ended after the step began: plan from then,
+            # in whole seconds like the rest of the plan)
+            failed_at = getattr(exc, "at", None) or now
+            self._migration_failed(lease, rr, max(now, ceil_time(failed_at)))
+            return
+        if self.config.on_enactment_error == "stop":
+            raise exc
+        log.error("lease %s: %s failed: %s", lease.id, operation.value, exc)
+        at = rr.start
+        if lease.history and lease.history[-1][0] > at:   # (found out after the lease moved on)
+            at = lease.history[-1][0]
+        self._fail(lease, f"{operation.value}: {exc}", at)
+
+    def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
+                         now: datetime) -> bool:
+        """An operation that ran after the step that asked for it (off the store's lock) failed: the same
+        outcome as if it had failed in the step, unless the lease has moved on (finished, or that part of
+        its plan is gone), which is returned as False and changes nothing."""
+        lease = self.leases.get(lease_id)
+        if lease is None or lease.is_final:
+            return False
+        rr = next((p for vm in lease.reservations for p in vm.all_parts() if p.id == reservation_id), None)
+        if rr is None:
+            return False
+        if operation is Operation.LIVE_MIGRATE:
+            vms = lease.open_vms()
+            if rr.vm is None or rr.vm not in vms or len(vms) < 2:
+                return False   # the evacuation is no longer planned (cancelled, requeued...)
+        self._enactment_error(operation, lease, rr, exc, now)
+        return True
+
+    def find_part(self, lease_id: int, reservation_id: int) -> Reservation | None:
+        """The reservation with this id in the lease's plan (None if the lease or the part is gone)."""
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            return None
+        return next((p for vm in lease.reservations for p in vm.all_parts() if p.id == reservation_id), None)
 
     def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
         """The VMs stayed on their hosts: drop the evacuation, then suspend them on those hosts in time

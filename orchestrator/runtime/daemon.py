@@ -1,26 +1,31 @@
 """The daemon: enacts the plan on a clock through a driver, and keeps the store in step with the hosts.
 
-Each step takes the store's write lock, rebuilds the cluster (so leases submitted or cancelled by other
-processes are picked up without a restart), looks at the hosts (VMs that stopped by themselves end their
-lease early; VMs that vanished are lost), handles every reservation event that is due — starting,
-suspending, resuming, migrating and stopping VMs through the driver — schedules what arrived, writes
-back and commits. The event loop (`orchestrator.runtime.eventloop`) takes the steps: after each it waits
-for the next event or the poll interval, whichever comes first (a fast-forwarded clock jumps to the event).
+Each step takes the store's write lock (through a `ClusterSession`: the cluster rebuilt from the store, or
+the server's kept in memory), takes the outcomes of the operations that finished since the last step,
+looks at the hosts (VMs that stopped by themselves end their lease early; VMs that vanished are lost),
+handles every reservation event that is due, schedules what arrived, writes back, records the operations
+the plan asked for in the store's intent log, and commits. Only then are the operations carried out, by
+the operation runner, off the lock: in order on each host, side by side across hosts, so a 30 s shutdown
+holds up neither the other hosts nor anyone submitting a lease. An operation that failed is handed back
+to the scheduler at the next step (the lease fails, or a live migration falls back) as if it had failed
+in its own step. On a fast-forwarded clock a step waits for its operations, so runs are reproducible.
 
-Recovery: on start, before the first step, the store is reconciled with what the hosts really run:
-a VM the store thinks is running but is gone fails or requeues its lease (`[daemon] on_lost_vm`); a VM
-that runs and belongs to a lease is adopted (nothing to do: the plan already has it); a `lw-*` domain
-no lease accounts for is reported, never touched. Because every enactment is idempotent (starting a VM
-that already runs, stopping one that is gone...), a daemon killed at any moment and started again
-redoes at most the step it was in.
+Recovery: on start, before the first step, the operations of the intent log that never ended are run
+again (every operation accepts its own outcome as done: a start finds the VM running, a stop finds none),
+then the store is reconciled with what the hosts really run: a VM the store thinks is running but is gone
+fails or requeues its lease (`[daemon] on_lost_vm`); a VM that runs and belongs to a lease is adopted; a
+`lw-*` domain no lease accounts for is reported, never touched.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from drivers.base import Driver
@@ -30,20 +35,25 @@ from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
-from orchestrator.planning.enactment import EnactmentError
+from orchestrator.planning.enactment import EnactmentError, Operation, operations_of
 from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
+from orchestrator.runtime.intents import Intent, IntentCollector, reservation_hosts, snapshot
 from orchestrator.runtime.netprobe import PingProbe
+from orchestrator.runtime.operation_runner import Job, OperationRunner, Outcome
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
+from orchestrator.state.session import ClusterSession, FreshCluster
 from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
 
 #: a lease whose VMs exist on hosts
 _LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
+#: the intent log's name for cleaning up after a finished lease
+RELEASE = "release"
 
 
 @dataclass
@@ -54,9 +64,23 @@ class StepReport:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Tag:
+    """What a runner job is, to take its outcome: an intent-log entry of a lease (and its reservation)."""
+
+    record: int
+    operation: str
+    lease_id: int
+    reservation_id: int | None = None
+
+
 class Daemon:
     def __init__(self, store: Store, config: Config, driver: Driver, clock: Clock,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, *, session: ClusterSession | None = None,
+                 collector: IntentCollector | None = None, workers: int | None = None):
+        """`session`: how each step gets the cluster (default: rebuilt from `store` in each step); its
+        scheduler's enactor must be `collector`. `workers`: operations run at once (default: one on a
+        fast-forwarded clock, which keeps runs reproducible, else `[daemon] parallel_operations`)."""
         self.store = store
         self.config = config
         self.driver = driver
@@ -65,17 +89,27 @@ class Daemon:
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
         self._release_failures: set[int] = set()
+        self._releasing: set[int] = set()
         self._idle = False
         self._serial: dict[object, datetime] = {}   # a fast clock's live migration -> when its next VM starts
+        self._recorded: deque[tuple[datetime, str, int | None, dict]] = deque()   # from the runner's threads
+        self.wakeup = threading.Event()
         hosts = {h.name: h.config for h in store.hosts()}
         # a real driver's live migrations are watched from the network too (the outage users see)
         probe = None if driver.name == "simulated" else PingProbe
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe,
                                      dirty_rate=config.scheduling.dirty_rate)
+        self._operations = {op.value: call for op, call in operations_of(self.enactor).items()}
+        self.collector = collector if collector is not None else IntentCollector()
+        self.session = session if session is not None else FreshCluster(store, config, self.collector)
+        if workers is None:
+            workers = config.daemon.parallel_operations if clock.moves_by_itself else 1
+        self.runner = OperationRunner(workers, on_finish=self.wakeup.set)
         self.dirty_rates = DirtyRateSampler(driver, config.daemon.dirty_rate_interval, config.daemon.dirty_rate_sample)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
+        """An operation's report (called on the runner's threads): kept until the step writes it."""
         now = self.clock.now()
         wall = detail.get("wall_seconds")
         if isinstance(wall, (int, float)):
@@ -89,17 +123,105 @@ class Daemon:
                 started = self._serial.get(detail.get("reservation"), now)
                 self._serial[detail.get("reservation")] = started + took
             detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
-        self.store.append_event(now, kind, lease_id, **detail)
-        what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
-        self._notes.append(f"{kind} lease {lease_id}: {what}")
+        self._recorded.append((now, kind, lease_id, detail))
+
+    def _write_recorded(self) -> None:
+        while self._recorded:
+            at, kind, lease_id, detail = self._recorded.popleft()
+            self.store.append_event(at, kind, lease_id, **detail)
+            what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
+            self._notes.append(f"{kind} lease {lease_id}: {what}")
+
+    # -- operations off the lock ----------------------------------------------------------------------------
+    def _jobs(self, intents: list[Intent], now: datetime) -> list[Job]:
+        """Each intent written to the intent log (inside the step's transaction) and made a runner job."""
+        jobs = []
+        for intent in intents:
+            rr = intent.reservation
+            hosts = intent.hosts
+            record = self.store.add_operation(now, intent.operation.value, intent.lease.id, rr.id, hosts)
+            call = partial(self._operations[intent.operation.value], intent.lease, rr)
+            jobs.append(Job(call, hosts, intent.lease.id, _Tag(record, intent.operation.value, intent.lease.id, rr.id)))
+        return jobs
+
+    def _release_jobs(self, now: datetime) -> list[Job]:
+        """Clean up after leases that finished (ended, cancelled, failed): what they left on the hosts goes;
+        a host that cannot be reached keeps it until a later step."""
+        jobs = []
+        for lease in self.store.unreleased_leases():
+            if lease.id in self._releasing:
+                continue
+            hosts = frozenset(h for vm in lease.reservations for rr in vm.all_parts() for h in reservation_hosts(rr))
+            record = self.store.add_operation(now, RELEASE, lease.id, None, hosts)
+            self._releasing.add(lease.id)
+            jobs.append(Job(partial(self.enactor.release, lease), hosts, lease.id, _Tag(record, RELEASE, lease.id)))
+        return jobs
+
+    def _take_outcomes(self, cluster: Cluster, now: datetime) -> bool:
+        """Write what finished since the last look; failures go back to the scheduler. True if the plan
+        changed (the step then handles what that made due)."""
+        changed = False
+        outcomes = self.runner.take_outcomes()
+        self._write_recorded()
+        for outcome in outcomes:
+            changed |= self._take_outcome(cluster, outcome, now)
+        return changed
+
+    def _take_outcome(self, cluster: Cluster, outcome: Outcome, now: datetime) -> bool:
+        tag: _Tag = outcome.job.tag
+        error = outcome.error
+        if error is not None and not isinstance(error, EnactmentError):
+            log.error("lease %s: %s failed unexpectedly: %r", tag.lease_id, tag.operation, error, exc_info=error)
+            error = EnactmentError(f"{tag.operation}: {type(error).__name__}: {error}")
+        if tag.operation == RELEASE:
+            self._releasing.discard(tag.lease_id)
+            if error is not None:
+                self.store.finish_operation(tag.record, now, "failed", str(error))
+                if tag.lease_id not in self._release_failures:
+                    self._notes.append(f"lease {tag.lease_id}: cleanup waits: {error}")
+                    self._release_failures.add(tag.lease_id)
+                return False
+            removed = outcome.result or []
+            self._release_failures.discard(tag.lease_id)
+            self.store.finish_operation(tag.record, now, "done")
+            self.store.mark_released(tag.lease_id)
+            self.store.append_event(now, "released", tag.lease_id, removed=removed)
+            if removed:
+                self._notes.append(f"lease {tag.lease_id}: removed {', '.join(removed)}")
+            return False
+        if error is None:
+            self.store.finish_operation(tag.record, now, "done")
+            return False
+        self.store.finish_operation(tag.record, now, "failed", str(error))
+        return cluster.scheduler.enactment_failed(Operation(tag.operation), tag.lease_id, tag.reservation_id,
+                                                  error, now)
 
     # -- recovery -------------------------------------------------------------------------------------------
+    def _resume_operations(self, cluster: Cluster, now: datetime, notes: list[str]) -> list[Job]:
+        """Jobs running again the operations of the intent log that never ended."""
+        again: list[Job] = []
+        for record in self.store.unfinished_operations():
+            lease = cluster.scheduler.leases.get(record.lease_id) if record.lease_id is not None else None
+            rr = None
+            if record.operation != RELEASE and lease is not None and record.reservation_id is not None:
+                rr = cluster.scheduler.find_part(lease.id, record.reservation_id)
+            if rr is None or lease is None or lease.is_final:
+                # a finished lease's leftovers are the cleanup's; a plan that moved on has its own operations
+                self.store.finish_operation(record.id, now, "abandoned")
+                continue
+            lease_copy, rr_copy = snapshot(lease, rr)
+            again.append(Job(partial(self._operations[record.operation], lease_copy, rr_copy),
+                             frozenset(record.hosts), lease.id, _Tag(record.id, record.operation, lease.id, rr.id)))
+            notes.append(f"lease {lease.id}: {record.operation} was under way when the daemon stopped: run again")
+        return again
+
     def reconcile(self) -> list[str]:
         """Compare the store with the hosts once, at start."""
         now = self.clock.now()
         notes: list[str] = []
-        with self.store.transaction():
-            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
+        with self.session.open() as cluster:
+            again = self._resume_operations(cluster, now, notes)
+            resumed = {job.lease_id for job in again}
             # a daemon killed mid-step may have enacted that step's stops and suspensions without
             # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
             # Restarted on a real clock, that step was due by now; resumed on a fast clock (from the time
@@ -116,7 +238,7 @@ class Daemon:
                     continue
                 for vnode in vm.nodes:
                     known.add(self.enactor.vm_name(lease.id, vnode))
-                if lease.state not in _LIVE:
+                if lease.state not in _LIVE or lease.id in resumed:
                     continue
                 try:
                     running = self.enactor.running_vms(lease)
@@ -143,6 +265,8 @@ class Daemon:
                 self.store.append_event(now, "reconciled", None, outcome="unknown-domain", host=host, vm=name)
             # no scheduling here: the first step handles the events due now first, then schedules
             cluster.save(now)
+            again += self._jobs(self.collector.take(), now)   # (a requeued lease's VMs are killed)
+        self.runner.submit_all(again)
         self._reconciled_at = now
         for line in notes:
             self.say(line)
@@ -156,25 +280,33 @@ class Daemon:
     def _step(self, now: datetime) -> StepReport:
         self._notes = []
         self._serial = {}
-        with self.store.transaction():
-            cluster = Cluster(self.store, self.config, self.enactor, live_only=True)
-            sched = cluster.scheduler
-            if now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
-                self._notice_ended_vms(cluster, now)
-            for _ in range(10_000):
-                handled = sched.process_events(now)
-                sched.schedule(now)
-                if not handled:
-                    break
-            else:
-                raise InconsistentSchedule(f"no progress at {now}")
-            cluster.save(now)
-            self._release_finished(now)
-            self.store.set_meta("daemon_clock", iso(now))
-            following = sched.next_event_time()
-            idle = following is None and not sched.queue and not sched.pending
-            running = self._running_vms(cluster, now)
-        # outside the store's lock: the measurements only start or are read here, and each is stored alone
+        first = True
+        while True:
+            with self.session.open() as cluster:
+                sched = cluster.scheduler
+                changed = self._take_outcomes(cluster, now)
+                if first and now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
+                    self._notice_ended_vms(cluster, now)
+                if first or changed:
+                    for _ in range(10_000):
+                        handled = sched.process_events(now)
+                        sched.schedule(now)
+                        if not handled:
+                            break
+                    else:
+                        raise InconsistentSchedule(f"no progress at {now}")
+                cluster.save(now)
+                jobs = self._jobs(self.collector.take(), now) + self._release_jobs(now)
+                self.store.set_meta("daemon_clock", iso(now))
+                following = sched.next_event_time()
+                idle = following is None and not sched.queue and not sched.pending
+                running = self._running_vms(cluster, now)
+            self.runner.submit_all(jobs)   # outside the store's lock
+            first = False
+            if self.clock.moves_by_itself or not self.runner.pending():
+                break
+            # a fast-forwarded clock stands still while its operations run: their outcomes are this step's
+            self.runner.wait_idle()
         self.dirty_rates.step(now, running, self._record_dirty_rate)
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
@@ -192,31 +324,17 @@ class Daemon:
         return running
 
     def _record_dirty_rate(self, vm: RunningVM, at: datetime, mib_s: float) -> None:
-        self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
-
-    def _release_finished(self, now: datetime) -> None:
-        """Clean up after leases that finished (ended, cancelled by another process, failed): what they left
-        on the hosts goes; a host that cannot be reached keeps it until a later step."""
-        for lease in self.store.unreleased_leases():
-            try:
-                removed = self.enactor.release(lease)
-            except EnactmentError as exc:
-                if lease.id not in self._release_failures:
-                    self._notes.append(f"lease {lease.id}: cleanup waits: {exc}")
-                    self._release_failures.add(lease.id)
-                continue
-            self._release_failures.discard(lease.id)
-            self.store.mark_released(lease.id)
-            self.store.append_event(now, "released", lease.id, removed=removed)
-            if removed:
-                self._notes.append(f"lease {lease.id}: removed {', '.join(removed)}")
+        with self.session.open():
+            self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
 
     def _notice_ended_vms(self, cluster: Cluster, now: datetime) -> None:
-        """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost."""
+        """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
+        with an operation under way is left alone: its VMs may be on their way."""
         sched = cluster.scheduler
+        busy = self.runner.busy_leases()
         for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
             vm = lease.last_vm
-            if vm is None or vm.start > now or _stop_due(lease, now):
+            if vm is None or vm.start > now or _stop_due(lease, now) or lease.id in busy:
                 continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
             try:
                 running = self.enactor.running_vms(lease)
@@ -261,16 +379,40 @@ class Daemon:
         return report.next_event
 
     def is_idle(self) -> bool:
-        return self._idle
+        return self._idle and not self.runner.pending()
 
-    def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None) -> RunResult:
+    def finish(self) -> None:
+        """Wait for the operations under way and write their outcomes (a run that stops leaves none unwritten)."""
+        self.runner.wait_idle()
+        now = self.clock.now()
+        self._notes = []
+        with self.session.open() as cluster:
+            self._take_outcomes(cluster, now)
+            cluster.save(now)
+        for line in self._notes:
+            self.say(f"{iso(now)} {line}")
+        self._notes = []
+
+    def close(self) -> None:
+        """Finish, and let the runner's threads go."""
+        try:
+            self.finish()
+        finally:
+            self.runner.close()
+
+    def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None,
+            loop: EventLoop | None = None) -> RunResult:
         """Reconcile, then step until stopped by Ctrl-C (or idle / past `until` / after `max_steps`).
 
         Between steps it waits for the next event, or at most `[daemon] poll_interval` on a clock that
-        moves by itself (leases submitted by other processes are picked up then); a fast-forwarded clock
-        jumps to the next event, and by `poll_interval` when nothing is planned."""
-        loop = EventLoop(self.clock, self, poll=self.config.daemon.poll_interval)
-        return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
+        moves by itself (leases submitted by other processes are picked up then), or until an operation
+        ends; a fast-forwarded clock jumps to the next event, and by `poll_interval` when nothing is
+        planned. Operations under way when it stops are waited for and their outcomes written."""
+        loop = loop or EventLoop(self.clock, self, poll=self.config.daemon.poll_interval, wakeup=self.wakeup)
+        try:
+            return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
+        finally:
+            self.close()
 
 
 def _stop_due(lease: Lease, by: datetime) -> bool:

@@ -9,6 +9,7 @@ loop's, the same for both.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -16,7 +17,7 @@ from typing import Literal, Protocol
 from drivers.clock import Clock
 from orchestrator.model.errors import InconsistentSchedule
 
-StopReason = Literal["idle", "until", "max steps", "interrupt"]
+StopReason = Literal["idle", "until", "max steps", "interrupt", "stopped"]
 
 
 class Steppable(Protocol):
@@ -56,13 +57,33 @@ class EventLoop:
     """
 
     def __init__(self, clock: Clock, owner: Steppable, poll: timedelta | None = None,
-                 max_steps_at_same_time: int = 100):
+                 max_steps_at_same_time: int = 100, wakeup: threading.Event | None = None):
+        """`wakeup`: set by another thread to take the next step at once on a clock that moves by itself
+        (an operation ended, a lease was submitted); `stop()` ends the run after the step under way."""
         if max_steps_at_same_time < 1:
             raise ValueError(f"max_steps_at_same_time must be at least 1: got {max_steps_at_same_time}")
         self.clock = clock
         self.owner = owner
         self.poll = poll
         self.max_steps_at_same_time = max_steps_at_same_time
+        self.wakeup = wakeup
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the run (from another thread): after the step under way, or at once while waiting."""
+        self._stopping = True
+        if self.wakeup is not None:
+            self.wakeup.set()
+
+    def _sleep_until(self, when: datetime) -> None:
+        wakeup = self.wakeup
+        if wakeup is None or not self.clock.moves_by_itself:
+            self.clock.sleep_until(when)
+            return
+        seconds = (when - self.clock.now()).total_seconds() / getattr(self.clock, "speedup", 1.0)
+        if seconds > 0:
+            wakeup.wait(seconds)
+        wakeup.clear()
 
     @property
     def now(self) -> datetime:
@@ -90,7 +111,8 @@ class EventLoop:
         """
         owner, clock = self.owner, self.clock
         # the hot loop of a simulation (one pass per instant of a trace): names bound once, no allocation
-        clock_now, sleep_until = clock.now, clock.sleep_until
+        clock_now = clock.now
+        sleep_until = self._sleep_until if self.wakeup is not None else clock.sleep_until
         step_at, is_idle, wake_time = owner.step_at, owner.is_idle, self.wake_time
         limit = self.max_steps_at_same_time
         steps = at_same_time = 0
@@ -99,6 +121,8 @@ class EventLoop:
             if first is not None:
                 sleep_until(first if until is None else min(first, until))
             while True:
+                if self._stopping:
+                    return RunResult(steps, "stopped")
                 now = clock_now()
                 following = step_at(now)
                 steps += 1
@@ -124,6 +148,8 @@ class EventLoop:
                 if until is not None and wake > until:
                     wake = until
                 sleep_until(wake)
+                if self._stopping:
+                    return RunResult(steps, "stopped")
         except KeyboardInterrupt:
             if not stop_on_interrupt:
                 raise

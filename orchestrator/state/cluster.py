@@ -54,6 +54,8 @@ class Cluster:
                 self.scheduler.block_host(host.name, host.unavailable_from or _EPOCH)
         self._seen = {l.id: len(l.history) for l in leases}
         self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
+        # lease id -> its signature when last written: as read back, nothing to write
+        self._written: dict[int, tuple] = {l.id: _signature(l) for l in leases if not l.is_final}
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
@@ -105,9 +107,16 @@ class Cluster:
 
     # -- persistence --------------------------------------------------------------------------------------
     def save(self, now: datetime) -> None:
-        """Write back every lease that may have changed, and log what changed in its plan and state."""
+        """Write back every lease that changed, and log what changed in its plan and state.
+
+        A lease whose state, history, counters and plan are as last written is skipped (a cluster kept in
+        memory across transactions holds many leases, few of which a step changes); a lease that has
+        become final is written one last time and then no longer looked at."""
         for lease_id in sorted(self._live):
             lease = self.scheduler.leases[lease_id]
+            signature = _signature(lease)
+            if self._written.get(lease_id) == signature:
+                continue
             seen = self._seen.get(lease_id, 0)
             for at, state in lease.history[seen:]:
                 self.store.append_event(at, "state", lease_id, state=state.value,
@@ -120,6 +129,10 @@ class Cluster:
             self.store.save_lease(lease, self._workload_ids.get(lease_id))
             self._seen[lease_id] = len(lease.history)
             self._planned[lease_id] = plan
+            self._written[lease_id] = signature
+        for lease_id in [i for i in self._live if self.scheduler.leases[i].is_final]:
+            self._live.discard(lease_id)
+            self._written.pop(lease_id, None)
         self.store.set_meta("future_leases", sorted(self.scheduler.vm.future_leases))
         self.store.set_meta("counters", dict(self.scheduler.counters))
 
@@ -139,6 +152,14 @@ def _current_parts(lease: Lease) -> list[Reservation]:
     """The reservations of the lease's current plan: its open VM reservations (two while it is being
     evacuated), else its last one, with their overheads."""
     return [rr for vm in (lease.open_vms() or lease.reservations[-1:]) for rr in vm.all_parts()]
+
+
+def _signature(lease: Lease) -> tuple:
+    """Everything of a lease `save` writes that can change: equal signatures, nothing to write."""
+    return (lease.state, len(lease.history), lease.accumulated, lease.reason, lease.suspensions, lease.migrations,
+            lease.requeues, lease.start_time, lease.end_time, lease.request.duration, len(lease.reservations),
+            tuple((rr.id, rr.state, rr.start, rr.end, tuple(rr.nodes.items()), rr.premature_end, rr.continues)
+                  for vm in lease.reservations for rr in vm.all_parts()))
 
 
 def _plan_of(lease: Lease) -> tuple:

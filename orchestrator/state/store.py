@@ -382,7 +382,25 @@ _V5 = (
     )""",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5]
+_V6 = (
+    # the intent log: an operation on the hosts is written here, with the plan that asked for it, before
+    # it runs off the store's lock; its outcome is written when it ends. A daemon that starts again finds
+    # the ones that never ended and runs them again (every operation accepts its own outcome as done)
+    """CREATE TABLE operations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        lease_id INTEGER,                                 -- no foreign key: outlives what it mentions
+        operation TEXT NOT NULL,                          -- an Operation value, or 'release'
+        reservation_id INTEGER,
+        hosts TEXT NOT NULL DEFAULT '[]',                 -- JSON list
+        created_at TEXT NOT NULL,
+        finished_at TEXT,
+        outcome TEXT CHECK (outcome IN ('done', 'failed', 'abandoned')),
+        error TEXT
+    )""",
+    "CREATE INDEX operations_unfinished ON operations (id) WHERE finished_at IS NULL",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -460,6 +478,21 @@ class Event:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class OperationRecord:
+    """An entry of the intent log: an operation on the hosts, and how it ended (None: it never did)."""
+
+    id: int
+    lease_id: int | None
+    operation: str
+    reservation_id: int | None
+    hosts: tuple[str, ...]
+    created_at: datetime
+    finished_at: datetime | None = None
+    outcome: str | None = None
+    error: str | None = None
+
+
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
                  "network_type", "disk_dir")
@@ -497,13 +530,17 @@ class Store:
 
     # -- opening -------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S) -> "Store":
+    def open(cls, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
+             any_thread: bool = False) -> "Store":
         """Open (creating it with mode 0600, and migrating it) the database at `path`, by default
-        `default_store_path()`. Raises `StoreError` with a one-line message naming the file."""
+        `default_store_path()`. Raises `StoreError` with a one-line message naming the file.
+
+        `any_thread`: the connection may be used from several threads, one at a time (the caller holds
+        a lock around each use: the server's single writer)."""
         path = Path(path) if path is not None else default_store_path()
         _secure_file(path)
         try:
-            conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+            conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=not any_thread)
         except sqlite3.Error as exc:
             raise StoreError(f"{path}: cannot open the state database ({exc})") from None
         try:
@@ -769,17 +806,8 @@ class Store:
         """Write the lease, append its history entries not stored yet, and replace its reservations with
         its current plan. `workload_id` None keeps the one stored before."""
         req = lease.request
-        request_values = (
-            req.name, req.user, req.type.value, int(req.preemptible), _json([_res(n) for n in req.nodes]),
-            _secs(req.duration), _t(req.start), _t(req.submit_time),
-            None if req.image is None else _json(_image_dict(req.image)),
-            req.dirty_rate_mib_s, _secs(req.real_duration),
-            None if req.guest is None else _json(req.guest.as_dict()),
-        )
-        state_values = (
-            lease.state.value, _secs(lease.accumulated), lease.reason, lease.suspensions, lease.migrations,
-            lease.requeues, _t(lease.start_time), _t(lease.end_time),
-        )
+        request_values = request_row(req)
+        state_values = _state_row(lease)
         conn = self._conn
         with self.transaction():
             stored = conn.execute(f"SELECT {', '.join(map(_q, _REQUEST_COLUMNS))} FROM leases WHERE id = ?",
@@ -823,26 +851,8 @@ class Store:
 
     def _replace_reservations(self, lease: Lease) -> None:
         conn = self._conn
-        rows = []
-        position = 0
-        seen: set[int] = set()
-        for vm in lease.reservations:
-            for part in vm.all_parts():
-                if not part.id:
-                    raise StoreError(f"lease {lease.id}: a {part.kind.value} reservation has no id "
-                                     f"(it never went through the slot table)")
-                if part.id in seen:
-                    raise StoreError(f"lease {lease.id}: reservation id {part.id} appears twice in its plan")
-                if part.lease_id != lease.id:
-                    raise StoreError(f"lease {lease.id}: reservation {part.id} belongs to lease {part.lease_id}")
-                seen.add(part.id)
-                rows.append((part.id, lease.id, part.kind.value, _t(part.start), _t(part.end), part.state.value,
-                             _json({h: _res(r) for h, r in part.resources.items()}),
-                             _json({str(v): h for v, h in part.nodes.items()}),
-                             _json({str(v): list(t) for v, t in part.transfers.items()}),
-                             None if part is vm else vm.id, position, _t(part.premature_end),
-                             int(part.continues), _json(part.extra)))
-                position += 1
+        rows = plan_rows(lease)
+        seen = {row[0] for row in rows}
         conn.execute("DELETE FROM reservations WHERE lease_id = ?", (lease.id,))
         try:
             conn.executemany(f"INSERT INTO reservations ({', '.join(map(_q, _RR_COLUMNS))}) "
@@ -942,6 +952,36 @@ class Store:
             leases.append(lease)
         return leases
 
+    # -- the intent log -------------------------------------------------------------------------------------------
+    def add_operation(self, at: datetime, operation: str, lease_id: int | None, reservation_id: int | None,
+                      hosts: Iterable[str]) -> int:
+        """Record an operation about to run on the hosts; returns its id (see `_V6`)."""
+        with self.transaction():
+            cur = self._conn.execute(
+                "INSERT INTO operations (lease_id, operation, reservation_id, hosts, created_at) VALUES (?, ?, ?, ?, ?)",
+                (lease_id, operation, reservation_id, _json(sorted(hosts)), _t(at)))
+        return cur.lastrowid
+
+    def finish_operation(self, operation_id: int, at: datetime, outcome: str, error: str | None = None) -> None:
+        if outcome not in ("done", "failed", "abandoned"):
+            raise StoreError(f"operation {operation_id}: outcome must be done, failed or abandoned (got {outcome!r})")
+        with self.transaction():
+            self._conn.execute("UPDATE operations SET finished_at = ?, outcome = ?, error = ? WHERE id = ?",
+                               (_t(at), outcome, error, operation_id))
+
+    def unfinished_operations(self) -> list[OperationRecord]:
+        """Operations recorded as about to run that never ended (the process stopped meanwhile), oldest first."""
+        rows = self._conn.execute("SELECT id, lease_id, operation, reservation_id, hosts, created_at FROM operations "
+                                  "WHERE finished_at IS NULL ORDER BY id").fetchall()
+        return [OperationRecord(i, l, o, r, tuple(json.loads(h)), _dt(c)) for i, l, o, r, h, c in rows]
+
+    def operations(self, lease_id: int | None = None) -> list[OperationRecord]:
+        where, params = ("WHERE lease_id = ?", (lease_id,)) if lease_id is not None else ("", ())
+        rows = self._conn.execute(f"SELECT id, lease_id, operation, reservation_id, hosts, created_at, finished_at, "
+                                  f"outcome, error FROM operations {where} ORDER BY id", params).fetchall()
+        return [OperationRecord(i, l, o, r, tuple(json.loads(h)), _dt(c), _dt(f), out, e)
+                for i, l, o, r, h, c, f, out, e in rows]
+
     # -- events ---------------------------------------------------------------------------------------------------
     def append_event(self, time: datetime, kind: str, lease_id: int | None = None, **detail: Any) -> int:
         """Append to the event log (planned, enacted, failed, driver-report, reconciled, ...); returns its id."""
@@ -974,6 +1014,70 @@ class Store:
         rows = self._conn.execute(f"SELECT id, time, kind, lease_id, detail FROM events {where} ORDER BY id",
                                   params).fetchall()
         return [Event(id=i, time=_dt(t), kind=k, lease_id=l, detail=json.loads(d)) for i, t, k, l, d in rows]
+
+
+# -- rows: a lease as the store keeps it (also its form on the wire: orchestrator.state.codec) ------------------
+def request_row(req: LeaseRequest) -> tuple:
+    """The request's values in `_REQUEST_COLUMNS` order (JSON text for the JSON columns)."""
+    return (
+        req.name, req.user, req.type.value, int(req.preemptible), _json([_res(n) for n in req.nodes]),
+        _secs(req.duration), _t(req.start), _t(req.submit_time),
+        None if req.image is None else _json(_image_dict(req.image)),
+        req.dirty_rate_mib_s, _secs(req.real_duration),
+        None if req.guest is None else _json(req.guest.as_dict()),
+    )
+
+
+def _state_row(lease: Lease) -> tuple:
+    return (
+        lease.state.value, _secs(lease.accumulated), lease.reason, lease.suspensions, lease.migrations,
+        lease.requeues, _t(lease.start_time), _t(lease.end_time),
+    )
+
+
+def lease_row(lease: Lease, workload_id: str | None = None) -> tuple:
+    """The lease's values in `_LEASE_COLUMNS` order."""
+    return (lease.id, workload_id, *request_row(lease.request), *_state_row(lease))
+
+
+def plan_rows(lease: Lease) -> list[tuple]:
+    """The lease's plan, one row per reservation in `_RR_COLUMNS` order, in plan order; refuses a plan that
+    could not be read back (a part without an id, an id twice, a part of another lease)."""
+    rows = []
+    position = 0
+    seen: set[int] = set()
+    for vm in lease.reservations:
+        for part in vm.all_parts():
+            if not part.id:
+                raise StoreError(f"lease {lease.id}: a {part.kind.value} reservation has no id "
+                                 f"(it never went through the slot table)")
+            if part.id in seen:
+                raise StoreError(f"lease {lease.id}: reservation id {part.id} appears twice in its plan")
+            if part.lease_id != lease.id:
+                raise StoreError(f"lease {lease.id}: reservation {part.id} belongs to lease {part.lease_id}")
+            seen.add(part.id)
+            rows.append((part.id, lease.id, part.kind.value, _t(part.start), _t(part.end), part.state.value,
+                         _json({h: _res(r) for h, r in part.resources.items()}),
+                         _json({str(v): h for v, h in part.nodes.items()}),
+                         _json({str(v): list(t) for v, t in part.transfers.items()}),
+                         None if part is vm else vm.id, position, _t(part.premature_end),
+                         int(part.continues), _json(part.extra)))
+            position += 1
+    return rows
+
+
+def lease_from_rows(row: Sequence, history: Sequence[tuple[str, str]], plan: list[tuple],
+                    dirty_rates: Mapping[int, float] | None = None) -> Lease:
+    """A lease rebuilt from `lease_row`, its history as (time, state) texts and `plan_rows`."""
+    lease = _lease_from_row(tuple(row))
+    lease.history = [(_dt(at), LeaseState(state)) for at, state in history]
+    lease.reservations = _plan_from_rows([tuple(r) for r in plan])
+    lease.measured_dirty_rates = dict(dirty_rates or {})
+    return lease
+
+
+def history_rows(lease: Lease) -> list[tuple[str, str]]:
+    return [(_t(at), state.value) for at, state in lease.history]
 
 
 # -- rebuilding -----------------------------------------------------------------------------------------------

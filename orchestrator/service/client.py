@@ -1,0 +1,148 @@
+"""The CLI's side of the API: one call per use case, errors raised as the CLI's own.
+
+A server is `unix:/run/leasewise/api.sock` (the caller is who the kernel says) or `https://head:8443`
+(the caller presents a token: `[client] token_file`, else $LEASEWISE_TOKEN; the server's certificate is
+checked against `[client] ca`, else the system's CAs). A refusal comes back as `RemoteError` carrying the
+exit code and the one line the server gave; a server that does not answer is exit 75 (try again).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.state.codec import event_from_json, lease_from_json, request_to_json
+from orchestrator.state.store import Event
+
+TIMEOUT_S = 60.0
+EXIT_BUSY = 75
+
+
+class RemoteError(LeasewiseError):
+    """What the server refused, with the exit code the CLI gives it."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class ServerUnreachable(RemoteError):
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_BUSY)
+
+
+class Client:
+    def __init__(self, server: str, *, token: str | None = None, ca: str | None = None, timeout: float = TIMEOUT_S):
+        self.server = server
+        if server.startswith("unix:"):
+            path = server[len("unix:"):]
+            transport = httpx.HTTPTransport(uds=path)
+            self._http = httpx.Client(transport=transport, base_url="http://leasewise", timeout=timeout)
+        elif server.startswith(("https://", "http://")):
+            if server.startswith("http://") and not server.startswith(("http://127.", "http://localhost")):
+                raise RemoteError(f"--server: {server}: tokens only go over https (or to loopback)", 2)
+            headers = {"authorization": f"Bearer {token}"} if token else {}
+            self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout,
+                                      verify=ca if ca else True)
+        else:
+            raise RemoteError(f"--server: {server!r} is neither unix:PATH nor an https:// URL", 2)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"server {self.server}: {_reason(exc)}: nothing was done, try again") from None
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.is_success:
+            return data
+        error = (data or {}).get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and "message" in error:
+            raise RemoteError(str(error["message"]), int(error.get("code", 2)))
+        if isinstance(data, dict) and isinstance(data.get("detail"), list):   # FastAPI's own validation
+            first = data["detail"][0]
+            where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "request"
+            raise RemoteError(f"{where}: {first.get('msg', 'is not valid')}", 2)
+        raise RemoteError(f"server {self.server}: HTTP {response.status_code}", 2)
+
+    # -- use cases ---------------------------------------------------------------------------------------------
+    def whoami(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/whoami")
+
+    def submit(self, request: LeaseRequest) -> dict[str, Any]:
+        return self._call("POST", "/v1/leases", json={"request": request_to_json(request)})["answer"]
+
+    def leases(self, states: list[str] | None = None, user: str | None = None) -> list[Lease]:
+        params: dict[str, Any] = {}
+        if states is not None:
+            params["status"] = states
+        if user is not None:
+            params["user"] = user
+        return [lease_from_json(d) for d in self._call("GET", "/v1/leases", params=params)["leases"]]
+
+    def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[dict] | None]:
+        data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms})
+        return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], data["vms"]
+
+    def cancel(self, lease_id: int) -> dict[str, Any]:
+        return self._call("POST", f"/v1/leases/{lease_id}/cancel")
+
+    def extend(self, lease_id: int, by: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/leases/{lease_id}/extend", json={"by": by})
+
+    def access(self, lease_id: int, node: int | None) -> dict[str, Any]:
+        return self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node})
+
+    def drain(self, host: str, by: str | None) -> dict[str, Any]:
+        return self._call("POST", f"/v1/hosts/{host}/drain", json={"by": by} if by else {})
+
+    def undrain(self, host: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/hosts/{host}/undrain")
+
+    def images(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/images")["images"]
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._call("GET", path, params=params)
+
+    def post(self, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        return self._call("POST", path, json=dict(body or {}))
+
+    def delete(self, path: str) -> Any:
+        return self._call("DELETE", path)
+
+
+def _reason(exc: httpx.TransportError) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError) and ("No such file" in text or "Connection refused" in text):
+        return "no server answers there"
+    return text
+
+
+def token_for(token_file: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The API token: in `token_file` (its first line), else $LEASEWISE_TOKEN."""
+    env = os.environ if env is None else env
+    if token_file:
+        try:
+            return Path(token_file).read_text(encoding="utf-8").strip().splitlines()[0].strip()
+        except (OSError, IndexError) as exc:
+            raise RemoteError(f"client.token_file: {token_file} cannot be read ({exc})", 2) from None
+    return env.get("LEASEWISE_TOKEN") or None

@@ -1,0 +1,99 @@
+"""Who is calling: a Unix user (known from the socket's peer credentials) or an API token's holder.
+
+libvirt's way: on the local Unix socket the kernel says which user is at the other end (SO_PEERCRED), so
+there is no password; on TCP a caller presents a token. Admins are root, the members of
+`[auth] admin_group`, and the holders of admin tokens.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import socket
+import struct
+from dataclasses import dataclass
+
+from orchestrator.model.errors import LeasewiseError
+
+
+class NotAllowed(LeasewiseError):
+    """The caller may not do this (exit code 4)."""
+
+    exit_code = 4
+
+
+class NotAuthenticated(NotAllowed):
+    """The caller could not be identified (no peer credentials, no valid token)."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: str
+    groups: frozenset[str] = frozenset()
+    admin: bool = False
+    via: str = "local"            # "unix" (peer credentials), "token", "local" (the CLI on its own store)
+
+    def may_act_for(self, owner: str) -> bool:
+        return self.admin or self.user == owner
+
+
+def unix_groups(user: str) -> frozenset[str]:
+    """The Unix groups `user` is in (primary and supplementary); none for an unknown user."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return frozenset()
+    names = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
+    try:
+        names.add(grp.getgrgid(entry.pw_gid).gr_name)
+    except KeyError:
+        pass
+    return frozenset(names)
+
+
+def caller_for_uid(uid: int, admin_group: str) -> Caller:
+    """The Unix user with this uid, as a caller (root and `admin_group`'s members are admins)."""
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        raise NotAuthenticated(f"uid {uid} has no user name on the server") from None
+    groups = unix_groups(user)
+    return Caller(user, groups, admin=uid == 0 or admin_group in groups, via="unix")
+
+
+def caller_for_user(user: str, admin_group: str, *, admin: bool = False, via: str = "token") -> Caller:
+    groups = unix_groups(user)
+    return Caller(user, groups, admin=admin or admin_group in groups, via=via)
+
+
+def local_caller(admin_group: str) -> Caller:
+    """The CLI working on its own store: whoever can write the store is trusted with it (an admin)."""
+    uid = os.getuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    return Caller(user, unix_groups(user), admin=True, via="local")
+
+
+_PEERCRED = struct.Struct("3i")   # struct ucred: pid, uid, gid
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected Unix socket."""
+    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    return _PEERCRED.unpack(data)
+
+
+def token_checker(store, admin_group: str, now=None):
+    """Authenticates an API token against the store (its salted hash): the token's holder as a caller."""
+    from datetime import datetime, timezone
+
+    def check(text: str) -> Caller:
+        from orchestrator.state.tokens import authenticate
+
+        record = authenticate(store, text, (now or (lambda: datetime.now(timezone.utc)))())
+        return caller_for_user(record.user, admin_group, admin=record.admin, via="token")
+
+    return check

@@ -1,0 +1,249 @@
+"""`leasewise serve`: one process that is the store's only writer, enacts the plan, and answers the API.
+
+The daemon's event loop runs on a thread of its own, over the scheduler kept in memory (`SharedCluster`);
+the API (uvicorn) runs on the main thread's asyncio loop, on a Unix socket made here (so its group and
+mode are set before anyone can connect) and, when configured, on HTTPS. A Unix-socket connection's peer
+credentials are read once when it is accepted and put on every request's ASGI scope. SIGTERM or SIGINT
+stops the API, then the daemon after its step and the operations under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import logging
+import os
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from drivers.base import Driver
+from drivers.clock import Clock, RealClock
+from orchestrator.model.config import Config
+from orchestrator.model.errors import ConfigError
+from orchestrator.runtime.daemon import Daemon, simulated_driver_for
+from orchestrator.runtime.eventloop import EventLoop
+from orchestrator.runtime.intents import IntentCollector
+from orchestrator.service.api import PEER_KEY, TokenCheck, make_app
+from orchestrator.service.identity import peer_credentials
+from orchestrator.service.operations import LeaseService
+from orchestrator.state.session import SharedCluster
+from orchestrator.state.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class _WithPeer:
+    """The app, with a Unix-socket connection's (pid, uid, gid) on each request's scope."""
+
+    def __init__(self, app: Any, peer: tuple[int, int, int]):
+        self.app = app
+        self.peer = peer
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket"):
+            scope = {**scope, PEER_KEY: self.peer}
+        return await self.app(scope, receive, send)
+
+
+class _PeerCredentialsProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, reading SO_PEERCRED when a Unix-socket connection is made."""
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            try:
+                self.app = _WithPeer(self.app, peer_credentials(sock))
+            except OSError as exc:
+                log.warning("cannot read the peer credentials of a connection: %s", exc)
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves the process's signals to `Server` (two of them share one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def unix_listener(path: str, group: str, mode: int) -> socket.socket:
+    """A listening Unix socket at `path` (a stale one replaced), with its group and mode set before
+    listen(), so no one outside the group can connect even for a moment."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_socket():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(target))
+        except OSError:
+            target.unlink()   # stale: nothing listens there
+        else:
+            raise ConfigError("serve.socket", f"{path}: another server is listening there")
+        finally:
+            probe.close()
+    elif target.exists():
+        raise ConfigError("serve.socket", f"{path} exists and is not a socket")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(target))
+    finally:
+        os.umask(old)
+    try:
+        if group:
+            try:
+                gid = grp.getgrnam(group).gr_gid
+            except KeyError:
+                raise ConfigError("serve.socket_group", f"no group named {group!r} on this machine") from None
+            os.chown(target, -1, gid)
+        os.chmod(target, mode)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        target.unlink(missing_ok=True)
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def tcp_listener(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class Listening:
+    """Where a started server answers (the TCP port is the real one when 0 was asked for)."""
+
+    socket: str
+    tcp: tuple[str, int] | None
+
+
+class Server:
+    def __init__(self, config: Config, store_path: Path, *, driver: Driver | None = None,
+                 clock: Clock | None = None, say: Callable[[str], None] | None = None,
+                 token_check: Callable[[Store], TokenCheck] | None = None):
+        """`driver`/`clock`: the hosts and time (default: `[daemon] driver` and the wall clock);
+        `token_check`: makes the token authenticator from the store (None: TCP callers cannot log in)."""
+        self.config = config
+        self.say = say or (lambda line: log.info("%s", line))
+        self.store = Store.open(store_path, any_thread=True)
+        self.clock = clock or RealClock()
+        if driver is None:
+            driver = _driver_for(self.store, config)
+        self.driver = driver
+        collector = IntentCollector()
+        self.session = SharedCluster(self.store, config, collector)
+        self.daemon = Daemon(self.store, config, driver, self.clock, say=self.say, session=self.session,
+                             collector=collector)
+        self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set)
+        checker = token_check(self.store) if token_check is not None else None
+        self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None)
+        self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup)
+        self._servers: list[uvicorn.Server] = []
+        self._daemon_error: BaseException | None = None
+        self.listening: Listening | None = None
+        self.started = threading.Event()
+
+    # -- the daemon's thread -----------------------------------------------------------------------------------
+    def _run_daemon(self, stop_api: Callable[[], None]) -> None:
+        try:
+            self.daemon.run(loop=self.loop)
+        except BaseException as exc:   # the server cannot go on without its daemon: it stops, non-zero
+            log.exception("the daemon stopped: %s", exc)
+            self._daemon_error = exc
+        finally:
+            stop_api()
+
+    # -- serving ----------------------------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Serve until SIGTERM/SIGINT (or `stop()`); 0 after a clean stop, 1 if the daemon failed."""
+        return asyncio.run(self._serve())
+
+    def stop(self) -> None:
+        """Stop from any thread: the API stops taking requests, the daemon after its step."""
+        for server in self._servers:
+            server.should_exit = True
+        self.loop.stop()
+
+    async def _serve(self) -> int:
+        cfg = self.config.serve
+        sockets: list[tuple[socket.socket, uvicorn.Config]] = []
+        unix = unix_listener(cfg.socket, cfg.socket_group, cfg.socket_mode)
+        sockets.append((unix, uvicorn.Config(self.app, http=_PeerCredentialsProtocol, log_config=None,
+                                             access_log=False, lifespan="off")))
+        tcp_address = None
+        if cfg.listen:
+            tcp = tcp_listener(cfg.listen)
+            tcp_address = tcp.getsockname()[:2]
+            sockets.append((tcp, uvicorn.Config(self.app, http="h11", log_config=None, access_log=False, lifespan="off",
+                                                ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
+                                                ssl_version=ssl.PROTOCOL_TLS_SERVER)))
+        self._servers = [_QuietServer(c) for _, c in sockets]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, RuntimeError):   # (not the main thread: tests stop it)
+                loop.add_signal_handler(sig, self.stop)
+        stop_api = lambda: loop.call_soon_threadsafe(self._stop_api)  # noqa: E731
+        thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
+        thread.start()
+        self.listening = Listening(cfg.socket, tcp_address)
+        self.say(f"serving on unix:{cfg.socket}" + (f" and https://{cfg.listen}" if cfg.listen else ""))
+        try:
+            tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, (sock, _) in zip(self._servers, sockets)]
+            self.started.set()
+            await asyncio.gather(*tasks)
+        finally:
+            self.loop.stop()
+            await asyncio.to_thread(thread.join)
+            for sock, _ in sockets:
+                sock.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(cfg.socket)
+            self.service.close()
+            self.store.close()
+        return 1 if self._daemon_error is not None else 0
+
+    def _stop_api(self) -> None:
+        for server in self._servers:
+            server.should_exit = True
+
+
+def _locked(check: TokenCheck, session: SharedCluster) -> TokenCheck:
+    """A token check that writes (its last use) under the writer's lock."""
+
+    def locked(text: str):
+        with session.open():
+            return check(text)
+
+    return locked
+
+
+def _driver_for(store: Store, config: Config) -> Driver:
+    if config.daemon.driver == "simulated":
+        # (a simulated driver on the wall clock: its operations take the time the planner gives them)
+        driver = simulated_driver_for(store, store.path.with_suffix(".hosts.json"), config.scheduling)
+        driver.clock = RealClock()
+        return driver
+    from orchestrator.runtime.driver_factory import make_driver
+
+    schedule = config.scheduling.downtime_schedule
+    return make_driver(config.daemon.driver, [h.config for h in store.hosts()],
+                       downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib)

@@ -1,0 +1,58 @@
+"""A lease, a request and an event as JSON, for the HTTP API: the store's own rows, so nothing is lost.
+
+The server sends a lease exactly as the store keeps it (its row, its history, its plan's rows) and the
+client rebuilds the same `Lease` with the store's own reader, so a command prints the same thing whether
+it read the store itself or asked a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.state import store as _store
+from orchestrator.state.store import Event, StoreError
+
+
+def lease_to_json(lease: Lease) -> dict[str, Any]:
+    return {"row": list(_store.lease_row(lease)), "history": [list(h) for h in _store.history_rows(lease)],
+            "plan": [list(r) for r in _store.plan_rows(lease)],
+            "dirty_rates": {str(v): r for v, r in lease.measured_dirty_rates.items()}}
+
+
+def lease_from_json(data: Mapping[str, Any]) -> Lease:
+    try:
+        return _store.lease_from_rows(data["row"], data["history"], data["plan"],
+                                      {int(v): float(r) for v, r in (data.get("dirty_rates") or {}).items()})
+    except (KeyError, TypeError, ValueError, StoreError) as exc:
+        raise InvalidRequest("lease", f"not a lease as the server sends one ({exc})") from None
+
+
+def request_to_json(request: LeaseRequest) -> list:
+    return list(_store.request_row(request))
+
+
+def request_from_json(data: Any) -> LeaseRequest:
+    """A request sent by a client; malformed data is one line naming `request`."""
+    columns = _store._REQUEST_COLUMNS
+    if not isinstance(data, list) or len(data) != len(columns):
+        raise InvalidRequest("request", f"must be a list of {len(columns)} values ({', '.join(columns)})")
+    row = (0, None, *data, "pending", 0.0, "", 0, 0, 0, None, None)
+    try:
+        return _store._lease_from_row(row).request
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidRequest("request", f"cannot be read ({exc})") from None
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"request.{exc.field}", exc.problem) from None
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    return {"id": event.id, "time": _store._t(event.time), "kind": event.kind, "lease_id": event.lease_id,
+            "detail": event.detail}
+
+
+def event_from_json(data: Mapping[str, Any]) -> Event:
+    return Event(id=data["id"], time=_store._dt(data["time"]), kind=data["kind"], lease_id=data["lease_id"],
+                 detail=dict(data.get("detail") or {}))
