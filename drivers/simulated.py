@@ -439,6 +439,7 @@ class SimulatedDriver(Driver):
             self.clock.sleep_until(when)
             return
         depth = self._depth
+        self._depth = 0   # (whoever takes the lock meanwhile counts from nothing)
         for _ in range(depth):
             self._lock.release()
         try:

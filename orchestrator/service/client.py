@@ -31,6 +31,9 @@ class RemoteError(LeasewiseError):
         super().__init__(message)
         self.exit_code = exit_code
 
+    def __reduce__(self):
+        return RemoteError, (str(self), self.exit_code)
+
 
 class ServerUnreachable(RemoteError):
     def __init__(self, message: str):
@@ -67,6 +70,9 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
+            if "Permission denied" in str(exc):
+                raise RemoteError(f"server {self.server}: permission denied (only the socket's group may use it)",
+                                  4) from None
             raise ServerUnreachable(f"server {self.server}: {_reason(exc)}: nothing was done, try again") from None
         try:
             data = response.json()

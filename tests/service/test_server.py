@@ -1,0 +1,153 @@
+"""`leasewise serve` on a real Unix socket: who the caller is (peer credentials of real Unix users), who
+may do what, and the CLI giving the same answers through the server as on its own store."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.cli.leasefile import request_from_fields
+from orchestrator.model.timeutil import UTC
+from orchestrator.service.client import Client, RemoteError
+from orchestrator.state.store import Store
+from tests.service.conftest import ADMINS, as_user
+
+from datetime import datetime
+
+
+def _request(user: str, **extra):
+    fields = {"cpus": 1, "memory": 512, "duration": "30m", "user": user, **extra}
+    return request_from_fields(fields, datetime.now(UTC).replace(microsecond=0))
+
+
+def _submit_as(running, user: str, **extra) -> dict:
+    url = running.url
+    request = _request(user, **extra)
+    return as_user(user, lambda: Client(url).submit(request))
+
+
+def test_the_socket_says_who_calls(running, unix_users):
+    url = running.url
+    alice = as_user("lwalice", lambda: Client(url).whoami())
+    assert alice["user"] == "lwalice" and alice["admin"] is False and alice["via"] == "unix"
+    admin = as_user("lwadm", lambda: Client(url).whoami())
+    assert admin["user"] == "lwadm" and admin["admin"] is True and ADMINS in admin["groups"]
+    assert Client(url).whoami()["admin"] is True   # root
+
+
+def test_a_user_outside_the_sockets_group_cannot_connect(running, unix_users):
+    mode = running.socket.stat().st_mode & 0o777
+    assert mode == 0o660
+    url = running.url
+    with pytest.raises(RemoteError) as caught:
+        as_user("lwcarol", lambda: Client(url).whoami())
+    assert caught.value.exit_code == 4 and "permission denied" in str(caught.value)
+
+
+def test_leases_belong_to_who_submitted_them(running, unix_users):
+    url = running.url
+    answer = _submit_as(running, "lwalice")
+    lease_id = answer["id"]
+    assert answer["state"] in ("scheduled", "active")
+    # anyone may list and show
+    listed = as_user("lwbob", lambda: [l.id for l in Client(url).leases()])
+    assert lease_id in listed
+    shown = as_user("lwbob", lambda: Client(url).lease(lease_id, vms=False)[0].request.user)
+    assert shown == "lwalice"
+    # only the owner (or an admin) may cancel, extend, reach its VMs
+    for call in (lambda: Client(url).cancel(lease_id), lambda: Client(url).extend(lease_id, "10m"),
+                 lambda: Client(url).access(lease_id, None)):
+        with pytest.raises(RemoteError) as caught:
+            as_user("lwbob", call)
+        assert caught.value.exit_code == 4
+        assert str(caught.value).startswith(f"lease {lease_id} belongs to lwalice")
+    with Store.open(running.store_path) as store:
+        lease = store.lease(lease_id)
+        assert not lease.is_final and lease.request.duration == timedelta(minutes=30)   # nothing changed
+    extended = as_user("lwalice", lambda: Client(url).extend(lease_id, "10m"))
+    assert extended["duration_s"] == 40 * 60
+    done = as_user("lwadm", lambda: Client(url).cancel(lease_id))
+    assert done["id"] == lease_id
+    with Store.open(running.store_path) as store:
+        assert store.lease(lease_id).state.value == "cancelled"
+
+
+def test_a_user_may_not_submit_for_another_or_boot_a_path(running, unix_users):
+    with pytest.raises(RemoteError) as caught:
+        url = running.url
+        request = _request("lwbob")
+        as_user("lwalice", lambda: Client(url).submit(request))
+    assert caught.value.exit_code == 4 and "lwalice may not submit leases for lwbob" in str(caught.value)
+    with pytest.raises(RemoteError) as caught:
+        request = _request("lwalice", kernel="/boot/vmlinuz")
+        as_user("lwalice", lambda: Client(url).submit(request))
+    assert caught.value.exit_code == 4 and "catalogued images" in str(caught.value)
+    with Store.open(running.store_path) as store:
+        assert store.leases() == []   # nothing was written
+
+
+def test_bad_input_through_the_api_is_one_line_and_exit_2(running):
+    client = running.client()
+    with pytest.raises(RemoteError) as caught:
+        client.post("/v1/leases", {"request": ["x"]})
+    assert caught.value.exit_code == 2 and caught.value.args[0].startswith("request:")
+    with pytest.raises(RemoteError) as caught:
+        client.extend(99, "10m")
+    assert caught.value.exit_code == 2 and "no lease with id 99" in str(caught.value)
+    with pytest.raises(RemoteError) as caught:
+        client.drain("nosuch", None)
+    assert caught.value.exit_code == 2 and "no host named 'nosuch'" in str(caught.value)
+    schema = client.get("/openapi.json")
+    assert "/v1/leases" in schema["paths"]
+
+
+def test_the_daemon_in_the_server_starts_and_ends_leases(running):
+    client = running.client()
+    answer = client.submit(_request("root", duration="20s", start="now"))
+    lease_id = answer["id"]
+    deadline = time.monotonic() + 90
+    state = None
+    while time.monotonic() < deadline:
+        state = client.lease(lease_id, vms=False)[0].state.value
+        if state == "done":
+            break
+        time.sleep(0.5)
+    assert state == "done"
+    with Store.open(running.store_path) as store:
+        done = [o for o in store.operations(lease_id) if o.outcome == "done"]
+        assert {"start_vms", "stop_vms"} <= {o.operation for o in done}
+        assert not store.unfinished_operations() or all(o.operation == "release" for o in store.unfinished_operations())
+
+
+def _cli(*args: str, env: dict | None = None):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
+
+
+def test_the_cli_answers_the_same_through_the_server(running):
+    client = running.client()
+    client.submit(_request("root", name="one"))
+    client.submit(_request("root", name="two", nodes=2))
+    local = _cli("lease", "list", "--state", str(running.store_path))
+    remote = _cli("lease", "list", "--server", running.url)
+    assert local.exit_code == remote.exit_code == 0, (local.output, remote.output)
+    assert local.output == remote.output
+    local = _cli("lease", "show", "1", "--json", "--state", str(running.store_path))
+    remote = _cli("lease", "show", "1", "--json", env={"LEASEWISE_SERVER": running.url})
+    assert local.exit_code == remote.exit_code == 0
+    left, right = json.loads(local.output), json.loads(remote.output)
+    left.pop("vms"), right.pop("vms")
+    assert left == right
+    refused = _cli("lease", "cancel", "99", "--server", running.url)
+    assert refused.exit_code == 2 and "no lease with id 99" in refused.output
+    submitted = _cli("lease", "submit", "--cpus", "1", "--memory", "256", "--duration", "5m", "--server", running.url)
+    assert submitted.exit_code == 0 and "accepted" in submitted.output
+
+
+def test_a_server_that_is_not_there_is_exit_75(tmp_path):
+    result = _cli("lease", "list", "--server", f"unix:{tmp_path}/nothing.sock")
+    assert result.exit_code == 75 and "no server answers there" in result.output

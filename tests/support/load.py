@@ -1,0 +1,192 @@
+"""Many clients at once against a real `leasewise serve`: the load test of issue 14 (benchmarks/api.py runs
+it at full size and prints the latencies; tests/service/test_load.py runs it small and checks it).
+
+The server runs as its own process (`leasewise serve`, simulated hosts on the wall clock, shutdowns and
+suspensions that take real seconds); each client is a thread with its own connection that submits
+(immediate, best-effort and advance-reservation leases of a few minutes), lists the live leases and
+cancels one of its own, with a pause between requests as a person's script would. Afterwards the plan in
+the store is checked against the hosts' capacity at every instant: nothing double-booked.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from drivers.inventory import HostConfig
+from orchestrator.cli.leasefile import request_from_fields
+from orchestrator.model.timeutil import UTC, iso
+from orchestrator.service.client import Client, RemoteError
+from orchestrator.state.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+
+@dataclass
+class LoadResult:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))   # exit code -> messages
+    seconds: float = 0.0
+    leases: int = 0
+    overbooked: list[str] = field(default_factory=list)
+    server_log: str = ""
+
+    def percentile(self, kind: str, p: float) -> float | None:
+        values = sorted(self.latencies.get(kind, ()))
+        if not values:
+            return None
+        index = min(len(values) - 1, max(0, int(round(p / 100 * len(values) + 0.5)) - 1))
+        return values[index]
+
+    def requests(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+
+def make_site(workdir: Path, hosts: int) -> tuple[Path, Path, Path]:
+    """A store with `hosts` simulated hosts of 16 vCPUs / 64 GiB, and the server's configuration."""
+    store_path = workdir / "state.sqlite"
+    with Store.open(store_path) as store:
+        for i in range(1, hosts + 1):
+            store.add_host(HostConfig(name=f"node{i:02d}", uri="test:///default"), 16, 65536)
+    socket = Path(tempfile.mkdtemp(prefix="leasewise-load-")) / "api.sock"
+    config = workdir / "serve.toml"
+    config.write_text(
+        '[daemon]\ndriver = "simulated"\npoll_interval = "1s"\n'
+        # operations that take real time on the simulated hosts: the server must not wait for them
+        '[scheduling]\nshutdown_time = "4s"\nsuspend_rate = 256.0\nresume_rate = 256.0\n'
+        f'[serve]\nsocket = "{socket}"\nsocket_group = ""\n')
+    return store_path, config, socket
+
+
+def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock: threading.Lock,
+                 think: tuple[float, float]) -> None:
+    rng = random.Random(index)
+    mine: list[int] = []
+    with Client(url, timeout=120) as client:
+        while time.monotonic() < stop_at:
+            roll = rng.random()
+            began = time.perf_counter()
+            kind = "submit" if roll < 0.6 or not mine else "list" if roll < 0.85 else "cancel"
+            try:
+                if kind == "submit":
+                    now = datetime.now(UTC).replace(microsecond=0)
+                    shape = rng.random()
+                    fields = {"cpus": rng.choice([1, 2, 4]), "memory": rng.choice([1024, 2048, 4096]),
+                              "nodes": rng.choice([1, 1, 2, 4]), "duration": f"{rng.randint(1, 4)}m"}
+                    if shape < 0.4:
+                        fields["start"] = "now"
+                    elif shape < 0.6:
+                        fields["start"] = iso(now + timedelta(minutes=rng.randint(1, 10)))
+                    answer = client.submit(request_from_fields(fields, now))
+                    mine.append(answer["id"])
+                elif kind == "list":
+                    client.leases(["active", "scheduled", "queued"])
+                else:
+                    client.cancel(mine.pop(rng.randrange(len(mine))))
+            except RemoteError as exc:
+                with lock:
+                    result.errors[exc.exit_code].append(f"{kind}: {exc}")
+            took = time.perf_counter() - began
+            with lock:
+                result.latencies[kind].append(took)
+            time.sleep(rng.uniform(*think))
+
+
+def overbooked(store_path: Path) -> list[str]:
+    """Every instant at which the plan holds more on a host than it has (none, if nothing is double-booked)."""
+    problems = []
+    with Store.open(store_path) as store:
+        capacity = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
+        leases = store.load_leases()
+    edges: dict[str, list[tuple[datetime, int, float, float]]] = defaultdict(list)
+    for lease in leases:
+        for vm in lease.reservations:
+            for rr in vm.all_parts():
+                end = rr.end
+                if lease.is_final:   # (what a finished lease held stopped holding when it ended)
+                    if rr.state.value == "scheduled" or lease.end_time is None:
+                        continue
+                    end = min(end, lease.end_time)
+                if end <= rr.start:
+                    continue
+                for host, amount in rr.resources.items():
+                    edges[host].append((rr.start, 1, amount.cpu, amount.memory))
+                    edges[host].append((end, 0, amount.cpu, amount.memory))
+    for host, points in edges.items():
+        cpu = memory = 0.0
+        for at, opening, c, m in sorted(points, key=lambda p: (p[0], p[1])):   # ends before starts at one instant
+            sign = 1 if opening else -1
+            cpu += sign * c
+            memory += sign * m
+            if cpu > capacity[host][0] * 100 + 1e-6 or memory > capacity[host][1] + 1e-6:
+                problems.append(f"{host} at {iso(at)}: {cpu / 100:g} vCPUs, {memory:g} MiB planned")
+    return problems
+
+
+def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
+             think: tuple[float, float] = (0.3, 1.2)) -> LoadResult:
+    store_path, config, socket = make_site(workdir, hosts)
+    log = open(workdir / "serve.log", "w")
+    server = subprocess.Popen([*CLI, "serve", "--state", str(store_path), "--config", str(config),
+                               "--log-level", "warning"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    result = LoadResult()
+    try:
+        url = f"unix:{socket}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(url) as probe:
+                    probe.whoami()
+                break
+            except RemoteError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"the server did not start: {(workdir / 'serve.log').read_text()}")
+                time.sleep(0.2)
+        lock = threading.Lock()
+        began = time.monotonic()
+        stop_at = began + seconds
+        threads = [threading.Thread(target=_client_loop, args=(url, i, stop_at, result, lock, think))
+                   for i in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        result.seconds = time.monotonic() - began
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+        result.server_log = (workdir / "serve.log").read_text()
+        socket.parent.rmdir() if socket.parent.exists() and not any(socket.parent.iterdir()) else None
+    result.overbooked = overbooked(store_path)
+    with Store.open(store_path) as store:
+        result.leases = len(store.leases())
+    return result
+
+
+def summary(result: LoadResult) -> str:
+    lines = [f"{result.requests()} requests in {result.seconds:.1f} s ({result.requests() / result.seconds:.1f}/s), "
+             f"{result.leases} leases"]
+    for kind in ("submit", "list", "cancel"):
+        values = result.latencies.get(kind)
+        if values:
+            lines.append(f"  {kind:6s} n={len(values):5d}  p50 {1000 * statistics.median(values):7.1f} ms  "
+                         f"p90 {1000 * result.percentile(kind, 90):7.1f} ms  p99 {1000 * result.percentile(kind, 99):7.1f} ms  "
+                         f"max {1000 * max(values):7.1f} ms")
+    for code, messages in sorted(result.errors.items()):
+        lines.append(f"  exit {code}: {len(messages)} (e.g. {messages[0]})")
+    lines.append(f"  over capacity: {len(result.overbooked)}")
+    return "\n".join(lines)
