@@ -1,8 +1,8 @@
 """The one typer app of the `leasewise` command line, and how its commands fail.
 
 Command modules register on `app` (or on a group made with `command_group`) and raise `fail(...)` for bad
-input. Errors that leasewise raises on purpose become one red line and exit code 2; nothing prints a
-traceback for bad input. A command with a `--wait` option is run again while the store is busy
+input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code
+`EXIT_CODES` gives their kind (over quota: 3); nothing prints a traceback for bad input. A command with a `--wait` option is run again while the store is busy
 (`orchestrator.cli.busy`), then exits 75. The command modules are imported (so registered) by
 `orchestrator.cli`.
 
@@ -24,6 +24,7 @@ from drivers.errors import DriverError
 from orchestrator.cli.busy import WAIT_PARAMETER, call_waiting, parse_wait
 from orchestrator.cli.output import make_console
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.model.quota import QuotaExceeded
 from orchestrator.state.store import StoreBusy
 
 EXIT_FAILED = 1
@@ -34,6 +35,20 @@ EXIT_REJECTED = 3
 EXIT_NOT_ALLOWED = 4
 #: the store stayed busy with another writer for longer than --wait (EX_TEMPFAIL): try again
 EXIT_BUSY = 75
+
+#: kinds of leasewise error that are not bad input -> their exit code (any other: EXIT_BAD_INPUT)
+EXIT_CODES: dict[type[LeasewiseError], int] = {
+    QuotaExceeded: EXIT_REJECTED,   # well-formed, but over the owner's (or a group's) quota
+}
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code for one of leasewise's errors: the closest kind in `EXIT_CODES`, else 2."""
+    for kind in type(exc).__mro__:
+        if kind in EXIT_CODES:
+            return EXIT_CODES[kind]
+    return EXIT_BAD_INPUT
+
 
 #: where error lines go (stdout stays the command's answer, e.g. its JSON)
 err_console = make_console(stderr=True)
@@ -59,7 +74,7 @@ class ErrorLineTyper(typer.Typer):
                                f"{time.monotonic() - began:.0f} s (--wait {wait:g}); nothing was done, "
                                "try again", EXIT_BUSY) from None
                 except (LeasewiseError, DriverError) as exc:
-                    raise fail(str(exc)) from None
+                    raise fail(str(exc), exit_code_of(exc)) from None
 
             register(wrapper)
             return func
@@ -94,7 +109,7 @@ def main() -> None:
     try:
         app()
     except LeasewiseError as exc:
-        sys.exit(fail(str(exc)).exit_code)
+        sys.exit(fail(str(exc), exit_code_of(exc)).exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
