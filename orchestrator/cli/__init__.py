@@ -13,10 +13,12 @@ from orchestrator.cli import (  # noqa: F401  (each module adds its commands to 
     leases,
     migrate,
     plan,
+    quotas,
     report,
     run,
     simulate,
     sweep,
+    tokens,
 )
 from orchestrator.cli.app import app, main
 

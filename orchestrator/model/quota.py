@@ -94,6 +94,14 @@ def check_subject(subject: str, field: str = "subject") -> str:
     return subject
 
 
+def check_user(user: str, field: str = "user") -> str:
+    """A user name (not a group), else `InvalidRequest` naming `field`."""
+    if not isinstance(user, str) or not _NAME.fullmatch(user):
+        raise InvalidRequest(field, f"{user!r} is not a user name" + (" (a group: give a user)" if
+                                                                      str(user).startswith("@") else ""))
+    return user
+
+
 def subject_label(subject: str) -> str:
     """How a subject is named in a refusal: `alice`, `group @lab`."""
     return f"group {subject}" if is_group(subject) else subject

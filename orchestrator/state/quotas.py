@@ -19,6 +19,7 @@ from orchestrator.model.quota import (
     Quota,
     applicable,
     check_subject,
+    check_user,
     group_holding,
     holdings_by_user,
     is_group,
@@ -109,9 +110,7 @@ def _over(quota: Quota, holding: Holding) -> list[str]:
 def show_quota(store: Store, user: str, groups_of: GroupsOf = unix_groups) -> dict[str, Any]:
     """`user`'s own quota and each of its groups' that applies, each with what its subject holds and what is
     left; `quotas` is empty when nothing limits the user."""
-    check_subject(user, "user")
-    if is_group(user):
-        raise InvalidRequest("user", f"give a user, not a group (got {user!r}; `quota list` shows groups)")
+    check_user(user)
     with store.snapshot():
         quotas = store.quotas()
         held = current_holdings(store)

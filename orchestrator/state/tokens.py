@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
-from orchestrator.model.quota import check_subject
+from orchestrator.model.quota import check_user
 from orchestrator.model.timeutil import as_utc, end_of
 from orchestrator.state.store import Store, StoreError, TokenRecord
 
@@ -43,15 +43,19 @@ def _digest(secret: str, salt: bytes) -> bytes:
     return hashlib.scrypt(secret.encode("ascii"), salt=salt, **SCRYPT)
 
 
+def check_note(note: str, field: str = "note") -> str:
+    """A token's note: one line of at most `MAX_NOTE` printable characters."""
+    if not isinstance(note, str) or len(note) > MAX_NOTE or any(not c.isprintable() for c in note):
+        raise InvalidRequest(field, f"must be one line of at most {MAX_NOTE} printable characters")
+    return note
+
+
 def create_token(store: Store, user: str, *, admin: bool = False, expires: timedelta | None, now: datetime,
                  note: str = "") -> tuple[str, TokenRecord]:
     """Make a token for `user` (an admin token with `admin`), valid until `now + expires` (None: until
     revoked). Returns the text, which nothing can show again, and the stored record."""
-    check_subject(user, "user")
-    if user.startswith("@"):
-        raise InvalidRequest("user", f"a token belongs to a user, not a group (got {user!r})")
-    if len(note) > MAX_NOTE or any(not c.isprintable() for c in note):
-        raise InvalidRequest("note", f"must be one line of at most {MAX_NOTE} printable characters")
+    check_user(user)
+    check_note(note)
     now = as_utc(now, "now")
     if expires is not None and expires <= timedelta(0):
         raise InvalidRequest("expires", "must be a duration greater than zero, or never")
@@ -95,6 +99,15 @@ def revoke_token(store: Store, token_id: int, now: datetime) -> dict[str, Any]:
     return {**record.public(), "already": before.revoked_at is not None}
 
 
-def list_tokens(store: Store, user: str | None = None) -> list[dict[str, Any]]:
-    """Every token (or `user`'s) as JSON data, without its hash."""
-    return [record.public() for record in store.tokens(user)]
+def token_state(record: TokenRecord, now: datetime) -> str:
+    """`revoked`, `expired` (from its expiry time on) or `active`, as `authenticate` would find it."""
+    if record.revoked_at is not None:
+        return "revoked"
+    if record.expires_at is not None and as_utc(now, "now") >= record.expires_at:
+        return "expired"
+    return "active"
+
+
+def list_tokens(store: Store, user: str | None = None, *, now: datetime) -> list[dict[str, Any]]:
+    """Every token (or `user`'s) as JSON data with its state at `now`, never its hash."""
+    return [{**record.public(), "state": token_state(record, now)} for record in store.tokens(user)]

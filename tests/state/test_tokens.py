@@ -105,7 +105,11 @@ def test_bad_arguments_are_refused_before_anything_is_written(store):
 def test_listing_never_shows_a_hash(store):
     create_token(store, "alice", expires=None, now=T0)
     create_token(store, "bob", expires=timedelta(days=1), now=T0, admin=True)
-    rows = list_tokens(store)
-    assert [(r["id"], r["user"], r["admin"]) for r in rows] == [(1, "alice", False), (2, "bob", True)]
+    create_token(store, "bob", expires=None, now=T0)
+    revoke_token(store, 3, T0)
+    rows = list_tokens(store, now=T0 + timedelta(days=1))
+    assert [(r["id"], r["user"], r["admin"], r["state"]) for r in rows] == [
+        (1, "alice", False, "active"), (2, "bob", True, "expired"), (3, "bob", False, "revoked")]
     assert all("hash" not in r and "salt" not in r for r in rows)
-    assert [r["id"] for r in list_tokens(store, "bob")] == [2]
+    assert [r["id"] for r in list_tokens(store, "bob", now=T0)] == [2, 3]
+    assert list_tokens(store, "bob", now=T0)[0]["state"] == "active"
