@@ -2,13 +2,13 @@
 
 Command modules register on `app` (or on a group made with `command_group`) and raise `fail(...)` for bad
 input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code
-`EXIT_CODES` gives their kind (over quota: 3); nothing prints a traceback for bad input. A command with a `--wait` option is run again while the store is busy
-(`orchestrator.cli.busy`), then exits 75. The command modules are imported (so registered) by
-`orchestrator.cli`.
+`EXIT_CODES` gives their kind (over quota: 3); nothing prints a traceback for bad input. A command with a
+`--wait` option is run again while the store is busy (`orchestrator.cli.busy`), then exits 75. The command
+modules are imported (so registered) by `orchestrator.cli`.
 
 Exit codes, for scripts (the README's table): 0 done; 1 a check or measurement failed (`host check`,
-`calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler; 4 not allowed
-(reserved for the multi-user service); 75 the store stayed busy: try again.
+`calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler, or over quota; 4 not
+allowed (reserved for the multi-user service); 75 the store stayed busy: try again.
 """
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ def check_subject(subject: str, field: str = "subject") -> str:
 def check_user(user: str, field: str = "user") -> str:
     """A user name (not a group), else `InvalidRequest` naming `field`."""
     if not isinstance(user, str) or not _NAME.fullmatch(user):
-        raise InvalidRequest(field, f"{user!r} is not a user name" + (" (a group: give a user)" if
-                                                                      str(user).startswith("@") else ""))
+        hint = " (a group: give a user)" if str(user).startswith("@") else ""
+        raise InvalidRequest(field, f"{user!r} is not a user name{hint}")
     return user
 
 
