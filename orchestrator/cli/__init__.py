@@ -13,11 +13,13 @@ from orchestrator.cli import (  # noqa: F401  (each module adds its commands to 
     leases,
     migrate,
     plan,
+    quotas,
     report,
     run,
     serve,
     simulate,
     sweep,
+    tokens,
 )
 from orchestrator.cli.app import app, main
 

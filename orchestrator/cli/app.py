@@ -1,14 +1,14 @@
 """The one typer app of the `leasewise` command line, and how its commands fail.
 
 Command modules register on `app` (or on a group made with `command_group`) and raise `fail(...)` for bad
-input. Errors that leasewise raises on purpose become one red line and exit code 2; nothing prints a
-traceback for bad input. A command with a `--wait` option is run again while the store is busy
-(`orchestrator.cli.busy`), then exits 75. The command modules are imported (so registered) by
-`orchestrator.cli`.
+input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code
+an error that carries an `exit_code` gets that one (over quota 3, not allowed 4); nothing prints a traceback for bad input. A command with a
+`--wait` option is run again while the store is busy (`orchestrator.cli.busy`), then exits 75. The command
+modules are imported (so registered) by `orchestrator.cli`.
 
 Exit codes, for scripts (the README's table): 0 done; 1 a check or measurement failed (`host check`,
-`calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler; 4 not allowed
-(reserved for the multi-user service); 75 the store stayed busy: try again.
+`calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler, or over quota; 4 not
+allowed (the server's answer to someone else's lease, an admin's command); 75 the store stayed busy: try again.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ EXIT_NOT_ALLOWED = 4
 #: the store stayed busy with another writer for longer than --wait (EX_TEMPFAIL): try again
 EXIT_BUSY = 75
 
+#: kinds of leasewise error that are not bad input -> their exit code (any other: EXIT_BAD_INPUT)
 #: where error lines go (stdout stays the command's answer, e.g. its JSON)
 err_console = make_console(stderr=True)
 
@@ -84,8 +85,8 @@ def command_group(name: str, help: str, **options) -> ErrorLineTyper:
 
 
 def exit_code_of(exc: BaseException) -> int:
-    """The exit code of one of leasewise's errors: its own when it carries one (a server's answer, a
-    quota, a refusal: 4), else 2 (bad input)."""
+    """The exit code of one of leasewise's errors: its own when it carries one (a server's answer, over
+    quota: 3, not allowed: 4), else 2 (bad input)."""
     code = getattr(exc, "exit_code", None)
     if isinstance(code, int):
         return code

@@ -128,7 +128,64 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": [_image_json(i) for i in service.images(who)]}
 
+    # -- quotas and tokens -----------------------------------------------------------------------------------
+    @app.put("/v1/quotas/{subject}")
+    def quota_set(subject: str, body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+        return service.quota_set(who, subject, _quota_changes(body))
+
+    @app.delete("/v1/quotas/{subject}")
+    def quota_remove(subject: str, who: Caller = Who) -> dict[str, Any]:
+        service.quota_remove(who, subject)
+        return {"subject": subject}
+
+    @app.get("/v1/quotas")
+    def quota_list(who: Caller = Who) -> dict[str, Any]:
+        return {"quotas": service.quota_list(who)}
+
+    @app.get("/v1/quotas/{user}")
+    def quota_show(user: str, who: Caller = Who) -> dict[str, Any]:
+        return service.quota_show(who, user)
+
+    @app.post("/v1/tokens", status_code=201)
+    def token_create(body: dict[str, Any] = Body(default={}), who: Caller = Who) -> dict[str, Any]:
+        seconds = body.get("expires_s")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0):
+            raise InvalidRequest("--expires", f"must be a positive number of seconds (got {seconds!r})")
+        return service.token_create(who, body.get("user"), bool(body.get("admin", False)),
+                                    None if seconds is None else timedelta(seconds=seconds), str(body.get("note", "")))
+
+    @app.get("/v1/tokens")
+    def token_list(user: str | None = None, who: Caller = Who) -> dict[str, Any]:
+        return {"tokens": service.token_list(who, user)}
+
+    @app.delete("/v1/tokens/{token_id}")
+    def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
+        return service.token_revoke(who, token_id)
+
     return app
+
+
+_AMOUNTS = ("vcpus", "memory_mib", "vms")
+_SPANS = ("max_duration", "max_ahead")
+
+
+def _quota_changes(body: dict[str, Any]) -> dict[str, Any]:
+    """A quota change as JSON: amounts as whole numbers, spans as seconds (`max_duration_s`), null removes."""
+    changes: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in _AMOUNTS:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidRequest(key, f"must be a whole number >= 0 or null (got {value!r})")
+            changes[key] = value
+        elif key.endswith("_s") and key[:-2] in _SPANS:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise InvalidRequest(key, f"must be seconds >= 0 or null (got {value!r})")
+            changes[key[:-2]] = None if value is None else timedelta(seconds=value)
+        else:
+            raise InvalidRequest(key, f"unknown quota limit (one of {', '.join(_AMOUNTS)}, max_duration_s, max_ahead_s)")
+    if not changes:
+        raise InvalidRequest("quota", "give at least one limit to set")
+    return changes
 
 
 def _duration(value: Any, label: str) -> timedelta:

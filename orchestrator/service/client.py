@@ -9,7 +9,10 @@ exit code and the one line the server gave; a server that does not answer is exi
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
+from datetime import timedelta
+from urllib.parse import quote
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +54,8 @@ class Client:
             if server.startswith("http://") and not server.startswith(("http://127.", "http://localhost")):
                 raise RemoteError(f"--server: {server}: tokens only go over https (or to loopback)", 2)
             headers = {"authorization": f"Bearer {token}"} if token else {}
-            self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout,
-                                      verify=ca if ca else True)
+            verify = ssl.create_default_context(cafile=ca) if ca else True
+            self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout, verify=verify)
         else:
             raise RemoteError(f"--server: {server!r} is neither unix:PATH nor an https:// URL", 2)
 
@@ -126,6 +129,34 @@ class Client:
     def images(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/images")["images"]
 
+    def quota_set(self, subject: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        body = {}
+        for key, value in changes.items():
+            if key in ("max_duration", "max_ahead"):
+                body[f"{key}_s"] = None if value is None else value.total_seconds()
+            else:
+                body[key] = value
+        return self._call("PUT", f"/v1/quotas/{_segment(subject)}", json=body)
+
+    def quota_remove(self, subject: str) -> None:
+        self._call("DELETE", f"/v1/quotas/{_segment(subject)}")
+
+    def quota_list(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/quotas")["quotas"]
+
+    def quota_show(self, user: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/quotas/{_segment(user)}")
+
+    def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/tokens", json={"user": user, "admin": admin, "note": note,
+                                                      "expires_s": None if expires is None else expires.total_seconds()})
+
+    def token_list(self, user: str | None) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/tokens", params={} if user is None else {"user": user})["tokens"]
+
+    def token_revoke(self, token_id: int) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/tokens/{token_id}")
+
     def get(self, path: str, **params: Any) -> Any:
         return self._call("GET", path, params=params)
 
@@ -134,6 +165,10 @@ class Client:
 
     def delete(self, path: str) -> Any:
         return self._call("DELETE", path)
+
+
+def _segment(text: str) -> str:
+    return quote(text, safe="@")
 
 
 def _reason(exc: httpx.TransportError) -> str:

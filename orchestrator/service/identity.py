@@ -7,7 +7,6 @@ there is no password; on TCP a caller presents a token. Admins are root, the mem
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 import socket
@@ -15,6 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.state.groups import unix_groups
 
 
 class NotAllowed(LeasewiseError):
@@ -36,20 +36,6 @@ class Caller:
 
     def may_act_for(self, owner: str) -> bool:
         return self.admin or self.user == owner
-
-
-def unix_groups(user: str) -> frozenset[str]:
-    """The Unix groups `user` is in (primary and supplementary); none for an unknown user."""
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return frozenset()
-    names = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
-    try:
-        names.add(grp.getgrgid(entry.pw_gid).gr_name)
-    except KeyError:
-        pass
-    return frozenset(names)
 
 
 def caller_for_uid(uid: int, admin_group: str) -> Caller:
@@ -91,9 +77,12 @@ def token_checker(store, admin_group: str, now=None):
     from datetime import datetime, timezone
 
     def check(text: str) -> Caller:
-        from orchestrator.state.tokens import authenticate
+        from orchestrator.state.tokens import InvalidToken, authenticate
 
-        record = authenticate(store, text, (now or (lambda: datetime.now(timezone.utc)))())
+        try:
+            record = authenticate(store, text, (now or (lambda: datetime.now(timezone.utc)))())
+        except InvalidToken as exc:
+            raise NotAuthenticated(str(exc)) from None
         return caller_for_user(record.user, admin_group, admin=record.admin, via="token")
 
     return check

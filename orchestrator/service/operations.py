@@ -28,7 +28,10 @@ from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.session import SharedCluster
+from orchestrator.model.quota import check_subject, check_user
+from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 from orchestrator.state.store import Event, Store, StoreError
+from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token
 
 #: states in which a lease's VMs exist on hosts (so `lease show` asks the hosts about them)
 _VMS_EXIST = frozenset(RUNNING_STATES) | {LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
@@ -226,6 +229,54 @@ class LeaseService:
 
     def images(self, caller: Caller) -> list:
         return self.reader().images()
+
+    # -- quotas (admins set them; a user may look at their own) -----------------------------------------------
+    def quota_set(self, caller: Caller, subject: str, changes: dict[str, Any]) -> dict[str, Any]:
+        self._admin_check(caller, "setting quotas")
+        with self.session.open() as cluster:
+            return set_quota(cluster.store, check_subject(subject, "SUBJECT"), changes, self.now())
+
+    def quota_remove(self, caller: Caller, subject: str) -> None:
+        self._admin_check(caller, "removing quotas")
+        with self.session.open() as cluster:
+            remove_quota(cluster.store, check_subject(subject, "SUBJECT"))
+
+    def quota_list(self, caller: Caller) -> list[dict[str, Any]]:
+        self._admin_check(caller, "listing every quota")
+        return list_quotas(self.reader())
+
+    def quota_show(self, caller: Caller, user: str | None) -> dict[str, Any]:
+        user = check_user(user or caller.user, "USER")
+        if user != caller.user and not caller.admin:
+            raise NotAllowed(f"{caller.user} may see their own quotas only (not {user}'s)")
+        return show_quota(self.reader(), user)
+
+    # -- API tokens (a user makes and revokes their own; admins anyone's, and admin tokens) ---------------------
+    def token_create(self, caller: Caller, user: str | None, admin: bool, expires: timedelta | None,
+                     note: str) -> dict[str, Any]:
+        owner = user or caller.user
+        if (owner != caller.user or admin) and not caller.admin:
+            raise NotAllowed(f"{caller.user} may make tokens for themselves only, and no admin tokens")
+        with self.session.open() as cluster:
+            text, record = create_token(cluster.store, owner, admin=admin, expires=expires, now=self.now(),
+                                        note=check_note(note, "--note"))
+        return {"token": text, **record.public()}
+
+    def token_list(self, caller: Caller, user: str | None) -> list[dict[str, Any]]:
+        if not caller.admin:
+            if user is not None and user != caller.user:
+                raise NotAllowed(f"{caller.user} may list their own tokens only")
+            user = caller.user
+        return list_tokens(self.reader(), user, now=self.now())
+
+    def token_revoke(self, caller: Caller, token_id: int) -> dict[str, Any]:
+        with self.session.open() as cluster:
+            record = cluster.store.token(token_id)
+            if record is None:
+                raise InvalidRequest("ID", f"no token with id {token_id}")
+            if record.user != caller.user and not caller.admin:
+                raise NotAllowed(f"token {token_id} belongs to {record.user}: only they or an admin may revoke it")
+            return revoke_token(cluster.store, token_id, self.now())
 
 
 def live_states() -> list[str]:

@@ -4,16 +4,21 @@ Every operation is: open a write transaction on the store, rebuild the scheduler
 their unfinished reservations), apply the operation, write back what changed, commit. Two processes
 doing this at once are serialised by SQLite's write lock, so nothing is double-booked; one that waits
 longer than the store's busy timeout is told to retry.
+
+A submission or an extension is checked against its owner's quota and its owner's groups' quotas first
+(`orchestrator.model.quota`), against what the live leases hold: one over quota raises `QuotaExceeded`
+before anything is written or an id is taken.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from orchestrator.model.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
@@ -23,6 +28,7 @@ from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
+from orchestrator.state.groups import unix_groups
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -32,11 +38,14 @@ LIVE_STATES = tuple(s for s in LeaseState if s not in FINAL_STATES)
 
 
 class Cluster:
-    def __init__(self, store: Store, config: Config, enactor: Enactor | None = None, live_only: bool = False):
+    def __init__(self, store: Store, config: Config, enactor: Enactor | None = None, live_only: bool = False,
+                 groups_of: Callable[[str], frozenset[str]] = unix_groups):
         """`live_only`: leave finished leases in the store (the daemon's steps never change them, and a
-        long history would otherwise be read at every step)."""
+        long history would otherwise be read at every step). `groups_of`: a user's Unix groups, for group
+        quotas (the system's by default)."""
         self.store = store
         self.config = config
+        self.groups_of = groups_of
         hosts = store.hosts()
         self.hosts = {h.name: h for h in hosts}
         self.table = SlotTable([(h.name, h.capacity) for h in hosts])
@@ -59,7 +68,11 @@ class Cluster:
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
-        """Admit and schedule a request at once: the lease comes back scheduled, queued or rejected."""
+        """Admit and schedule a request at once: the lease comes back scheduled, queued or rejected.
+        `QuotaExceeded` (nothing written) when it would take its owner or a group of theirs over a quota."""
+        quotas = self.store.quotas()
+        if quotas:
+            check_request(request, now, quotas, self.holdings(), self.groups_of)
         lease_id = self.store.next_lease_id()
         lease = self.scheduler.submit(request, now, lease_id=lease_id)
         self._live.add(lease.id)
@@ -76,12 +89,21 @@ class Cluster:
         return lease
 
     def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
+        """Lengthen a lease; `QuotaExceeded` (nothing changed) when the longer lease is over a quota."""
+        current = self.scheduler.lease(lease_id)
+        quotas = self.store.quotas()
+        if quotas and not current.is_final:   # (a finished lease: the scheduler says why it cannot grow)
+            check_extension(current, by, quotas, self.holdings(), self.groups_of)
         lease = self.scheduler.extend(lease_id, by, now)
         self.store.append_event(now, "extended", lease_id, by_s=by.total_seconds())
         return lease
 
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)
+
+    def holdings(self) -> dict[str, Holding]:
+        """user -> what their live leases hold now."""
+        return holdings_by_user(self.scheduler.leases.values())
 
     def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
         """Plan the host empty by `by` (live migrations, else suspensions, else requeues) and mark it

@@ -1,4 +1,5 @@
-"""The SQLite store shared by the daemon and every CLI command: hosts, leases, their plans, an event log.
+"""The SQLite store shared by the daemon and every CLI command: hosts, leases, their plans, an event log,
+quotas and API tokens.
 
 One database file (`default_store_path()`, or whatever the caller passes) opened by each process with its
 own `Store` (no module-level connection). It runs in WAL mode, so readers never block the writer, with a
@@ -41,6 +42,7 @@ from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.guest import MAC_COUNT, GuestSetup, mac_address
 from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.quota import Quota, check_subject
 from orchestrator.model.reservations import (
     Reservation,
     ReservationKind,
@@ -383,6 +385,33 @@ _V5 = (
 )
 
 _V6 = (
+    # quotas per user (`alice`) or Unix group (`@lab`); NULL: that limit is unlimited
+    """CREATE TABLE quotas (
+        subject TEXT PRIMARY KEY,
+        vcpus INTEGER CHECK (vcpus >= 0),
+        memory_mib INTEGER CHECK (memory_mib >= 0),
+        vms INTEGER CHECK (vms >= 0),
+        max_duration_s REAL CHECK (max_duration_s >= 0),
+        max_ahead_s REAL CHECK (max_ahead_s >= 0),
+        set_at TEXT NOT NULL
+    )""",
+    # API tokens: only a salt and a slow salted hash of the secret are kept
+    """CREATE TABLE tokens (
+        id INTEGER PRIMARY KEY,
+        user TEXT NOT NULL,
+        admin INTEGER NOT NULL DEFAULT 0 CHECK (admin IN (0, 1)),
+        salt BLOB NOT NULL,
+        hash BLOB NOT NULL,
+        created_at TEXT NOT NULL,
+        expires_at TEXT,
+        revoked_at TEXT,
+        last_used_at TEXT,
+        note TEXT NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX tokens_user ON tokens (user)",
+)
+
+_V7 = (
     # the intent log: an operation on the hosts is written here, with the plan that asked for it, before
     # it runs off the store's lock; its outcome is written when it ends. A daemon that starts again finds
     # the ones that never ended and runs them again (every operation accepts its own outcome as done)
@@ -400,7 +429,7 @@ _V6 = (
     "CREATE INDEX operations_unfinished ON operations (id) WHERE finished_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -493,6 +522,29 @@ class OperationRecord:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class TokenRecord:
+    """An API token as the store keeps it: whose, what it may do, its life; the secret only as a salted
+    hash (`salt`, `hash`: never shown, left out of `repr` and `public()`)."""
+
+    id: int
+    user: str
+    admin: bool
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+    note: str
+    salt: bytes = field(repr=False)
+    hash: bytes = field(repr=False)
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the salt and the hash, as JSON data."""
+        return {"id": self.id, "user": self.user, "admin": self.admin, "created_at": iso(self.created_at),
+                "expires_at": iso(self.expires_at), "revoked_at": iso(self.revoked_at),
+                "last_used_at": iso(self.last_used_at), "note": self.note}
+
+
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
                  "network_type", "disk_dir")
@@ -505,6 +557,9 @@ _JSON_REQUEST_COLUMNS = ("nodes", "image", "guest")
 _STATE_COLUMNS = ("state", "accumulated_s", "reason", "suspensions", "migrations", "requeues", "start_time",
                   "end_time")
 _LEASE_COLUMNS = ("id", "workload_id") + _REQUEST_COLUMNS + _STATE_COLUMNS
+_QUOTA_COLUMNS = ("subject", "vcpus", "memory_mib", "vms", "max_duration_s", "max_ahead_s")
+_TOKEN_COLUMNS = ("id", "user", "admin", "created_at", "expires_at", "revoked_at", "last_used_at", "note", "salt",
+                  "hash")
 _RR_COLUMNS = ("id", "lease_id", "kind", "start", "end", "state", "resources", "nodes", "transfers", "vm_id",
                "position", "premature_end", "continues", "extra")
 
@@ -800,6 +855,92 @@ class Store:
         if first + count > MAC_COUNT:
             raise StoreError("no MAC addresses left under 52:54:00 (16,777,216 handed out)")
         return tuple(mac_address(first + i) for i in range(count))
+
+    # -- quotas ---------------------------------------------------------------------------------------------------
+    def set_quota(self, subject: str, quota: Quota, at: datetime | None = None) -> None:
+        """Set (replace) the limits of a user (`alice`) or a group (`@lab`)."""
+        check_subject(subject)
+        values = (subject, quota.vcpus, quota.memory_mib, quota.vms, _secs(quota.max_duration),
+                  _secs(quota.max_ahead), _t(as_utc(at, "at") if at is not None else datetime.now(UTC)))
+        with self.transaction():
+            self._conn.execute(f"INSERT INTO quotas ({', '.join(_QUOTA_COLUMNS)}, set_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                               "ON CONFLICT (subject) DO UPDATE SET "
+                               + ", ".join(f"{c} = excluded.{c}" for c in (*_QUOTA_COLUMNS[1:], "set_at")), values)
+
+    def quota(self, subject: str) -> Quota | None:
+        row = self._conn.execute(f"SELECT {', '.join(_QUOTA_COLUMNS)} FROM quotas WHERE subject = ?",
+                                 (subject,)).fetchone()
+        return None if row is None else self._quota(row)
+
+    def quotas(self) -> dict[str, Quota]:
+        """subject -> its quota, users and groups, by subject."""
+        rows = self._conn.execute(f"SELECT {', '.join(_QUOTA_COLUMNS)} FROM quotas ORDER BY subject").fetchall()
+        return {row[0]: self._quota(row) for row in rows}
+
+    def quota_set_at(self, subject: str) -> datetime | None:
+        row = self._conn.execute("SELECT set_at FROM quotas WHERE subject = ?", (subject,)).fetchone()
+        return None if row is None else _dt(row[0])
+
+    def remove_quota(self, subject: str) -> None:
+        with self.transaction():
+            if self._conn.execute("DELETE FROM quotas WHERE subject = ?", (subject,)).rowcount == 0:
+                raise StoreError(f"no quota for {subject!r}")
+
+    def _quota(self, row: tuple) -> Quota:
+        subject, vcpus, memory, vms, duration, ahead = row
+        try:
+            return Quota(vcpus=vcpus, memory_mib=memory, vms=vms, max_duration=_td(duration), max_ahead=_td(ahead))
+        except LeasewiseError as exc:
+            raise StoreError(f"{self.path}: the quota of {subject!r} is invalid in the store: {exc}") from None
+
+    # -- tokens ---------------------------------------------------------------------------------------------------
+    def add_token(self, user: str, *, salt: bytes, hash: bytes, created_at: datetime, admin: bool = False,
+                  expires_at: datetime | None = None, note: str = "") -> TokenRecord:
+        """Store a new token's hash; its id comes back in the record (`orchestrator.state.tokens` makes it)."""
+        if not isinstance(user, str) or not user:
+            raise StoreError(f"a token needs a user (got {user!r})")
+        created = as_utc(created_at, "created_at")
+        expires = None if expires_at is None else as_utc(expires_at, "expires_at")
+        with self.transaction():
+            cur = self._conn.execute(
+                "INSERT INTO tokens (user, admin, salt, hash, created_at, expires_at, note) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (user, int(bool(admin)), bytes(salt), bytes(hash), _t(created), _t(expires), note))
+        return self.token(cur.lastrowid)
+
+    def token(self, token_id: int) -> TokenRecord | None:
+        row = self._conn.execute(f"SELECT {', '.join(_TOKEN_COLUMNS)} FROM tokens WHERE id = ?",
+                                 (token_id,)).fetchone()
+        return None if row is None else self._token(row)
+
+    def tokens(self, user: str | None = None) -> list[TokenRecord]:
+        """Every token (or `user`'s), by id, revoked and expired ones included."""
+        where, params = ("WHERE user = ?", (user,)) if user is not None else ("", ())
+        rows = self._conn.execute(f"SELECT {', '.join(_TOKEN_COLUMNS)} FROM tokens {where} ORDER BY id",
+                                  params).fetchall()
+        return [self._token(row) for row in rows]
+
+    def revoke_token(self, token_id: int, at: datetime) -> TokenRecord:
+        """Revoke a token from `at` on; one revoked already keeps its first revocation time."""
+        with self.transaction():
+            if self._conn.execute("UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
+                                  (_t(as_utc(at, "at")), token_id)).rowcount == 0:
+                raise StoreError(f"no token with id {token_id}")
+            return self.token(token_id)
+
+    def touch_token(self, token_id: int, at: datetime) -> None:
+        """Record that the token was just used."""
+        with self.transaction():
+            if self._conn.execute("UPDATE tokens SET last_used_at = ? WHERE id = ?",
+                                  (_t(as_utc(at, "at")), token_id)).rowcount == 0:
+                raise StoreError(f"no token with id {token_id}")
+
+    @staticmethod
+    def _token(row: tuple) -> TokenRecord:
+        v = dict(zip(_TOKEN_COLUMNS, row))
+        return TokenRecord(id=v["id"], user=v["user"], admin=bool(v["admin"]), created_at=_dt(v["created_at"]),
+                           expires_at=_dt(v["expires_at"]), revoked_at=_dt(v["revoked_at"]),
+                           last_used_at=_dt(v["last_used_at"]), note=v["note"], salt=bytes(v["salt"]),
+                           hash=bytes(v["hash"]))
 
     # -- leases ---------------------------------------------------------------------------------------------------
     def save_lease(self, lease: Lease, workload_id: str | None = None) -> None:

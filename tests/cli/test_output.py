@@ -59,7 +59,8 @@ def test_when_is_utc_to_the_second():
 
 def test_command_modules_import_the_app_not_the_package():
     """No cycle: the package imports the command modules, which take the app from cli.app."""
-    for name in ("calibrate", "common", "hosts", "leases", "migrate", "plan", "report", "run", "simulate", "sweep"):
+    for name in ("calibrate", "common", "hosts", "leases", "migrate", "plan", "quotas", "report", "run", "simulate",
+                 "sweep", "tokens"):
         source = (ROOT / "orchestrator" / "cli" / f"{name}.py").read_text()
         assert "from orchestrator.cli import app" not in source and "from orchestrator.cli import fail" not in source
     assert importlib.import_module("orchestrator.cli.app").app is app
@@ -72,5 +73,5 @@ def test_any_cli_module_imported_first_gives_the_whole_app(first):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == ("['calibrate', 'host', 'image', 'lease', 'migrate', 'plan', 'report', 'run', "
-                                  "'simulate', 'sweep']")
+    assert out.stdout.strip() == ("['calibrate', 'host', 'image', 'lease', 'migrate', 'plan', 'quota', 'report', "
+                                  "'run', 'simulate', 'sweep', 'token']")

@@ -130,8 +130,9 @@ def _cli(*args: str, env: dict | None = None):
 
 def test_the_cli_answers_the_same_through_the_server(running):
     client = running.client()
-    client.submit(_request("root", name="one"))
-    client.submit(_request("root", name="two", nodes=2))
+    later = (datetime.now(UTC) + timedelta(hours=3)).replace(microsecond=0).isoformat()
+    client.submit(_request("root", name="one", start=later))   # (advance reservations: nothing moves meanwhile)
+    client.submit(_request("root", name="two", nodes=2, start=later))
     local = _cli("lease", "list", "--state", str(running.store_path))
     remote = _cli("lease", "list", "--server", running.url)
     assert local.exit_code == remote.exit_code == 0, (local.output, remote.output)
