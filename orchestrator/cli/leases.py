@@ -186,18 +186,19 @@ def submit(
     cfg = common.load(config)
     now = common.now()
     remote = common.client(server, cfg)
-    if remote is not None:   # the server checks the site, the image and the owner itself
-        catalogue, site = _remote_catalogue(remote), None
+    if remote is not None:   # the server checks the site and the image itself, and owns it to its caller
+        catalogue, site, owner = _remote_catalogue(remote), None, ""
     else:
-        catalogue, site = _catalogue(state, cfg), _site_check(state, cfg)
+        catalogue, site, owner = _catalogue(state, cfg), _site_check(state, cfg), None
     if file is not None:
         if given:
             raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-        request = load_lease_file(file, now, images=catalogue, site=site)
+        request = load_lease_file(file, now, images=catalogue, site=site, default_user=owner)
     else:
         if not given:
             raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-        request = request_from_fields(flags, now, label=flag_label, images=catalogue, site=site)
+        request = request_from_fields(flags, now, label=flag_label, images=catalogue, site=site,
+                                      default_user=owner)
     if remote is not None:
         with remote:
             answer = remote.submit(request)

@@ -46,7 +46,7 @@ def tls_server(tmp_path, unix_users):
 
 def _request(**fields):
     return request_from_fields({"cpus": 1, "memory": 512, "duration": "30m", **fields},
-                               datetime.now(UTC).replace(microsecond=0))
+                               datetime.now(UTC).replace(microsecond=0), default_user="")   # (the caller's)
 
 
 def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
