@@ -12,7 +12,7 @@ The rules, kept simple on purpose:
   the lease's first planned start (a 30-minute lease gets no one-hour reminder). A moment long past (the
   daemon was down) still makes it due: it is sent once, late, rather than never.
 - `ended` is due once the lease is final (done, cancelled, failed: a rejected lease never ran and was
-  told so at submit) and ended at or after `ended_since`; a final lease gets no reminder, only `ended`.
+  told so at submit) and ended after `ended_after`; a final lease gets no reminder, only `ended`.
 - A lease whose end moved (extended, or planned again after a preemption) is simply measured against its
   new end: a key already sent is not sent again (the sender remembers keys, not ends), one not sent yet
   is due relative to the new end.
@@ -75,14 +75,14 @@ def end_reason(lease: Lease) -> str:
 
 
 def due_notices(lease: Lease, now: datetime, before_end: Iterable[timedelta], at_end: bool = True,
-                ended_since: datetime | None = None) -> list[Notice]:
+                ended_after: datetime | None = None) -> list[Notice]:
     """The notices due for `lease` at `now` (sent or not), reminders latest offset first.
 
-    `ended_since`: an ended lease gets its `ended` notice only if it ended at or after this (the moment
-    notices were first sent from this store: leases that ended before are not announced late)."""
+    `ended_after`: an ended lease gets its `ended` notice only if it ended after this (the first step
+    that sent notices from this store: leases that ended by then are not announced late)."""
     if lease.state in ENDED_STATES:
         ended = lease.end_time
-        if not at_end or ended is None or (ended_since is not None and ended < ended_since):
+        if not at_end or ended is None or (ended_after is not None and ended <= ended_after):
             return []
         return [Notice(lease.id, ENDED, due_at=ended, end=ended, reason=end_reason(lease))]
     end = planned_end(lease)
@@ -95,3 +95,13 @@ def due_notices(lease: Lease, now: datetime, before_end: Iterable[timedelta], at
         if first_start <= moment <= now:
             due.append(Notice(lease.id, reminder_key(offset), due_at=moment, end=end, offset=offset))
     return due
+
+
+def next_notice_time(lease: Lease, now: datetime, before_end: Iterable[timedelta]) -> datetime | None:
+    """When the next reminder of `lease` becomes due after `now` (None: no more before its end as planned
+    now), so a daemon whose clock jumps from event to event wakes for it."""
+    end = planned_end(lease)
+    if end is None or now >= end:
+        return None
+    first_start = lease.reservations[0].start
+    return min((end - o for o in before_end if now < end - o and first_start <= end - o), default=None)

@@ -36,6 +36,8 @@ from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.runtime.netprobe import PingProbe
+from orchestrator.runtime.notices import NoticeSender
+from orchestrator.runtime.notifiers import make_notifiers
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
@@ -73,6 +75,7 @@ class Daemon:
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe,
                                      dirty_rate=config.scheduling.dirty_rate)
         self.dirty_rates = DirtyRateSampler(driver, config.daemon.dirty_rate_interval, config.daemon.dirty_rate_sample)
+        self.notices = NoticeSender(store, config.notify, make_notifiers(config.notify), config.notify.email.address_of)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
@@ -176,6 +179,9 @@ class Daemon:
             running = self._running_vms(cluster, now)
         # outside the store's lock: the measurements only start or are read here, and each is stored alone
         self.dirty_rates.step(now, running, self._record_dirty_rate)
+        # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
+        reminder = self.notices.step(now, cluster.scheduler.leases.values())
+        following = reminder if following is None or (reminder is not None and reminder < following) else following
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
         return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))

@@ -394,6 +394,8 @@ _NOTICES = (
         outcome TEXT NOT NULL DEFAULT 'claimed',
         PRIMARY KEY (lease_id, key, notifier)
     ) WITHOUT ROWID""",
+    # the leases that ended since some time, which the sender looks for at every step
+    "CREATE INDEX leases_end_time ON leases (end_time)",
 )
 
 MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _NOTICES]
@@ -952,6 +954,14 @@ class Store:
                 if cur.rowcount:
                     claimed.append((lease_id, key, notifier))
         return claimed
+
+    def unannounced_ended_leases(self, since: datetime, states: Iterable[LeaseState]) -> list[Lease]:
+        """Leases in one of `states` (final ones) that ended after `since` and have no `ended`
+        notice claimed yet: those ended by another process or just before a crash are found here."""
+        values = [LeaseState(s).value for s in states]
+        where = (f"WHERE end_time > ? AND state IN ({', '.join('?' * len(values))}) "
+                 "AND id NOT IN (SELECT lease_id FROM notices WHERE key = 'ended')")
+        return self._load_leases(where, (_t(since), *values))
 
     def record_notice_outcomes(self, outcomes: Mapping[tuple[int, str, str], str]) -> None:
         """The outcome ("sent", "failed: why") of claimed notices, in one transaction."""

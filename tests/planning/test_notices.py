@@ -11,7 +11,7 @@ from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState
-from orchestrator.planning.notices import ENDED, due_notices, planned_end
+from orchestrator.planning.notices import ENDED, due_notices, next_notice_time, planned_end
 from tests.support.times import T0
 
 H, M = timedelta(hours=1), timedelta(minutes=1)
@@ -90,8 +90,8 @@ def test_a_final_lease_gets_only_ended_with_its_reason():
 
 def test_a_lease_that_ended_before_notices_began_is_not_announced():
     done = lease(LeaseState.DONE, vm(T0, T0 + 3 * H), end_time=T0 + 3 * H)
-    assert keys(done, T0 + 4 * H, ended_since=T0 + 3 * H + M) == []
-    assert keys(done, T0 + 4 * H, ended_since=T0 + 3 * H) == [ENDED]
+    assert keys(done, T0 + 4 * H, ended_after=T0 + 3 * H) == []
+    assert keys(done, T0 + 4 * H, ended_after=T0 + 3 * H - timedelta(seconds=1)) == [ENDED]
 
 
 # -- against a plain oracle ----------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def label(offset: timedelta) -> str:
 def oracle(lease_: Lease, now: datetime, offsets, at_end: bool, since: datetime | None) -> set[str]:
     s = LeaseState
     if lease_.state in (s.DONE, s.CANCELLED, s.FAILED):
-        ok = at_end and lease_.end_time is not None and (since is None or lease_.end_time >= since)
+        ok = at_end and lease_.end_time is not None and (since is None or lease_.end_time > since)
         return {"ended"} if ok else set()
     if lease_.state not in (s.SCHEDULED, s.PREPARING, s.READY, s.ACTIVE, s.RESUMING, s.RESUMED_READY,
                             s.SUSPENDED_SCHEDULED, s.MIGRATING) or not lease_.reservations:
@@ -142,7 +142,7 @@ def leases(draw) -> Lease:
 @given(leases(), minutes, offsets_st, st.booleans(), st.none() | minutes.map(lambda m: T0 + m * M))
 def test_due_notices_agree_with_the_oracle(lease_, now, offsets, at_end, since):
     at = T0 + now * M
-    got = due_notices(lease_, at, offsets, at_end=at_end, ended_since=since)
+    got = due_notices(lease_, at, offsets, at_end=at_end, ended_after=since)
     assert {n.key for n in got} == oracle(lease_, at, offsets, at_end, since)
     assert len(got) == len({n.key for n in got})
     assert all(n.due_at <= at for n in got if n.key != ENDED)   # (an ended one: whenever it ended)
@@ -169,3 +169,18 @@ def test_a_daemon_stepping_at_any_times_sends_each_reminder_once_between_its_mom
         else:
             assert moment <= sent[key] < end
             assert sent[key] == min(t for t in steps if moment <= t < end)
+
+
+@settings(max_examples=300, deadline=None)
+@given(leases(), minutes, offsets_st, st.lists(st.integers(min_value=1, max_value=600 * 60), max_size=8))
+def test_nothing_new_is_due_before_the_next_notice_time_and_something_is_then(lease_, now_m, offsets, probes):
+    now = T0 + now_m * M
+    following = next_notice_time(lease_, now, offsets)
+    before = {n.key for n in due_notices(lease_, now, offsets)}
+    for seconds in probes:
+        at = now + timedelta(seconds=seconds)
+        if following is None or at < following:
+            assert {n.key for n in due_notices(lease_, at, offsets)} <= before
+    if following is not None:
+        assert following > now
+        assert {n.key for n in due_notices(lease_, following, offsets)} - before
