@@ -7,13 +7,14 @@ because `journalctl -u leasewise | grep lease=7` and log shippers read it withou
 Fields a caller passes with `extra={"lease": 7}` follow the message. A traceback goes into one `exc=`
 field (newlines escaped), so one record stays one line.
 
-This sets up the process's root logger: it is called once, by the command's entry, and nowhere else.
+This sets up the process's root logger: it is called by the command's entry, and nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from datetime import datetime
 
 from orchestrator.model.errors import InvalidRequest
@@ -73,11 +74,22 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str) -> Callable[[], None]:
     """Send every record at `level` or above to stderr as logfmt lines (replacing the handler an earlier
-    call installed, so calling it again changes the level rather than doubling every line)."""
+    call installed, so calling it again changes the level rather than doubling every line).
+
+    Returns what puts the loggers back as they were: a command run inside another program (a test
+    runner, a server calling it) calls it when done; a process that logs until it exits need not."""
     number = parse_level(level)
     root = logging.getLogger()
+    saved = (root.level, list(root.handlers), {name: logging.getLogger(name).level for name in _CHATTY})
+
+    def restore() -> None:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+        for name, chatty_level in saved[2].items():
+            logging.getLogger(name).setLevel(chatty_level)
+
     for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
         root.removeHandler(handler)
     handler = _StderrHandler()
@@ -86,3 +98,4 @@ def configure_logging(level: str) -> None:
     root.setLevel(number)
     for name in _CHATTY:
         logging.getLogger(name).setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
+    return restore

@@ -36,7 +36,15 @@ def run(
                                   help="debug, info, warning or error: logfmt lines on stderr from this level on"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
-    configure_logging(log_level)
+    restore_logging = configure_logging(log_level)
+    try:
+        _run(state, config, dry_run, fast, until_idle, until, sim_state, max_steps_text)
+    finally:
+        restore_logging()
+
+
+def _run(state: Path | None, config: Path | None, dry_run: bool, fast: bool, until_idle: bool, until: str | None,
+         sim_state: Path | None, max_steps_text: str | None) -> None:
     console = make_console()
     from orchestrator.runtime.daemon import (  # (drivers load only when run)
         Daemon,

@@ -109,3 +109,23 @@ def test_run_logs_logfmt_to_stderr_at_its_level(tmp_path):
     bad = leasewise("run", "--log-level", "loud", "--state", state, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == ["error: --log-level: must be one of debug, info, warning, error (got 'loud')"]
+
+
+def test_restoring_puts_the_loggers_back(root_logger, capsys):
+    before = (root_logger.level, list(root_logger.handlers))
+    restore = configure_logging("debug")
+    assert root_logger.level == logging.DEBUG and len(root_logger.handlers) == len(before[1]) + 1
+    restore()
+    assert (root_logger.level, list(root_logger.handlers)) == before
+    logging.getLogger("orchestrator.test").warning("after")
+    assert "level=warning" not in capsys.readouterr().err
+
+
+def test_run_in_process_leaves_no_handler_behind(tmp_path, root_logger):
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+    handlers = list(root_logger.handlers)
+    result = CliRunner().invoke(app, ["run", "--state", str(tmp_path / "none.sqlite"), "--log-level", "debug"])
+    assert result.exit_code == 2 and "--state: no store" in result.output
+    assert root_logger.handlers == handlers
