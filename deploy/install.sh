@@ -2,7 +2,8 @@
 # Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
 #   * Debian packages: libvirt + QEMU (the lab tier), dnsmasq (the lab's DHCP for VMs), the tools to build the
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
-#   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray)
+#   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
+#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run)
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -68,7 +69,7 @@ if ! (cd / && "$PY" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
-            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray"):
+            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()

@@ -2,6 +2,7 @@
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
+import dataclasses
 import shutil
 import sqlite3
 import tempfile
@@ -13,6 +14,7 @@ from drivers.clock import RealClock, SimulatedClock
 from orchestrator.cli.app import app, fail
 from orchestrator.cli import common
 from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, store_path
+from orchestrator.cli.logs import configure_logging
 from orchestrator.cli.output import make_console
 from orchestrator.model.numbers import parse_whole
 from orchestrator.model.timeutil import parse_time
@@ -30,8 +32,19 @@ def run(
     until: str | None = typer.Option(None, "--until", help="Stop at this time (ISO 8601)"),
     sim_state: Path | None = typer.Option(None, "--sim-state", help="Keep the simulated driver's hosts in this JSON file (default: next to the store)"),
     max_steps_text: str | None = typer.Option(None, "--max-steps", metavar="N", help="Stop after this many steps"),
+    log_level: str = typer.Option("info", "--log-level", metavar="LEVEL",
+                                  help="debug, info, warning or error: logfmt lines on stderr from this level on"),
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
+    restore_logging = configure_logging(log_level)
+    try:
+        _run(state, config, dry_run, fast, until_idle, until, sim_state, max_steps_text)
+    finally:
+        restore_logging()
+
+
+def _run(state: Path | None, config: Path | None, dry_run: bool, fast: bool, until_idle: bool, until: str | None,
+         sim_state: Path | None, max_steps_text: str | None) -> None:
     console = make_console()
     from orchestrator.runtime.daemon import (  # (drivers load only when run)
         Daemon,
@@ -40,6 +53,8 @@ def run(
     )
 
     cfg = load(config)
+    if dry_run:   # a rehearsal on a copy of the store: nobody is told their lease ends
+        cfg = dataclasses.replace(cfg, notify=dataclasses.replace(cfg.notify, notifiers=()))
     stop_at = parse_time(until, "--until") if until else None
     max_steps = None if max_steps_text is None else parse_whole(max_steps_text, "--max-steps")
     path = store_path(state, cfg)

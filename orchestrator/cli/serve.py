@@ -14,19 +14,8 @@ from rich.markup import escape
 
 from orchestrator.cli import common
 from orchestrator.cli.app import EXIT_FAILED, app, fail
+from orchestrator.cli.logs import configure_logging
 from orchestrator.cli.output import emit_json, make_console
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def configure_logging(level: str) -> None:
-    """Lines to stderr (journald keeps them under systemd), one per event, with their level."""
-    name = level.strip().lower()
-    if name not in LOG_LEVELS:
-        raise fail(f"--log-level: must be one of {', '.join(LOG_LEVELS)} (got {level!r})")
-    logging.basicConfig(level=getattr(logging, name.upper()), force=True,
-                        format="%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s")
-
 
 @app.command()
 def serve(
@@ -36,7 +25,14 @@ def serve(
     check: bool = typer.Option(False, "--check", help="Check the configuration, the store and every host, then exit"),
 ) -> None:
     """Run the shared service: the API on [serve] socket (and HTTPS on [serve] listen), enacting the plan."""
-    configure_logging(log_level)
+    restore = configure_logging(log_level)
+    try:
+        _serve(state, config, check)
+    finally:
+        restore()
+
+
+def _serve(state: Path | None, config: Path | None, check: bool) -> None:
     cfg = common.load(config)
     path = common.store_path(state, cfg)
     if not path.exists():

@@ -488,6 +488,149 @@ class ClientConfig:
             _set(self, name, _optional_path(p + name, getattr(self, name)))
 
 
+# -- [notify] ----------------------------------------------------------------------------------------------
+#: the notifiers `[notify] notifiers` may name (orchestrator.runtime.notifiers has one of each)
+NOTIFIER_NAMES = ("email", "command")
+#: a reminder further ahead than this is a typo (and would be due for nearly every lease)
+MAX_NOTICE_OFFSET = timedelta(days=30)
+
+
+def offset_label(offset: timedelta) -> str:
+    """A reminder offset as its notice key writes it: 1h, 10m, 1h30m, 45s (whole seconds)."""
+    seconds = int(offset.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n]
+    return "".join(parts) or "0s"
+
+
+def _path(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ConfigError(key, f"must be an absolute path (got {value_kind(value)})")
+    return value
+
+
+def _timeout(key: str, value: object) -> timedelta:
+    result = _duration(key, value)
+    if not timedelta(0) < result <= timedelta(minutes=10):
+        raise ConfigError(key, f"must be more than 0 s and at most 10 minutes (got {value!r})")
+    return result
+
+
+@dataclass(frozen=True)
+class EmailConfig:
+    """How the `email` notifier reaches its SMTP server. The password stays in its file (read at each
+    send), so the configuration never holds a secret and may be shown or logged."""
+
+    smtp_host: str = "localhost"
+    smtp_port: int = 25
+    sender: str = "leasewise@localhost"
+    starttls: bool = False
+    username: str | None = None
+    password_file: str | None = None
+    domain: str | None = None                # a user's address is user@domain; None: the sender's domain
+    timeout: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        p = "notify.email."
+        _set(self, "smtp_host", _name(p + "smtp_host", self.smtp_host))
+        _set(self, "smtp_port", _integer(p + "smtp_port", self.smtp_port, minimum=1))
+        if self.smtp_port > 65535:
+            raise ConfigError(p + "smtp_port", f"must be a TCP port, 1 to 65535 (got {self.smtp_port})")
+        sender = _name(p + "sender", self.sender)
+        if sender.count("@") != 1 or not all(sender.split("@")) or any(c.isspace() for c in sender):
+            raise ConfigError(p + "sender", f"must be an address such as leasewise@example.org (got {sender!r})")
+        _set(self, "sender", sender)
+        _set(self, "starttls", _bool(p + "starttls", self.starttls))
+        if self.username is not None:
+            _set(self, "username", _name(p + "username", self.username))
+        if self.password_file is not None:
+            _set(self, "password_file", _path(p + "password_file", self.password_file))
+        if (self.username is None) != (self.password_file is None):
+            missing = "password_file" if self.password_file is None else "username"
+            raise ConfigError(p + missing, "is needed too: SMTP authentication takes a username and a password_file")
+        if self.domain is not None:
+            domain = _name(p + "domain", self.domain)
+            if "@" in domain or any(c.isspace() for c in domain):
+                raise ConfigError(p + "domain", f"must be a mail domain such as example.org (got {domain!r})")
+            _set(self, "domain", domain)
+        _set(self, "timeout", _timeout(p + "timeout", self.timeout))
+
+    def address_of(self, user: str) -> str | None:
+        """The mail address of a lease's owner (None for a lease that names no user)."""
+        user = user.strip()
+        if not user:
+            return None
+        return f"{user}@{self.domain or self.sender.split('@')[1]}"
+
+
+@dataclass(frozen=True)
+class CommandConfig:
+    """The program the `command` notifier runs, with a notice and its lease as JSON on stdin."""
+
+    argv: tuple[str, ...] = ("/usr/local/bin/notify-lease",)
+    timeout: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        p = "notify.command."
+        argv = self.argv
+        if isinstance(argv, str) or not isinstance(argv, (list, tuple)) or not argv:
+            raise ConfigError(p + "argv", f"must be a non-empty array of strings (got {value_kind(argv)})")
+        if not all(isinstance(a, str) and a for a in argv):
+            raise ConfigError(p + "argv", "must hold non-empty strings only")
+        _path(p + "argv", argv[0])   # a service's PATH is not the user's shell's: name the program fully
+        _set(self, "argv", tuple(argv))
+        _set(self, "timeout", _timeout(p + "timeout", self.timeout))
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """End-of-lease notices: when they are due and which notifiers send them (none by default)."""
+
+    before_end: tuple[timedelta, ...] = (timedelta(hours=1), timedelta(minutes=10))
+    at_end: bool = True
+    notifiers: tuple[str, ...] = ()
+    email: EmailConfig = field(default_factory=EmailConfig)
+    command: CommandConfig = field(default_factory=CommandConfig)
+
+    def __post_init__(self) -> None:
+        p = "notify."
+        offsets = self.before_end
+        if isinstance(offsets, str) or not isinstance(offsets, (list, tuple)):
+            raise ConfigError(p + "before_end", f'must be an array of durations such as ["1h", "10m"] '
+                                                f"(got {value_kind(offsets)})")
+        parsed: dict[str, timedelta] = {}
+        for value in offsets:
+            offset = _duration(p + "before_end", value)
+            if offset.total_seconds() < 1 or offset.total_seconds() != int(offset.total_seconds()):
+                raise ConfigError(p + "before_end", f"must be whole seconds, at least 1 s (got {value!r})")
+            if offset > MAX_NOTICE_OFFSET:
+                raise ConfigError(p + "before_end", f"is too far ahead (got {value!r}; at most 30 days)")
+            label = offset_label(offset)
+            if label in parsed:
+                raise ConfigError(p + "before_end", f"gives {label} twice")
+            parsed[label] = offset
+        _set(self, "before_end", tuple(sorted(parsed.values(), reverse=True)))
+        _set(self, "at_end", _bool(p + "at_end", self.at_end))
+        names = self.notifiers
+        if isinstance(names, str) or not isinstance(names, (list, tuple)):
+            raise ConfigError(p + "notifiers", f'must be an array of names such as ["email"] (got {value_kind(names)})')
+        for name in names:
+            _choice(p + "notifiers", name, NOTIFIER_NAMES)
+        if len(set(names)) != len(names):
+            raise ConfigError(p + "notifiers", "names a notifier twice")
+        _set(self, "notifiers", tuple(names))
+        if not isinstance(self.email, EmailConfig):
+            raise ConfigError(p + "email", f"must be a table, written [notify.email] (got {value_kind(self.email)})")
+        if not isinstance(self.command, CommandConfig):
+            raise ConfigError(p + "command",
+                              f"must be a table, written [notify.command] (got {value_kind(self.command)})")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.notifiers)
+
+
 # -- the whole configuration ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Config:
@@ -498,6 +641,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
 
 
 # table path -> dataclass built from it
@@ -509,9 +653,12 @@ _TABLES: dict[str, type] = {
     "auth": AuthConfig,
     "serve": ServeConfig,
     "client": ClientConfig,
+    "notify": NotifyConfig,
 }
 # tables that only group other tables
 _GROUPS = {"workload": ("swf",)}
+# tables with keys of their own and tables inside them: name -> member -> dataclass (the member's field)
+_SUBTABLES: dict[str, dict[str, type]] = {"notify": {"email": EmailConfig, "command": CommandConfig}}
 
 
 def _keys(cls: type) -> list[str]:
@@ -582,17 +729,26 @@ def _build(data: Mapping[str, Any]) -> Config:
 
     built: dict[str, object] = {}
     for name, cls in _TABLES.items():
-        body = tables.get(name, {})
-        allowed = _keys(cls)
-        for key in body:
-            if key not in allowed:
-                hint = _suggest(key, allowed)
-                if not hint and "-" in key and key.replace("-", "_") in allowed:
-                    hint = f" (did you mean {key.replace('-', '_')}?)"
-                raise ConfigError(f"{name}.{key}", f"unknown key{hint}")
-        built[name] = cls(**body)
+        body = dict(tables.get(name, {}))
+        for member, member_cls in _SUBTABLES.get(name, {}).items():
+            if member in body:
+                body[member] = _make(f"{name}.{member}", member_cls, _table(f"{name}.{member}", body[member]))
+        built[name] = _make(name, cls, body)
     return Config(scheduling=built["scheduling"], simulation=built["simulation"], swf=built["workload.swf"],
-                  daemon=built["daemon"], auth=built["auth"], serve=built["serve"], client=built["client"])
+                  daemon=built["daemon"], notify=built["notify"], auth=built["auth"], serve=built["serve"],
+                  client=built["client"])
+
+
+def _make(name: str, cls: type, body: Mapping[str, Any]) -> Any:
+    """The dataclass of table `name` built from its keys, after refusing keys it does not have."""
+    allowed = _keys(cls)
+    for key in body:
+        if key not in allowed:
+            hint = _suggest(key, allowed)
+            if not hint and "-" in key and key.replace("-", "_") in allowed:
+                hint = f" (did you mean {key.replace('-', '_')}?)"
+            raise ConfigError(f"{name}.{key}", f"unknown key{hint}")
+    return cls(**body)
 
 
 _TOML_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")

@@ -42,6 +42,8 @@ from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.runtime.intents import Intent, IntentCollector, reservation_hosts, snapshot
 from orchestrator.runtime.netprobe import PingProbe
+from orchestrator.runtime.notices import NoticeSender
+from orchestrator.runtime.notifiers import make_notifiers
 from orchestrator.runtime.operation_runner import Job, OperationRunner, Outcome
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
@@ -106,6 +108,10 @@ class Daemon:
             workers = config.daemon.parallel_operations if clock.moves_by_itself else 1
         self.runner = OperationRunner(workers, on_finish=self.wakeup.set)
         self.dirty_rates = DirtyRateSampler(driver, config.daemon.dirty_rate_interval, config.daemon.dirty_rate_sample)
+        notifiers = make_notifiers(config.notify)
+        # (the server's writer connection is for its scheduler's transactions: notices get one of their own)
+        notice_store = Store.open(store.path, any_thread=True) if session is not None and notifiers else store
+        self.notices = NoticeSender(notice_store, config.notify, notifiers, config.notify.email.address_of)
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
@@ -301,6 +307,7 @@ class Daemon:
                 following = sched.next_event_time()
                 idle = following is None and not sched.queue and not sched.pending
                 running = self._running_vms(cluster, now)
+                watched = list(sched.leases.values()) if self.notices.enabled else []
             self.runner.submit_all(jobs)   # outside the store's lock
             first = False
             if self.clock.moves_by_itself or not self.runner.pending():
@@ -308,6 +315,9 @@ class Daemon:
             # a fast-forwarded clock stands still while its operations run: their outcomes are this step's
             self.runner.wait_idle()
         self.dirty_rates.step(now, running, self._record_dirty_rate)
+        # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
+        reminder = self.notices.step(now, watched)
+        following = reminder if following is None or (reminder is not None and reminder < following) else following
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
         return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))

@@ -429,7 +429,23 @@ _V7 = (
     "CREATE INDEX operations_unfinished ON operations (id) WHERE finished_at IS NULL",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+_V8 = (
+    # end-of-lease notices: a row per lease, notice key ("before_end:1h", "ended") and notifier, inserted
+    # before the notice is sent (the claim) and given its outcome after: "claimed" (being sent, or lost to
+    # a crash between the claim and the send), "sent", or "failed: why"
+    """CREATE TABLE notices (
+        lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        notifier TEXT NOT NULL,
+        sent_at TEXT NOT NULL,                            -- when it was claimed, just before the send
+        outcome TEXT NOT NULL DEFAULT 'claimed',
+        PRIMARY KEY (lease_id, key, notifier)
+    ) WITHOUT ROWID""",
+    # the leases that ended since some time, which the sender looks for at every step
+    "CREATE INDEX leases_end_time ON leases (end_time)",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -543,6 +559,17 @@ class TokenRecord:
         return {"id": self.id, "user": self.user, "admin": self.admin, "created_at": iso(self.created_at),
                 "expires_at": iso(self.expires_at), "revoked_at": iso(self.revoked_at),
                 "last_used_at": iso(self.last_used_at), "note": self.note}
+
+
+@dataclass(frozen=True)
+class NoticeRecord:
+    """An end-of-lease notice as claimed for one notifier, and what came of it."""
+
+    lease_id: int
+    key: str
+    notifier: str
+    sent_at: datetime
+    outcome: str            # "claimed" (or lost), "sent", "failed: why"
 
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
@@ -1054,6 +1081,51 @@ class Store:
         rows = self._conn.execute("SELECT vnode, measured_at, mib_s FROM dirty_rates WHERE lease_id = ? "
                                   "ORDER BY vnode", (lease_id,))
         return {vnode: (_dt(at), rate) for vnode, at, rate in rows}
+
+    # -- end-of-lease notices -----------------------------------------------------------------------------------
+    def claimed_notices(self, lease_ids: Iterable[int]) -> set[tuple[int, str, str]]:
+        """(lease id, key, notifier) of every notice already claimed for these leases, whatever its outcome."""
+        ids = sorted(set(lease_ids))
+        found: set[tuple[int, str, str]] = set()
+        with self._read() as conn:
+            for i in range(0, len(ids), 500):   # (SQLite's limit on bound parameters)
+                chunk = ids[i:i + 500]
+                found.update(conn.execute(f"SELECT lease_id, key, notifier FROM notices WHERE lease_id IN "
+                                          f"({', '.join('?' * len(chunk))})", chunk).fetchall())
+        return found
+
+    def claim_notices(self, wanted: Iterable[tuple[int, str, str]], at: datetime) -> list[tuple[int, str, str]]:
+        """Claim (lease id, key, notifier) notices before sending them, in one transaction; returns those
+        this call claimed (a row already there, claimed by an earlier step or another process, is left)."""
+        claimed = []
+        with self.transaction():
+            for lease_id, key, notifier in wanted:
+                cur = self._conn.execute("INSERT INTO notices (lease_id, key, notifier, sent_at) VALUES (?, ?, ?, ?) "
+                                         "ON CONFLICT DO NOTHING", (lease_id, key, notifier, _t(at)))
+                if cur.rowcount:
+                    claimed.append((lease_id, key, notifier))
+        return claimed
+
+    def unannounced_ended_leases(self, since: datetime, states: Iterable[LeaseState]) -> list[Lease]:
+        """Leases in one of `states` (final ones) that ended after `since` and have no `ended`
+        notice claimed yet: those ended by another process or just before a crash are found here."""
+        values = [LeaseState(s).value for s in states]
+        where = (f"WHERE end_time > ? AND state IN ({', '.join('?' * len(values))}) "
+                 "AND id NOT IN (SELECT lease_id FROM notices WHERE key = 'ended')")
+        return self._load_leases(where, (_t(since), *values))
+
+    def record_notice_outcomes(self, outcomes: Mapping[tuple[int, str, str], str]) -> None:
+        """The outcome ("sent", "failed: why") of claimed notices, in one transaction."""
+        with self.transaction():
+            self._conn.executemany("UPDATE notices SET outcome = ? WHERE lease_id = ? AND key = ? AND notifier = ?",
+                                   [(outcome, *row) for row, outcome in outcomes.items()])
+
+    def notices(self, lease_id: int | None = None) -> list[NoticeRecord]:
+        """The notices claimed so far (for one lease, or all), by lease, time, key and notifier."""
+        where, params = ("WHERE lease_id = ?", (lease_id,)) if lease_id is not None else ("", ())
+        rows = self._conn.execute(f"SELECT lease_id, key, notifier, sent_at, outcome FROM notices {where} "
+                                  f"ORDER BY lease_id, sent_at, key, notifier", params).fetchall()
+        return [NoticeRecord(l, k, n, _dt(t), o) for l, k, n, t, o in rows]
 
     def workload_ids(self) -> dict[int, str]:
         """lease id -> the workload id it was saved with (only leases that have one)."""
