@@ -60,6 +60,10 @@ def simulate(
     if inject is not None:
         loaded = inject_leases(loaded, load_workload(inject, cfg))
     total = len(loaded.requests)
+    if not total and loaded.skipped:
+        raise fail(f"workload: nothing left to simulate: {_skips(loaded.skipped)}")
+    for reason, count in sorted(loaded.skipped.items()):
+        console.print(f"skipped {count:,} {'job' if count == 1 else 'jobs'}: {reason}", soft_wrap=True)
     if quiet or not console.is_terminal:
         result = Simulator(loaded, cfg).run()
     else:
@@ -74,6 +78,13 @@ def simulate(
     if png is not None:
         render_png(timeline_from_result(result), png, title=loaded.source or str(workload))
     _print_summary(result, loaded.source or str(workload), console)
+
+
+def _skips(skipped: dict[str, int]) -> str:
+    """Every reason on one line, so the error a script sees says why nothing was left."""
+    total = sum(skipped.values())
+    reasons = "; ".join(f"{count:,} {reason}" for reason, count in sorted(skipped.items()))
+    return f"all {total:,} {'job was' if total == 1 else 'jobs were'} skipped ({reasons})"
 
 
 def _write_csv(path: Path, result: SimulationResult) -> None:
