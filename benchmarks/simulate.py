@@ -85,7 +85,8 @@ def _synthetic(n: int | None):
 
 def _run(kind: str, n: int | None, profile: bool, out: mp.Queue) -> None:
     name, workload, config = (_kth if kind == "kth" else _synthetic)(n)
-    sim = Simulator(workload, config)
+    # (finished leases dropped as they finish, as `leasewise simulate` does; their records go nowhere)
+    sim = Simulator(workload, config, retire=lambda lease, workload_id: None)
     profiler = cProfile.Profile() if profile else None
     start, cpu = time.perf_counter(), time.process_time()
     if profiler:
