@@ -7,6 +7,12 @@ their reservations and the metrics for later analysis.
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 import csv
+import io
+import json
+import mmap
+import tempfile
+from array import array
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import typer
@@ -25,11 +31,13 @@ from orchestrator.analysis.timeline import (
     timeline_from_result,
 )
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.output import make_console, write_json_file
+from orchestrator.cli.output import make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import load_config
+from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso
-from orchestrator.runtime.simulator import SimulationResult, Simulator
+from orchestrator.runtime.simulator import SimulationResult, Simulator, lease_json
 from orchestrator.workloads import load_workload
 from orchestrator.workloads.injected import inject as inject_leases
 
@@ -60,37 +68,172 @@ def simulate(
     if inject is not None:
         loaded = inject_leases(loaded, load_workload(inject, cfg))
     total = len(loaded.requests)
-    if quiet or not console.is_terminal:
-        result = Simulator(loaded, cfg).run()
-    else:
-        with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("leases arrived"),
-                      TimeElapsedColumn(), console=console, transient=True) as progress:
-            task = progress.add_task("simulate", total=total)
-            result = Simulator(loaded, cfg, progress=lambda done, _: progress.update(task, completed=done)).run()
-    if json_out is not None:
-        write_json_file(json_out, result.to_json())
-    if csv_out is not None:
-        _write_csv(csv_out, result)
+    if not total and loaded.skipped:
+        raise fail(f"workload: nothing left to simulate: {_skips(loaded.skipped)}")
+    for reason, count in sorted(loaded.skipped.items()):
+        console.print(f"skipped {count:,} {'job' if count == 1 else 'jobs'}: {reason}", soft_wrap=True)
+    # (the chart needs every lease at the end; else each lease is written down as it finishes, then dropped)
+    spools = _Spools(json_out is not None, csv_out is not None) if png is None else None
+    retire = spools.add if spools is not None else None
+    try:
+        if quiet or not console.is_terminal:
+            result = Simulator(loaded, cfg, retire=retire).run()
+        else:
+            with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("leases arrived"), TimeElapsedColumn(), console=console,
+                          transient=True) as progress:
+                task = progress.add_task("simulate", total=total)
+                result = Simulator(loaded, cfg, retire=retire, progress=_every_thousandth(
+                    total, lambda done: progress.update(task, completed=done))).run()
+        if json_out is not None:
+            _write_json(json_out, spools.json_records() if spools else _records(result), result.metrics,
+                        loaded.skipped)
+        if csv_out is not None:
+            _write_rows(csv_out, "--csv", [_csv_line(_CSV_COLUMNS)],
+                        spools.csv_records() if spools else (_csv_line(_csv_row(l, result.workload_ids.get(l.id, l.id)))
+                                                             for l in result.leases))
+    finally:
+        if spools is not None:
+            spools.close()
     if png is not None:
         render_png(timeline_from_result(result), png, title=loaded.source or str(workload))
     _print_summary(result, loaded.source or str(workload), console)
 
 
-def _write_csv(path: Path, result: SimulationResult) -> None:
-    columns = ["id", "type", "state", "submit", "start", "end", "run_seconds", "wait_seconds",
-               "suspensions", "migrations", "requeues", "hosts", "reason"]
+def _skips(skipped: dict[str, int]) -> str:
+    """Every reason on one line, so the error a script sees says why nothing was left."""
+    total = sum(skipped.values())
+    reasons = "; ".join(f"{count:,} {reason}" for reason, count in sorted(skipped.items()))
+    return f"all {total:,} {'job was' if total == 1 else 'jobs were'} skipped ({reasons})"
+
+
+def _every_thousandth(total: int, show) -> Callable[[int, int], None]:
+    """A progress callback that passes on a thousandth of the way at a time (and the end): rich's bar
+    redraws a few times a second, and updating it at every step of the run costs more than the step."""
+    step = max(1, total // 1000)
+    shown = -step
+
+    def update(done: int, _total: int) -> None:
+        nonlocal shown
+        if done - shown >= step or done == total:
+            shown = done
+            show(done)
+
+    return update
+
+
+_CSV_COLUMNS = ["id", "type", "state", "submit", "start", "end", "run_seconds", "wait_seconds",
+                "suspensions", "migrations", "requeues", "hosts", "reason"]
+
+
+def _csv_row(lease: Lease, workload_id: str | int) -> list:
+    wait = (lease.start_time - lease.submit_time).total_seconds() if lease.start_time else ""
+    hosts = sorted({h for vm in lease.reservations for h in vm.resources})
+    return [workload_id, lease.type.value, lease.state.value, iso(lease.submit_time), iso(lease.start_time),
+            iso(lease.end_time), lease.accumulated.total_seconds(), wait, lease.suspensions, lease.migrations,
+            lease.requeues, " ".join(hosts), lease.reason]
+
+
+def _csv_line(row: list) -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(row)
+    return buffer.getvalue().encode()
+
+
+def _lease_record(lease: Lease, workload_id: str) -> bytes:
+    # (one line a lease, by json's C encoder: an indented document goes through its Python one)
+    return json.dumps(lease_json(lease, workload_id)).encode()
+
+
+def _records(result: SimulationResult) -> Iterator[bytes]:
+    for lease in result.leases:
+        yield _lease_record(lease, result.workload_ids.get(lease.id, str(lease.id)))
+
+
+class _Spool:
+    """Records added as leases finish, read back in lease id order (the order of the files a run with
+    every lease kept writes): the records wait in a temporary file, two numbers a lease in memory."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+        self._ids = array("q")
+        self._offsets = array("q")
+        self._end = 0
+
+    def add(self, lease_id: int, record: bytes) -> None:
+        self._ids.append(lease_id)
+        self._offsets.append(self._end)
+        self._file.write(record)
+        self._end += len(record)
+
+    def records(self) -> Iterator[bytes]:
+        self._file.flush()
+        if not self._end:
+            return
+        ids, offsets = self._ids, self._offsets
+        ends = offsets[1:] + array("q", [self._end])
+        with mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for i in sorted(range(len(ids)), key=ids.__getitem__):
+                yield data[offsets[i]:ends[i]]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _Spools:
+    """The `--json` and `--csv` records of each lease, taken as it finishes (`Simulator`'s `retire`)."""
+
+    def __init__(self, json_wanted: bool, csv_wanted: bool) -> None:
+        self._json = _Spool() if json_wanted else None
+        self._csv = _Spool() if csv_wanted else None
+
+    def add(self, lease: Lease, workload_id: str) -> None:
+        if self._json is not None:
+            self._json.add(lease.id, _lease_record(lease, workload_id))
+        if self._csv is not None:
+            self._csv.add(lease.id, _csv_line(_csv_row(lease, workload_id)))
+
+    def json_records(self) -> Iterator[bytes]:
+        return self._json.records()
+
+    def csv_records(self) -> Iterator[bytes]:
+        return self._csv.records()
+
+    def close(self) -> None:
+        for spool in (self._json, self._csv):
+            if spool is not None:
+                spool.close()
+
+
+def _write_json(path: Path, records: Iterator[bytes], metrics: dict, skipped: dict[str, int]) -> None:
+    """The document `{"leases": [...], "metrics": {...}, "skipped": {...}}`, one lease a line."""
+    def parts() -> Iterator[bytes]:
+        yield b'{"leases": ['
+        sep = b"\n"
+        for record in records:
+            yield sep
+            yield record
+            sep = b",\n"
+        yield b'\n],\n"metrics": ' + json.dumps(metrics, indent=1).encode()
+        yield b',\n"skipped": ' + json.dumps(skipped, indent=1).encode() + b"}\n"
+
+    _write_rows(path, "--json", [], parts())
+
+
+def _write_rows(path: Path, option: str, head: list[bytes], rows) -> None:
+    """Written next to `path` and renamed: never half a file; one error line naming `option` if it cannot be."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for lease in result.leases:
-            wait = (lease.start_time - lease.submit_time).total_seconds() if lease.start_time else ""
-            hosts = sorted({h for vm in lease.reservations for h in vm.resources})
-            writer.writerow([result.workload_ids.get(lease.id, lease.id), lease.type.value, lease.state.value,
-                             iso(lease.submit_time), iso(lease.start_time), iso(lease.end_time),
-                             lease.accumulated.total_seconds(), wait, lease.suspensions, lease.migrations,
-                             lease.requeues, " ".join(hosts), lease.reason])
-    tmp.replace(path)
+    try:
+        with tmp.open("wb") as fh:
+            fh.writelines(head)
+            fh.writelines(rows)
+        tmp.replace(path)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise InvalidRequest(option, f"cannot write {path} ({exc.strerror or exc})") from None
 
 
 def _print_summary(result: SimulationResult, source: str, console: Console) -> None:

@@ -80,13 +80,24 @@ class LeaseRequest:
     def __post_init__(self) -> None:
         if not self.nodes:
             raise InvalidRequest("nodes", "a lease needs at least one node")
-        checked = set()
-        for i, node in enumerate(self.nodes):
-            if node not in checked:   # a 64-node lease usually has one node size: check it once
-                node.validate(f"nodes[{i}]")
-                checked.add(node)
-        object.__setattr__(self, "total", Resources(*(sum(n[i] for n in self.nodes) for i in range(5))))
-        object.__setattr__(self, "uniform", self.nodes[0] if len(checked) == 1 else None)
+        nodes = self.nodes
+        first = nodes[0]
+        count = len(nodes)
+        if nodes.count(first) == count:   # (most leases: one node size, checked once, added up by multiplying)
+            first.validate("nodes[0]")
+            total = Resources(*(v * count if float(v).is_integer() and abs(v) * count < 2 ** 53
+                                else sum(n[i] for n in nodes) for i, v in enumerate(first)))
+            uniform = first
+        else:
+            checked = set()
+            for i, node in enumerate(nodes):
+                if node not in checked:
+                    node.validate(f"nodes[{i}]")
+                    checked.add(node)
+            total = Resources(*(sum(n[i] for n in nodes) for i in range(5)))
+            uniform = None
+        object.__setattr__(self, "total", total)
+        object.__setattr__(self, "uniform", uniform)
         object.__setattr__(self, "numnodes", len(self.nodes))
         if self.duration <= ZERO:
             raise InvalidRequest("duration", f"must be positive (got {self.duration})")

@@ -87,6 +87,9 @@ class LeaseScheduler:
         #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
         self.counters = {"suspensions": 0, "requeues": 0, "migrations": 0, "image_migrations": 0,
                          "failed_migrations": 0, "premature_ends": 0, "predicted_downtime_ms_total": 0.0}
+        #: when a list, every lease that reaches a final state is appended to it, for a caller that
+        #: hands finished leases on and drops them (a long simulation's memory stays flat)
+        self.finished: list[Lease] | None = None
 
     # -- leases -------------------------------------------------------------------------------------------
     def lease(self, lease_id: int) -> Lease:
@@ -143,6 +146,7 @@ class LeaseScheduler:
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
         lease.set_state(S.REJECTED, now)
+        self._ended(lease)
         log.info("lease %s rejected: %s", lease.id, reason)
 
     # -- scheduling ---------------------------------------------------------------------------------------
@@ -437,6 +441,7 @@ class LeaseScheduler:
         if running and vm is not None:
             self._enact(Operation.KILL_VMS, lease, vm)
         lease.set_state(S.CANCELLED, now)
+        self._ended(lease)
         self.reevaluate(now, freed_until)
         return lease
 
@@ -620,6 +625,17 @@ class LeaseScheduler:
     def _finish(self, lease: Lease, now: datetime) -> None:
         self._forget_future(lease)
         lease.set_state(S.DONE, now)
+        self._ended(lease)
+
+    def _ended(self, lease: Lease) -> None:
+        if self.finished is not None:
+            self.finished.append(lease)
+
+    def retire(self, lease: Lease) -> None:
+        """Forget a finished lease: nothing of it is left in the plan, so only its record goes."""
+        if not lease.is_final:
+            raise InconsistentSchedule(f"lease {lease.id} is {lease.state}: only a finished lease can be retired")
+        del self.leases[lease.id]
 
     # -- enactment ------------------------------------------------------------------------------------------
     def _enact(self, operation: Operation, lease: Lease, rr: Reservation | None, now: datetime | None = None) -> bool:
@@ -721,6 +737,7 @@ class LeaseScheduler:
         lease.reason = reason
         if not lease.is_final:
             lease.set_state(S.FAILED, now)
+            self._ended(lease)
 
     # -- drain -------------------------------------------------------------------------------------------------
     def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
@@ -857,6 +874,8 @@ class LeaseScheduler:
             if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
                 target = S.FAILED
             lease.set_state(target, now)
+            if target is S.FAILED:
+                self._ended(lease)
             if target is S.QUEUED:
                 lease.requeues += 1
                 self._enqueue(lease)

@@ -10,7 +10,9 @@ to the next event or arrival.
 from __future__ import annotations
 
 import gc
+import math
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.runtime.eventloop import EventLoop
 
 StepHook = Callable[[LeaseScheduler, datetime], None]
+#: takes a finished lease and its workload id, as the lease finishes (see `Simulator`)
+Retire = Callable[[Lease, str], None]
 
 
 @contextmanager
@@ -97,14 +101,20 @@ class Simulator:
     """What the event loop steps on the simulated clock: arrivals fed to the scheduler, no enactment."""
 
     def __init__(self, workload: Workload, config: Config, on_step: StepHook | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, retire: Retire | None = None):
+        """`retire`: given, every lease is handed to it once finished (the rest at the end of the run) and
+        then dropped, so memory follows the leases alive at once; the result then holds no leases."""
         self.workload = workload
         self.config = config
         self.on_step = on_step
         self.progress = progress
+        self.retire = retire
         hosts = resolve_site(workload, config)
         self.table = SlotTable(hosts)
         self.scheduler = LeaseScheduler(self.table, config.scheduling)
+        self.tally = LeaseTally(config.simulation.start)
+        if retire is not None:
+            self.scheduler.finished = []
         self.clock = SimulatedClock(config.simulation.start)
         self._ids: dict[int, str] = {}
         self._arrived = 0
@@ -117,10 +127,21 @@ class Simulator:
             wall = time.perf_counter()
             # one step per instant: a step repeats its passes until nothing more happens at its time
             EventLoop(self.clock, self, max_steps_at_same_time=1).run()
+            sched = self.scheduler
+            rest = [sched.leases[i] for i in sorted(sched.leases)]
+            for lease in rest:
+                self.tally.add(lease)
+            if self.retire is not None:
+                for lease in rest:
+                    self._retire(lease)
             result = SimulationResult(start=self.config.simulation.start, end=self.clock.now(),
-                                      scheduler=self.scheduler, workload_ids=self._ids, hosts=self.table.hosts)
-            result.metrics = compute_metrics(result, self.table, wall_seconds=time.perf_counter() - wall)
+                                      scheduler=sched, workload_ids=self._ids, hosts=self.table.hosts)
+            result.metrics = self.tally.metrics(result, self.table, wall_seconds=time.perf_counter() - wall)
             return result
+
+    def _retire(self, lease: Lease) -> None:
+        self.retire(lease, self._ids.pop(lease.id))
+        self.scheduler.retire(lease)
 
     # -- what the event loop steps ---------------------------------------------------------------------------
     def start(self) -> datetime | None:
@@ -152,6 +173,12 @@ class Simulator:
         self._arrived = nxt
         if self.on_step is not None:
             self.on_step(sched, now)
+        finished = sched.finished
+        if finished:
+            for lease in finished:
+                self.tally.add(lease)
+                self._retire(lease)
+            finished.clear()
         if self.progress is not None:
             self.progress(nxt, total)
         following = sched.next_event_time()
@@ -166,49 +193,89 @@ class Simulator:
         return self._arrived == len(self.workload.requests) and not sched.queue and not sched.pending
 
 
-def compute_metrics(result: SimulationResult, table: SlotTable, wall_seconds: float) -> dict:
-    leases = result.leases
-    start = result.start
-    be_done = [l for l in leases if l.type is LeaseType.BEST_EFFORT and l.state is LeaseState.DONE]
-    waits = [(l.start_time - l.submit_time).total_seconds() for l in be_done if l.start_time]
-    slowdowns = []
-    for l in be_done:
-        run = l.accumulated.total_seconds()
-        turnaround = (l.end_time - l.submit_time).total_seconds()
-        slowdowns.append(max(turnaround / max(run, 10.0), 1.0))
-    last_be_end = max((l.end_time for l in be_done), default=None)
-    used_cpu_seconds = 0.0
-    for l in leases:
-        for vm in l.reservations:
+class LeaseTally:
+    """What the metrics need of each lease, a few numbers in columns, taken when it is finished: the
+    lease itself can then go. The sums are taken in lease id order, whatever order the leases came in,
+    so the metrics do not depend on whether leases were dropped as they finished."""
+
+    _KINDS = (LeaseType.ADVANCE_RESERVATION, LeaseType.BEST_EFFORT, LeaseType.IMMEDIATE)
+
+    def __init__(self, start: datetime) -> None:
+        self._start = start
+        self._ids = array("q")
+        self._kinds = array("b")       # index in _KINDS
+        self._flags = array("b")       # 1: done, 2: rejected
+        self._waits = array("d")       # best-effort done: wait (nan: never started); else nan
+        self._slowdowns = array("d")   # best-effort done: bounded slowdown; else nan
+        self._ends = array("d")        # best-effort done: seconds from the start to its end; else nan
+        self._used_ids = array("q")    # (lease id, CPU seconds) for each VM reservation that ran
+        self._used = array("d")
+
+    def add(self, lease: Lease) -> None:
+        nan = math.nan
+        self._ids.append(lease.id)
+        kind = lease.type
+        self._kinds.append(self._KINDS.index(kind))
+        done = lease.state is LeaseState.DONE
+        self._flags.append((1 if done else 0) | (2 if lease.state is LeaseState.REJECTED else 0))
+        if kind is LeaseType.BEST_EFFORT and done:
+            self._waits.append((lease.start_time - lease.submit_time).total_seconds() if lease.start_time else nan)
+            run = lease.accumulated.total_seconds()
+            turnaround = (lease.end_time - lease.submit_time).total_seconds()
+            self._slowdowns.append(max(turnaround / max(run, 10.0), 1.0))
+            self._ends.append((lease.end_time - self._start).total_seconds())
+        else:
+            self._waits.append(nan)
+            self._slowdowns.append(nan)
+            self._ends.append(nan)
+        for vm in lease.reservations:
             if vm.end > vm.start and vm.state.value == "done":
-                used_cpu_seconds += sum(r.cpu for r in vm.resources.values()) / 100 * (vm.end - vm.start).total_seconds()
-    total_cpus = sum(table.capacity(h).cpu for h in table.hosts) / 100
-    span = (result.end - start).total_seconds()
+                self._used_ids.append(lease.id)
+                self._used.append(sum(r.cpu for r in vm.resources.values()) / 100 * (vm.end - vm.start).total_seconds())
 
-    def count(kind: LeaseType, accepted: bool) -> int:
-        return sum(1 for l in leases if l.type is kind and (l.state is LeaseState.REJECTED) != accepted)
+    def metrics(self, result: SimulationResult, table: SlotTable, wall_seconds: float) -> dict:
+        ids = self._ids
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        be = self._KINDS.index(LeaseType.BEST_EFFORT)
+        kinds, flags = self._kinds, self._flags
+        be_done = [i for i in order if kinds[i] == be and flags[i] & 1]
+        waits = [self._waits[i] for i in be_done if not math.isnan(self._waits[i])]
+        slowdowns = [self._slowdowns[i] for i in be_done]
+        start = result.start
+        if start != self._start:
+            raise ValueError(f"the tally counts from {self._start}, the result from {start}")
+        last_be_end = max((self._ends[i] for i in be_done), default=None)
+        used_cpu_seconds = 0.0
+        for i in sorted(range(len(self._used_ids)), key=self._used_ids.__getitem__):
+            used_cpu_seconds += self._used[i]
+        total_cpus = sum(table.capacity(h).cpu for h in table.hosts) / 100
+        span = (result.end - start).total_seconds()
 
-    counters = result.scheduler.counters
-    return {
-        "all_best_effort_seconds": (last_be_end - start).total_seconds() if last_be_end else 0.0,
-        "be_wait_mean_seconds": sum(waits) / len(waits) if waits else 0.0,
-        "be_bounded_slowdown_mean": sum(slowdowns) / len(slowdowns) if slowdowns else 0.0,
-        "utilization": used_cpu_seconds / (total_cpus * span) if span > 0 and total_cpus else 0.0,
-        "ar_accepted": count(LeaseType.ADVANCE_RESERVATION, True),
-        "ar_rejected": count(LeaseType.ADVANCE_RESERVATION, False),
-        "im_accepted": count(LeaseType.IMMEDIATE, True),
-        "im_rejected": count(LeaseType.IMMEDIATE, False),
-        "leases_done": sum(1 for l in leases if l.state is LeaseState.DONE),
-        "leases_total": len(leases),
-        "suspensions": counters["suspensions"],
-        "requeues": counters["requeues"],
-        "migrations": counters["migrations"],
-        "image_migrations": counters["image_migrations"],
-        "predicted_downtime_ms_total": counters["predicted_downtime_ms_total"],
-        "premature_ends": counters["premature_ends"],
-        "simulated_seconds": span,
-        "wall_seconds": wall_seconds,
-    }
+        def count(kind: LeaseType, accepted: bool) -> int:
+            k = self._KINDS.index(kind)
+            return sum(1 for i in range(len(ids)) if kinds[i] == k and bool(flags[i] & 2) != accepted)
+
+        counters = result.scheduler.counters
+        return {
+            "all_best_effort_seconds": last_be_end if last_be_end is not None else 0.0,
+            "be_wait_mean_seconds": sum(waits) / len(waits) if waits else 0.0,
+            "be_bounded_slowdown_mean": sum(slowdowns) / len(slowdowns) if slowdowns else 0.0,
+            "utilization": used_cpu_seconds / (total_cpus * span) if span > 0 and total_cpus else 0.0,
+            "ar_accepted": count(LeaseType.ADVANCE_RESERVATION, True),
+            "ar_rejected": count(LeaseType.ADVANCE_RESERVATION, False),
+            "im_accepted": count(LeaseType.IMMEDIATE, True),
+            "im_rejected": count(LeaseType.IMMEDIATE, False),
+            "leases_done": sum(1 for f in flags if f & 1),
+            "leases_total": len(ids),
+            "suspensions": counters["suspensions"],
+            "requeues": counters["requeues"],
+            "migrations": counters["migrations"],
+            "image_migrations": counters["image_migrations"],
+            "predicted_downtime_ms_total": counters["predicted_downtime_ms_total"],
+            "premature_ends": counters["premature_ends"],
+            "simulated_seconds": span,
+            "wall_seconds": wall_seconds,
+        }
 
 
 def check_invariants(sched: LeaseScheduler, now: datetime) -> None:

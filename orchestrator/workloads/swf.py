@@ -73,6 +73,8 @@ def _header_site(max_nodes: int | None, max_procs: int | None, config: "Config")
 
 
 def _number(token: str, index: int, where: str) -> float:
+    if token.isascii() and token.isdigit():   # (nearly every field of a trace: spare it the regular expressions)
+        return int(token)
     whole = ascii_whole(token)
     if whole is not None:
         return whole

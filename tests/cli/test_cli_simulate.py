@@ -132,3 +132,33 @@ def test_simulate_missing_injected_file():
     result = runner.invoke(app, ["simulate", str(EXAMPLES / "mixed.lwf"), "--inject", "nowhere.lwf"])
     assert result.exit_code == 2
     assert "--inject: nowhere.lwf does not exist" in result.output
+
+
+def _swf_line(job: int, procs: int, run: int = 60, status: int = 1) -> str:
+    return f"{job} 0 0 {run} {procs} -1 -1 {procs} {run} -1 {status} 1 1 1 1 1 -1 -1"
+
+
+def test_simulate_says_how_many_jobs_it_skipped_and_why(tmp_path):
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxProcs: 4\n" + "\n".join([
+        _swf_line(1, 1), _swf_line(2, 9), _swf_line(3, 9), _swf_line(4, 1, status=5), _swf_line(5, 2)]) + "\n")
+    result = runner.invoke(app, ["simulate", str(trace), "--quiet"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "skipped 2 jobs: more processors than the site" in lines
+    assert "skipped 1 job: cancelled before start (status 5)" in lines
+    assert "2 leases on 4 hosts" in result.output
+
+
+def test_simulate_with_every_job_skipped_exits_2_saying_why(tmp_path):
+    trace = tmp_path / "t.swf"
+    trace.write_text("".join(_swf_line(i, 1) + "\n" for i in range(1, 4)) + _swf_line(4, 1, run=0) + "\n")
+    config = tmp_path / "c.toml"
+    config.write_text('[simulation]\nsite = "4 CPU:100,Memory:512"\n')   # a VM of the trace needs 1024 MiB
+    out = tmp_path / "o.json"
+    result = runner.invoke(app, ["simulate", str(trace), "--config", str(config), "--json", str(out), "--quiet"])
+    assert result.exit_code == 2, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()]
+    assert lines == ["error: workload: nothing left to simulate: all 4 jobs were skipped "
+                     "(3 more processors than the site; 1 run time <= 0)"]
+    assert not out.exists()

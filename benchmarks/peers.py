@@ -1,0 +1,106 @@
+"""leasewise next to a peer simulator on the same trace: AccaSim's EASY backfilling on KTH-SP2.
+
+Run: `python benchmarks/peers.py [--leases N]`. Installs nothing: when AccaSim (`pip install accasim`)
+is not importable it says so and exits 0. Both runs are processes of their own; it prints each one's wall
+and CPU seconds and the ratio. AccaSim is an HPC simulator (no VMs, no suspension or migration
+overheads), so its schedule differs from leasewise's: the figures compare speed only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KTH = ROOT / "benchmarks" / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
+KTH_NODES = 100   # the trace's MaxProcs: 100 one-processor nodes, as leasewise's site from the header
+
+
+def _leasewise(n: int | None, out: mp.Queue) -> None:
+    from orchestrator.model.config import config_from_dict
+    from orchestrator.runtime.simulator import Simulator
+    from orchestrator.workloads import load_workload
+
+    settings: dict = {"scheduling": {"backfilling": "aggressive"}}
+    if n:
+        settings["workload"] = {"swf": {"first": n}}
+    config = config_from_dict(settings)
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = Simulator(load_workload(KTH, config), config).run()
+    out.put((time.perf_counter() - wall, time.process_time() - cpu, result.metrics["leases_done"]))
+
+
+def _accasim(n: int | None, tmp: str, out: mp.Queue) -> None:
+    import collections
+    import collections.abc
+    import logging
+
+    # AccaSim 1.1.3 (its last release) imports Mapping from `collections`, gone since Python 3.10: the
+    # name is put back in this child process only
+    for name in ("Mapping", "MutableMapping", "Sequence", "Iterable"):
+        if not hasattr(collections, name):
+            setattr(collections, name, getattr(collections.abc, name))
+
+    from accasim.base.allocator_class import FirstFit
+    from accasim.base.scheduler_class import EASYBackfilling
+    from accasim.base.simulator_class import Simulator
+
+    logging.disable(logging.WARNING)
+    lines = gzip.decompress(KTH.read_bytes()).decode().splitlines(keepends=True)
+    if n:
+        jobs = [line for line in lines if line.strip() and not line.startswith(";")][:n]
+        lines = [line for line in lines if line.startswith(";")] + jobs
+    workload = Path(tmp) / "KTH-SP2.swf"
+    workload.write_text("".join(lines))
+    system = Path(tmp) / "system.json"
+    system.write_text(json.dumps({"groups": {"g0": {"core": 1}},
+                                  "resources": {"g0": KTH_NODES}}))
+    wall, cpu = time.perf_counter(), time.process_time()
+    simulator = Simulator(str(workload), str(system), EASYBackfilling(FirstFit()),
+                          RESULTS_FOLDER_PATH=str(Path(tmp) / "results"), scheduling_output=False,
+                          statistics_output=False, show_statistics=False)
+    simulator.start_simulation(system_status=False)
+    out.put((time.perf_counter() - wall, time.process_time() - cpu, simulator.dispatched_jobs))
+
+
+def _in_child(target, *args):
+    ctx = mp.get_context("fork")
+    queue: mp.Queue = ctx.Queue()
+    child = ctx.Process(target=target, args=(*args, queue))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise SystemExit(f"{target.__name__.strip('_')} failed (exit code {child.exitcode})")
+    return queue.get()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--leases", type=int, help="first N jobs of the trace only")
+    args = parser.parse_args()
+    if args.leases is not None and args.leases < 1:
+        parser.error("--leases: must be at least 1")
+    if importlib.util.find_spec("accasim") is None:
+        print("AccaSim is not installed (pip install accasim): nothing to compare against; leasewise alone is "
+              "benchmarks/simulate.py")
+        return
+    lw_wall, lw_cpu, lw_done = _in_child(_leasewise, args.leases)
+    with tempfile.TemporaryDirectory() as tmp:
+        acc_wall, acc_cpu, acc_done = _in_child(_accasim, args.leases, tmp)
+    print(f"{'KTH-SP2' + (f' (first {args.leases:,} jobs)' if args.leases else ''):44} {'wall s':>8} {'CPU s':>8} {'jobs done':>10}")
+    print(f"{'leasewise (aggressive backfilling, VMs)':44} {lw_wall:8.2f} {lw_cpu:8.2f} {lw_done:10d}")
+    print(f"{'AccaSim 1.x (EASY backfilling, FirstFit)':44} {acc_wall:8.2f} {acc_cpu:8.2f} {acc_done:10d}")
+    print(f"leasewise / AccaSim: wall {lw_wall / acc_wall:.2f}x, CPU {lw_cpu / acc_cpu:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
