@@ -36,6 +36,7 @@ PACKAGES=(
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
     genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
     dnsmasq-base
+    openssl        # the service tests make a self-signed certificate for the HTTPS API
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -69,7 +70,8 @@ if ! (cd / && "$PY" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
-            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd"):
+            "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd",
+            "fastapi", "uvicorn", "httpx"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()

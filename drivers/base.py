@@ -326,6 +326,13 @@ class Driver(ABC):
         paths deleted. Nothing to do when there is none."""
         return []
 
+    def job(self, vm: str) -> str | None:
+        """The long operation the hypervisor is doing to `vm` now, started by whoever: "migration-out",
+        "migration-in", "save", "restore" or "other"; None when it does nothing (or the driver's operations
+        cannot outlive their call, as the simulated driver's). A daemon started again after a crash asks,
+        so as to wait for what its predecessor began rather than do it twice."""
+        return None
+
     def locate(self, vm: str) -> str | None:
         """The host a VM runs (or is defined) on, or None."""
         for host in self.hosts():

@@ -22,6 +22,7 @@ from drivers.base import (
 )
 from drivers.clock import Clock, RealClock
 from drivers.downtime import DowntimeSchedule
+from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
@@ -94,6 +95,20 @@ class LibvirtDriver(Driver):
 
     def locate(self, vm: str) -> str | None:
         return self._lifecycle.locate(vm)
+
+    def job(self, vm: str) -> str | None:
+        lv = self._connections.libvirt
+        kinds = {getattr(lv, f"VIR_DOMAIN_JOB_OPERATION_{name}", code): text
+                 for name, code, text in (("SAVE", 2, "save"), ("RESTORE", 3, "restore"),
+                                          ("MIGRATION_IN", 4, "migration-in"), ("MIGRATION_OUT", 5, "migration-out"))}
+        for host in self._connections.hosts():
+            try:
+                stats = self._connections.call(host, f"job of {vm}", lambda c: c.lookupByName(vm).jobStats(0), vm)
+            except DriverError:   # not there, or the host does not answer: nothing known of a job there
+                continue
+            if stats and stats.get("type", lv.VIR_DOMAIN_JOB_NONE) != lv.VIR_DOMAIN_JOB_NONE:
+                return kinds.get(stats.get("operation"), "other")
+        return None
 
     def start(self, spec: VMSpec, host: str) -> OperationReport:
         return self._lifecycle.start(spec, host)

@@ -19,6 +19,8 @@ row per enacted reservation and a summary; it is pure (events in, `Report` out) 
 * Summary: per reservation kind and overall, the number of rows, how many failed, and the mean and worst
   (largest absolute, sign kept) start and end deltas; for live migrations the same of the duration error
   (measured - predicted, s) and the downtime error (ms).
+* "enactment-skipped" events that name their reservation (an operation found already done: libvirt finished
+  it while no daemon ran) are rows too, done when they were found, outcome "found done"; others are counted.
 * "enacted" events that name no reservation (the stops of a failed start's rollback, or logs written before
   leasewise recorded plans in its events) cannot be compared: they are only counted.
 
@@ -433,7 +435,11 @@ def build_rows(events: Iterable[EventLike], lease_id: int | None = None) -> tupl
             continue
         if event.kind == "enactment-skipped":
             skipped += 1
-            continue
+            if _rid(detail.get("reservation")) is None:
+                continue
+            # found already done (libvirt finished it while no daemon ran): done when it was found
+            found = iso(event.time)
+            detail = {**detail, "enacted_start": found, "enacted_end": found, "outcome": "found done"}
         if event.kind not in ("enacted", "enactment-failed"):
             continue
         op = _operation(detail)

@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from drivers.base import HostInfo
-from drivers.deadline import answers_within
+from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from drivers.errors import DriverConfigError, DriverError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
@@ -66,32 +66,6 @@ def _positive_int(option: str, text: str | None) -> int | None:
 def _seconds(option: str, text: str) -> float:
     """How long to wait for hosts: more than 0, at most an hour."""
     return parse_decimal(text, option, maximum=MAX_HOST_WAIT_S, positive=True, unit="seconds")
-
-
-# -- asking hosts ------------------------------------------------------------------------------------------
-def _libvirt_host_info(cfg: HostConfig) -> HostInfo:
-    from orchestrator.runtime.driver_factory import make_driver
-
-    driver = make_driver("libvirt", [cfg], retry_attempts=1)
-    try:
-        return driver.host_info(cfg.name)
-    finally:
-        driver.close()
-
-
-def probe_hosts(configs: list[HostConfig], timeout: float) -> dict[str, HostInfo]:
-    """Capacity and versions of each host through the libvirt driver, in parallel, within `timeout`."""
-    answers = answers_within({c.name: (lambda c=c: _libvirt_host_info(c)) for c in configs}, timeout)
-    infos = {}
-    for cfg in configs:
-        answer = answers[cfg.name]
-        if not answer.timed_out and answer.error is None:
-            infos[cfg.name] = answer.value
-        else:
-            error = (f"no answer within {timeout:g} s" if answer.timed_out
-                     else str(answer.error) or type(answer.error).__name__)
-            infos[cfg.name] = HostInfo(cfg.name, cfg.uri, 0, 0, cfg.domain_type, reachable=False, error=error)
-    return infos
 
 
 def _capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory: int | None,
@@ -241,24 +215,6 @@ def import_hosts(
 
 
 # -- list -------------------------------------------------------------------------------------------------------
-def _leases_on_hosts(cluster, now: datetime) -> dict[str, dict[str, list[int]]]:
-    """host -> {"now": lease ids holding it now, "planned": lease ids with reservations on it later}."""
-    out: dict[str, dict[str, list[int]]] = {h: {"now": [], "planned": []} for h in cluster.hosts}
-    for lease, rr in cluster.plan(start=now):
-        if rr not in cluster.table:
-            continue
-        current = rr.state is ReservationState.ACTIVE or rr.start <= now < rr.end
-        for host in rr.resources:
-            if host not in out:
-                continue
-            bucket = out[host]["now" if current else "planned"]
-            if lease.id not in bucket:
-                bucket.append(lease.id)
-    for lists in out.values():
-        lists["planned"] = [i for i in lists["planned"] if i not in lists["now"]]
-    return out
-
-
 @host_app.command("list")
 def list_hosts(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
@@ -266,33 +222,25 @@ def list_hosts(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
     timeout = _seconds("--timeout", timeout_text)
     settings = common.load(config)
     now = common.now()
-    records: list[HostRecord] = []
-    usage: dict[str, dict[str, list[int]]] = {}
-    if common.store_exists(state, settings):
+    remote = common.client(server, settings)
+    libvirt = settings.daemon.driver == "libvirt"
+    if remote is not None:
+        with remote:
+            rows = remote.hosts(timeout)
+        libvirt = any("reachable" in row for row in rows)
+    elif common.store_exists(state, settings):
         with common.open_cluster(state, settings, write=False) as cluster:
             records = cluster.store.hosts()
-            usage = _leases_on_hosts(cluster, now)
-    infos: dict[str, HostInfo] = {}
-    libvirt = settings.daemon.driver == "libvirt"
-    if libvirt and records:
-        infos = probe_hosts([r.config for r in records], timeout)
-    rows = []
-    for r in records:
-        row: dict[str, Any] = {
-            "name": r.name, "uri": r.config.uri, "domain_type": r.config.domain_type, "vcpus": r.vcpus,
-            "memory_mib": r.memory_mib, "available": r.available, "leases_now": usage[r.name]["now"],
-            "leases_planned": usage[r.name]["planned"], "added_at": iso(r.added_at),
-        }
-        if libvirt:
-            info = infos[r.name]
-            row.update(reachable=info.reachable, hypervisor=info.hypervisor or None,
-                       libvirt_version=info.libvirt_version or None, error=info.error or None)
-        rows.append(row)
+            usage = leases_on_hosts(cluster, now)
+        rows = host_rows(records, usage, probe_hosts([r.config for r in records], timeout) if libvirt else None)
+    else:
+        rows = []
     if json_out:
         emit_json(rows)
         return

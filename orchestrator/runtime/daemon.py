@@ -302,7 +302,9 @@ class Daemon:
                     else:
                         raise InconsistentSchedule(f"no progress at {now}")
                 cluster.save(now)
-                jobs = self._jobs(self.collector.take(), now) + self._release_jobs(now)
+                jobs = self._jobs(self.collector.take(), now)
+                if first:   # (a cleanup that failed is tried again at the next step, not at once)
+                    jobs += self._release_jobs(now)
                 self.store.set_meta("daemon_clock", iso(now))
                 following = sched.next_event_time()
                 idle = following is None and not sched.queue and not sched.pending

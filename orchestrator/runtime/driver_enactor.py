@@ -17,7 +17,8 @@ scheduler then fails the lease). A start that fails part-way stops the VMs it ha
 failed and must not leave VMs behind. Stops go on through every VM before reporting what failed.
 
 Every operation's `OperationReport` goes to `record(kind, lease_id, detail)` ("enacted"; an idempotent
-no-op is "enactment-skipped", a failure "enactment-failed"), for the daemon to keep in the event log.
+no-op, an operation found already done, is "enactment-skipped", a failure "enactment-failed"), for the
+daemon to keep in the event log.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import logging
 import math
 import posixpath
 import re
+import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec
@@ -210,10 +212,14 @@ class DriverEnactor:
                  report.host, report.wall_seconds)
         self._emit("enacted", lease_id, detail)
 
-    def _skipped(self, lease_id: int, operation: str, vm: str, vnode: int, host: str | None, why: str) -> None:
+    def _skipped(self, lease_id: int, operation: str, vm: str, vnode: int, host: str | None, why: str,
+                 rr: Reservation | None = None) -> None:
+        """An operation found already done (after a restart: libvirt finished it while no daemon ran); with
+        its reservation, `report` shows it as done when it was found."""
         log.info("lease %s: %s %s on %s: nothing to do (%s)", lease_id, operation, vm, host, why)
         self._emit("enactment-skipped", lease_id,
-                   {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "reason": why})
+                   {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "reason": why,
+                    **(_planned(rr) if rr is not None else {})})
 
     def _error(self, lease_id: int, operation: str, vm: str, vnode: int | None, host: str | None,
                exc: BaseException | str, rr: Reservation | None = None, **extra: Any) -> EnactmentError:
@@ -245,6 +251,33 @@ class DriverEnactor:
         except DriverError:
             return None
 
+    def _await_job(self, lease_id: int, name: str, kinds: tuple[str, ...], until: datetime | None,
+                   rr: Reservation | None = None) -> str | None:
+        """If the hypervisor is already doing one of `kinds` to the VM (begun by a daemon that stopped
+        before it ended), wait for it to end, at most until `until` (else 10 minutes); returns the job's
+        kind, or None when there was none. What the job did is then read from the hosts."""
+        try:
+            job = self.driver.job(name)
+        except DriverError as exc:
+            log.debug("cannot ask for the job of %s: %s", name, exc)
+            return None
+        if job is None or job not in kinds:
+            return None
+        log.info("lease %s: %s of %s already under way: waiting for it to end", lease_id, job, name)
+        self._emit("enactment-awaited", lease_id, {"operation": job, "vm": name,
+                                                   **(_planned(rr) if rr is not None else {})})
+        began = time.monotonic()
+        while time.monotonic() - began < 600:
+            if until is not None and self._now is not None and self._now() >= until:
+                break
+            time.sleep(0.5)
+            try:
+                if self.driver.job(name) is None:
+                    break
+            except DriverError:
+                break
+        return job
+
     # -- the Enactor protocol --------------------------------------------------------------------------
     def start_vms(self, lease: Lease, rr: Reservation) -> None:
         started: list[tuple[int, str, str]] = []
@@ -265,7 +298,7 @@ class DriverEnactor:
         except VMAlreadyExists as exc:
             info = self._info(spec.name, host)
             if info is not None and info.state in ACTIVE_STATES:
-                self._skipped(lease.id, "start", spec.name, vnode, host, f"already {info.state} on {host}")
+                self._skipped(lease.id, "start", spec.name, vnode, host, f"already {info.state} on {host}", rr=rr)
                 return
             if info is not None:
                 raise self._error(lease.id, "start", spec.name, vnode, host,
@@ -312,7 +345,7 @@ class DriverEnactor:
             try:
                 report = self.driver.stop(name, graceful_timeout=graceful_timeout)
             except VMNotFound:
-                self._skipped(lease.id, operation, name, vnode, planned, "no such VM")
+                self._skipped(lease.id, operation, name, vnode, planned, "no such VM", rr=rr)
                 continue
             except DriverError as exc:
                 errors.append(self._error(lease.id, operation, name, vnode, planned, exc, rr=rr))
@@ -326,6 +359,7 @@ class DriverEnactor:
         for vnode, host in sorted(rr.nodes.items()):
             name = vm_name(lease.id, vnode)
             path = self.state_path(lease.id, vnode, host)
+            self._await_job(lease.id, name, ("save",), None, rr)
             try:
                 report = self.driver.suspend(name, path)
             except HostUnreachable as exc:
@@ -333,7 +367,7 @@ class DriverEnactor:
             except DriverError as exc:
                 info = self._info(name, host)
                 if info is not None and info.state == "saved" and self._image_there(host, path):
-                    self._skipped(lease.id, "suspend", name, vnode, host, f"already saved to {path}")
+                    self._skipped(lease.id, "suspend", name, vnode, host, f"already saved to {path}", rr=rr)
                     continue
                 raise self._error(lease.id, "suspend", name, vnode, host, exc, path=path, rr=rr) from exc
             self._enacted(lease.id, vnode, report, rr=rr, path=path)
@@ -348,6 +382,7 @@ class DriverEnactor:
         for vnode, host in sorted(rr.nodes.items()):
             name = vm_name(lease.id, vnode)
             path = self._image_path(lease, rr, vnode, host)
+            self._await_job(lease.id, name, ("restore",), None, rr)
             try:
                 report = self.driver.resume(name, path, host)
             except HostUnreachable as exc:
@@ -355,7 +390,7 @@ class DriverEnactor:
             except DriverError as exc:
                 info = self._info(name, host)
                 if info is not None and info.state in ACTIVE_STATES:
-                    self._skipped(lease.id, "resume", name, vnode, host, f"already {info.state} on {host}")
+                    self._skipped(lease.id, "resume", name, vnode, host, f"already {info.state} on {host}", rr=rr)
                     continue
                 problem: DriverError | str = exc
                 if isinstance(exc, VMAlreadyExists):
@@ -434,6 +469,10 @@ class DriverEnactor:
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
                         "predicted_downtime_ms": guess.get("downtime_ms"),
                         "max_downtime_ms": extra.get("max_downtime_ms")}
+            if self._await_job(lease.id, name, ("migration-out", "migration-in"), abort_at, rr) is not None \
+                    and self._where(name) == dst:   # (its predecessor's migration went through)
+                self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}", rr=rr)
+                continue
             now = self._now() if self._now is not None else rr.start
             timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
             if timeout <= 0:
@@ -450,7 +489,7 @@ class DriverEnactor:
                 if probe is not None:
                     probe.stop()
                 if self._where(name) == dst:
-                    self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}")
+                    self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}", rr=rr)
                     continue
                 measured = getattr(exc, "report", None)
                 details = {"outcome": getattr(measured, "outcome", "failed"),

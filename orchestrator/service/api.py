@@ -115,6 +115,10 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return service.access(who, lease_id, node)
 
     # -- hosts and images --------------------------------------------------------------------------------------
+    @app.get("/v1/hosts")
+    def hosts(timeout: float = Query(3.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
+        return {"hosts": service.hosts(who, timeout)}
+
     @app.post("/v1/hosts/{host}/drain")
     def drain(host: str, body: dict[str, Any] = Body(default={}), who: Caller = Who) -> dict[str, Any]:
         by = parse_time(body["by"], "--by") if body.get("by") else None

@@ -120,6 +120,9 @@ class Client:
     def access(self, lease_id: int, node: int | None) -> dict[str, Any]:
         return self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node})
 
+    def hosts(self, timeout: float) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/hosts", params={"timeout": timeout})["hosts"]
+
     def drain(self, host: str, by: str | None) -> dict[str, Any]:
         return self._call("POST", f"/v1/hosts/{host}/drain", json={"by": by} if by else {})
 

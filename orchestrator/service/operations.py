@@ -23,6 +23,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import parse_time
+from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
@@ -226,6 +227,15 @@ class LeaseService:
             cluster.save(now)
         self.wake()
         return {"host": host}
+
+    def hosts(self, caller: Caller, timeout: float) -> list[dict[str, Any]]:
+        """`host list`'s rows; the hosts are asked (libvirt) after the lock is let go."""
+        now = self.now()
+        with self.session.open() as cluster:
+            records = list(cluster.hosts.values())
+            usage = leases_on_hosts(cluster, now)
+        infos = probe_hosts([r.config for r in records], timeout) if self.config.daemon.driver == "libvirt" else None
+        return host_rows(records, usage, infos)
 
     def images(self, caller: Caller) -> list:
         return self.reader().images()

@@ -74,4 +74,4 @@ def test_any_cli_module_imported_first_gives_the_whole_app(first):
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("['calibrate', 'host', 'image', 'lease', 'migrate', 'plan', 'quota', 'report', "
-                                  "'run', 'simulate', 'sweep', 'token']")
+                                  "'run', 'serve', 'simulate', 'sweep', 'token', 'whoami']")

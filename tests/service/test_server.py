@@ -143,6 +143,9 @@ def test_the_cli_answers_the_same_through_the_server(running):
     left, right = json.loads(local.output), json.loads(remote.output)
     left.pop("vms"), right.pop("vms")
     assert left == right
+    local = _cli("host", "list", "--state", str(running.store_path))
+    remote = _cli("host", "list", "--server", running.url)
+    assert local.exit_code == remote.exit_code == 0 and local.output == remote.output and "h2" in local.output
     refused = _cli("lease", "cancel", "99", "--server", running.url)
     assert refused.exit_code == 2 and "no lease with id 99" in refused.output
     submitted = _cli("lease", "submit", "--cpus", "1", "--memory", "256", "--duration", "5m", "--server", running.url)
