@@ -440,7 +440,7 @@ def build_rows(events: Iterable[EventLike], lease_id: int | None = None) -> tupl
             # found already done (libvirt finished it while no daemon ran): done when it was found
             found = iso(event.time)
             detail = {**detail, "enacted_start": found, "enacted_end": found, "outcome": "found done"}
-        if event.kind not in ("enacted", "enactment-failed"):
+        elif event.kind not in ("enacted", "enactment-failed"):
             continue
         op = _operation(detail)
         rid = _rid(detail.get("reservation", detail.get("rr")))

@@ -351,3 +351,18 @@ def test_report_in_a_narrow_terminal_cuts_no_time_and_no_delta(enacted_store, tm
             assert f"{row['delta_start_s']:+.2f}" in table
     if width == 60:   # too narrow for every column: those left out are named
         assert "left out to fit 60 columns" in result.output
+
+
+def test_an_operation_found_done_is_a_row_done_when_it_was_found():
+    """A restarted daemon that finds a migration libvirt finished meanwhile logs it as skipped with its
+    reservation: the report shows it, done at the moment it was found, not as missing."""
+    log = Log()
+    log.add("enactment-skipped", 3, 2470, operation="migrate", vm="lw-3-0", vnode=0, host="h2",
+            reason="already on h2", reservation=7, reservation_kind="live-migrate",
+            planned_start=iso(at(2400)), planned_end=iso(at(2460)))
+    log.add("enactment-skipped", 2, 3600, operation="stop", vm="lw-2-0", host="h1", reason="no such VM")
+    report = build_report(log.events)
+    rows = [r for r in report.rows if r.lease_id == 3]
+    assert len(rows) == 1 and rows[0].kind == "live-migrate" and rows[0].outcome == "found done"
+    assert rows[0].enacted_end == at(2470) and rows[0].delta_end == 10.0
+    assert report.skipped == 2
