@@ -26,10 +26,14 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--hosts", type=int, default=20)
+    parser.add_argument("--think", type=float, nargs=2, default=(0.3, 1.2), metavar=("MIN", "MAX"),
+                        help="each client's pause between requests, seconds (uniform)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="leasewise-api-bench-") as workdir:
-        result = run_load(Path(workdir), clients=args.clients, seconds=args.seconds, hosts=args.hosts)
-    print(f"api load: {args.clients} clients, {args.seconds:g} s, {args.hosts} simulated hosts")
+        result = run_load(Path(workdir), clients=args.clients, seconds=args.seconds, hosts=args.hosts,
+                          think=tuple(args.think))
+    print(f"api load: {args.clients} clients, {args.seconds:g} s, {args.hosts} simulated hosts, "
+          f"{args.think[0]:g}-{args.think[1]:g} s between a client's requests")
     print(summary(result))
     p99 = result.percentile("submit", 99)
     print(f"p99 submit {1000 * p99:.1f} ms (target <= 200 ms): {'met' if p99 is not None and p99 <= 0.2 else 'NOT met'}")

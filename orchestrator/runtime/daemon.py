@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from drivers.base import Driver
+from drivers.errors import DriverError
 from drivers.clock import Clock, SimulatedClock
 from orchestrator.model.config import Config, SchedulingConfig
 from orchestrator.model.errors import InconsistentSchedule
@@ -154,9 +155,7 @@ class Daemon:
         """Clean up after leases that finished (ended, cancelled, failed): what they left on the hosts goes;
         a host that cannot be reached keeps it until a later step."""
         jobs = []
-        for lease in self.store.unreleased_leases():
-            if lease.id in self._releasing:
-                continue
+        for lease in self.store.unreleased_leases(skip=self._releasing):
             hosts = frozenset(h for vm in lease.reservations for rr in vm.all_parts() for h in reservation_hosts(rr))
             record = self.store.add_operation(now, RELEASE, lease.id, None, hosts)
             self._releasing.add(lease.id)
@@ -287,12 +286,14 @@ class Daemon:
         self._notes = []
         self._serial = {}
         first = True
+        looking = now != self._reconciled_at   # (at the reconciled instant the hosts were judged already)
+        busy, listings = self._look_at_hosts() if looking else (set(), {})
         while True:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
                 changed = self._take_outcomes(cluster, now)
-                if first and now != self._reconciled_at:   # (at the reconciled instant the hosts were judged already)
-                    self._notice_ended_vms(cluster, now)
+                if first and looking:
+                    self._notice_ended_vms(cluster, now, busy, listings)
                 if first or changed:
                     for _ in range(10_000):
                         handled = sched.process_events(now)
@@ -339,22 +340,34 @@ class Daemon:
         with self.session.open():
             self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
 
-    def _notice_ended_vms(self, cluster: Cluster, now: datetime) -> None:
+    def _look_at_hosts(self) -> tuple[set[int], dict[str, object]]:
+        """Before the lock: the leases with an operation under way, then what each host runs (its list of
+        VMs, or the error it gave), each host asked once. A lease busy now is left alone in the step; one
+        not busy now cannot get an operation before the step (only the step hands them out)."""
+        busy = self.runner.busy_leases()
+        listings: dict[str, object] = {}
+        for host in self.driver.hosts():
+            try:
+                listings[host] = self.driver.list_vms(host)
+            except DriverError as exc:
+                listings[host] = exc
+        return busy, listings
+
+    def _notice_ended_vms(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> None:
         """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
         with an operation under way is left alone: its VMs may be on their way."""
         sched = cluster.scheduler
-        busy = self.runner.busy_leases()
         for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
             vm = lease.last_vm
             if vm is None or vm.start > now or _stop_due(lease, now) or lease.id in busy:
                 continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
             try:
-                running = self.enactor.running_vms(lease)
+                running = self.enactor.running_vms(lease, listings)
             except UnreachableHosts:
                 continue   # a host that does not answer says nothing about its VMs: decide later
             if any(host is not None for host in running.values()):
                 continue
-            states = self._vm_states(lease)
+            states = self._vm_states(lease, listings)
             if states and all(state == "shutoff" for state in states.values()):
                 sched.end_early(lease.id, now)
                 self._notes.append(f"lease {lease.id}: its VMs shut down by themselves: done early")
@@ -363,16 +376,15 @@ class Daemon:
                 sched.lose(lease.id, now, requeue=requeue, reason="its VMs are gone from their hosts")
                 self._notes.append(f"lease {lease.id}: VMs gone: {'requeued' if requeue else 'failed'}")
 
-    def _vm_states(self, lease: Lease) -> dict[str, str]:
+    def _vm_states(self, lease: Lease, listings: dict[str, object]) -> dict[str, str]:
         """VM name -> its state on its planned host, for the lease's VMs that are still defined there."""
         vm = lease.last_vm
         names = {self.enactor.vm_name(lease.id, v): h for v, h in vm.nodes.items()} if vm else {}
         states: dict[str, str] = {}
         for host in set(names.values()):
-            try:
-                listed = self.driver.list_vms(host)
-            except Exception as exc:  # an unreachable host: nothing known, decide nothing
-                log.warning("cannot list VMs on %s: %s", host, exc)
+            listed = listings.get(host)
+            if listed is None or isinstance(listed, Exception):   # unreachable: nothing known, decide nothing
+                log.warning("cannot list VMs on %s: %s", host, listed)
                 return {}
             for info in listed:
                 if names.get(info.name) == host:

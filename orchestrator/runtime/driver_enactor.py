@@ -522,7 +522,7 @@ class DriverEnactor:
         return probe if probe.start() else None
 
     # -- reconciliation ------------------------------------------------------------------------------------
-    def running_vms(self, lease: Lease) -> dict[int, str | None]:
+    def running_vms(self, lease: Lease, listings: dict[str, Any] | None = None) -> dict[int, str | None]:
         """vnode -> host it really runs (or is paused) on, None when it does not run on its hosts.
 
         The hosts asked are those of the lease's open VM reservations. Raises `UnreachableHosts` when one of
@@ -533,10 +533,17 @@ class DriverEnactor:
         found: dict[int, str | None] = {v: None for v in range(lease.numnodes)}
         unreachable: dict[str, str] = {}
         for host in sorted(hosts):
-            try:
-                infos = self.driver.list_vms(host)
-            except DriverError as exc:
-                unreachable[host] = _one_line(str(exc))
+            # `listings`: one step's answers of each host (list or error), asked once for all its leases
+            infos = listings.get(host) if listings is not None else None
+            if infos is None:
+                try:
+                    infos = self.driver.list_vms(host)
+                except DriverError as exc:
+                    infos = exc
+                if listings is not None:
+                    listings[host] = infos
+            if isinstance(infos, DriverError):
+                unreachable[host] = _one_line(str(infos))
                 continue
             for info in infos:
                 vnode = wanted.get(info.name)

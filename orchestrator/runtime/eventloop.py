@@ -10,6 +10,7 @@ loop's, the same for both.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -57,9 +58,11 @@ class EventLoop:
     """
 
     def __init__(self, clock: Clock, owner: Steppable, poll: timedelta | None = None,
-                 max_steps_at_same_time: int = 100, wakeup: threading.Event | None = None):
-        """`wakeup`: set by another thread to take the next step at once on a clock that moves by itself
-        (an operation ended, a lease was submitted); `stop()` ends the run after the step under way."""
+                 max_steps_at_same_time: int = 100, wakeup: threading.Event | None = None,
+                 coalesce_s: float = 0.0):
+        """`wakeup`: set by another thread to take the next step soon on a clock that moves by itself (an
+        operation ended, a lease was submitted), `coalesce_s` (wall seconds) after it was set, so a burst
+        of wake-ups makes one step; `stop()` ends the run after the step under way."""
         if max_steps_at_same_time < 1:
             raise ValueError(f"max_steps_at_same_time must be at least 1: got {max_steps_at_same_time}")
         self.clock = clock
@@ -67,6 +70,7 @@ class EventLoop:
         self.poll = poll
         self.max_steps_at_same_time = max_steps_at_same_time
         self.wakeup = wakeup
+        self.coalesce_s = coalesce_s
         self._stopping = False
 
     def stop(self) -> None:
@@ -81,8 +85,8 @@ class EventLoop:
             self.clock.sleep_until(when)
             return
         seconds = (when - self.clock.now()).total_seconds() / getattr(self.clock, "speedup", 1.0)
-        if seconds > 0:
-            wakeup.wait(seconds)
+        if seconds > 0 and wakeup.wait(seconds) and self.coalesce_s > 0 and not self._stopping:
+            time.sleep(min(self.coalesce_s, seconds))
         wakeup.clear()
 
     @property

@@ -84,22 +84,21 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     # -- leases ---------------------------------------------------------------------------------------------
     @app.post("/v1/leases", status_code=201)
-    def submit(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+    def submit(body: dict[str, Any] = Body(...), who: Caller = Who) -> JSONResponse:
         request = request_from_json(body.get("request"))
-        answer = service.submit(who, request)
-        return {"answer": answer}
+        return JSONResponse({"answer": service.submit(who, request)}, status_code=201)
 
     @app.get("/v1/leases")
     def list_leases(status: list[str] | None = Query(None), user: str | None = None,
-                    who: Caller = Who) -> dict[str, Any]:
-        leases = service.leases(who, status, user)
-        return {"leases": [lease_to_json(l) for l in leases]}
+                    who: Caller = Who) -> JSONResponse:
+        # (plain JSON data already: sent as it is, without FastAPI's validation of every value)
+        return JSONResponse({"leases": service.leases(who, status, user)})
 
     @app.get("/v1/leases/{lease_id}")
-    def show(lease_id: int, vms: bool = True, who: Caller = Who) -> dict[str, Any]:
+    def show(lease_id: int, vms: bool = True, who: Caller = Who) -> JSONResponse:
         lease, events, found = service.lease(who, lease_id, with_vms=vms)
-        return {"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
-                "vms": None if found is None else [v.to_json() for v in found]}
+        return JSONResponse({"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
+                             "vms": None if found is None else [v.to_json() for v in found]})
 
     @app.post("/v1/leases/{lease_id}/cancel")
     def cancel(lease_id: int, who: Caller = Who) -> dict[str, Any]:

@@ -136,10 +136,14 @@ class LeaseService:
                 return image.vm_image()
         raise InvalidRequest("image", f"{name!r} is not a catalogued image")
 
-    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> list[Lease]:
-        store = self.reader()
-        with store.snapshot():
-            return store.leases(state=list(states) if states is not None else None, user=user)
+    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> list[dict]:
+        """The leases as the codec sends them (read straight from their rows)."""
+        if states is not None:
+            states = list(states)
+            for state in states:
+                if state not in {s.value for s in LeaseState}:
+                    raise InvalidRequest("status", f"{state!r} is not a lease state")
+        return self.reader().lease_records(states, user)
 
     def lease(self, caller: Caller, lease_id: int, with_vms: bool = True) -> tuple[Lease, list[Event], list | None]:
         """The lease, its events, and its VMs as the hosts see them (None when it has none)."""

@@ -41,6 +41,9 @@ from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
 
+#: how long the daemon lets wake-ups gather before its step (submissions, cancellations, ended operations)
+WAKE_COALESCE_S = 0.25
+
 
 class _WithPeer:
     """The app, with a Unix-socket connection's (pid, uid, gid) on each request's scope."""
@@ -156,7 +159,9 @@ class Server:
         self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set)
         checker = token_check(self.store) if token_check is not None else None
         self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None)
-        self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup)
+        # (a burst of submissions makes one step: an immediate lease starts within WAKE_COALESCE_S)
+        self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup,
+                              coalesce_s=WAKE_COALESCE_S)
         self._servers: list[uvicorn.Server] = []
         self._daemon_error: BaseException | None = None
         self.listening: Listening | None = None

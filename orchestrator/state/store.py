@@ -1058,10 +1058,49 @@ class Store:
             params.append(user)
         return self._load_leases(f"WHERE {' AND '.join(clauses)}" if clauses else "", tuple(params))
 
-    def unreleased_leases(self) -> list[Lease]:
-        """Finished leases whose leftovers on the hosts (VMs, memory images, disks) are not cleaned up yet."""
+    def unreleased_leases(self, skip: Iterable[int] = ()) -> list[Lease]:
+        """Finished leases whose leftovers on the hosts (VMs, memory images, disks) are not cleaned up yet
+        (but those in `skip`: their cleanup is under way, so they are not read at all)."""
         final = tuple(s.value for s in FINAL_STATES)
-        return self._load_leases(f"WHERE released = 0 AND state IN ({', '.join('?' * len(final))})", final)
+        where = f"WHERE released = 0 AND state IN ({', '.join('?' * len(final))})"
+        skip = set(skip)
+        if skip:
+            ids = [i for (i,) in self._conn.execute(f"SELECT id FROM leases {where}", final) if i not in skip]
+            if not ids:
+                return []
+            return self._load_leases(f"WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids))
+        return self._load_leases(where, final)
+
+    def lease_records(self, state: Iterable[str] | None = None, user: str | None = None) -> list[dict[str, Any]]:
+        """Leases as `orchestrator.state.codec` sends them, straight from their rows (no `Lease` is built:
+        the server lists many leases often)."""
+        clauses, params = [], []
+        if state is not None:
+            values = [LeaseState(s).value for s in state]
+            clauses.append(f"state IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+        if user is not None:
+            clauses.append("user = ?")
+            params.append(user)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        select = f"SELECT id FROM leases {where}"
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {', '.join(map(_q, _LEASE_COLUMNS))} FROM leases {where} ORDER BY id",
+                                params).fetchall()
+            history = conn.execute(f"SELECT lease_id, time, state FROM lease_states WHERE lease_id IN ({select}) "
+                                   f"ORDER BY lease_id, seq", params).fetchall()
+            plan = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
+                                f"({select}) ORDER BY lease_id, position", params).fetchall()
+            rates = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
+                                 params).fetchall()
+        out = {row[0]: {"row": list(row), "history": [], "plan": [], "dirty_rates": {}} for row in rows}
+        for lease_id, at, st in history:
+            out[lease_id]["history"].append([at, st])
+        for rr in plan:
+            out[rr[1]]["plan"].append(list(rr))
+        for lease_id, vnode, mib_s in rates:
+            out[lease_id]["dirty_rates"][str(vnode)] = mib_s
+        return list(out.values())
 
     def mark_released(self, lease_id: int) -> None:
         with self.transaction():

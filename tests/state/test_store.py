@@ -660,3 +660,23 @@ def test_events_are_appended_in_order_with_their_detail(store):
     with pytest.raises(StoreError, match="kind"):
         store.append_event(t, "  ")
     assert len(store.events()) == 5
+
+
+def test_lease_records_are_what_the_codec_makes_of_the_leases(tmp_path):
+    """The server lists leases straight from their rows: the same JSON the codec makes of each lease."""
+    import json
+
+    from orchestrator.state.codec import lease_from_json, lease_to_json
+    from tests.runtime.test_daemon import LeaseType, config, driver_for, make_store, request, run, submit
+
+    path, cfg = make_store(tmp_path, n=2), config()
+    for minutes in (10, 20, 30):
+        submit(path, cfg, request(LeaseType.BEST_EFFORT, minutes, nodes=2))
+    run(path, cfg, driver_for(path, None), until=T0 + timedelta(minutes=15))
+    with Store.open(path) as store:
+        leases = store.leases()
+        records = store.lease_records()
+        live = store.lease_records(["active", "scheduled", "queued"])
+    assert json.loads(json.dumps(records)) == json.loads(json.dumps([lease_to_json(l) for l in leases]))
+    assert [lease_from_json(r).state for r in records] == [l.state for l in leases]
+    assert {r["row"][0] for r in live} == {l.id for l in leases if l.state.value in ("active", "scheduled", "queued")}
