@@ -12,11 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.model.config import (
+    AuthConfig,
+    ClientConfig,
     CommandConfig,
     Config,
     EmailConfig,
     NotifyConfig,
     SchedulingConfig,
+    ServeConfig,
     SimulationConfig,
     SWFConfig,
     config_from_dict,
@@ -339,11 +342,13 @@ def test_example_config_loads_and_sets_what_it_says():
     assert config.swf == SWFConfig()
     assert config.simulation.start == Config().simulation.start
     assert config.notify == NotifyConfig()
+    assert (config.auth, config.serve, config.client) == (AuthConfig(), ServeConfig(), ClientConfig())
 
 
 @pytest.mark.parametrize("table, cls", [("scheduling", SchedulingConfig), ("simulation", SimulationConfig),
                                         ("workload.swf", SWFConfig), ("notify", NotifyConfig),
-                                        ("notify.email", EmailConfig), ("notify.command", CommandConfig)])
+                                        ("notify.email", EmailConfig), ("notify.command", CommandConfig),
+                                        ("auth", AuthConfig), ("serve", ServeConfig), ("client", ClientConfig)])
 def test_every_key_is_documented_and_in_the_example(table, cls):
     doc = (ROOT / "docs" / "configuration.md").read_text()
     example = (ROOT / "examples" / "config.toml").read_text()
