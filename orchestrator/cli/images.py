@@ -18,6 +18,7 @@ from rich.markup import escape
 from drivers.base import Driver, ImageInfo
 from drivers.errors import DriverError
 from orchestrator.cli import common
+from orchestrator.state.codec import image_from_json
 from orchestrator.cli.app import command_group, fail
 from orchestrator.cli.leasefile import current_user
 from orchestrator.cli.output import emit_json, make_console, when
@@ -129,10 +130,17 @@ def list_images(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """The catalogued images: name, path, format, size, login user, leases using it."""
     settings = common.load(config)
-    if not common.store_exists(state, settings):
+    remote = common.client(server, settings)
+    if remote is not None:
+        with remote:
+            answer = remote.images()
+        images = [image_from_json(i) for i in answer]
+        users = {i["name"]: i["leases"] for i in answer}
+    elif not common.store_exists(state, settings):
         images, users = [], {}
     else:
         with common.open_store(state, settings) as store:
@@ -163,9 +171,15 @@ def remove(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Forget a catalogued image (the file stays); refused while a lease uses it."""
     settings = common.load(config)
-    with common.open_store(state, settings) as store:
-        store.remove_image(name)
+    remote = common.client(server, settings)
+    if remote is not None:
+        with remote:
+            remote.image_remove(name)
+    else:
+        with common.open_store(state, settings) as store:
+            store.remove_image(name)
     make_console().print(f"image {escape(name)} removed from the catalogue (the file is left as it is)")

@@ -33,12 +33,12 @@ from orchestrator.cli.leasefile import (
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, VMImage
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
+from orchestrator.state.codec import image_from_json
 from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
@@ -235,7 +235,7 @@ def _remote_catalogue(remote) -> "Callable[[str], VMImage]":
         known = remote.images()
         for image in known:
             if image["name"] == name:
-                return CatalogImage(**{k: v for k, v in image.items() if k != "added_at"}).vm_image()
+                return image_from_json(image).vm_image()
         names = ", ".join(i["name"] for i in known) or "none; an admin adds them with `leasewise image add`"
         raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
                                       f"(catalogued: {names})")

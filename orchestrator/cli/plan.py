@@ -22,8 +22,10 @@ from orchestrator.analysis.timeline import (
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
+    ServerOption,
     WaitOption,
     StateOption,
+    client,
     load,
     now,
     open_cluster,
@@ -57,6 +59,7 @@ def plan(
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
     wait: str = WaitOption,
+    server: str | None = ServerOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
     console = make_console(stderr=json_out)
@@ -69,6 +72,13 @@ def plan(
         require_plot()
     cfg = load(config)
     path = store_path(state, cfg)
+    remote = client(server, cfg)
+    if remote is not None:
+        with remote:
+            pairs, hosts, labels = remote.plan(iso(start), iso(end))
+        _show(build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels), start, end,
+              json_out, png, console)
+        return
     if not path.exists():
         if state is not None:
             raise fail(f"--state: {path} does not exist")
@@ -81,7 +91,12 @@ def plan(
         pairs = cluster.plan(start, end)
         hosts = list(cluster.hosts)
         labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
-    timeline = build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels)
+    _show(build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels), start, end,
+          json_out, png, console)
+
+
+def _show(timeline: Timeline, start: datetime | None, end: datetime | None, json_out: bool, png: Path | None,
+          console) -> None:
     if json_out:
         emit_json(_timeline_json(timeline))
     if timeline.empty:

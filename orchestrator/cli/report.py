@@ -25,6 +25,7 @@ from orchestrator.analysis.report import (
     signed_seconds,
 )
 from orchestrator.analysis.timeline import require_plot
+from orchestrator.cli import common
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
@@ -54,6 +55,7 @@ def report(
     state: Path | None = StateOption,
     config: Path | None = ConfigOption,
     wait: str = WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
     reservation and its mean and worst per kind, from the event log."""
@@ -63,6 +65,19 @@ def report(
     cfg = load(config)
     path = store_path(state, cfg)
     console = make_console()
+    remote = common.client(server, cfg)
+    if remote is not None:
+        from orchestrator.service.client import RemoteError
+
+        try:
+            with remote:
+                events = remote.events(lease_id)
+        except RemoteError as exc:
+            if lease_id is not None and str(exc) == f"lease: no lease with id {lease_id}":
+                raise fail(f"--lease: no lease with id {lease_id}") from None
+            raise
+        _show(build_report(events, lease_id), lease_id, json_out, png, console)
+        return
     if not path.exists():
         if state is not None:
             raise fail(f"--state: {path} does not exist")
@@ -79,7 +94,10 @@ def report(
                     raise
                 raise fail(f"--lease: no lease with id {lease_id}") from None
         events = store.events(lease_id=lease_id)
-    result = build_report(events, lease_id)
+    _show(build_report(events, lease_id), lease_id, json_out, png, console)
+
+
+def _show(result: Report, lease_id: int | None, json_out: Path | None, png: Path | None, console: Console) -> None:
     if json_out is not None:
         write_json_file(json_out, result.to_json())
     if result.empty:

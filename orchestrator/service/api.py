@@ -129,7 +129,21 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.get("/v1/images")
     def images(who: Caller = Who) -> dict[str, Any]:
-        return {"images": [_image_json(i) for i in service.images(who)]}
+        return {"images": service.images(who)}
+
+    @app.delete("/v1/images/{name}")
+    def image_remove(name: str, who: Caller = Who) -> dict[str, Any]:
+        service.image_remove(who, name)
+        return {"name": name}
+
+    @app.get("/v1/events")
+    def events(lease: int | None = None, who: Caller = Who) -> JSONResponse:
+        return JSONResponse({"events": [event_to_json(e) for e in service.events(who, lease)]})
+
+    @app.get("/v1/plan")
+    def plan(start: str | None = None, end: str | None = None, who: Caller = Who) -> JSONResponse:
+        return JSONResponse(service.plan(who, parse_time(start, "--from") if start else None,
+                                         parse_time(end, "--to") if end else None))
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
     @app.put("/v1/quotas/{subject}")
@@ -200,10 +214,3 @@ def _duration(value: Any, label: str) -> timedelta:
     if amount.total_seconds() <= 0:
         raise InvalidRequest(label, f"must be greater than zero (got {value!r})")
     return amount
-
-
-def _image_json(image) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    data = asdict(image)
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in data.items()}

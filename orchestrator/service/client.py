@@ -160,6 +160,24 @@ class Client:
     def token_revoke(self, token_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/tokens/{token_id}")
 
+    def image_remove(self, name: str) -> None:
+        self._call("DELETE", f"/v1/images/{_segment(name)}")
+
+    def events(self, lease_id: int | None) -> list[Event]:
+        params = {} if lease_id is None else {"lease": lease_id}
+        return [event_from_json(e) for e in self._call("GET", "/v1/events", params=params)["events"]]
+
+    def plan(self, start: str | None, end: str | None) -> tuple[list, list[str], dict[int, str]]:
+        """(lease, reservation) pairs of the plan in [start, end), the hosts, the leases' labels."""
+        data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v})
+        leases = {}
+        for record in data["leases"]:
+            lease = lease_from_json(record)
+            leases[lease.id] = lease
+        parts = {(l.id, rr.id): rr for l in leases.values() for vm in l.reservations for rr in vm.all_parts()}
+        pairs = [(leases[i], parts[(i, r)]) for i, r in data["pairs"]]
+        return pairs, data["hosts"], {int(k): v for k, v in data["labels"].items()}
+
     def get(self, path: str, **params: Any) -> Any:
         return self._call("GET", path, params=params)
 

@@ -27,7 +27,8 @@ from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_ho
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
-from orchestrator.state.cluster import check_site_can_hold
+from orchestrator.state.cluster import Cluster, check_site_can_hold
+from orchestrator.state.codec import image_json, lease_to_json
 from orchestrator.state.session import SharedCluster
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
@@ -241,8 +242,37 @@ class LeaseService:
         infos = probe_hosts([r.config for r in records], timeout) if self.config.daemon.driver == "libvirt" else None
         return host_rows(records, usage, infos)
 
-    def images(self, caller: Caller) -> list:
-        return self.reader().images()
+    def images(self, caller: Caller) -> list[dict[str, Any]]:
+        """The catalogue, each image with the leases that use it (`image list`)."""
+        store = self.reader()
+        with store.snapshot():
+            return [{**image_json(i), "leases": store.leases_using_image(i.name)} for i in store.images()]
+
+    def image_remove(self, caller: Caller, name: str) -> None:
+        self._admin_check(caller, "removing an image from the catalogue")
+        with self.session.open() as cluster:
+            cluster.store.remove_image(name)
+
+    def events(self, caller: Caller, lease_id: int | None) -> list[Event]:
+        """The event log (of one lease): what `report` is computed from."""
+        store = self.reader()
+        with store.snapshot():
+            if lease_id is not None:
+                self._stored(lease_id)
+            return store.events(lease_id=lease_id)
+
+    def plan(self, caller: Caller, start: datetime | None, end: datetime | None) -> dict[str, Any]:
+        """The reservations meeting [start, end) with their leases, and the hosts (`plan`): read from the
+        store as `plan` on the head node reads it."""
+        store = self.reader()
+        with store.snapshot():
+            cluster = Cluster(store, self.config)
+            pairs = cluster.plan(start, end)
+            hosts = list(cluster.hosts)
+            labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
+        leases = {lease.id: lease for lease, _ in pairs}
+        return {"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
+                "pairs": [[lease.id, rr.id] for lease, rr in pairs], "labels": {str(k): v for k, v in labels.items()}}
 
     # -- quotas (admins set them; a user may look at their own) -----------------------------------------------
     def quota_set(self, caller: Caller, subject: str, changes: dict[str, Any]) -> dict[str, Any]:

@@ -8,9 +8,11 @@ it read the store itself or asked a server.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, fields
 from typing import Any
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.state import store as _store
 from orchestrator.state.store import Event, StoreError
@@ -56,3 +58,15 @@ def event_to_json(event: Event) -> dict[str, Any]:
 def event_from_json(data: Mapping[str, Any]) -> Event:
     return Event(id=data["id"], time=_store._dt(data["time"]), kind=data["kind"], lease_id=data["lease_id"],
                  detail=dict(data.get("detail") or {}))
+
+
+def image_json(image: CatalogImage) -> dict[str, Any]:
+    data = asdict(image)
+    data["added_at"] = None if image.added_at is None else _store._t(image.added_at)
+    return data
+
+
+def image_from_json(data: Mapping[str, Any]) -> CatalogImage:
+    values = {k: v for k, v in data.items() if k in {f.name for f in fields(CatalogImage)}}
+    values["added_at"] = _store._dt(values.get("added_at"))
+    return CatalogImage(**values)

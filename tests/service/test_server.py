@@ -87,6 +87,9 @@ def test_a_user_may_not_submit_for_another_or_boot_a_path(running, unix_users):
         request = _request("lwalice", kernel="/boot/vmlinuz")
         as_user("lwalice", lambda: Client(url).submit(request))
     assert caught.value.exit_code == 4 and "catalogued images" in str(caught.value)
+    with pytest.raises(RemoteError) as caught:
+        as_user("lwalice", lambda: Client(url).image_remove("debian12"))
+    assert caught.value.exit_code == 4 and "for admins" in str(caught.value)
     with Store.open(running.store_path) as store:
         assert store.leases() == []   # nothing was written
 
@@ -151,6 +154,18 @@ def test_the_cli_answers_the_same_through_the_server(running):
     local = _cli("host", "list", "--state", str(running.store_path))
     remote = _cli("host", "list", "--server", running.url)
     assert local.exit_code == remote.exit_code == 0 and local.output == remote.output and "h2" in local.output
+    for command in (("plan", "--json"), ("plan",), ("report",), ("image", "list")):
+        local = _cli(*command, "--state", str(running.store_path))
+        remote = _cli(*command, "--server", running.url)
+        assert local.exit_code == remote.exit_code == 0, (command, local.output, remote.output)
+        if command == ("plan", "--json"):   # (its "now" is each call's own)
+            left, right = json.loads(local.output), json.loads(remote.output)
+            left.pop("now"), right.pop("now")
+            assert left == right and left["leases"], command
+        else:
+            assert local.output == remote.output, command
+    missing = _cli("report", "--lease", "99", "--server", running.url)
+    assert missing.exit_code == 2 and "--lease: no lease with id 99" in missing.output
     refused = _cli("lease", "cancel", "99", "--server", running.url)
     assert refused.exit_code == 2 and "no lease with id 99" in refused.output
     submitted = _cli("lease", "submit", "--cpus", "1", "--memory", "256", "--duration", "5m", "--server", running.url)
