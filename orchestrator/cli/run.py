@@ -75,6 +75,8 @@ def _run(state: Path | None, config: Path | None, dry_run: bool, fast: bool, unt
         with Store.open(path) as store:
             if not store.hosts():
                 raise fail("no hosts in the store: add some with `leasewise host add` or `leasewise host import`")
+            if not dry_run:
+                _refuse_if_served(store)
             if driver_name == "simulated":
                 driver = simulated_driver_for(
                     store, sim_state if sim_state is not None or dry_run else path.with_suffix(".hosts.json"),
@@ -98,6 +100,25 @@ def _run(state: Path | None, config: Path | None, dry_run: bool, fast: bool, unt
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _refuse_if_served(store) -> None:
+    """Two enactors of one plan would start every VM twice: a store a live `leasewise serve` enacts is
+    refused (a server that died leaves its note behind; its pid no longer runs)."""
+    import os
+    import socket
+
+    serving = store.get_meta("serving")
+    if not isinstance(serving, dict) or serving.get("host") != socket.gethostname():
+        return
+    try:
+        os.kill(int(serving.get("pid", 0)), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return
+    except PermissionError:
+        pass
+    raise fail(f"--state: leasewise serve (pid {serving.get('pid')}, {serving.get('socket')}) enacts this store: "
+               "stop it first, or use the server (--server)")
 
 
 def _copy_store(source: Path, target: Path) -> None:

@@ -41,6 +41,9 @@ from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
 
+#: the store's note that a server enacts its plan (pid, host, socket)
+SERVING_KEY = "serving"
+
 #: how long the daemon lets wake-ups gather before its step (submissions, cancellations, ended operations)
 WAKE_COALESCE_S = 0.25
 
@@ -207,6 +210,8 @@ class Server:
             with contextlib.suppress(ValueError, RuntimeError):   # (not the main thread: tests stop it)
                 loop.add_signal_handler(sig, self.stop)
         stop_api = lambda: loop.call_soon_threadsafe(self._stop_api)  # noqa: E731
+        with self.session.open():   # (`leasewise run` refuses to enact the same store while it is set)
+            self.store.set_meta(SERVING_KEY, {"pid": os.getpid(), "host": socket.gethostname(), "socket": cfg.socket})
         thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
         thread.start()
         self.listening = Listening(cfg.socket, tcp_address)
@@ -222,6 +227,8 @@ class Server:
                 sock.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(cfg.socket)
+            with contextlib.suppress(Exception), self.session.open():
+                self.store.set_meta(SERVING_KEY, None)
             self.service.close()
             self.store.close()
         return 1 if self._daemon_error is not None else 0

@@ -175,3 +175,8 @@ def test_the_cli_answers_the_same_through_the_server(running):
 def test_a_server_that_is_not_there_is_exit_75(tmp_path):
     result = _cli("lease", "list", "--server", f"unix:{tmp_path}/nothing.sock")
     assert result.exit_code == 75 and "no server answers there" in result.output
+
+
+def test_run_refuses_a_store_the_server_enacts(running):
+    result = _cli("run", "--until-idle", "--state", str(running.store_path))
+    assert result.exit_code == 2 and "leasewise serve" in result.output and "enacts this store" in result.output
