@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,11 +32,17 @@ def emit_json(data: Any) -> None:
 
 
 def write_json_file(path: Path, data: Any, option: str = "--json") -> None:
-    """`data` as JSON into `path`, written next to it and renamed: never half a file. A file that cannot
-    be written is one error line naming `option`."""
+    """`data` as JSON into `path` (see `write_whole`)."""
+    write_whole(path, [(json.dumps(data, indent=1) + "\n").encode()], option)
+
+
+def write_whole(path: Path, chunks: Iterable[bytes], option: str) -> None:
+    """`chunks` into `path`, written next to it and renamed: never half a file. A file that cannot be
+    written is one error line naming `option`."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        with tmp.open("wb") as fh:
+            fh.writelines(chunks)
         tmp.replace(path)
     except OSError as exc:
         try:

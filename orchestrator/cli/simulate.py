@@ -8,6 +8,7 @@ their reservations and the metrics for later analysis.
 
 import csv
 import io
+import itertools
 import json
 import mmap
 import tempfile
@@ -31,7 +32,7 @@ from orchestrator.analysis.timeline import (
     timeline_from_result,
 )
 from orchestrator.cli.app import app, fail
-from orchestrator.cli.output import make_console
+from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import load_config
 from orchestrator.model.errors import InvalidRequest
@@ -222,18 +223,7 @@ def _write_json(path: Path, records: Iterator[bytes], metrics: dict, skipped: di
 
 def _write_rows(path: Path, option: str, head: list[bytes], rows) -> None:
     """Written next to `path` and renamed: never half a file; one error line naming `option` if it cannot be."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.writelines(head)
-            fh.writelines(rows)
-        tmp.replace(path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise InvalidRequest(option, f"cannot write {path} ({exc.strerror or exc})") from None
+    write_whole(path, itertools.chain(head, rows), option)
 
 
 def _print_summary(result: SimulationResult, source: str, console: Console) -> None:
