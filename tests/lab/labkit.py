@@ -6,6 +6,7 @@ import fcntl
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -254,3 +255,14 @@ def daemon_config(path, scheduling: str = "") -> None:
     planned, and the test's own `[scheduling]` lines."""
     path.write_text('[daemon]\ndriver = "libvirt"\npoll_interval = "1s"\ngraceful_timeout = "3s"\n'
                     '[scheduling]\nshutdown_time = "5s"\n' + scheduling)
+
+
+#: the CLI as a user runs it, from this checkout
+CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+
+def leasewise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`leasewise ARGS`, which must succeed (its output in the failure message)."""
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done

@@ -12,21 +12,14 @@ from datetime import datetime, timedelta
 import pytest
 
 from tests.lab.labkit import (
+    CLI,
+    leasewise as cli,
     GUEST_DIR,
     REPO,
     daemon_config,
     domain_state,
     remove_lease_domains,
 )
-
-CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    return done
-
 
 def where_running(libvirt_mod, conns, vm: str) -> str | None:
     for host, conn in conns.items():

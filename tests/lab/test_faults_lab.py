@@ -20,16 +20,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.lab.labkit import GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
-
-CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    return done
-
+from tests.lab.labkit import CLI, GUEST_DIR, REPO, daemon_config, domain_state, remove_lease_domains
+from tests.lab.labkit import leasewise as cli
 
 def migrating(libvirt_mod, conn, vm: str) -> bool:
     try:
