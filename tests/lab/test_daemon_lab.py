@@ -13,13 +13,14 @@ import pytest
 
 from tests.lab.labkit import (
     CLI,
-    leasewise as cli,
     GUEST_DIR,
     REPO,
     daemon_config,
     domain_state,
     remove_lease_domains,
 )
+from tests.lab.labkit import leasewise as cli
+
 
 def where_running(libvirt_mod, conns, vm: str) -> str | None:
     for host, conn in conns.items():

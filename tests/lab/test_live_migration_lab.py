@@ -14,13 +14,14 @@ import pytest
 
 from tests.lab.labkit import (
     CLI,
-    leasewise as cli,
     GUEST_DIR,
     REPO,
     daemon_config,
     domain_state,
     remove_lease_domains,
 )
+from tests.lab.labkit import leasewise as cli
+
 
 def states(libvirt_mod, conns, vm: str) -> dict[str, str]:
     """host -> the VM's state there, for the hosts it is defined on."""
