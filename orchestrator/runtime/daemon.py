@@ -113,6 +113,7 @@ class Daemon:
         # (the server's writer connection is for its scheduler's transactions: notices get one of their own)
         notice_store = Store.open(store.path, any_thread=True) if session is not None and notifiers else store
         self.notices = NoticeSender(notice_store, config.notify, notifiers, config.notify.email.address_of)
+        self._own_stores = [notice_store] if notice_store is not store else []
 
     # -- logging into the store -------------------------------------------------------------------------
     def _record(self, kind: str, lease_id: int | None, detail: dict) -> None:
@@ -423,6 +424,8 @@ class Daemon:
             self.finish()
         finally:
             self.runner.close()
+            for extra in self._own_stores:
+                extra.close()
 
     def run(self, until_idle: bool = False, until: datetime | None = None, max_steps: int | None = None,
             loop: EventLoop | None = None) -> RunResult:
