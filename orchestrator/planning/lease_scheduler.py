@@ -674,10 +674,8 @@ class LeaseScheduler:
         outcome as if it had failed in the step, unless the lease has moved on (finished, or that part of
         its plan is gone), which is returned as False and changes nothing."""
         lease = self.leases.get(lease_id)
-        if lease is None or lease.is_final:
-            return False
-        rr = next((p for vm in lease.reservations for p in vm.all_parts() if p.id == reservation_id), None)
-        if rr is None:
+        rr = self.find_part(lease_id, reservation_id)
+        if lease is None or lease.is_final or rr is None:
             return False
         if operation is Operation.LIVE_MIGRATE:
             vms = lease.open_vms()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 from orchestrator.model.config import Config
@@ -23,7 +23,7 @@ from orchestrator.state.store import Store
 class ClusterSession(Protocol):
     store: Store
 
-    def open(self) -> "contextmanager[Cluster]": ...   # a write transaction with the cluster in it
+    def open(self) -> AbstractContextManager[Cluster]: ...   # a write transaction with the cluster in it
 
     def invalidate(self) -> None: ...
 
