@@ -266,3 +266,37 @@ def leasewise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done
+
+
+@dataclass
+class EvacuationSite:
+    """The lab set up for a best-effort VM to be live-migrated out of an AR's way: hosts `first` and
+    `second` are big enough for a 512 MiB node of the AR, `small` only for the 256 MiB best-effort VM."""
+
+    first: str
+    second: str
+    small: str
+    state: Path
+    common: list[str]          # --state and --config, for every command
+    guest: list[str]           # the tiny guest's boot options, its dirtier touching `dirtier_mib` MiB once
+
+
+def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, dirtier_mib: int) -> EvacuationSite:
+    """Three lab hosts imported into a fresh store with migrate-first preemption at `bandwidth_mib_s`
+    (libvirt's limit too), the third declared small."""
+    from orchestrator.state.store import Store
+
+    if len(lab.names) < 3:
+        pytest.fail("this test needs three lab hosts (deploy/lab/lab up -n 3)")
+    first, second, small = lab.names[:3]
+    state = tmp_path / "state.sqlite"
+    config = tmp_path / "leasewise.toml"
+    daemon_config(config, f'preemption_mode = "migrate-first"\nlive_migration_bandwidth = {bandwidth_mib_s}\n'
+                          f'live_migration_margin = "{margin}"\n')
+    common = ["--state", str(state), "--config", str(config)]
+    guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
+             "--cmdline", f"console=ttyS0 quiet dirtier.mib={dirtier_mib} dirtier.pps=0"]
+    leasewise("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common)
+    with Store.open(state) as store:
+        store.update_host_capacity(small, 1, 384)   # room for the 256 MiB VM, not for a 512 MiB node of the AR
+    return EvacuationSite(first, second, small, state, common, guest)

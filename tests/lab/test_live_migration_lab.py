@@ -14,10 +14,9 @@ import pytest
 
 from tests.lab.labkit import (
     CLI,
-    GUEST_DIR,
     REPO,
-    daemon_config,
     domain_state,
+    evacuation_site,
     remove_lease_domains,
 )
 from tests.lab.labkit import leasewise as cli
@@ -35,25 +34,10 @@ def states(libvirt_mod, conns, vm: str) -> dict[str, str]:
 
 @pytest.mark.lab
 def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, libvirt_mod, tmp_path):
-    from orchestrator.state.store import Store
-
-    if len(lab.names) < 3:
-        pytest.fail("this test needs three lab hosts (deploy/lab/lab up -n 3)")
-    first, second, small = lab.names[:3]
-    state = tmp_path / "state.sqlite"
-    config = tmp_path / "leasewise.toml"
-    daemon_config(config, (
-        'preemption_mode = "migrate-first"\n'
-        "live_migration_bandwidth = 64.0\n"   # MiB/s, given to libvirt too: 256 MiB in 4 s, planned 5 s
-        'live_migration_margin = "20s"\n'
-    ))
-    common = ["--state", str(state), "--config", str(config)]
-    guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
-             "--cmdline", "console=ttyS0 quiet dirtier.mib=16 dirtier.pps=0"]
-    cli("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common)
-    with Store.open(state) as store:
-        # declared smaller: room for the 256 MiB best-effort VM, not for a 512 MiB node of the AR
-        store.update_host_capacity(small, 1, 384)
+    # 256 MiB at 64 MiB/s (libvirt's limit too): 4 s, planned 5 s
+    site = evacuation_site(lab, tmp_path, bandwidth_mib_s=64.0, margin="20s", dirtier_mib=16)
+    first, second, small, state, common, guest = (site.first, site.second, site.small, site.state, site.common,
+                                                  site.guest)
     cli("lease", "submit", "--nodes", "1", "--cpus", "1", "--memory", "256", "--duration", "100s",
         "--preemptible", *guest, *common)
     daemon = subprocess.Popen([*CLI, "run", "--until-idle", *common], cwd=REPO, stdout=subprocess.PIPE,
