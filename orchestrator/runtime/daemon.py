@@ -155,13 +155,15 @@ class Daemon:
     def _release_jobs(self, now: datetime) -> list[Job]:
         """Clean up after leases that finished (ended, cancelled, failed): what they left on the hosts goes;
         a host that cannot be reached keeps it until a later step."""
-        jobs = []
-        for lease in self.store.unreleased_leases(skip=self._releasing):
-            hosts = frozenset(h for vm in lease.reservations for rr in vm.all_parts() for h in reservation_hosts(rr))
+        return [self._release_job(lease, now) for lease in self.store.unreleased_leases(skip=self._releasing)]
+
+    def _release_job(self, lease: Lease, now: datetime, record: int | None = None) -> Job:
+        """A finished lease's cleanup as a job on every host it used (`record`: its intent log entry, if any)."""
+        hosts = frozenset(h for vm in lease.reservations for rr in vm.all_parts() for h in reservation_hosts(rr))
+        if record is None:
             record = self.store.add_operation(now, RELEASE, lease.id, None, hosts)
-            self._releasing.add(lease.id)
-            jobs.append(Job(partial(self.enactor.release, lease), hosts, lease.id, _Tag(record, RELEASE, lease.id)))
-        return jobs
+        self._releasing.add(lease.id)
+        return Job(partial(self.enactor.release, lease), hosts, lease.id, _Tag(record, RELEASE, lease.id))
 
     def _take_outcomes(self, cluster: Cluster, now: datetime) -> bool:
         """Write what finished since the last look; failures go back to the scheduler. True if the plan
@@ -203,16 +205,30 @@ class Daemon:
                                                   error, now)
 
     # -- recovery -------------------------------------------------------------------------------------------
-    def _resume_operations(self, cluster: Cluster, now: datetime, notes: list[str]) -> list[Job]:
-        """Jobs running again the operations of the intent log that never ended."""
+    def _resume_operations(self, cluster: Cluster, now: datetime, notes: list[str], known: set[str]) -> list[Job]:
+        """Jobs running again the operations of the intent log that never ended, in their order: each
+        host sees them as it would have (a VM stopped before the next one starts in its place). The VMs
+        of the leases cleaned up go into `known`."""
         again: list[Job] = []
+        unreleased: dict[int, Lease] | None = None
         for record in self.store.unfinished_operations():
             lease = cluster.scheduler.leases.get(record.lease_id) if record.lease_id is not None else None
-            rr = None
-            if record.operation != RELEASE and lease is not None and record.reservation_id is not None:
-                rr = cluster.scheduler.find_part(lease.id, record.reservation_id)
-            if rr is None or lease is None or lease.is_final:
-                # a finished lease's leftovers are the cleanup's; a plan that moved on has its own operations
+            if record.operation == RELEASE or lease is None or lease.is_final:
+                # a finished lease's unfinished stops are its cleanup's, run at this point of the order
+                if unreleased is None:
+                    unreleased = {l.id: l for l in self.store.unreleased_leases()}
+                finished = unreleased.pop(record.lease_id, None)
+                if record.operation != RELEASE or finished is None:
+                    self.store.finish_operation(record.id, now, "abandoned")
+                if finished is not None:
+                    if finished.last_vm is not None:
+                        known.update(self.enactor.vm_name(finished.id, v) for v in finished.last_vm.nodes)
+                    again.append(self._release_job(finished, now, record.id if record.operation == RELEASE else None))
+                    notes.append(f"lease {finished.id}: its cleanup was under way when the daemon stopped: run again")
+                continue
+            rr = cluster.scheduler.find_part(lease.id, record.reservation_id) if record.reservation_id is not None else None
+            if rr is None:
+                # a plan that moved on has its own operations
                 self.store.finish_operation(record.id, now, "abandoned")
                 continue
             lease_copy, rr_copy = snapshot(lease, rr)
@@ -226,7 +242,8 @@ class Daemon:
         now = self.clock.now()
         notes: list[str] = []
         with self.session.open() as cluster:
-            again = self._resume_operations(cluster, now, notes)
+            known: set[str] = set()
+            again = self._resume_operations(cluster, now, notes, known)
             resumed = {job.lease_id for job in again}
             # a daemon killed mid-step may have enacted that step's stops and suspensions without
             # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
@@ -237,7 +254,6 @@ class Daemon:
             following = cluster.scheduler.next_event_time()
             if saved and parse_time(saved, "daemon_clock") == now and following is not None:
                 horizon = max(now, following)
-            known = set()
             for lease in list(cluster.scheduler.leases.values()):
                 vm = lease.last_vm
                 if vm is None:

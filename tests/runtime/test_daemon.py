@@ -172,6 +172,36 @@ def test_running_vm_is_adopted_and_unknown_domain_left_alone(tmp_path):
     assert leases(path)[lease]["state"] == "active"
 
 
+def test_a_step_killed_before_its_operations_ran_replays_them_in_order(tmp_path):
+    """A daemon killed right after committing the step where one lease ends and the next takes its host: at
+    restart the ended lease's VM goes first (its cleanup, in the stop's place), then the next one starts."""
+    path, cfg = make_store(tmp_path, n=1), config()
+    first = submit(path, cfg, request(LeaseType.BEST_EFFORT, 10))
+    second = submit(path, cfg, request(LeaseType.BEST_EFFORT, 10))
+    sim = tmp_path / "sim.json"
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver_for(path, sim), SimulatedClock(T0))
+        daemon.reconcile()
+        daemon.step()
+        daemon.close()
+        killed = Daemon(store, cfg, driver_for(path, sim), SimulatedClock(T0 + timedelta(minutes=10)))
+        killed.runner.submit_all = lambda jobs: None   # the process dies once the step is committed
+        killed.step()
+        assert [r.operation for r in store.unfinished_operations()] == ["stop_vms", "start_vms", "release"]
+    assert [v.name for v in driver_for(path, sim).list_vms("host1")] == [f"lw-{first}-0"]
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver_for(path, sim), SimulatedClock(T0 + timedelta(minutes=10)))
+        notes = daemon.reconcile()
+        daemon.step()
+        daemon.close()
+        assert store.unfinished_operations() == []
+    assert not any("left alone" in n for n in notes), notes
+    result = leases(path)
+    assert result[first]["state"] == "done"
+    assert result[second]["state"] == "active" and result[second]["start"] == "2026-01-01T13:10:00Z"
+    assert [v.name for v in driver_for(path, sim).list_vms("host1")] == [f"lw-{second}-0"]
+
+
 def test_enactment_failure_fails_the_lease_and_others_go_on(tmp_path):
     path, cfg = make_store(tmp_path, n=2), config()
     doomed = submit(path, cfg, request(LeaseType.BEST_EFFORT, 30))
