@@ -252,8 +252,10 @@ class Driver(ABC):
         """Define and start a VM; `VMAlreadyExists` if a VM of that name exists on the host."""
 
     @abstractmethod
-    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
-        """Graceful shutdown, then destroy after `graceful_timeout` seconds; undefines the VM."""
+    def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
+        """Graceful shutdown, then destroy after `graceful_timeout` seconds; undefines the VM. `host`: the
+        copy on that host (a host that was unreachable may come back with a VM that runs elsewhere now);
+        default: wherever the VM is."""
 
     @abstractmethod
     def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:

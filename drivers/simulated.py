@@ -87,8 +87,9 @@ class HostCapacity:
 class SimulatedDriverConfig:
     """How long operations take and how they fail. Rates are MiB/s of guest memory.
 
-    `host_down_at` maps a host to the moment it goes down (and stays down): operations that start on it
-    from then on raise `HostUnreachable`. `failure_probability` makes each operation in
+    `host_down_at` maps a host to the moment it stops answering: operations that start on it from then on
+    raise `HostUnreachable`, until its `host_up_at` if it has one (as a libvirtd restarted: the VMs on it
+    ran on meanwhile). `failure_probability` makes each operation in
     `failing_operations` fail (after taking its full time, changing nothing) with that probability.
     """
 
@@ -108,6 +109,7 @@ class SimulatedDriverConfig:
     shared_storage: tuple[str, ...] = ()
     domain_type: str = "kvm"
     host_down_at: Mapping[str, datetime] = field(default_factory=dict)
+    host_up_at: Mapping[str, datetime] = field(default_factory=dict)
     failure_probability: float = 0.0
     failing_operations: frozenset[str] = OPERATIONS
     seed: int | None = 0
@@ -131,6 +133,11 @@ class SimulatedDriverConfig:
             raise ValueError(f"failing_operations: unknown operation {sorted(unknown)[0]!r}")
         down = {host: as_utc(when, f"host_down_at[{host}]") for host, when in dict(self.host_down_at).items()}
         object.__setattr__(self, "host_down_at", MappingProxyType(down))
+        up = {host: as_utc(when, f"host_up_at[{host}]") for host, when in dict(self.host_up_at).items()}
+        for host, when in up.items():
+            if host not in down or when <= down[host]:
+                raise ValueError(f"host_up_at[{host}] must come after that host's host_down_at")
+        object.__setattr__(self, "host_up_at", MappingProxyType(up))
         object.__setattr__(self, "failing_operations", frozenset(self.failing_operations))
         object.__setattr__(self, "shared_storage", tuple(self.shared_storage))
 
@@ -379,7 +386,11 @@ class SimulatedDriver(Driver):
 
     def _is_down(self, host: str) -> bool:
         when = self.config.host_down_at.get(host)
-        return when is not None and self.clock.now() >= when
+        if when is None:
+            return False
+        now = self.clock.now()
+        back = self.config.host_up_at.get(host)
+        return when <= now and (back is None or now < back)
 
     def _up(self, host: str) -> HostCapacity:
         cap = self._known(host)
@@ -523,7 +534,10 @@ class SimulatedDriver(Driver):
         record = self._vm(vm)
         return ["virsh", "-c", f"simulated://{record.host}", "console", vm]
 
-    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
+    def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
+        if host is not None and vm in self._vms and self._vms[vm].host != host:
+            self._up(host)
+            raise VMNotFound(f"VM {vm!r} not found on {host}")
         record = self._vm(vm)
         active = record.state in ("running", "paused")
         seconds = self._spend(self._times.stop(record.spec) if active else 0.0)

@@ -113,8 +113,8 @@ class LibvirtDriver(Driver):
     def start(self, spec: VMSpec, host: str) -> OperationReport:
         return self._lifecycle.start(spec, host)
 
-    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
-        return self._lifecycle.stop(vm, graceful_timeout)
+    def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
+        return self._lifecycle.stop(vm, graceful_timeout, host)
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)

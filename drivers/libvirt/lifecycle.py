@@ -197,8 +197,8 @@ class Lifecycle:
         except DriverError as exc:
             log.warning("could not clean up the definition of %s on %s: %s", vm, host, exc)
 
-    def stop(self, vm: str, graceful_timeout: float = 30.0) -> OperationReport:
-        host = self.find(vm)
+    def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
+        host = host if host is not None else self.find(vm)
         call = self._connections.call
         began = time.perf_counter()
         try:

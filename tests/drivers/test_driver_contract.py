@@ -184,6 +184,16 @@ class DriverContract:
         assert t.names_on(t.host_a) == {}
         assert t.driver.locate(t.vm("gone")) is None
 
+    def test_stop_on_a_given_host_stops_only_the_copy_there(self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("here"), t.host_a)
+        with pytest.raises(VMNotFound):
+            t.driver.stop(t.vm("here"), graceful_timeout=t.graceful_timeout, host=t.host_b)
+        assert t.names_on(t.host_a) == {t.vm("here"): "running"}
+        report = t.driver.stop(t.vm("here"), graceful_timeout=t.graceful_timeout, host=t.host_a)
+        assert (report.operation, report.host) == ("stop", t.host_a)
+        assert t.names_on(t.host_a) == {}
+
     def test_operations_on_an_unknown_vm_raise_vm_not_found(self, contract_driver: ContractTarget):
         t = contract_driver
         with pytest.raises(VMNotFound):

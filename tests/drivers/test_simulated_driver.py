@@ -152,6 +152,26 @@ def test_host_down_from_a_given_time():
     assert driver.locate("one") is None
 
 
+def test_a_host_that_answers_again_has_kept_its_vms():
+    config = SimulatedDriverConfig(host_down_at={"b": T0 + timedelta(seconds=10)},
+                                   host_up_at={"b": T0 + timedelta(seconds=70)})
+    driver, clock = make(config)
+    driver.start(VMSpec("one", 1, 1), "b")
+    clock.advance_to(T0 + timedelta(seconds=30))
+    with pytest.raises(HostUnreachable):
+        driver.stop("one")
+    clock.advance_to(T0 + timedelta(seconds=70))
+    assert [(v.name, v.state) for v in driver.list_vms("b")] == [("one", "running")]
+    assert driver.stop("one", host="b").host == "b"
+
+
+def test_host_up_at_needs_a_host_down_at_before_it():
+    with pytest.raises(ValueError, match="host_up_at"):
+        SimulatedDriverConfig(host_up_at={"b": T0})
+    with pytest.raises(ValueError, match="host_up_at"):
+        SimulatedDriverConfig(host_down_at={"b": T0}, host_up_at={"b": T0})
+
+
 def test_host_check_is_simulated_and_a_down_host_fails_to_connect():
     config = SimulatedDriverConfig(host_down_at={"b": T0})
     driver, _ = make(config)

@@ -88,9 +88,9 @@ class StopSpy(SimulatedDriver):
         super().__init__(*args, **kwargs)
         self.timeouts: list[float] = []
 
-    def stop(self, vm: str, graceful_timeout: float = 30.0):
+    def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None):
         self.timeouts.append(graceful_timeout)
-        return super().stop(vm, graceful_timeout)
+        return super().stop(vm, graceful_timeout, host)
 
 
 def sim(config: SimulatedDriverConfig | None = None, hosts=None, **capacities):
