@@ -381,6 +381,7 @@ class DaemonConfig:
     poll_interval: timedelta = timedelta(seconds=2)   # how often the daemon looks at the store and the hosts
     on_lost_vm: str = "fail"                 # a VM the plan says runs but is gone: fail the lease or requeue it
     graceful_timeout: timedelta = timedelta(seconds=30)   # shutdown before destroy
+    host_timeout: timedelta = timedelta(minutes=5)   # a host silent this long loses its leases (on_lost_vm)
     state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
     dirty_rate_interval: timedelta = timedelta(minutes=5)   # how often a running VM's dirty rate is measured
     dirty_rate_sample: timedelta = timedelta(seconds=5)     # how long one measurement samples the guest
@@ -394,7 +395,7 @@ class DaemonConfig:
                 raise ConfigError(p + name, f"must be a file path (got {value_kind(value)})")
         _set(self, "driver", _choice(p + "driver", self.driver, DRIVERS))
         _set(self, "on_lost_vm", _choice(p + "on_lost_vm", self.on_lost_vm, ON_LOST_VM))
-        for name in ("poll_interval", "graceful_timeout"):
+        for name in ("poll_interval", "graceful_timeout", "host_timeout"):
             _set(self, name, _duration(p + name, getattr(self, name)))
         if self.poll_interval.total_seconds() <= 0:
             raise ConfigError(p + "poll_interval", "must be greater than zero")

@@ -38,7 +38,7 @@ from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.planning.enactment import EnactmentError, Operation, operations_of
 from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
-from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
+from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.runtime.intents import Intent, IntentCollector, reservation_hosts, snapshot
@@ -57,6 +57,16 @@ log = logging.getLogger(__name__)
 _LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
 #: the intent log's name for cleaning up after a finished lease
 RELEASE = "release"
+#: ... and for stopping a VM found running where its lease has none (a host that answers again)
+STRAY = "stop-stray"
+#: an operation of the plan -> the name its per-VM events give it
+_ENACTOR_NAMES = {"start_vms": "start", "stop_vms": "stop", "kill_vms": "kill", "suspend_vms": "suspend",
+                  "resume_vms": "resume", "migrate_images": "move_state"}
+#: the store's record of the hosts that do not answer, and since when
+SILENT_HOSTS = "silent_hosts"
+#: leases in these states have no VM running anywhere
+_NOT_RUNNING = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED_PENDING,
+                LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED)
 
 
 @dataclass
@@ -75,6 +85,8 @@ class _Tag:
     operation: str
     lease_id: int
     reservation_id: int | None = None
+    where: tuple[str, str] | None = None   # a stray's (host, VM)
+    due: datetime | None = None              # when the step asked for it (a silent host has until then + timeout)
 
 
 class Daemon:
@@ -93,6 +105,12 @@ class Daemon:
         self._reconciled_at: datetime | None = None
         self._release_failures: set[int] = set()
         self._releasing: set[int] = set()
+        # host -> when it was first found not answering (kept in the store: a restart does not reset it)
+        self._silent_since: dict[str, datetime] = {
+            h: parse_time(t, f"{SILENT_HOSTS}.{h}") for h, t in (store.get_meta(SILENT_HOSTS) or {}).items()}
+        self._silent_saved = dict(self._silent_since)
+        self._waiting: dict[int, Job] = {}   # intent-log record -> its operation, held up by a silent host
+        self._strays: set[tuple[str, str]] = set()    # (host, VM) being stopped or reported
         self._idle = False
         self._serial: dict[object, datetime] = {}   # a fast clock's live migration -> when its next VM starts
         self._recorded: deque[tuple[datetime, str, int | None, dict]] = deque()   # from the runner's threads
@@ -149,7 +167,8 @@ class Daemon:
             hosts = intent.hosts
             record = self.store.add_operation(now, intent.operation.value, intent.lease.id, rr.id, hosts)
             call = partial(self._operations[intent.operation.value], intent.lease, rr)
-            jobs.append(Job(call, hosts, intent.lease.id, _Tag(record, intent.operation.value, intent.lease.id, rr.id)))
+            jobs.append(Job(call, hosts, intent.lease.id,
+                            _Tag(record, intent.operation.value, intent.lease.id, rr.id, due=now)))
         return jobs
 
     def _release_jobs(self, now: datetime) -> list[Job]:
@@ -197,9 +216,35 @@ class Daemon:
             if removed:
                 self._notes.append(f"lease {tag.lease_id}: removed {', '.join(removed)}")
             return False
+        if tag.operation == STRAY:
+            self._strays.discard(tag.where)
+            self.store.finish_operation(tag.record, now, "failed" if error else "done", str(error) if error else None)
+            host, vm = tag.where
+            if error is None:
+                self._notes.append(f"lease {tag.lease_id}: stopped {vm}, left running on {host}")
+                self.store.append_event(now, "reconciled", tag.lease_id, outcome="stopped-stray", host=host, vm=vm)
+            return False
         if error is None:
+            self._waiting.pop(tag.record, None)
             self.store.finish_operation(tag.record, now, "done")
             return False
+        if isinstance(error, UnreachableHosts) and tag.operation != Operation.LIVE_MIGRATE.value:
+            # (a live migration has its own deadline: its fallback is decided now)
+            since = tag.due or now
+            if now - since < self.config.daemon.host_timeout:
+                if tag.record not in self._waiting:
+                    self._notes.append(f"lease {tag.lease_id}: {tag.operation} waits for "
+                                       f"{', '.join(error.hosts)} to answer: {error}")
+                self._waiting[tag.record] = outcome.job
+                return False
+            silent = error.hosts
+            error = EnactmentError(f"{error} (no answer for {_minutes(now - since)})")
+            # (its attempts were logged as "enactment-waits": the outcome is a failure `report` shows)
+            self.store.append_event(now, "enactment-failed", tag.lease_id,
+                                    operation=_ENACTOR_NAMES.get(tag.operation, tag.operation),
+                                    host=silent[0] if silent else None, error=str(error),
+                                    reservation=tag.reservation_id)
+        self._waiting.pop(tag.record, None)
         self.store.finish_operation(tag.record, now, "failed", str(error))
         return cluster.scheduler.enactment_failed(Operation(tag.operation), tag.lease_id, tag.reservation_id,
                                                   error, now)
@@ -233,7 +278,8 @@ class Daemon:
                 continue
             lease_copy, rr_copy = snapshot(lease, rr)
             again.append(Job(partial(self._operations[record.operation], lease_copy, rr_copy),
-                             frozenset(record.hosts), lease.id, _Tag(record.id, record.operation, lease.id, rr.id)))
+                             frozenset(record.hosts), lease.id,
+                             _Tag(record.id, record.operation, lease.id, rr.id, due=record.created_at)))
             notes.append(f"lease {lease.id}: {record.operation} was under way when the daemon stopped: run again")
         return again
 
@@ -304,13 +350,16 @@ class Daemon:
         self._serial = {}
         first = True
         looking = now != self._reconciled_at   # (at the reconciled instant the hosts were judged already)
-        busy, listings = self._look_at_hosts() if looking else (set(), {})
+        busy, listings = self._look_at_hosts(now) if looking else (set(), {})
+        busy |= {job.lease_id for job in self._waiting.values()}
         while True:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
                 changed = self._take_outcomes(cluster, now)
+                strays: list[Job] = []
                 if first and looking:
                     self._notice_ended_vms(cluster, now, busy, listings)
+                    strays = self._stray_jobs(cluster, now, busy, listings)
                 if first or changed:
                     for _ in range(10_000):
                         handled = sched.process_events(now)
@@ -321,11 +370,18 @@ class Daemon:
                         raise InconsistentSchedule(f"no progress at {now}")
                 cluster.save(now)
                 jobs = self._jobs(self.collector.take(), now)
-                if first:   # (a cleanup that failed is tried again at the next step, not at once)
-                    jobs += self._release_jobs(now)
+                if first:   # (a cleanup that failed, or an operation a silent host held up, is tried again
+                    # at the next step, not at once; the latter before this step's, in their order)
+                    jobs = self._waiting_jobs(cluster, now) + jobs + self._release_jobs(now) + strays
                 self.store.set_meta("daemon_clock", iso(now))
+                if self._silent_since != self._silent_saved:
+                    self.store.set_meta(SILENT_HOSTS, {h: iso(t) for h, t in self._silent_since.items()})
+                    self._silent_saved = dict(self._silent_since)
                 following = sched.next_event_time()
-                idle = following is None and not sched.queue and not sched.pending
+                idle = following is None and not sched.queue and not sched.pending and not self._waiting
+                if self._waiting:   # (tried again at the next look)
+                    again = now + self.config.daemon.poll_interval
+                    following = again if following is None else min(following, again)
                 running = self._running_vms(cluster, now)
                 watched = list(sched.leases.values()) if self.notices.enabled else []
             self.runner.submit_all(jobs)   # outside the store's lock
@@ -357,10 +413,11 @@ class Daemon:
         with self.session.open():
             self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
 
-    def _look_at_hosts(self) -> tuple[set[int], dict[str, object]]:
+    def _look_at_hosts(self, now: datetime) -> tuple[set[int], dict[str, object]]:
         """Before the lock: the leases with an operation under way, then what each host runs (its list of
         VMs, or the error it gave), each host asked once. A lease busy now is left alone in the step; one
-        not busy now cannot get an operation before the step (only the step hands them out)."""
+        not busy now cannot get an operation before the step (only the step hands them out). Also keeps
+        when each host that does not answer went silent."""
         busy = self.runner.busy_leases()
         listings: dict[str, object] = {}
         for host in self.driver.hosts():
@@ -368,7 +425,68 @@ class Daemon:
                 listings[host] = self.driver.list_vms(host)
             except DriverError as exc:
                 listings[host] = exc
+                if host not in self._silent_since:
+                    self._silent_since[host] = now
+                    self._notes.append(f"host {host} does not answer: {exc}")
+                continue
+            since = self._silent_since.pop(host, None)
+            if since is not None:
+                self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
         return busy, listings
+
+    def _waiting_jobs(self, cluster: Cluster, now: datetime) -> list[Job]:
+        """The operations silent hosts held up, handed in again while their lease still needs them."""
+        jobs = []
+        for record, job in list(self._waiting.items()):
+            tag: _Tag = job.tag
+            lease = cluster.scheduler.leases.get(tag.lease_id)
+            if lease is None or lease.is_final or cluster.scheduler.find_part(tag.lease_id, tag.reservation_id) is None:
+                # (a finished lease's VMs are its cleanup's; a plan that moved on has its own operations)
+                del self._waiting[record]
+                self.store.finish_operation(record, now, "abandoned")
+                continue
+            jobs.append(Job(job.run, job.hosts, job.lease_id, tag))
+        return jobs
+
+    def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> list[Job]:
+        """Stop what runs where its lease has nothing running: a host that answers again after its lease was
+        given up, ended or requeued; a copy beside the one the plan runs. A domain whose lease is not known
+        is reported once at start (`reconcile`); a VM found on another host than the plan's (and only
+        there) is the plan's business, not a stray."""
+        found: dict[int, list[tuple[str, str]]] = {}
+        for host, listed in listings.items():
+            if isinstance(listed, Exception):
+                continue
+            for info in listed:
+                parsed = parse_vm_name(info.name)
+                if parsed is not None and info.state in ACTIVE_STATES and (host, info.name) not in self._strays:
+                    found.setdefault(parsed[0], []).append((host, info.name))
+        sched = cluster.scheduler
+        gone = [i for i in found if i not in sched.leases or sched.leases[i].is_final]
+        ended = self.store.lease_states(gone)
+        jobs = []
+        for lease_id, copies in sorted(found.items()):
+            if lease_id in busy or lease_id in self._releasing:
+                continue
+            lease = sched.leases.get(lease_id)
+            if lease is None or lease.is_final:
+                if not ended.get(lease_id, (None, False))[1]:
+                    continue   # unknown (reported at start), or its cleanup is still to come
+                strays = copies
+            elif lease.state in _NOT_RUNNING:
+                strays = copies
+            elif lease.state in _LIVE:
+                planned = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
+                strays = [(h, name) for h, name in copies
+                          if h not in planned and any(o != h and o in planned for o, n in copies if n == name)]
+            else:
+                continue
+            for host, name in strays:
+                self._strays.add((host, name))
+                record = self.store.add_operation(now, STRAY, lease_id, None, [host])
+                jobs.append(Job(partial(self.driver.stop, name, 0.0, host), frozenset({host}), lease_id,
+                                _Tag(record, STRAY, lease_id, where=(host, name))))
+        return jobs
 
     def _notice_ended_vms(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> None:
         """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
@@ -380,8 +498,17 @@ class Daemon:
                 continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
             try:
                 running = self.enactor.running_vms(lease, listings)
-            except UnreachableHosts:
-                continue   # a host that does not answer says nothing about its VMs: decide later
+            except UnreachableHosts as exc:
+                # a host that does not answer says nothing about its VMs: decide when it has been silent too long
+                timeout = self.config.daemon.host_timeout
+                silent = [h for h in exc.hosts if h in self._silent_since and now - self._silent_since[h] >= timeout]
+                if silent:
+                    requeue = self.config.daemon.on_lost_vm == "requeue"
+                    reason = (f"host {', '.join(silent)} has not answered for "
+                              f"{_minutes(now - min(self._silent_since[h] for h in silent))}")
+                    sched.lose(lease.id, now, requeue=requeue, reason=reason)
+                    self._notes.append(f"lease {lease.id}: {reason}: {'requeued' if requeue else 'failed'}")
+                continue
             if any(host is not None for host in running.values()):
                 continue
             states = self._vm_states(lease, listings)
@@ -456,6 +583,13 @@ class Daemon:
             return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
         finally:
             self.close()
+
+
+def _minutes(span: timedelta) -> str:
+    minutes, seconds = divmod(round(span.total_seconds()), 60)
+    if not minutes:
+        return f"{seconds} s"
+    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
 
 
 def _stop_due(lease: Lease, by: datetime) -> bool:

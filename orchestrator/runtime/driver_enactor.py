@@ -129,6 +129,12 @@ class UnreachableHosts(EnactmentError):
         self.hosts = hosts
 
 
+def _together(errors: list) -> UnreachableHosts:
+    """Several operations that waited for silent hosts, as one error naming them all."""
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return UnreachableHosts(f"{errors[0]}{more}", sorted({h for e in errors for h in e.hosts}))
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -233,6 +239,10 @@ class DriverEnactor:
         if not isinstance(exc, str):
             detail["error_type"] = type(exc).__name__
         log.warning("lease %s: %s", lease_id, text)
+        if isinstance(exc, HostUnreachable) and host is not None:
+            # not a failure yet: the daemon tries again until the host answers or `host_timeout` passes
+            self._emit("enactment-waits", lease_id, detail)
+            return UnreachableHosts(text, [host])
         self._emit("enactment-failed", lease_id, detail)
         return EnactmentError(text)
 
@@ -281,16 +291,22 @@ class DriverEnactor:
     # -- the Enactor protocol --------------------------------------------------------------------------
     def start_vms(self, lease: Lease, rr: Reservation) -> None:
         started: list[tuple[int, str, str]] = []
+        silent: list[UnreachableHosts] = []
         for vnode, host in sorted(rr.nodes.items()):
             spec = vm_spec(lease, vnode, self._dirty_rate)
             try:
                 self._start_one(lease, vnode, spec, host, rr)
+            except UnreachableHosts as exc:
+                silent.append(exc)   # the others start; this one again once its host answers
+                continue
             except EnactmentError as exc:
                 undone = self._roll_back(lease, started)
                 if started:
                     raise EnactmentError(f"{exc} ({undone})") from exc
                 raise
             started.append((vnode, spec.name, host))
+        if silent:
+            raise _together(silent)
 
     def _start_one(self, lease: Lease, vnode: int, spec: VMSpec, host: str, rr: Reservation) -> None:
         try:
@@ -352,6 +368,8 @@ class DriverEnactor:
                 continue
             self._enacted(lease.id, vnode, report, rr=rr, **({"killed": True} if operation == "kill" else {}))
         if errors:
+            if all(isinstance(e, UnreachableHosts) for e in errors):
+                raise _together(errors)
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise EnactmentError(f"{errors[0]}{more}")
 

@@ -1102,6 +1102,15 @@ class Store:
             out[lease_id]["dirty_rates"][str(vnode)] = mib_s
         return list(out.values())
 
+    def lease_states(self, ids: Iterable[int]) -> dict[int, tuple[LeaseState, bool]]:
+        """id -> (state, released) of these leases (those the store has), without loading them whole."""
+        ids = sorted(set(ids))
+        if not ids:
+            return {}
+        rows = self._conn.execute(f"SELECT id, state, released FROM leases WHERE id IN ({', '.join('?' * len(ids))})",
+                                  tuple(ids)).fetchall()
+        return {i: (LeaseState(state), bool(released)) for i, state, released in rows}
+
     def mark_released(self, lease_id: int) -> None:
         with self.transaction():
             self._conn.execute("UPDATE leases SET released = 1 WHERE id = ?", (lease_id,))

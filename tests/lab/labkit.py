@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -140,6 +141,32 @@ class Lab:
     def host_dir(self, name: str) -> Path:
         """Where host `name`'s private directories live in the root namespace (run/hostN)."""
         return self.run_dir / f"host{name.removeprefix('lab')}"
+
+    def stop_libvirtd(self, name: str) -> None:
+        """Host `name`'s libvirtd dies (SIGKILL, as a crash): its VMs' QEMU processes run on, the host
+        answers no one until `start_libvirtd`."""
+        pid = int((self.host_dir(name) / "libvirtd.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def start_libvirtd(self, libvirt, name: str) -> None:
+        """Host `name`'s libvirtd again, in the host's namespaces, as `deploy/lab/lab up` started it; back
+        when it answers (it finds the VMs that ran on meanwhile)."""
+        hd = self.host_dir(name)
+        holder = (hd / "holder.pid").read_text().strip()
+        with open(hd / "libvirtd.out", "ab") as log:
+            subprocess.run(["nsenter", "-t", holder, "-m", "-u", "-n", "libvirtd", "-d", "--listen", "-p",
+                            str(hd / "libvirtd.pid")], stdout=log, stderr=log, check=True, timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                open_conn(libvirt, self.uris[name]).close()
+                return
+            except Exception:
+                assert time.monotonic() < deadline, f"libvirtd on {name} did not answer again within 60 s"
+                time.sleep(0.5)
 
     def private_path(self, name: str, path: str) -> Path:
         """The root namespace's view of `path` as host `name` sees it (only for its private binds)."""

@@ -1,0 +1,115 @@
+"""Hosts that stop answering for a while (a libvirtd restarted, a network cut): operations on them wait,
+leases on them are given up only after `[daemon] host_timeout`, and what they still run is stopped once they
+answer again. The simulated driver's `host_down_at`/`host_up_at` make the outage; the VMs on the host run on
+through it, as QEMU does when libvirtd goes away."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from orchestrator.model.lease import LeaseType
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.state.store import Store
+from tests.runtime.test_daemon import config, driver_for, leases, make_store, request, submit
+from tests.support.times import T0
+
+MIN = timedelta(minutes=1)
+
+
+def steps(path, cfg, driver, *minutes):
+    """The daemon's steps at these minutes after T0 (one daemon, as a long-running one would)."""
+    notes = []
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver, driver.clock, say=notes.append)   # (the hosts keep its time)
+        daemon.reconcile()
+        for m in minutes:
+            daemon.clock.advance_to(T0 + m * MIN)
+            daemon.step()
+            daemon.runner.wait_idle()
+        daemon.close()
+    return notes
+
+
+def names(driver, host):
+    return sorted(v.name for v in driver.list_vms(host))
+
+
+def test_a_lease_ending_while_a_host_is_silent_ends_and_its_vm_is_stopped_when_the_host_answers(tmp_path):
+    path, cfg = make_store(tmp_path, n=2), config()
+    lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 10, nodes=2))
+    driver = driver_for(path, None, host_down_at={"host2": T0 + 5 * MIN}, host_up_at={"host2": T0 + 12 * MIN})
+    steps(path, cfg, driver, 0, 10, 11)
+    result = leases(path)[lease]
+    assert result["state"] == "done" and result["end"] == "2026-01-01T13:10:00Z"
+    assert names(driver, "host1") == []
+    with Store.open(path) as store:
+        assert [l.id for l in store.unreleased_leases()] == [lease]   # lw-1-1 still runs on the silent host2
+    steps(path, cfg, driver, 12)
+    assert names(driver, "host2") == []
+    with Store.open(path) as store:
+        assert store.unreleased_leases() == []
+        assert not any(e.kind == "enactment-failed" and e.lease_id != lease for e in store.events())
+
+
+def test_a_start_on_a_silent_host_waits_for_it_and_the_lease_runs(tmp_path):
+    path, cfg = make_store(tmp_path, n=2), config()
+    lease = submit(path, cfg, request(LeaseType.ADVANCE_RESERVATION, 30, nodes=2, start=T0 + 5 * MIN))
+    driver = driver_for(path, None, host_down_at={"host2": T0 + 4 * MIN}, host_up_at={"host2": T0 + 7 * MIN})
+    notes = steps(path, cfg, driver, 0, 5, 6, 7)
+    assert any(f"lease {lease}: start_vms waits for host2" in n for n in notes), notes
+    assert leases(path)[lease]["state"] == "active"
+    assert names(driver, "host1") == [f"lw-{lease}-0"] and names(driver, "host2") == [f"lw-{lease}-1"]
+    with Store.open(path) as store:
+        kinds = [e.kind for e in store.events(lease_id=lease)]
+        assert "enactment-waits" in kinds and "enactment-failed" not in kinds
+        assert store.unfinished_operations() == []
+
+
+def test_a_start_whose_host_stays_silent_past_host_timeout_fails_its_lease(tmp_path):
+    path, cfg = make_store(tmp_path, n=2), config(host_timeout="3m")
+    lease = submit(path, cfg, request(LeaseType.ADVANCE_RESERVATION, 30, nodes=2, start=T0 + 5 * MIN))
+    driver = driver_for(path, None, host_down_at={"host2": T0 + 4 * MIN})
+    steps(path, cfg, driver, 0, 5, 6, 7)
+    assert leases(path)[lease]["state"] == "active"        # 2 minutes: still waiting
+    steps(path, cfg, driver, 8, 9)
+    with Store.open(path) as store:
+        states = [e.detail for e in store.events(lease_id=lease) if e.kind == "state"]
+        failures = [e.detail for e in store.events(lease_id=lease) if e.kind == "enactment-failed"]
+    assert [(f["operation"], f["host"]) for f in failures] == [("start", "host2")]   # one row in `report`
+    assert leases(path)[lease]["state"] == "failed"
+    assert "host host2 is down" in states[-1]["reason"] and "(no answer for " in states[-1]["reason"], states[-1]
+    assert names(driver, "host1") == []                      # the VM that did start is stopped
+
+
+def test_a_lease_on_a_host_silent_past_host_timeout_is_given_up_and_its_vm_stopped_when_it_answers(tmp_path):
+    path, cfg = make_store(tmp_path, n=2), config(host_timeout="5m")
+    lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, nodes=2))
+    driver = driver_for(path, None, host_down_at={"host2": T0 + 10 * MIN}, host_up_at={"host2": T0 + 30 * MIN})
+    steps(path, cfg, driver, 0, 10, 14)
+    assert leases(path)[lease]["state"] == "active"        # silent for 4 minutes: the lease waits
+    notes = steps(path, cfg, driver, 15, 16)
+    assert any(f"lease {lease}: host host2 has not answered for 5 min" in n for n in notes), notes
+    assert leases(path)[lease]["state"] == "failed"
+    assert names(driver, "host1") == []
+    notes = steps(path, cfg, driver, 30)
+    assert names(driver, "host2") == []                      # stopped the moment host2 answers
+    assert any("host host2 answers again" in n for n in notes), notes
+    with Store.open(path) as store:
+        assert store.unreleased_leases() == [] and store.unfinished_operations() == []
+
+
+def test_a_vm_running_for_a_queued_lease_is_stopped_as_a_stray(tmp_path):
+    """A host that answers again may hold the VM of a lease that was requeued meanwhile."""
+    from drivers.base import VMSpec
+
+    path, cfg = make_store(tmp_path, n=1, cpus=2, memory=2048), config()
+    first = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, memory=1536))
+    queued = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, memory=1536))
+    driver = driver_for(path, None)
+    steps(path, cfg, driver, 0)
+    assert leases(path)[queued]["state"] in ("queued", "scheduled")
+    driver.start(VMSpec(name=f"lw-{queued}-0", vcpus=1, memory_mib=64), "host1")
+    notes = steps(path, cfg, driver, 1)
+    assert any(f"lease {queued}: stopped lw-{queued}-0, left running on host1" in n for n in notes), notes
+    assert names(driver, "host1") == [f"lw-{first}-0"]
+    assert leases(path)[first]["state"] == "active"
