@@ -7,7 +7,9 @@
   and `close` never waits for it.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
   bounded and logged, on a re-opened connection; every other error becomes one of `drivers.errors`,
-  never a raw `libvirtError`.
+  never a raw `libvirtError`. A host whose retries all failed is tried once per call until it answers
+  again: a host that is down costs each caller one attempt, not the whole backoff, so the calls around
+  it (a cleanup that visits every host) are not held up.
 
 libvirt-python is imported when a driver is built, so the rest of leasewise works without it.
 """
@@ -137,6 +139,7 @@ class Connections:
         self._keepalive = (keepalive_interval_s, keepalive_count)
         self._lock = threading.Lock()
         self._open: dict[str, _Connection] = {}
+        self._silent: set[str] = set()   # hosts whose last call ran out of retries on a transient error
         # libvirt prints every error to stderr by default; we report them ourselves.
         libvirt.registerErrorHandler(_log_libvirt_error, None)
 
@@ -236,11 +239,21 @@ class Connections:
             )
             self.mark_dropped(host)
 
-        retrying = self.retry.retrying(self.is_transient, self.clock, before_sleep)
+        with self._lock:
+            silent = host in self._silent
+        policy = RetryPolicy(attempts=1) if silent else self.retry
+        retrying = policy.retrying(self.is_transient, self.clock, before_sleep)
         try:
-            return retrying(lambda: step(self.connection(host)))
+            result = retrying(lambda: step(self.connection(host)))
         except self.libvirt.libvirtError as exc:
+            if self.is_transient(exc):
+                with self._lock:
+                    self._silent.add(host)
             raise self._map_error(exc, host, what, vm) from exc
+        if silent:
+            with self._lock:
+                self._silent.discard(host)
+        return result
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether retrying (on a re-opened connection) may help."""

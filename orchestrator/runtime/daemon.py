@@ -62,6 +62,8 @@ STRAY = "stop-stray"
 #: an operation of the plan -> the name its per-VM events give it
 _ENACTOR_NAMES = {"start_vms": "start", "stop_vms": "stop", "kill_vms": "kill", "suspend_vms": "suspend",
                   "resume_vms": "resume", "migrate_images": "move_state"}
+#: the longest pause between two tries of an operation a silent host holds up
+_RETRY_PAUSE_MAX = timedelta(minutes=1)
 #: the store's record of the hosts that do not answer, and since when
 SILENT_HOSTS = "silent_hosts"
 #: leases in these states have no VM running anywhere
@@ -103,13 +105,16 @@ class Daemon:
         self.say = say or (lambda line: None)
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
-        self._release_failures: set[int] = set()
+        self._release_failures: dict[int, tuple[datetime, int]] = {}   # lease -> next try, tries so far
         self._releasing: set[int] = set()
         # host -> when it was first found not answering (kept in the store: a restart does not reset it)
         self._silent_since: dict[str, datetime] = {
             h: parse_time(t, f"{SILENT_HOSTS}.{h}") for h, t in (store.get_meta(SILENT_HOSTS) or {}).items()}
         self._silent_saved = dict(self._silent_since)
-        self._waiting: dict[int, Job] = {}   # intent-log record -> its operation, held up by a silent host
+        # intent-log record -> its operation held up by a silent host, and when to try it next (while it
+        # runs again it is the runner's); and how many times each such operation was tried
+        self._waiting: dict[int, tuple[Job, datetime]] = {}
+        self._tries: dict[int, int] = {}
         self._strays: set[tuple[str, str]] = set()    # (host, VM) being stopped or reported
         self._idle = False
         self._serial: dict[object, datetime] = {}   # a fast clock's live migration -> when its next VM starts
@@ -174,7 +179,8 @@ class Daemon:
     def _release_jobs(self, now: datetime) -> list[Job]:
         """Clean up after leases that finished (ended, cancelled, failed): what they left on the hosts goes;
         a host that cannot be reached keeps it until a later step."""
-        return [self._release_job(lease, now) for lease in self.store.unreleased_leases(skip=self._releasing)]
+        later = {i for i, (due, _) in self._release_failures.items() if due > now}
+        return [self._release_job(lease, now) for lease in self.store.unreleased_leases(skip=self._releasing | later)]
 
     def _release_job(self, lease: Lease, now: datetime, record: int | None = None) -> Job:
         """A finished lease's cleanup as a job on every host it used (`record`: its intent log entry, if any)."""
@@ -204,12 +210,13 @@ class Daemon:
             self._releasing.discard(tag.lease_id)
             if error is not None:
                 self.store.finish_operation(tag.record, now, "failed", str(error))
-                if tag.lease_id not in self._release_failures:
+                tries = self._release_failures[tag.lease_id][1] + 1 if tag.lease_id in self._release_failures else 1
+                if tries == 1:
                     self._notes.append(f"lease {tag.lease_id}: cleanup waits: {error}")
-                    self._release_failures.add(tag.lease_id)
+                self._release_failures[tag.lease_id] = (now + self._pause(tries), tries)
                 return False
             removed = outcome.result or []
-            self._release_failures.discard(tag.lease_id)
+            self._release_failures.pop(tag.lease_id, None)
             self.store.finish_operation(tag.record, now, "done")
             self.store.mark_released(tag.lease_id)
             self.store.append_event(now, "released", tag.lease_id, removed=removed)
@@ -225,17 +232,18 @@ class Daemon:
                 self.store.append_event(now, "reconciled", tag.lease_id, outcome="stopped-stray", host=host, vm=vm)
             return False
         if error is None:
-            self._waiting.pop(tag.record, None)
+            self._tries.pop(tag.record, None)
             self.store.finish_operation(tag.record, now, "done")
             return False
         if isinstance(error, UnreachableHosts) and tag.operation != Operation.LIVE_MIGRATE.value:
             # (a live migration has its own deadline: its fallback is decided now)
             since = tag.due or now
             if now - since < self.config.daemon.host_timeout:
-                if tag.record not in self._waiting:
+                tries = self._tries[tag.record] = self._tries.get(tag.record, 0) + 1
+                if tries == 1:
                     self._notes.append(f"lease {tag.lease_id}: {tag.operation} waits for "
                                        f"{', '.join(error.hosts)} to answer: {error}")
-                self._waiting[tag.record] = outcome.job
+                self._waiting[tag.record] = (outcome.job, now + self._pause(tries))
                 return False
             silent = error.hosts
             error = EnactmentError(f"{error} (no answer for {_minutes(now - since)})")
@@ -244,7 +252,7 @@ class Daemon:
                                     operation=_ENACTOR_NAMES.get(tag.operation, tag.operation),
                                     host=silent[0] if silent else None, error=str(error),
                                     reservation=tag.reservation_id)
-        self._waiting.pop(tag.record, None)
+        self._tries.pop(tag.record, None)
         self.store.finish_operation(tag.record, now, "failed", str(error))
         return cluster.scheduler.enactment_failed(Operation(tag.operation), tag.lease_id, tag.reservation_id,
                                                   error, now)
@@ -351,7 +359,7 @@ class Daemon:
         first = True
         looking = now != self._reconciled_at   # (at the reconciled instant the hosts were judged already)
         busy, listings = self._look_at_hosts(now) if looking else (set(), {})
-        busy |= {job.lease_id for job in self._waiting.values()}
+        busy |= {job.lease_id for job, _ in self._waiting.values()}
         while True:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
@@ -379,9 +387,9 @@ class Daemon:
                     self._silent_saved = dict(self._silent_since)
                 following = sched.next_event_time()
                 idle = following is None and not sched.queue and not sched.pending and not self._waiting
-                if self._waiting:   # (tried again at the next look)
-                    again = now + self.config.daemon.poll_interval
-                    following = again if following is None else min(following, again)
+                if self._waiting:   # (a step when the first of them is to be tried again)
+                    again = min(due for _, due in self._waiting.values())
+                    following = again if following is None else min(following, max(again, now))
                 running = self._running_vms(cluster, now)
                 watched = list(sched.leases.values()) if self.notices.enabled else []
             self.runner.submit_all(jobs)   # outside the store's lock
@@ -434,18 +442,27 @@ class Daemon:
                 self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
         return busy, listings
 
+    def _pause(self, tries: int) -> timedelta:
+        """How long after its `tries`-th failed try an operation is tried again: a poll interval, then
+        twice as long each time, at most a minute (a silent host is not asked many times a second)."""
+        poll = self.config.daemon.poll_interval
+        return min(poll * 2 ** min(tries - 1, 16), max(_RETRY_PAUSE_MAX, poll))
+
     def _waiting_jobs(self, cluster: Cluster, now: datetime) -> list[Job]:
         """The operations silent hosts held up, handed in again while their lease still needs them."""
         jobs = []
-        for record, job in list(self._waiting.items()):
+        for record, (job, due) in list(self._waiting.items()):
             tag: _Tag = job.tag
             lease = cluster.scheduler.leases.get(tag.lease_id)
             if lease is None or lease.is_final or cluster.scheduler.find_part(tag.lease_id, tag.reservation_id) is None:
                 # (a finished lease's VMs are its cleanup's; a plan that moved on has its own operations)
                 del self._waiting[record]
+                self._tries.pop(record, None)
                 self.store.finish_operation(record, now, "abandoned")
                 continue
-            jobs.append(Job(job.run, job.hosts, job.lease_id, tag))
+            if now >= due:
+                del self._waiting[record]
+                jobs.append(Job(job.run, job.hosts, job.lease_id, tag))
         return jobs
 
     def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> list[Job]:
