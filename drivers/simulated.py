@@ -269,6 +269,7 @@ class SimulatedDriver(Driver):
         # Save images: key (host, path) for host-local files, (None, path) for shared storage.
         self._files: dict[tuple[str | None, str], _StateFile] = {}
         self._disks: dict[str, bool] = {}   # VM -> its overlay is kept when it stops
+        self._spec_json: dict[int, tuple[VMSpec, dict[str, Any]]] = {}   # id(spec) -> (spec, its JSON)
         self.state_file: Path | None = Path(state_file) if state_file is not None else None
         if self.state_file is not None:
             self._load()
@@ -336,22 +337,34 @@ class SimulatedDriver(Driver):
         self._vms, self._files, self._disks = vms, files, dict(disks)
 
     def _state_json(self) -> dict[str, Any]:
+        # (a spec is frozen: its JSON is made once, not at every write of a file listing every VM)
+        known, self._spec_json = self._spec_json, {}
+
+        def spec_json(spec: VMSpec) -> dict[str, Any]:
+            cached = known.get(id(spec))
+            if cached is None or cached[0] is not spec:
+                cached = (spec, asdict(spec))
+            self._spec_json[id(spec)] = cached
+            return cached[1]
+
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
-            "vms": {name: {"host": vm.host, "state": vm.state, "spec": asdict(vm.spec)}
+            "vms": {name: {"host": vm.host, "state": vm.state, "spec": spec_json(vm.spec)}
                     for name, vm in self._vms.items()},
             "disks": self._disks,
-            "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes, "spec": asdict(image.spec)}
+            "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes,
+                        "spec": spec_json(image.spec)}
                        for (host, image_path), image in self._files.items()],
         }
 
     def _save(self) -> None:
         """Write the state next to the file, then rename it over the file: a reader (or a process that
-        starts after a crash) sees the old state or the new one, never a mix."""
+        starts after a crash) sees the old state or the new one, never a mix. One line (the C encoder:
+        the file is rewritten after every operation)."""
         path = self.state_file
         assert path is not None
-        write_whole(path, json.dumps(self._state_json(), indent=1, sort_keys=True))
+        write_whole(path, json.dumps(self._state_json(), sort_keys=True, separators=(",", ":")))
 
     @contextmanager
     def _changing(self, what: str) -> Iterator[None]:

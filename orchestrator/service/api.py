@@ -91,8 +91,9 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.get("/v1/leases")
     def list_leases(status: list[str] | None = Query(None), user: str | None = None,
                     who: Caller = Who) -> JSONResponse:
-        # (plain JSON data already: sent as it is, without FastAPI's validation of every value)
-        return JSONResponse({"leases": service.leases(who, status, user)})
+        # (plain JSON data already: sent as it is, without FastAPI's validation of every value; encoded
+        # under the service's listing gate, as the rows are read)
+        return service.listed(lambda: JSONResponse({"leases": service.leases(who, status, user)}))
 
     @app.get("/v1/leases/{lease_id}")
     def show(lease_id: int, vms: bool = True, who: Caller = Who) -> JSONResponse:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from drivers.base import Driver
 from drivers.clock import Clock
@@ -34,6 +34,8 @@ from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 from orchestrator.state.store import Event, Store, StoreError
 from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token
+
+T = TypeVar("T")
 
 #: states in which a lease's VMs exist on hosts (so `lease show` asks the hosts about them)
 _VMS_EXIST = frozenset(RUNNING_STATES) | {LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED,
@@ -60,6 +62,9 @@ class LeaseService:
         self._local = threading.local()
         self._readers: list[Store] = []
         self._readers_lock = threading.Lock()
+        # one lease list is made at a time (`listed`): each is CPU-bound under the GIL, and several at once
+        # take the GIL from whoever holds the scheduler's lock, which the submissions wait for
+        self._listing = threading.Lock()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -145,6 +150,11 @@ class LeaseService:
                 if state not in {s.value for s in LeaseState}:
                     raise InvalidRequest("status", f"{state!r} is not a lease state")
         return self.reader().lease_records(states, user)
+
+    def listed(self, make: Callable[[], T]) -> T:
+        """`make()` (a lease list read and encoded) while no other list is being made."""
+        with self._listing:
+            return make()
 
     def lease(self, caller: Caller, lease_id: int, with_vms: bool = True) -> tuple[Lease, list[Event], list | None]:
         """The lease, its events, and its VMs as the hosts see them (None when it has none)."""

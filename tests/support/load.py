@@ -6,10 +6,16 @@ suspensions that take real seconds); each client is a thread with its own connec
 (immediate, best-effort and advance-reservation leases of a few minutes), lists the live leases and
 cancels one of its own, with a pause between requests as a person's script would. Afterwards the plan in
 the store is checked against the hosts' capacity at every instant: nothing double-booked.
+
+The clients may be spread over several processes (`processes`): users run the CLI each in a process of
+their own, and 50 clients in one Python process measure that process's own queue for its GIL (decoding a
+list of hundreds of leases costs the client more than the server) rather than the server.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 import statistics
 import subprocess
@@ -40,6 +46,7 @@ class LoadResult:
     leases: int = 0
     overbooked: list[str] = field(default_factory=list)
     server_log: str = ""
+    server_cpu_s: float | None = None   # the server's CPU time, start to the end of the load (Linux)
 
     def percentile(self, kind: str, p: float) -> float | None:
         values = sorted(self.latencies.get(kind, ()))
@@ -133,8 +140,52 @@ def overbooked(store_path: Path) -> list[str]:
     return problems
 
 
+def _run_clients(url: str, indexes: range, stop_at: float, result: LoadResult, think: tuple[float, float]) -> None:
+    lock = threading.Lock()
+    threads = [threading.Thread(target=_client_loop, args=(url, i, stop_at, result, lock, think)) for i in indexes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _client_process(url: str, indexes: range, seconds: float, think: tuple[float, float], ready, results) -> None:
+    """One process's share of the clients, started together with the others' (`ready`, a barrier)."""
+    result = LoadResult()
+    ready.wait()
+    _run_clients(url, indexes, time.monotonic() + seconds, result, think)
+    results.put((dict(result.latencies), dict(result.errors)))
+
+
+def _run_client_processes(url: str, clients: int, processes: int, seconds: float, result: LoadResult,
+                          think: tuple[float, float]) -> float:
+    """The clients (the same indexes, so the same requests) spread over `processes` processes; the seconds
+    from their common start to the last one's end."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(processes + 1)
+    results = context.Queue()
+    shares = [range(clients)[k::processes] for k in range(processes)]
+    workers = [context.Process(target=_client_process, args=(url, share, seconds, think, ready, results))
+               for share in shares]
+    for worker in workers:
+        worker.start()
+    ready.wait(timeout=120)
+    began = time.monotonic()
+    for _ in workers:
+        latencies, errors = results.get(timeout=seconds + 300)
+        for kind, values in latencies.items():
+            result.latencies[kind].extend(values)
+        for code, messages in errors.items():
+            result.errors[code].extend(messages)
+    took = time.monotonic() - began
+    for worker in workers:
+        worker.join()
+    return took
+
+
 def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
-             think: tuple[float, float] = (0.3, 1.2)) -> LoadResult:
+             think: tuple[float, float] = (0.3, 1.2), processes: int = 1) -> LoadResult:
+    """`processes`: how many client processes share the clients (see the module's docstring)."""
     store_path, config, socket = make_site(workdir, hosts)
     log = open(workdir / "serve.log", "w")
     server = subprocess.Popen([*CLI, "serve", "--state", str(store_path), "--config", str(config),
@@ -152,17 +203,14 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError(f"the server did not start: {(workdir / 'serve.log').read_text()}")
                 time.sleep(0.2)
-        lock = threading.Lock()
-        began = time.monotonic()
-        stop_at = began + seconds
-        threads = [threading.Thread(target=_client_loop, args=(url, i, stop_at, result, lock, think))
-                   for i in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        result.seconds = time.monotonic() - began
+        if processes <= 1:
+            began = time.monotonic()
+            _run_clients(url, range(clients), began + seconds, result, think)
+            result.seconds = time.monotonic() - began
+        else:
+            result.seconds = _run_client_processes(url, clients, processes, seconds, result, think)
     finally:
+        result.server_cpu_s = _cpu_seconds(server.pid)
         server.terminate()
         try:
             server.wait(timeout=120)
@@ -177,9 +225,19 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
     return result
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """A process's user + system CPU time (None where /proc does not say)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def summary(result: LoadResult) -> str:
+    cpu = "" if result.server_cpu_s is None else f", server CPU {result.server_cpu_s:.1f} s (its start included)"
     lines = [f"{result.requests()} requests in {result.seconds:.1f} s ({result.requests() / result.seconds:.1f}/s), "
-             f"{result.leases} leases"]
+             f"{result.leases} leases{cpu}"]
     for kind in ("submit", "list", "cancel"):
         values = result.latencies.get(kind)
         if values:
