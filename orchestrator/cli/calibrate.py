@@ -144,6 +144,14 @@ def _hosts(option_hosts: list[str] | None, *, exactly: int | None = None) -> lis
     return hosts
 
 
+def _refuse_server(server: str | None, config: Path | None) -> None:
+    """No server calibrates: it would boot guests of its own on the hosts its daemon enacts on, and write
+    the fit into the store behind the scheduler the server keeps in memory."""
+    common.refuse_server(server, common.load(config),
+                         "calibrate: the server at {url} owns the hosts and the store (calibrate boots VMs of its "
+                         "own and stores the fit); stop it to calibrate here, with --server '' for the local store")
+
+
 # -- the driver --------------------------------------------------------------------------------------------
 @dataclass
 class Setup:
@@ -460,8 +468,10 @@ def migration_command(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     store_wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
+    _refuse_server(server, config)
     hosts = _hosts(host, exactly=2)
     sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
     if len(sizes) < 2:
@@ -750,8 +760,10 @@ def suspend_command(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     store_wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
+    _refuse_server(server, config)
     hosts = _hosts(host)
     sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
     if len(sizes) < 2:

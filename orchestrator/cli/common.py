@@ -82,6 +82,14 @@ def server_url(server: str | None, config: Config, env: Mapping[str, str] | None
     return url or None
 
 
+def refuse_server(server: str | None, config: Config, why: str) -> None:
+    """For the commands no server can run (`run`, `calibrate`): one line naming the configured server and
+    `why` (a `{url}` in it is the server), exit 2, before anything is touched. `--server ''` means none."""
+    url = server_url(server, config)
+    if url is not None:
+        raise fail(why.format(url=url))
+
+
 def client(server: str | None, config: Config):
     """A client of the configured server, or None (work on the local store)."""
     url = server_url(server, config)

@@ -20,6 +20,10 @@ undrain NAME` makes it available again.
 scheduler (`LeaseScheduler._requeue`: there is no public requeue), then re-plans them on the other hosts.
 It refuses, naming them, leases with VMs or memory images on the host (drain it first) and advance
 reservations / immediate leases planned there (their start is fixed: cancel them first).
+
+Every command but `list` makes one call on a backend: the configured server's client, else the local
+store (`orchestrator.cli.backend`); the steps themselves are `orchestrator.runtime.host_admin`'s, the same
+for both. Through a server, adding, importing, removing, checking and draining hosts are for admins.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -32,30 +36,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from drivers.base import HostInfo
-from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
-from drivers.errors import DriverConfigError, DriverError
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
 from orchestrator.cli.app import EXIT_FAILED, command_group, fail
+from orchestrator.cli.backend import backend
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.errors import ConfigError
-from orchestrator.model.images import CatalogImage
-from orchestrator.model.lease import Lease, LeaseType
-from orchestrator.model.reservations import ReservationState
-from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
 from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
-from orchestrator.state.store import HostRecord, Store
+from orchestrator.runtime.host_admin import host_config
+from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 
 #: the longest `--timeout` for answers from hosts
 MAX_HOST_WAIT_S = 3600.0
 
 host_app = command_group("host", "Add, import, list, check and remove hosts.")
-
-
-# `host check` (rewritten in parallel, so left as it is here) calls the shared helpers by these names
 
 
 def _positive_int(option: str, text: str | None) -> int | None:
@@ -66,30 +61,6 @@ def _positive_int(option: str, text: str | None) -> int | None:
 def _seconds(option: str, text: str) -> float:
     """How long to wait for hosts: more than 0, at most an hour."""
     return parse_decimal(text, option, maximum=MAX_HOST_WAIT_S, positive=True, unit="seconds")
-
-
-def _capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory: int | None,
-                timeout: float) -> dict[str, tuple[int, int, HostInfo | None]]:
-    """name -> (vcpus, memory MiB, what the driver said): explicit --cpus/--memory win; the simulated
-    driver needs both; with libvirt every host that must be asked has to answer."""
-    if cpus is not None and memory is not None:
-        return {c.name: (cpus, memory, None) for c in configs}
-    if driver != "libvirt":
-        missing = " and ".join(o for o, v in (("--cpus", cpus), ("--memory", memory)) if v is None)
-        raise fail(f"{missing}: required with the {driver} driver (it cannot ask a host its capacity; "
-                   f"[daemon] driver = \"libvirt\" reads it from libvirt)")
-    infos = probe_hosts(configs, timeout)
-    out = {}
-    for cfg in configs:
-        info = infos[cfg.name]
-        if not info.reachable:
-            raise fail(f"host {cfg.name!r} ({cfg.uri}) is unreachable: {info.error} "
-                       "(give --cpus and --memory to add it without asking)")
-        if info.vcpus <= 0 or info.memory_mib <= 0:
-            raise fail(f"host {cfg.name!r} ({cfg.uri}) reported no capacity ({info.vcpus} vCPUs, "
-                       f"{info.memory_mib} MiB): give --cpus and --memory")
-        out[cfg.name] = (cpus or info.vcpus, memory or info.memory_mib, info)
-    return out
 
 
 def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str | None,
@@ -111,11 +82,7 @@ def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str 
             raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]") from None
         if not address or not 0 < port < 65536:
             raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]")
-    try:
-        return HostConfig(**values)
-    except (ConfigError, DriverConfigError) as exc:
-        option = "NAME" if exc.field == "name" else "--" + exc.field.replace("_", "-")
-        raise fail(f"{option}: {exc.problem}") from None
+    return host_config(values, lambda field: "NAME" if field == "name" else "--" + field.replace("_", "-"))
 
 
 # -- add / import ------------------------------------------------------------------------------------------
@@ -141,6 +108,7 @@ def add(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
     vcpus_opt = _positive_int("--cpus", cpus)
@@ -149,14 +117,19 @@ def add(
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
                                shared_storage, network, network_type, disk_dir)
     settings = common.load(config)
-    with common.open_store(state, settings) as store:
-        if any(h.name == name for h in store.hosts()):   # before contacting it; checked again on insert
-            raise fail(f"host {name!r} already exists")
-    vcpus, mib, info = _capacities([cfg], settings.daemon.driver, vcpus_opt, memory_opt, timeout)[name]
-    with common.open_store(state, settings) as store:
-        store.add_host(cfg, vcpus, mib)
-    source = "given" if info is None else f"from libvirt: {info.hypervisor}, libvirt {info.libvirt_version}"
-    make_console().print(f"host {escape(name)} added: {vcpus} vCPUs, {mib} MiB ({escape(source)})", soft_wrap=True)
+    with backend(server, state, settings) as hosts:
+        added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
+    make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "
+                         f"({escape(added['source'])})", soft_wrap=True)
+    _say_held(added["held"])
+
+
+def _say_held(names: list[str]) -> None:
+    """A server's daemon reaches only the hosts it started with: new ones wait, unavailable, for its restart."""
+    for name in names:
+        make_console(stderr=True).print(
+            f"note: host {escape(name)} is unavailable to leases until the server restarts (its daemon reaches "
+            f"only the hosts it started with); then `leasewise host undrain {escape(name)}`", soft_wrap=True)
 
 
 @host_app.command("import")
@@ -168,6 +141,7 @@ def import_hosts(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Add every host of an inventory in one transaction; hosts already there with the same settings are
     skipped, one with different settings is an error (nothing is added)."""
@@ -176,42 +150,16 @@ def import_hosts(
     timeout = _seconds("--timeout", timeout_text)
     configs = load_inventory(file)
     settings = common.load(config)
-
-    def partition(store: Store) -> tuple[list[HostConfig], list[str]]:
-        existing = {h.name: h for h in store.hosts()}
-        new, same = [], []
-        for cfg in configs:
-            record = existing.get(cfg.name)
-            if record is None:
-                new.append(cfg)
-            elif record.config == cfg:
-                same.append(cfg.name)
-            else:
-                differ = [f for f in ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri",
-                                      "state_dir", "shared_storage")
-                          if getattr(record.config, f) != getattr(cfg, f)]
-                raise fail(f"host {cfg.name!r} is already in the store with different settings "
-                           f"({', '.join(differ)} differ): remove it first or fix {file}")
-        return new, same
-
-    with common.open_store(state, settings) as store:
-        new, _ = partition(store)
-    capacities = _capacities(new, settings.daemon.driver, vcpus_opt, memory_opt, timeout) if new else {}
-    with common.open_store(state, settings) as store:
-        with store.transaction():
-            new_now, skipped = partition(store)   # again, under the write lock
-            for cfg in new_now:
-                if cfg.name not in capacities:   # added by someone else meanwhile and removed again: ask
-                    raise fail(f"host {cfg.name!r} changed in the store while importing: run the import again")
-                vcpus, mib, _ = capacities[cfg.name]
-                store.add_host(cfg, vcpus, mib)
+    with backend(server, state, settings) as hosts:
+        done = hosts.host_import(configs, vcpus_opt, memory_opt, timeout, str(file))
     console = make_console()
-    for cfg in new_now:
-        vcpus, mib, _ = capacities[cfg.name]
-        console.print(f"host {escape(cfg.name)} added: {vcpus} vCPUs, {mib} MiB", soft_wrap=True)
-    for name in skipped:
+    for added in done["added"]:
+        console.print(f"host {escape(added['name'])} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB",
+                      soft_wrap=True)
+    for name in done["skipped"]:
         console.print(f"host {escape(name)} skipped: already present with the same settings", soft_wrap=True)
-    console.print(f"{len(new_now)} added, {len(skipped)} skipped", soft_wrap=True)
+    console.print(f"{len(done['added'])} added, {len(done['skipped'])} skipped", soft_wrap=True)
+    _say_held(done["held"])
 
 
 # -- list -------------------------------------------------------------------------------------------------------
@@ -265,39 +213,6 @@ def list_hosts(
 
 
 # -- check ------------------------------------------------------------------------------------------------------
-def run_checks(record: HostRecord, driver: str, timeout: float,
-               images: list[CatalogImage] | None = None) -> list[dict[str, str]]:
-    """The pre-flight rows for one host: check, status (PASS | FAIL | SKIP | simulated), detail, and one row
-    per catalogued image (can the host read it). The driver named by `[daemon] driver` checks the host
-    with its own connection and SSH code."""
-    from orchestrator.runtime.driver_factory import make_driver
-
-    try:
-        checker = make_driver(driver, [record.config], capacities={record.name: (record.vcpus, record.memory_mib)},
-                              retry_attempts=1)
-    except (DriverError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    image_rows = []
-    try:
-        result = checker.check_host(record.name, timeout)
-        for image in images or ():
-            try:
-                seen = checker.image_info(record.name, image.path)
-                image_rows.append({"check": f"image {image.name}", "status": "PASS",
-                                   "detail": f"{image.path}: {seen.format}, {seen.virtual_size / 2**30:.1f} GiB"})
-            except DriverError as exc:
-                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": str(exc)})
-    finally:
-        checker.close()
-    rows = []
-    for item in result.items:
-        detail = item.detail
-        if item.check == "connect" and item.status == "PASS":   # the driver knows the host, the store what was added
-            detail += f" (store: {record.vcpus} vCPUs, {record.memory_mib} MiB)"
-        rows.append({"check": item.check, "status": item.status, "detail": detail})
-    return rows + image_rows
-
-
 @host_app.command("check")
 def check(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
@@ -306,21 +221,21 @@ def check(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
     settings = common.load(config)
-    if not common.store_exists(state, settings):
+    if common.server_url(server, settings) is None and not common.store_exists(state, settings):
         raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
-    with common.open_store(state, settings) as store:
-        record = store.host(name)
-        images = store.images()
-    rows = run_checks(record, settings.daemon.driver, timeout, images)
+    with backend(server, state, settings) as hosts:
+        checked = hosts.host_check(name, timeout)
+    rows = checked["checks"]
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
     if json_out:
         emit_json({"host": name, "ok": not failed, "checks": rows})
     else:
-        table = Table(title=f"host check {escape(name)} ({escape(record.config.uri)})")
+        table = Table(title=f"host check {escape(name)} ({escape(checked['uri'])})")
         table.add_column("check")
         table.add_column("result")
         table.add_column("detail", overflow="fold")
@@ -342,29 +257,6 @@ def check(
 
 
 # -- remove -----------------------------------------------------------------------------------------------------
-def _on_host(lease: Lease, host: str, table) -> bool:
-    vm = lease.last_vm
-    return vm is not None and any(rr in table and host in rr.resources for rr in vm.all_parts())
-
-
-def _image_on(lease: Lease, host: str, cfg: HostConfig) -> bool:
-    """Whether a suspended lease's memory image sits on `host` (so removing it strands the lease)."""
-    if lease.state not in SUSPENDED_STATES and lease.state is not LeaseState.MIGRATING:
-        return False
-    if cfg.is_shared(cfg.state_dir):
-        return False
-    for vm in reversed(lease.reservations):
-        if vm.is_suspending and vm.state is ReservationState.DONE:
-            return host in vm.nodes.values() or host in vm.resources
-    return False
-
-
-def _started(lease: Lease) -> bool:
-    vm = lease.last_vm
-    return (lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
-            or (vm is not None and any(rr.state is not ReservationState.SCHEDULED for rr in vm.all_parts())))
-
-
 @host_app.command("remove")
 def remove(
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
@@ -372,49 +264,17 @@ def remove(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Remove a host; refused while reservations are planned on it unless --drain can move them."""
     settings = common.load(config)
-    now = common.now()
-    moved: list[Lease] = []
-    with common.open_cluster(state, settings, write=False) as cluster:   # saved below, in the same transaction
-        record = cluster.store.host(name)
-        leases = sorted(cluster.scheduler.leases.values(), key=lambda l: l.id)
-        stranded = [l.id for l in leases if not l.is_final and _image_on(l, name, record.config)]
-        if stranded:
-            raise fail(f"host {name!r} holds the memory images of suspended lease(s) "
-                       f"{', '.join(map(str, stranded))}: cannot remove it until they resume elsewhere or end")
-        planned = [l for l in leases if not l.is_final and _on_host(l, name, cluster.table)]
-        ids = ", ".join(str(l.id) for l in planned)
-        if planned and not drain:
-            raise fail(f"host {name!r} has reservations planned for lease(s) {ids}: cancel them, or use "
-                       "--drain to requeue them on other hosts")
-        if planned:
-            running = [l for l in planned if _started(l)]
-            if running:
-                raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in running)} "
-                           "run there: `leasewise host drain` it first, and remove it once it is empty")
-            fixed = [l for l in planned if l.type is not LeaseType.BEST_EFFORT]
-            if fixed:
-                raise fail(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in fixed)} "
-                           "are advance reservations or immediate leases (fixed start): cancel them first")
-            for lease in planned:
-                cluster.scheduler._requeue(lease, now)   # no public requeue on the scheduler
-                moved.append(lease)
-        cluster.table.remove_host(name)
-        cluster.hosts.pop(name, None)
-        if moved:
-            cluster.scheduler.schedule(now)   # re-plan them on the hosts that remain
-        cluster.save(now)
-        cluster.store.remove_host(name)
-        cluster.store.append_event(now, "host-removed", None, host=name, drained=[l.id for l in moved])
-        outcome = [(l.id, l.state.value, l.last_vm if l.last_vm is not None and l.last_vm in cluster.table else None)
-                   for l in moved]
+    with backend(server, state, settings) as hosts:
+        done = hosts.host_remove(name, drain)
     console = make_console()
-    for lease_id, lease_state, vm in outcome:
-        where = (f"now planned {when(vm.start)} → {when(vm.end)} on {', '.join(sorted(vm.resources))}"
-                 if vm is not None else f"{lease_state} until there is room")
-        console.print(f"lease {lease_id} requeued: {where}", soft_wrap=True)
+    for lease in done["requeued"]:
+        where = (f"now planned {when(parse_time(lease['start'], 'start'))} → {when(parse_time(lease['end'], 'end'))} "
+                 f"on {', '.join(lease['hosts'])}" if lease["hosts"] is not None else f"{lease['state']} until there is room")
+        console.print(f"lease {lease['id']} requeued: {where}", soft_wrap=True)
     console.print(f"host {escape(name)} removed", soft_wrap=True)
 
 
@@ -446,18 +306,10 @@ def drain(
     deadline = _drain_time(by, now)
     if deadline < now:
         raise fail(f"--by: {iso(deadline)} is in the past (now {iso(now)})")
-    remote = common.client(server, settings)
-    if remote is not None:
-        with remote:
-            done = remote.drain(name, iso(deadline))
-        unavailable = parse_time(done["unavailable_from"], "unavailable_from")
-        leases = {int(i): what for i, what in done["leases"].items()}
-    else:
-        with common.open_cluster(state, settings) as cluster:
-            if name not in cluster.hosts:
-                raise fail(f"host: no host named {name!r}")
-            plan = cluster.drain(name, deadline, now)
-        unavailable, leases = plan.unavailable_from, plan.leases
+    with backend(server, state, settings) as hosts:
+        done = hosts.drain(name, iso(deadline))
+    unavailable = parse_time(done["unavailable_from"], "unavailable_from")
+    leases = {int(i): what for i, what in done["leases"].items()}
     if json_out:
         emit_json({"host": name, "unavailable_from": iso(unavailable),
                    "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(leases.items())]})
@@ -479,15 +331,6 @@ def undrain(
 ) -> None:
     """Make a drained host available to leases again."""
     settings = common.load(config)
-    now = common.now()
-    remote = common.client(server, settings)
-    if remote is not None:
-        with remote:
-            remote.undrain(name)
-        make_console().print(f"host {escape(name)} is available again", soft_wrap=True)
-        return
-    with common.open_cluster(state, settings) as cluster:
-        if name not in cluster.hosts:
-            raise fail(f"host: no host named {name!r}")
-        cluster.undrain(name, now)
+    with backend(server, state, settings) as hosts:
+        hosts.undrain(name)
     make_console().print(f"host {escape(name)} is available again", soft_wrap=True)

@@ -5,7 +5,9 @@ driver) whether it can read it, and what format and size it sees; a lease then n
 The file itself is never changed: each VM boots an overlay of its own.
 
 Exit codes: 0 done; 2 bad input (a name taken or unknown, a file a host cannot read, a format that does
-not match, an image still used by a lease).
+not match, an image still used by a lease); through a server, 4 for a caller who is not an admin (adding
+and removing images is theirs). `add` and `remove` make one call on a backend, the server's client or the
+local store (`orchestrator.cli.backend`).
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -15,45 +17,17 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from drivers.base import Driver, ImageInfo
-from drivers.errors import DriverError
 from orchestrator.cli import common
-from orchestrator.state.codec import image_from_json
-from orchestrator.cli.app import command_group, fail
-from orchestrator.cli.leasefile import current_user
+from orchestrator.cli.app import command_group
+from orchestrator.cli.backend import backend
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.images import IMAGE_FORMATS, OS_KINDS, CatalogImage
-from orchestrator.state.store import HostRecord, Store
+from orchestrator.runtime.host_admin import check_image_request, hosts_driver, read_on_hosts
+from orchestrator.state.codec import image_from_json
+
+__all__ = ["image_app", "hosts_driver", "read_on_hosts"]   # (lease submit and lease ssh ask the hosts too)
 
 image_app = command_group("image", "Catalogue the base images leases boot: add, list, remove.")
-
-
-def hosts_driver(records: list[HostRecord], driver: str, simulated_hosts: Path | None = None) -> Driver:
-    """The configured driver over the store's hosts (one connection attempt each: a host that does not
-    answer is reported, not waited for); the simulated one reads its hosts from `simulated_hosts`."""
-    from orchestrator.runtime.driver_factory import make_driver
-
-    try:
-        if driver == "simulated":
-            return make_driver(driver, [r.config for r in records],
-                               capacities={r.name: (r.vcpus, r.memory_mib) for r in records},
-                               state_file=simulated_hosts if simulated_hosts and simulated_hosts.exists() else None)
-        return make_driver(driver, [r.config for r in records], retry_attempts=1)
-    except (DriverError, ValueError) as exc:
-        raise fail(str(exc)) from None
-
-
-def read_on_hosts(driver: Driver, hosts: list[str], path: str) -> dict[str, ImageInfo | str]:
-    """host -> what it sees at `path`, or why it cannot read it."""
-    seen: dict[str, ImageInfo | str] = {}
-    for host in hosts:
-        try:
-            seen[host] = driver.image_info(host, path)
-        except DriverError as exc:
-            seen[host] = str(exc)
-    return seen
 
 
 @image_app.command("add")
@@ -69,59 +43,19 @@ def add(
     state: Path | None = common.StateOption,
     config: Path | None = common.ConfigOption,
     wait: str = common.WaitOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Catalogue a base image, after checking every host can read it."""
-    if fmt is not None and fmt not in IMAGE_FORMATS:
-        raise fail(f"--format: must be one of {', '.join(IMAGE_FORMATS)} (got {fmt!r})")
-    try:   # the record's own checks first: nothing is asked of the hosts for a malformed request
-        CatalogImage(name=name, path=path, format=fmt or "qcow2", login_user=login_user, os=os_kind,
-                     kernel=kernel, initrd=initrd, cmdline=cmdline)
-    except InvalidRequest as exc:
-        raise fail(f"{_flag(exc.field)}: {exc.problem}") from None
+    values = {"name": name, "path": path, "format": fmt, "login_user": login_user, "os": os_kind,
+              "kernel": kernel, "initrd": initrd, "cmdline": cmdline}
+    check_image_request(values)   # nothing is asked of the hosts (or the server) for a malformed request
     settings = common.load(config)
-    with common.open_store(state, settings) as store:
-        records = [r for r in store.hosts()]
-        if not records:
-            raise fail("image: there are no hosts to check it on (add one with `leasewise host add`)")
-        _refuse_taken(store, name)
-    driver = hosts_driver(records, settings.daemon.driver)
-    try:
-        seen = read_on_hosts(driver, [r.name for r in records], path)
-    finally:
-        driver.close()
-    missing = {h: why for h, why in seen.items() if isinstance(why, str)}
-    if missing:
-        host, why = next(iter(missing.items()))
-        more = f" (and {len(missing) - 1} more host{'s' if len(missing) > 2 else ''})" if len(missing) > 1 else ""
-        raise fail(f"PATH: {host} cannot read it: {why}{more}")
-    infos = [i for i in seen.values() if isinstance(i, ImageInfo)]
-    formats = {i.format for i in infos}
-    if len(formats) > 1:
-        raise fail(f"PATH: the hosts read it in different formats ({', '.join(sorted(formats))})")
-    found = formats.pop()
-    if fmt is not None and fmt != found:
-        raise fail(f"--format: the hosts read {path} as {found}, not {fmt}")
-    if found not in IMAGE_FORMATS:
-        raise fail(f"PATH: is a {found} image; leasewise boots {' or '.join(IMAGE_FORMATS)} images")
-    image = CatalogImage(name=name, path=path, format=found, login_user=login_user, os=os_kind, kernel=kernel,
-                         initrd=initrd, cmdline=cmdline, size_bytes=max(i.virtual_size for i in infos),
-                         added_by=current_user())
-    with common.open_store(state, settings) as store:
-        _refuse_taken(store, name)
-        store.add_image(image)
-    make_console().print(f"image {escape(name)} added: {escape(path)} ({found}, "
-                         f"{image.size_bytes / 2**30:.1f} GiB; readable on {len(records)} host"
-                         f"{'s' if len(records) != 1 else ''})", soft_wrap=True)
-
-
-def _flag(field: str) -> str:
-    return {"name": "NAME", "path": "PATH", "os": "--os", "login_user": "--login-user", "format": "--format",
-            "kernel": "--kernel", "initrd": "--initrd", "size": "PATH"}.get(field, field)
-
-
-def _refuse_taken(store: Store, name: str) -> None:
-    if any(i.name == name for i in store.images()):
-        raise fail(f"NAME: image {name!r} already exists (remove it first, or pick another name)")
+    with backend(server, state, settings) as catalogue:
+        added = catalogue.image_add(values)
+    hosts = added["hosts"]
+    make_console().print(f"image {escape(name)} added: {escape(path)} ({added['format']}, "
+                         f"{added['size_bytes'] / 2**30:.1f} GiB; readable on {hosts} host"
+                         f"{'s' if hosts != 1 else ''})", soft_wrap=True)
 
 
 @image_app.command("list")
@@ -175,11 +109,6 @@ def remove(
 ) -> None:
     """Forget a catalogued image (the file stays); refused while a lease uses it."""
     settings = common.load(config)
-    remote = common.client(server, settings)
-    if remote is not None:
-        with remote:
-            remote.image_remove(name)
-    else:
-        with common.open_store(state, settings) as store:
-            store.remove_image(name)
+    with backend(server, state, settings) as catalogue:
+        catalogue.image_remove(name)
     make_console().print(f"image {escape(name)} removed from the catalogue (the file is left as it is)")

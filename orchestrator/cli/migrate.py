@@ -2,6 +2,11 @@
 
 The dry run exists so an operator can check the scheduler's prediction against a real migration of the
 same VM: same model (orchestrator.planning.precopy), same parameters.
+
+With a server configured the server migrates the VM through its own driver, over its own hosts (so no
+`--inventory`), and sends the measured report; only an admin may (see `LeaseService.migrate`: a VM moved
+by hand moves behind the plan). A dry run with `--memory` and `--dirty-rate` needs nothing but the model
+and answers here, server or not.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -21,6 +26,7 @@ from rich.progress import (
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
+from orchestrator.cli import common
 from orchestrator.cli.app import app, fail
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
@@ -186,6 +192,8 @@ def migrate_command(
     overhead_text: str = typer.Option("0", "--overhead", metavar="S", help="Dry run: fixed setup cost per migration, s (calibrated)."),
     dirty_factor_text: str = typer.Option("1", "--dirty-factor", metavar="F", help="Dry run: calibrated dirty-rate factor."),
     json_out: bool = typer.Option(False, "--json", help="Print the report (or the prediction) as JSON; progress goes to stderr."),
+    config: Path | None = common.ConfigOption,
+    server: str | None = common.ServerOption,
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
     values = _read_options({"--max-downtime": max_downtime_text, "--timeout": timeout_text, "--bandwidth": bandwidth_text,
@@ -195,11 +203,26 @@ def migrate_command(
     bandwidth, memory, dirty_rate = values["--bandwidth"], values["--memory"], values["--dirty-rate"]
     overhead, dirty_factor = values["--overhead"], values["--dirty-factor"]
     console = make_console(stderr=json_out)
+    settings = common.load(config)
     if dry_run:
+        if common.server_url(server, settings) is not None and (memory is None or dirty_rate is None):
+            raise fail("--memory and --dirty-rate: needed for --dry-run with a server (it reads no VM for a "
+                       "prediction)")
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
                  overhead, dirty_factor, console, json_out)
         return
 
+    remote = common.client(server, settings)
+    if remote is not None:
+        if inventory is not None:
+            raise fail("--inventory: not with a server (the server migrates on its own hosts)")
+        # (a server sends no progress: a spinner on a terminal while it works, nothing in a pipe)
+        with remote, console.status(f"{vm} -> {to}: the server migrates it"):
+            report, error = remote.migrate(vm, to, max_downtime, bandwidth, timeout, on_timeout)
+        _show_report(console, report, json_out)
+        if error is not None:
+            raise fail(error)
+        return
     driver = _libvirt_driver(inventory)
     try:
         with Progress(

@@ -34,8 +34,12 @@ def run(
     max_steps_text: str | None = typer.Option(None, "--max-steps", metavar="N", help="Stop after this many steps"),
     log_level: str = typer.Option("info", "--log-level", metavar="LEVEL",
                                   help="debug, info, warning or error: logfmt lines on stderr from this level on"),
+    server: str | None = common.ServerOption,
 ) -> None:
     """Enact the plan: start, suspend, resume, migrate and stop VMs at the planned times."""
+    # (no server runs this: the server is the daemon, and two would start every VM twice)
+    common.refuse_server(server, load(config), "run: the server at {url} runs the daemon; stop it to run one "
+                                               "here, with --server '' for the local store")
     restore_logging = configure_logging(log_level)
     try:
         _run(state, config, dry_run, fast, until_idle, until, sim_state, max_steps_text)

@@ -55,7 +55,7 @@ def _check(path: Path, cfg) -> None:
     import grp
     import os
 
-    from orchestrator.cli.hosts import run_checks
+    from orchestrator.runtime.host_admin import run_checks
     from orchestrator.state.store import Store
 
     console = make_console()

@@ -128,6 +128,45 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def undrain(host: str, who: Caller = Who) -> dict[str, Any]:
         return service.undrain(who, host)
 
+    @app.post("/v1/hosts", status_code=201)
+    def host_add(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+        return service.host_add(who, _host_config(body.get("config")), _whole(body, "cpus", "--cpus"),
+                                _whole(body, "memory", "--memory"), _seconds(body, "timeout", "--timeout"))
+
+    @app.post("/v1/hosts/import", status_code=201)
+    def host_import(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+        hosts = body.get("hosts")
+        if not isinstance(hosts, list):
+            raise InvalidRequest("hosts", "must be a list of host settings")
+        return service.host_import(who, [_host_config(h) for h in hosts], _whole(body, "cpus", "--cpus"),
+                                   _whole(body, "memory", "--memory"), _seconds(body, "timeout", "--timeout"),
+                                   str(body.get("source") or "the inventory"))
+
+    @app.delete("/v1/hosts/{host}")
+    def host_remove(host: str, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
+        return service.host_remove(who, host, drain)
+
+    @app.get("/v1/hosts/{host}/check")
+    def host_check(host: str, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
+        return service.host_check(who, host, timeout)
+
+    @app.post("/v1/images", status_code=201)
+    def image_add(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+        return service.image_add(who, dict(body))
+
+    @app.post("/v1/vms/{vm}/migrate")
+    def migrate(vm: str, body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
+        to = body.get("to")
+        if not isinstance(to, str) or not to:
+            raise InvalidRequest("--to", "is required (a host name)")
+        on_timeout = body.get("on_timeout", "abort")
+        if on_timeout not in ("abort", "force"):
+            raise InvalidRequest("--on-timeout", f"must be 'abort' or 'force': got {on_timeout!r}")
+        bandwidth = body.get("bandwidth_mib_s")
+        return service.migrate(who, vm, to, _number(body, "max_downtime_ms", "--max-downtime"),
+                               None if bandwidth is None else _number(body, "bandwidth_mib_s", "--bandwidth"),
+                               _number(body, "timeout_s", "--timeout"), on_timeout)
+
     @app.get("/v1/images")
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": service.images(who)}
@@ -215,3 +254,33 @@ def _duration(value: Any, label: str) -> timedelta:
     if amount.total_seconds() <= 0:
         raise InvalidRequest(label, f"must be greater than zero (got {value!r})")
     return amount
+
+
+def _host_config(value: Any):
+    """A host's settings as JSON (HostConfig's fields), checked as `host add` checks its options."""
+    from orchestrator.runtime.host_admin import host_config
+
+    if not isinstance(value, dict):
+        raise InvalidRequest("config", "must be a host's settings (name, uri, ...)")
+    return host_config(value)
+
+
+def _whole(body: dict[str, Any], key: str, label: str) -> int | None:
+    value = body.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31 - 1):
+        raise InvalidRequest(label, f"must be a whole number > 0 (got {value!r})")
+    return value
+
+
+def _number(body: dict[str, Any], key: str, label: str) -> float:
+    value = body.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InvalidRequest(label, f"must be a number > 0 (got {value!r})")
+    return float(value)
+
+
+def _seconds(body: dict[str, Any], key: str, label: str) -> float:
+    value = _number(body, key, label)
+    if value > 3600:
+        raise InvalidRequest(label, f"must be at most 3600 seconds (got {value!r})")
+    return value

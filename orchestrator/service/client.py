@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import timedelta
 from urllib.parse import quote
 from pathlib import Path
@@ -18,9 +19,11 @@ from typing import Any
 
 import httpx
 
+from drivers.base import MigrationReport
+from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
-from orchestrator.state.codec import event_from_json, lease_from_json, request_to_json
+from orchestrator.state.codec import event_from_json, lease_from_json, migration_report_from_json, request_to_json
 from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
@@ -128,6 +131,36 @@ class Client:
 
     def undrain(self, host: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/hosts/{host}/undrain")
+
+    def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]:
+        return self._call("POST", "/v1/hosts", json={"config": asdict(config), "cpus": cpus, "memory": memory,
+                                                     "timeout": timeout}, timeout=self._http.timeout.read + timeout)
+
+    def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
+                    source: str) -> dict[str, Any]:
+        return self._call("POST", "/v1/hosts/import", json={"hosts": [asdict(c) for c in configs], "cpus": cpus,
+                                                            "memory": memory, "timeout": timeout, "source": source},
+                          timeout=self._http.timeout.read + timeout)
+
+    def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain})
+
+    def host_check(self, host: str, timeout: float) -> dict[str, Any]:
+        # (each contact may take the timeout: connect, ssh, every image)
+        return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
+                          timeout=self._http.timeout.read + 10 * timeout)
+
+    def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/v1/images", json=dict(values))
+
+    def migrate(self, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None, timeout_s: float,
+                on_timeout: str) -> tuple[MigrationReport, str | None]:
+        """The measured report, and the error when the migration did not complete (the VM stays put)."""
+        data = self._call("POST", f"/v1/vms/{_segment(vm)}/migrate",
+                          json={"to": to, "max_downtime_ms": max_downtime_ms, "bandwidth_mib_s": bandwidth_mib_s,
+                                "timeout_s": timeout_s, "on_timeout": on_timeout},
+                          timeout=self._http.timeout.read + timeout_s)
+        return migration_report_from_json(data["report"]), data["error"]
 
     def images(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/images")["images"]

@@ -17,19 +17,33 @@ from typing import Any, TypeVar
 
 from drivers.base import Driver
 from drivers.clock import Clock
-from drivers.errors import DriverError
+from drivers.base import MigrationReport
+from drivers.errors import DriverError, MigrationFailed
+from drivers.inventory import HostConfig
 from orchestrator.model.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import parse_time
+from orchestrator.runtime.driver_enactor import parse_vm_name
+from orchestrator.runtime.host_admin import (
+    capacities,
+    capacity_source,
+    check_image_request,
+    image_on_hosts,
+    import_partition,
+    refuse_image_taken,
+    refuse_taken,
+    remove_host,
+    run_checks,
+)
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
 from orchestrator.state.cluster import Cluster, check_site_can_hold
-from orchestrator.state.codec import image_json, lease_to_json
-from orchestrator.state.session import SharedCluster
+from orchestrator.state.codec import image_json, lease_to_json, migration_report_json
+from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 from orchestrator.state.store import Event, Store, StoreError
@@ -49,10 +63,11 @@ class Refused(LeasewiseError):
 
 
 class LeaseService:
-    def __init__(self, store: Store, config: Config, session: SharedCluster, clock: Clock, driver: Driver,
+    def __init__(self, store: Store, config: Config, session: ClusterSession, clock: Clock, driver: Driver | None,
                  *, wake: Callable[[], None] = lambda: None):
-        """`store`: the writer (used under the session's lock only); `wake`: tells the daemon's loop to
-        step now (a lease may start at once)."""
+        """`store`: the writer (used under the session's lock only); `driver`: the daemon's (None: the CLI
+        on its own store, for the use cases that reach no VM); `wake`: tells the daemon's loop to step now
+        (a lease may start at once)."""
         self.store = store
         self.config = config
         self.session = session
@@ -238,6 +253,9 @@ class LeaseService:
         with self.session.open() as cluster:
             if host not in cluster.hosts:
                 raise InvalidRequest("host", f"no host named {host!r}")
+            if self.driver is not None and host not in self.driver.hosts():   # (see _keep_off)
+                raise InvalidRequest("host", f"{host!r} was added while the server ran: its daemon reaches it "
+                                             "once the server restarts; undrain it then")
             cluster.undrain(host, now)
             cluster.save(now)
         self.wake()
@@ -262,6 +280,114 @@ class LeaseService:
         self._admin_check(caller, "removing an image from the catalogue")
         with self.session.open() as cluster:
             cluster.store.remove_image(name)
+
+    # -- host and catalogue administration (admins): hosts are asked before the lock is taken -----------------
+    def _keep_off(self, store: Store, names: Iterable[str]) -> list[str]:
+        """The new hosts this process's daemon cannot reach (its driver was made with the hosts it started
+        with), marked unavailable so nothing is planned there that it would fail to start: a restarted
+        server reaches them, then `host undrain` opens them. (None on a CLI's own store: no daemon here.)"""
+        if self.driver is None:
+            return []
+        known = set(self.driver.hosts())
+        held = [name for name in names if name not in known]
+        for name in held:
+            store.set_host_available(name, False, since=self.now())
+        return held
+
+    def host_add(self, caller: Caller, config: HostConfig, cpus: int | None, memory: int | None,
+                 timeout: float) -> dict[str, Any]:
+        """`host add`: the capacity given, else asked of the host (off the lock); the scheduler in memory
+        is rebuilt to know the new host."""
+        self._admin_check(caller, "adding hosts")
+        refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
+        vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
+        with self.session.open() as cluster:
+            cluster.store.add_host(config, vcpus, mib)
+            held = self._keep_off(cluster.store, [config.name])
+        self.session.invalidate()
+        return {"name": config.name, "vcpus": vcpus, "memory_mib": mib, "source": capacity_source(info), "held": held}
+
+    def host_import(self, caller: Caller, configs: list[HostConfig], cpus: int | None, memory: int | None,
+                    timeout: float, source: str) -> dict[str, Any]:
+        """`host import`: the new hosts of an inventory in one transaction (`source` names it in errors)."""
+        self._admin_check(caller, "importing hosts")
+        new, _ = import_partition(self.reader(), configs, source)
+        found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
+        with self.session.open() as cluster:
+            new_now, skipped = import_partition(cluster.store, configs, source)   # again, under the lock
+            for cfg in new_now:
+                if cfg.name not in found:   # added by someone else meanwhile and removed again: ask
+                    raise LeasewiseError(f"host {cfg.name!r} changed in the store while importing: run the import again")
+                cluster.store.add_host(cfg, *found[cfg.name][:2])
+            held = self._keep_off(cluster.store, [c.name for c in new_now])
+        if new_now:
+            self.session.invalidate()
+        return {"added": [{"name": c.name, "vcpus": found[c.name][0], "memory_mib": found[c.name][1]} for c in new_now],
+                "skipped": skipped, "held": held}
+
+    def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
+        """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""
+        self._admin_check(caller, "removing hosts")
+        now = self.now()
+        with self.session.open() as cluster:
+            moved = remove_host(cluster, host, drain, now)
+        self.wake()
+        return {"host": host, "requeued": moved}
+
+    def host_check(self, caller: Caller, host: str, timeout: float) -> dict[str, Any]:
+        """`host check`'s rows, by a connection of its own; for admins, since it reaches the host with the
+        server's credentials (its libvirt, its ssh key)."""
+        self._admin_check(caller, "checking hosts")
+        store = self.reader()
+        with store.snapshot():
+            record = store.host(host)
+            images = store.images()
+        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, self.config.daemon.driver,
+                                                                              timeout, images)}
+
+    def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
+        """`image add`: catalogued once every host read the file (asked off the lock); `values` are
+        CatalogImage's fields as given (`format` None: as the hosts read it)."""
+        self._admin_check(caller, "adding an image to the catalogue")
+        check_image_request(values)
+        store = self.reader()
+        with store.snapshot():
+            records = store.hosts()
+            refuse_image_taken(store, values["name"])
+        image = image_on_hosts(records, self.config.daemon.driver, values, caller.user)
+        with self.session.open() as cluster:
+            refuse_image_taken(cluster.store, image.name)
+            cluster.store.add_image(image)
+        return {**image_json(image), "hosts": len(records)}
+
+    def migrate(self, caller: Caller, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None,
+                timeout_s: float, on_timeout: str) -> dict[str, Any]:
+        """`migrate VM --to HOST`: one live migration by hand, through the server's driver, off the lock.
+
+        For admins only, not a lease's owner: as on the head node (where it needs the hosts' libvirt), it
+        moves a domain behind the scheduler's back, so the plan no longer says where its memory is, and it
+        takes room on the destination that the plan may have given to other leases. For the same reason the
+        VMs of leases the plan still holds are refused: `host drain` moves those, and the plan with them."""
+        self._admin_check(caller, "migrating a VM by hand")
+        owner = parse_vm_name(vm)
+        if owner is not None:
+            try:
+                lease = self.reader().lease(owner[0])
+            except StoreError:
+                lease = None
+            if lease is not None and not lease.is_final:
+                raise InvalidRequest("VM", f"{vm} is lease {lease.id}'s, which the plan places: move it with "
+                                           "`leasewise host drain HOST` (the plan moves with it)")
+        try:
+            report = self.driver.migrate(vm, to, max_downtime_ms=max_downtime_ms, bandwidth_mib_s=bandwidth_mib_s,
+                                         timeout_s=timeout_s, on_timeout=on_timeout)  # type: ignore[arg-type]
+        except MigrationFailed as exc:
+            if not isinstance(exc.report, MigrationReport):
+                raise
+            return {"report": migration_report_json(exc.report), "error": str(exc)}
+        except ValueError as exc:
+            raise LeasewiseError(str(exc)) from None
+        return {"report": migration_report_json(report), "error": None}
 
     def events(self, caller: Caller, lease_id: int | None) -> list[Event]:
         """The event log (of one lease): what `report` is computed from."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
+from drivers.base import MigrationReport
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseRequest
@@ -70,3 +71,15 @@ def image_from_json(data: Mapping[str, Any]) -> CatalogImage:
     values = {k: v for k, v in data.items() if k in {f.name for f in fields(CatalogImage)}}
     values["added_at"] = _store._dt(values.get("added_at"))
     return CatalogImage(**values)
+
+
+def migration_report_json(report: MigrationReport) -> dict[str, Any]:
+    """A live migration's measured report as the API sends it (its progress samples left out)."""
+    data = asdict(report)
+    data.pop("samples", None)
+    return data
+
+
+def migration_report_from_json(data: Mapping[str, Any]) -> MigrationReport:
+    return MigrationReport(**{k: v for k, v in data.items() if k in {f.name for f in fields(MigrationReport)}
+                              and k != "samples"})
