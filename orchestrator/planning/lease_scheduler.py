@@ -47,7 +47,7 @@ from orchestrator.planning.enactment import (
     operations_of,
 )
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
-from orchestrator.planning.mapper import Mapper
+from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.vm_scheduler import VMScheduler
@@ -880,6 +880,29 @@ class LeaseScheduler:
         else:
             self._fail(lease, reason, now)
         return lease
+
+    def relocate(self, lease_id: int, moved: dict[int, str], now: datetime) -> bool:
+        """Some of a running lease's VMs are found on other hosts than the plan's (moved by hand, or by a
+        live migration the plan had given up): the plan follows them, as if they had run there all along,
+        when those hosts have the room until the lease ends and nothing but its shutdown is planned for it
+        (no evacuation or suspension under way). False, the plan unchanged, otherwise."""
+        lease = self.lease(lease_id)
+        vms = lease.open_vms()
+        if lease.state is not S.ACTIVE or len(vms) != 1 or any(p.kind is not ReservationKind.SHUTDOWN
+                                                                for p in vms[0].post):
+            return False
+        vm = vms[0]
+        nodes = {**vm.nodes, **moved}
+        held = Mapping(nodes, vm.end).per_host(lease)
+        parts = [vm, *vm.post]
+        self._unplan(lease)
+        room = all(self.table.fits(host, amount, max(rr.start, now), max(rr.end, now))
+                   for rr in parts for host, amount in held.items())
+        if room:
+            for rr in parts:
+                rr.nodes, rr.resources = dict(nodes), dict(held)
+        self._replan(lease)
+        return room
 
     def extend(self, lease_id: int, by, now: datetime) -> Lease:
         """Lengthen a lease by `by`; refused, with the reason, when its hosts cannot hold it longer."""

@@ -304,6 +304,7 @@ class Daemon:
             # Restarted on a real clock, that step was due by now; resumed on a fast clock (from the time
             # of the last committed step), it was the next event's step.
             horizon = now
+            listings: dict[str, object] | None = None   # (every host's VMs, asked once if needed)
             saved = self.store.get_meta("daemon_clock")
             following = cluster.scheduler.next_event_time()
             if saved and parse_time(saved, "daemon_clock") == now and following is not None:
@@ -329,6 +330,10 @@ class Daemon:
                 if not missing:
                     notes.append(f"lease {lease.id}: adopted its {len(running)} running VM(s)")
                     self.store.append_event(now, "reconciled", lease.id, outcome="adopted")
+                    continue
+                if listings is None:
+                    listings = self._list_hosts()
+                if self._follow_moved(cluster, lease, missing, listings, now, notes):
                     continue
                 requeue = self.config.daemon.on_lost_vm == "requeue"
                 reason = f"VM(s) {', '.join(self.enactor.vm_name(lease.id, v) for v in missing)} gone from their hosts"
@@ -427,20 +432,45 @@ class Daemon:
         not busy now cannot get an operation before the step (only the step hands them out). Also keeps
         when each host that does not answer went silent."""
         busy = self.runner.busy_leases()
+        listings = self._list_hosts()
+        for host, listed in listings.items():
+            if isinstance(listed, Exception):
+                if host not in self._silent_since:
+                    self._silent_since[host] = now
+                    self._notes.append(f"host {host} does not answer: {listed}")
+                continue
+            since = self._silent_since.pop(host, None)
+            if since is not None:
+                self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
+        return busy, listings
+
+    def _list_hosts(self) -> dict[str, object]:
+        """What each host runs: its list of VMs, or the error it gave."""
         listings: dict[str, object] = {}
         for host in self.driver.hosts():
             try:
                 listings[host] = self.driver.list_vms(host)
             except DriverError as exc:
                 listings[host] = exc
-                if host not in self._silent_since:
-                    self._silent_since[host] = now
-                    self._notes.append(f"host {host} does not answer: {exc}")
-                continue
-            since = self._silent_since.pop(host, None)
-            if since is not None:
-                self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
-        return busy, listings
+        return listings
+
+    def _follow_moved(self, cluster: Cluster, lease: Lease, missing: list[int], listings: dict[str, object],
+                      now: datetime, notes: list[str]) -> bool:
+        """The lease's `missing` VMs (not on their planned hosts) all found running on other hosts: the plan
+        follows them there when those hosts have the room (`LeaseScheduler.relocate`). True if it did."""
+        found: dict[int, str] = {}
+        for vnode in missing:
+            name = self.enactor.vm_name(lease.id, vnode)
+            for host, listed in listings.items():
+                if not isinstance(listed, Exception) and any(i.name == name and i.state in ACTIVE_STATES
+                                                             for i in listed):
+                    found[vnode] = host
+        if len(found) < len(missing) or not cluster.scheduler.relocate(lease.id, found, now):
+            return False
+        where = ", ".join(f"{self.enactor.vm_name(lease.id, v)} on {h}" for v, h in sorted(found.items()))
+        notes.append(f"lease {lease.id}: found {where}, not where the plan had them: the plan follows")
+        self.store.append_event(now, "reconciled", lease.id, outcome="adopted", moved={str(v): h for v, h in found.items()})
+        return True
 
     def _pause(self, tries: int) -> timedelta:
         """How long after its `tries`-th failed try an operation is tried again: a poll interval, then
@@ -525,6 +555,9 @@ class Daemon:
                               f"{_minutes(now - min(self._silent_since[h] for h in silent))}")
                     sched.lose(lease.id, now, requeue=requeue, reason=reason)
                     self._notes.append(f"lease {lease.id}: {reason}: {'requeued' if requeue else 'failed'}")
+                continue
+            missing = sorted(v for v, host in running.items() if host is None)
+            if missing and self._follow_moved(cluster, lease, missing, listings, now, self._notes):
                 continue
             if any(host is not None for host in running.values()):
                 continue

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from orchestrator.model.lease import LeaseType
 from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.store import Store
@@ -113,3 +115,49 @@ def test_a_vm_running_for_a_queued_lease_is_stopped_as_a_stray(tmp_path):
     assert any(f"lease {queued}: stopped lw-{queued}-0, left running on host1" in n for n in notes), notes
     assert names(driver, "host1") == [f"lw-{first}-0"]
     assert leases(path)[first]["state"] == "active"
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_vm_moved_behind_the_daemons_back_is_followed_where_it_runs(tmp_path, restarted):
+    """The hosts are the truth: a VM found running on another host than the plan's (a live migration done by
+    hand, or one libvirt finished after the plan gave it up) is adopted there when that host has the room,
+    and its lease ends there as planned; found by a running daemon's step, or by a restarted one."""
+    path, cfg = make_store(tmp_path, n=3), config()
+    lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, nodes=2))
+    driver = driver_for(path, None)
+    notes = []
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver, driver.clock, say=notes.append)
+        daemon.reconcile()
+        daemon.step()
+        daemon.runner.wait_idle()
+        moved_from = driver.locate(f"lw-{lease}-1")
+        driver.migrate(f"lw-{lease}-1", "host3")
+        if not restarted:
+            daemon.clock.advance_to(T0 + 10 * MIN)
+            daemon.step()
+        daemon.close()
+    if restarted:
+        notes = steps(path, cfg, driver, 10)
+    assert moved_from != "host3"
+    assert any(f"lease {lease}: found lw-{lease}-1 on host3, not where the plan had them" in n for n in notes), notes
+    with Store.open(path) as store:
+        assert store.lease(lease).last_vm.nodes[1] == "host3"
+    steps(path, cfg, driver, 60)
+    assert leases(path)[lease]["state"] == "done"
+    assert all(names(driver, h) == [] for h in ("host1", "host2", "host3"))
+
+
+def test_a_vm_moved_to_a_host_without_room_for_it_in_the_plan_is_not_followed(tmp_path):
+    path, cfg = make_store(tmp_path, n=3), config()
+    lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, nodes=2))
+    other = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60))   # the plan gives it the third host
+    driver = driver_for(path, None)
+    steps(path, cfg, driver, 0)
+    third = driver.locate(f"lw-{other}-0")
+    driver.stop(f"lw-{other}-0")           # room on that host for the move, not in the plan
+    driver.migrate(f"lw-{lease}-1", third)
+    notes = steps(path, cfg, driver, 10)
+    assert f"lease {lease}: VM(s) lw-{lease}-1 gone from their hosts: failed" in notes, notes
+    assert leases(path)[lease]["state"] == "failed"
+    assert all(names(driver, h) == [] for h in ("host1", "host2", "host3"))
