@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from drivers.base import Driver
-from drivers.errors import DriverError
+from drivers.errors import DriverError, VMNotFound
 from drivers.clock import Clock, SimulatedClock
 from orchestrator.model.config import Config, SchedulingConfig
 from orchestrator.model.errors import InconsistentSchedule
@@ -227,7 +227,9 @@ class Daemon:
             self._strays.discard(tag.where)
             self.store.finish_operation(tag.record, now, "failed" if error else "done", str(error) if error else None)
             host, vm = tag.where
-            if error is None:
+            if error is not None:
+                self._notes.append(f"lease {tag.lease_id}: could not stop {vm}, left running on {host}: {error}")
+            elif outcome.result:
                 self._notes.append(f"lease {tag.lease_id}: stopped {vm}, left running on {host}")
                 self.store.append_event(now, "reconciled", tag.lease_id, outcome="stopped-stray", host=host, vm=vm)
             return False
@@ -369,10 +371,8 @@ class Daemon:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
                 changed = self._take_outcomes(cluster, now)
-                strays: list[Job] = []
                 if first and looking:
                     self._notice_ended_vms(cluster, now, busy, listings)
-                    strays = self._stray_jobs(cluster, now, busy, listings)
                 if first or changed:
                     for _ in range(10_000):
                         handled = sched.process_events(now)
@@ -385,6 +385,10 @@ class Daemon:
                 jobs = self._jobs(self.collector.take(), now)
                 if first:   # (a cleanup that failed, or an operation a silent host held up, is tried again
                     # at the next step, not at once; the latter before this step's, in their order)
+                    # (strays judged by the plan as this step leaves it: a lease this step or a request
+                    # since the hosts were listed gave an operation is not judged by that listing)
+                    strays = self._stray_jobs(cluster, now, busy | self.runner.busy_leases()
+                                              | {job.lease_id for job in jobs}, listings) if looking else []
                     jobs = self._waiting_jobs(cluster, now) + jobs + self._release_jobs(now) + strays
                 self.store.set_meta("daemon_clock", iso(now))
                 if self._silent_since != self._silent_saved:
@@ -531,9 +535,19 @@ class Daemon:
             for host, name in strays:
                 self._strays.add((host, name))
                 record = self.store.add_operation(now, STRAY, lease_id, None, [host])
-                jobs.append(Job(partial(self.driver.stop, name, 0.0, host), frozenset({host}), lease_id,
+                jobs.append(Job(partial(self._stop_stray, name, host), frozenset({host}), lease_id,
                                 _Tag(record, STRAY, lease_id, where=(host, name))))
         return jobs
+
+    def _stop_stray(self, name: str, host: str) -> bool:
+        """Stop `name` on `host` at once; False if it was gone already (stopped by its lease's own operation)."""
+        try:
+            self.driver.stop(name, graceful_timeout=0.0, host=host)
+        except VMNotFound:
+            return False
+        except DriverError as exc:
+            raise EnactmentError(f"stop {name} on {host}: {exc}") from exc
+        return True
 
     def _notice_ended_vms(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> None:
         """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
