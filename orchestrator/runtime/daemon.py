@@ -211,8 +211,9 @@ class Daemon:
             if error is not None:
                 self.store.finish_operation(tag.record, now, "failed", str(error))
                 tries = self._release_failures[tag.lease_id][1] + 1 if tag.lease_id in self._release_failures else 1
-                if tries == 1:
+                if tries == 1:   # (`lease show` lists it: the lease's time is over, not yet all it left)
                     self._notes.append(f"lease {tag.lease_id}: cleanup waits: {error}")
+                    self.store.append_event(now, "cleanup-waits", tag.lease_id, error=str(error))
                 self._release_failures[tag.lease_id] = (now + self._pause(tries), tries)
                 return False
             removed = outcome.result or []

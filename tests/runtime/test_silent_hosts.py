@@ -46,6 +46,8 @@ def test_a_lease_ending_while_a_host_is_silent_ends_and_its_vm_is_stopped_when_t
     assert names(driver, "host1") == []
     with Store.open(path) as store:
         assert [l.id for l in store.unreleased_leases()] == [lease]   # lw-1-1 still runs on the silent host2
+        waits = [e.detail["error"] for e in store.events(lease_id=lease) if e.kind == "cleanup-waits"]
+        assert len(waits) == 1 and "host host2 is down" in waits[0]   # what `lease show` lists
     steps(path, cfg, driver, 12)
     assert names(driver, "host2") == []
     with Store.open(path) as store:
