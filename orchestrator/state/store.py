@@ -1124,18 +1124,18 @@ class Store:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         row = ", ".join(_json_value(f"l.{_q(c)}") for c in _LEASE_COLUMNS)
         plan = ", ".join(_json_value(f"r.{_q(c)}") for c in _RR_COLUMNS)
-        # each part's rows in the order `lease_records` gives them (an ordered subquery: SQLite 3.40 has
-        # no ORDER BY inside an aggregate)
+        # each part's rows in the order `lease_records` gives them (ordered subqueries: SQLite 3.40 has no
+        # ORDER BY inside an aggregate); the parts joined as text, which SQLite would otherwise parse again
         query = (
-            "SELECT json_group_array(json(record)) FROM (SELECT json_object("
-            f"'row', json_array({row}), "
-            "'history', json((SELECT json_group_array(json_array(h.time, h.state)) FROM "
-            "(SELECT time, state FROM lease_states WHERE lease_id = l.id ORDER BY seq) AS h)), "
-            f"'plan', json((SELECT json_group_array(json_array({plan})) FROM "
-            "(SELECT * FROM reservations WHERE lease_id = l.id ORDER BY position) AS r)), "
-            "'dirty_rates', json((SELECT json_group_object(CAST(d.vnode AS TEXT), "
-            f"{_json_value('d.mib_s')}) FROM dirty_rates AS d WHERE d.lease_id = l.id))"
-            f") AS record FROM leases AS l {where} ORDER BY l.id)")
+            "SELECT '[' || coalesce(group_concat(record, ','), '') || ']' FROM (SELECT "
+            f"'{{\"row\":' || json_array({row}) || "
+            "',\"history\":' || (SELECT json_group_array(json_array(h.time, h.state)) FROM "
+            "(SELECT time, state FROM lease_states WHERE lease_id = l.id ORDER BY seq) AS h) || "
+            f"',\"plan\":' || (SELECT json_group_array(json_array({plan})) FROM "
+            "(SELECT * FROM reservations WHERE lease_id = l.id ORDER BY position) AS r) || "
+            "',\"dirty_rates\":' || (SELECT json_group_object(CAST(d.vnode AS TEXT), "
+            f"{_json_value('d.mib_s')}) FROM dirty_rates AS d WHERE d.lease_id = l.id) || '}}'"
+            f" AS record FROM leases AS l {where} ORDER BY l.id)")
         with self._read() as conn:
             return conn.execute(query, params).fetchone()[0]
 
