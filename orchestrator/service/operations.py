@@ -157,14 +157,14 @@ class LeaseService:
                 return image.vm_image()
         raise InvalidRequest("image", f"{name!r} is not a catalogued image")
 
-    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> list[dict]:
-        """The leases as the codec sends them (read straight from their rows)."""
+    def leases_json(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> str:
+        """The leases as the codec sends them, one JSON array encoded by the store (straight from their rows)."""
         if states is not None:
             states = list(states)
             for state in states:
                 if state not in {s.value for s in LeaseState}:
                     raise InvalidRequest("status", f"{state!r} is not a lease state")
-        return self.reader().lease_records(states, user)
+        return self.reader().lease_records_json(states, user)
 
     def listed(self, make: Callable[[], T]) -> T:
         """`make()` (a lease list read and encoded) while no other list is being made."""
