@@ -595,6 +595,19 @@ def _q(column: str) -> str:
     return f'"{column}"'
 
 
+def _lease_filter(state: Iterable[str] | None, user: str | None, prefix: str = "") -> tuple[str, list]:
+    """The WHERE clause (and its parameters) picking leases in these states and of this user."""
+    clauses, params = [], []
+    if state is not None:
+        values = [LeaseState(s).value for s in state]
+        clauses.append(f"{prefix}state IN ({', '.join('?' * len(values))})")
+        params.extend(values)
+    if user is not None:
+        clauses.append(f"{prefix}user = ?")
+        params.append(user)
+    return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
+
+
 def _json_value(expr: str) -> str:
     """SQL making a column's value a JSON value as Python's `json` writes it: a real with 17 significant
     digits (SQLite's JSON keeps 15, which may read back as another float)."""
@@ -1080,25 +1093,8 @@ class Store:
     def lease_records(self, state: Iterable[str] | None = None, user: str | None = None) -> list[dict[str, Any]]:
         """Leases as `orchestrator.state.codec` sends them, straight from their rows (no `Lease` is built:
         the server lists many leases often)."""
-        clauses, params = [], []
-        if state is not None:
-            values = [LeaseState(s).value for s in state]
-            clauses.append(f"state IN ({', '.join('?' * len(values))})")
-            params.extend(values)
-        if user is not None:
-            clauses.append("user = ?")
-            params.append(user)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        select = f"SELECT id FROM leases {where}"
-        with self._read() as conn:
-            rows = conn.execute(f"SELECT {', '.join(map(_q, _LEASE_COLUMNS))} FROM leases {where} ORDER BY id",
-                                params).fetchall()
-            history = conn.execute(f"SELECT lease_id, time, state FROM lease_states WHERE lease_id IN ({select}) "
-                                   f"ORDER BY lease_id, seq", params).fetchall()
-            plan = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
-                                f"({select}) ORDER BY lease_id, position", params).fetchall()
-            rates = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
-                                 params).fetchall()
+        where, params = _lease_filter(state, user)
+        rows, history, plan, rates = self._lease_rows(where, params)
         out = {row[0]: {"row": list(row), "history": [], "plan": [], "dirty_rates": {}} for row in rows}
         for lease_id, at, st in history:
             out[lease_id]["history"].append([at, st])
@@ -1113,15 +1109,7 @@ class Store:
         SQLite builds the text without holding the GIL, so a list does not slow down whoever holds the
         scheduler's lock. Decoded, it equals `lease_records` (reals are written with 17 digits, which read
         back as the same float)."""
-        clauses, params = [], []
-        if state is not None:
-            values = [LeaseState(s).value for s in state]
-            clauses.append(f"l.state IN ({', '.join('?' * len(values))})")
-            params.extend(values)
-        if user is not None:
-            clauses.append("l.user = ?")
-            params.append(user)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where, params = _lease_filter(state, user, "l.")
         row = ", ".join(_json_value(f"l.{_q(c)}") for c in _LEASE_COLUMNS)
         plan = ", ".join(_json_value(f"r.{_q(c)}") for c in _RR_COLUMNS)
         # each part's rows in the order `lease_records` gives them (ordered subqueries: SQLite 3.40 has no
@@ -1217,17 +1205,23 @@ class Store:
         rows = self._conn.execute("SELECT id, workload_id FROM leases WHERE workload_id IS NOT NULL")
         return {i: w for i, w in rows}
 
-    def _load_leases(self, where: str, params: tuple) -> list[Lease]:
+    def _lease_rows(self, where: str, params: Sequence) -> tuple[list, list, list, list]:
+        """The rows of the leases `where` picks, of their state histories, plans and dirty rates, in one read
+        (each by lease id, then in its order)."""
         select = f"SELECT id FROM leases {where}"
         with self._read() as conn:
-            lease_rows = conn.execute(f"SELECT {', '.join(map(_q, _LEASE_COLUMNS))} FROM leases {where} "
-                                      f"ORDER BY id", params).fetchall()
-            history_rows = conn.execute(f"SELECT lease_id, time, state FROM lease_states WHERE lease_id IN "
-                                        f"({select}) ORDER BY lease_id, seq", params).fetchall()
-            rr_rows = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
-                                   f"({select}) ORDER BY lease_id, position", params).fetchall()
-            rate_rows = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
-                                     params).fetchall()
+            leases = conn.execute(f"SELECT {', '.join(map(_q, _LEASE_COLUMNS))} FROM leases {where} ORDER BY id",
+                                  params).fetchall()
+            history = conn.execute(f"SELECT lease_id, time, state FROM lease_states WHERE lease_id IN ({select}) "
+                                   f"ORDER BY lease_id, seq", params).fetchall()
+            plan = conn.execute(f"SELECT {', '.join(map(_q, _RR_COLUMNS))} FROM reservations WHERE lease_id IN "
+                                f"({select}) ORDER BY lease_id, position", params).fetchall()
+            rates = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
+                                 params).fetchall()
+        return leases, history, plan, rates
+
+    def _load_leases(self, where: str, params: tuple) -> list[Lease]:
+        lease_rows, history_rows, rr_rows, rate_rows = self._lease_rows(where, params)
         histories: dict[int, list[tuple[datetime, LeaseState]]] = {}
         for lease_id, at, state in history_rows:
             histories.setdefault(lease_id, []).append((_dt(at), LeaseState(state)))
