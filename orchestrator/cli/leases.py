@@ -39,7 +39,7 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.state.codec import image_from_json
-from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
+from orchestrator.state.answers import hosts_of, submit_answer
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
 
@@ -213,9 +213,8 @@ def submit(
         if request.guest is not None and request.guest.network:
             macs = cluster.store.allocate_macs(request.numnodes)
             request = replace(request, guest=replace(request.guest, macs=macs))
-        before = plan_snapshot(cluster)
         lease = cluster.submit(request, now)
-        answer = submit_answer(lease, affected(cluster, before, lease.id))
+        answer = submit_answer(lease, cluster.moved(lease.id))
     _answer(answer, json_out)
 
 

@@ -92,6 +92,13 @@ class LeaseScheduler:
         self.finished: list[Lease] | None = None
 
     # -- leases -------------------------------------------------------------------------------------------
+    def _touch(self, lease: Lease) -> None:
+        """Note a change to the lease that the slot table does not see (a reservation's state, a longer
+        request), for a store that writes back only the leases that changed."""
+        changed = self.table.changed_leases
+        if changed is not None:
+            changed.add(lease.id)
+
     def lease(self, lease_id: int) -> Lease:
         try:
             return self.leases[lease_id]
@@ -321,6 +328,7 @@ class LeaseScheduler:
     def _set_premature_end(self, lease: Lease) -> None:
         """Simulation: mark where the lease really ends inside its open VM reservations (the run time
         not yet accounted for starts at the first one's start; an evacuated lease's two are contiguous)."""
+        self._touch(lease)
         vms = lease.open_vms()
         for vm in vms:
             vm.premature_end = None
@@ -411,6 +419,7 @@ class LeaseScheduler:
 
     def _drop_plan(self, lease: Lease, now: datetime) -> None:
         """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
+        self._touch(lease)
         self._forget_future(lease)
         for vm in reversed(lease.open_vms()):
             for rr in vm.all_parts():
@@ -526,6 +535,7 @@ class LeaseScheduler:
     def _handle_start(self, rr: Reservation, now: datetime) -> None:
         lease = self._lease_of(rr)
         rr.state = ReservationState.ACTIVE
+        self._touch(lease)
         kind = rr.kind
         vm = rr.vm
         if kind is ReservationKind.VM:
@@ -599,6 +609,7 @@ class LeaseScheduler:
     def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
+        self._touch(lease)
         open_vms = lease.open_vms()
         freed_until = open_vms[-1].final_end
         for later in [ov for ov in open_vms if ov is not vm and ov.start >= vm.end]:
@@ -653,6 +664,7 @@ class LeaseScheduler:
 
     def _enactment_error(self, operation: Operation, lease: Lease, rr: Reservation, exc: EnactmentError,
                          now: datetime | None) -> None:
+        self._touch(lease)
         if operation is Operation.LIVE_MIGRATE and now is not None:
             log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
             # (a migration that ran until it was aborted ended after the step began: plan from then,
@@ -723,6 +735,7 @@ class LeaseScheduler:
         return False
 
     def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
+        self._touch(lease)
         vm = lease.last_vm
         if vm is not None:
             for rr in vm.all_parts():
@@ -912,6 +925,7 @@ class LeaseScheduler:
         if lease.is_final:
             raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
         request = dataclasses.replace(lease.request, duration=lease.request.duration + by)
+        self._touch(lease)
         vm = lease.last_vm
         if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in self.table:
             lease.request = request

@@ -40,7 +40,7 @@ from orchestrator.runtime.host_admin import (
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
-from orchestrator.state.answers import affected, hosts_of, plan_snapshot, submit_answer
+from orchestrator.state.answers import hosts_of, submit_answer
 from orchestrator.state.cluster import Cluster, check_site_can_hold
 from orchestrator.state.codec import image_json, lease_to_json, migration_report_json
 from orchestrator.state.session import ClusterSession
@@ -141,9 +141,8 @@ class LeaseService:
             if request.guest is not None and request.guest.network:
                 macs = cluster.store.allocate_macs(request.numnodes)
                 request = replace(request, guest=replace(request.guest, macs=macs))
-            before = plan_snapshot(cluster)
             lease = cluster.submit(request, now)
-            answer = submit_answer(lease, affected(cluster, before, lease.id))
+            answer = submit_answer(lease, cluster.moved(lease.id))
             cluster.save(now)
         self.wake()
         return answer

@@ -29,6 +29,7 @@ from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.groups import unix_groups
+from orchestrator.state.answers import moved_entry
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -65,6 +66,11 @@ class Cluster:
         self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
         # lease id -> its signature when last written: as read back, nothing to write
         self._written: dict[int, tuple] = {l.id: _signature(l) for l in leases if not l.is_final}
+        # lease id -> (state, last VM reservation's id, start, end, whether it ends in a suspension) when
+        # last written: what a submission's answer compares to name the leases it moved
+        self._shown: dict[int, tuple] = {l.id: _shown(l) for l in leases if not l.is_final}
+        # the leases the scheduler changes from now on (the table's, and those it notes itself)
+        self.table.changed_leases = set()
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
@@ -128,13 +134,35 @@ class Cluster:
         return self._workload_ids.get(lease.id)
 
     # -- persistence --------------------------------------------------------------------------------------
+    def unsaved(self) -> list[int]:
+        """The live leases that may differ from what was last written, in id order: those whose
+        reservations or state the scheduler changed, and any whose history grew. (A cluster kept in
+        memory across transactions holds many leases, few of which a step changes: the others are not
+        looked at.)"""
+        changed = self.table.changed_leases
+        leases, seen = self.scheduler.leases, self._seen
+        grown = [i for i in self._live if len(leases[i].history) != seen.get(i)]
+        return sorted(self._live.intersection(changed).union(grown))
+
+    def moved(self, skip: int) -> list[dict]:
+        """The leases other than `skip` whose state or plan changed since the last write (a submission
+        preempted, requeued or moved them), as a submission's answer lists them."""
+        out = []
+        for lease_id in self.unsaved():
+            if lease_id == skip or lease_id not in self._shown:
+                continue
+            lease = self.scheduler.leases[lease_id]
+            if _shown(lease) != self._shown[lease_id]:
+                out.append(moved_entry(lease, self.table))
+        return out
+
     def save(self, now: datetime) -> None:
         """Write back every lease that changed, and log what changed in its plan and state.
 
-        A lease whose state, history, counters and plan are as last written is skipped (a cluster kept in
-        memory across transactions holds many leases, few of which a step changes); a lease that has
-        become final is written one last time and then no longer looked at."""
-        for lease_id in sorted(self._live):
+        Only the leases `unsaved` names are compared with what was last written; a lease whose state,
+        history, counters and plan are as written is skipped; a lease that has become final is written one
+        last time and then no longer looked at."""
+        for lease_id in self.unsaved():
             lease = self.scheduler.leases[lease_id]
             signature = _signature(lease)
             if self._written.get(lease_id) == signature:
@@ -152,9 +180,12 @@ class Cluster:
             self._seen[lease_id] = len(lease.history)
             self._planned[lease_id] = plan
             self._written[lease_id] = signature
-        for lease_id in [i for i in self._live if self.scheduler.leases[i].is_final]:
-            self._live.discard(lease_id)
-            self._written.pop(lease_id, None)
+            self._shown[lease_id] = _shown(lease)
+            if lease.is_final:
+                self._live.discard(lease_id)
+                self._written.pop(lease_id, None)
+                self._shown.pop(lease_id, None)
+        self.table.changed_leases.clear()
         self.store.set_meta("future_leases", sorted(self.scheduler.vm.future_leases))
         self.store.set_meta("counters", dict(self.scheduler.counters))
 
@@ -182,6 +213,11 @@ def _signature(lease: Lease) -> tuple:
             lease.requeues, lease.start_time, lease.end_time, lease.request.duration, len(lease.reservations),
             tuple((rr.id, rr.state, rr.start, rr.end, tuple(rr.nodes.items()), rr.premature_end, rr.continues)
                   for vm in lease.reservations for rr in vm.all_parts()))
+
+
+def _shown(lease: Lease) -> tuple:
+    vm = lease.last_vm
+    return (lease.state, None if vm is None else (vm.id, vm.start, vm.end, vm.is_suspending))
 
 
 def _plan_of(lease: Lease) -> tuple:

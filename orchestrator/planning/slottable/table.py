@@ -63,6 +63,9 @@ class SlotTable:
         self._keys: list[tuple] = [(None, 0), (None, 0)]   # the last (start, key) and (end, key) asked
         #: the time most queries are about (set by the scheduler as time goes on)
         self.present: datetime | None = None
+        #: ids of the leases whose reservations went in or out since the owner last emptied it (None: not
+        #: kept); a store that writes back only what changed reads it instead of comparing every lease
+        self.changed_leases: set[int] | None = None
         items = hosts.items() if isinstance(hosts, Mapping) else hosts
         for name, capacity in items:
             self.add_host(name, capacity)
@@ -133,6 +136,8 @@ class SlotTable:
         return rr
 
     def _insert(self, rr: Reservation) -> None:
+        if self.changed_leases is not None:
+            self.changed_leases.add(rr.lease_id)
         start, end = rr.start, rr.end
         if end > start:
             ks, ke = time_key(start), time_key(end)
@@ -155,6 +160,8 @@ class SlotTable:
     def remove(self, rr: Reservation) -> None:
         if self._reservations.get(rr.id) is not rr:
             raise InconsistentSchedule(f"reservation {rr!r} is not in the slot table")
+        if self.changed_leases is not None:
+            self.changed_leases.add(rr.lease_id)
         self._by_end.remove(rr)
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
