@@ -187,7 +187,18 @@ def _t(value: datetime | None) -> str | None:
 
 
 def _dt(text: str | None) -> datetime | None:
-    return None if text is None else parse_time(text)
+    """A time as `_t` wrote it (fixed width, `Z`): read straight by `fromisoformat`; anything else is
+    checked in full by `parse_time`."""
+    if text is None:
+        return None
+    if len(text) == 27 and text[26] == "Z":
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            return parse_time(text)
+        if value.tzinfo is UTC and 1970 <= value.year <= 9998:
+            return value
+    return parse_time(text)
 
 
 def _secs(value: timedelta | None) -> float | None:
