@@ -5,6 +5,7 @@ state or last VM reservation the submission changed, as a full before/after comp
 
 from __future__ import annotations
 
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def _check_unsaved(cluster: Cluster) -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations, suspension=st.sampled_from(["all", "none"]))
 def test_every_changed_lease_is_unsaved_and_a_submission_names_what_it_moved(tmp_path: Path, ops, suspension):
-    path = tmp_path / f"state-{abs(hash(str(ops)))}.sqlite"
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "state.sqlite"   # (hypothesis reuses tmp_path)
     with Store.open(path) as store:
         for i in (1, 2, 3):
             store.add_host(HostConfig(name=f"h{i}", uri="sim://", domain_type="qemu"), 4, 8192)
