@@ -134,16 +134,21 @@ class LeaseService:
                              "a path on the hosts is for admins")
         now = self.now()
         request = replace(request, submit_time=now)
-        with self.session.open() as cluster:
-            if request.image is not None and request.image.name is not None:
-                request = replace(request, image=self._catalogued(request, cluster.store))
-            check_site_can_hold([h.capacity for h in cluster.hosts.values()], request.numnodes, request.nodes[0])
-            if request.guest is not None and request.guest.network:
-                macs = cluster.store.allocate_macs(request.numnodes)
-                request = replace(request, guest=replace(request.guest, macs=macs))
-            lease = cluster.submit(request, now)
+
+        def submit(cluster: Cluster) -> dict[str, Any]:
+            wanted = request
+            if wanted.image is not None and wanted.image.name is not None:
+                wanted = replace(wanted, image=self._catalogued(wanted, cluster.store))
+            check_site_can_hold([h.capacity for h in cluster.hosts.values()], wanted.numnodes, wanted.nodes[0])
+            if wanted.guest is not None and wanted.guest.network:
+                macs = cluster.store.allocate_macs(wanted.numnodes)
+                wanted = replace(wanted, guest=replace(wanted.guest, macs=macs))
+            lease = cluster.submit(wanted, now)
             answer = submit_answer(lease, cluster.moved(lease.id))
             cluster.save(now)
+            return answer
+
+        answer = self.session.run(submit)   # (with any other submissions waiting: one commit)
         self.wake()
         return answer
 
@@ -187,14 +192,18 @@ class LeaseService:
         if lease.is_final:
             raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
         now = self.now()
-        with self.session.open() as cluster:
+
+        def cancel(cluster: Cluster) -> dict[str, Any]:
             lease = cluster.lease(lease_id)
             was_running = lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
             hosts = hosts_of(lease.last_vm) if was_running else []
             cluster.cancel(lease_id, now)
             cluster.save(now)
+            return {"id": lease_id, "was_running": was_running, "hosts": hosts}
+
+        answer = self.session.run(cancel)
         self.wake()
-        return {"id": lease_id, "was_running": was_running, "hosts": hosts}
+        return answer
 
     def extend(self, caller: Caller, lease_id: int, by: timedelta) -> dict[str, Any]:
         lease = self._stored(lease_id)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+T = TypeVar("T")
 
 from orchestrator.model.config import Config
 from orchestrator.planning.enactment import Enactor
@@ -24,6 +26,8 @@ class ClusterSession(Protocol):
     store: Store
 
     def open(self) -> AbstractContextManager[Cluster]: ...   # a write transaction with the cluster in it
+
+    def run(self, work: Callable[[Cluster], T]) -> T: ...     # work(cluster) in a write transaction
 
     def invalidate(self) -> None: ...
 
@@ -42,8 +46,24 @@ class FreshCluster:
         with self.store.transaction():
             yield self._make(self.store, self.config, self.enactor, live_only=self.live_only)
 
+    def run(self, work: Callable[[Cluster], T]) -> T:
+        with self.open() as cluster:
+            return work(cluster)
+
     def invalidate(self) -> None:
         pass
+
+
+class _Work:
+    """One caller's `work` waiting to be run, and what came of it."""
+
+    __slots__ = ("work", "finished", "value", "error")
+
+    def __init__(self, work: Callable[[Cluster], object]):
+        self.work = work
+        self.finished = False
+        self.value: object = None
+        self.error: BaseException | None = None
 
 
 class SharedCluster:
@@ -56,6 +76,8 @@ class SharedCluster:
         self._make = make
         self._cluster: Cluster | None = None
         self._depth = 0
+        self._pending: list[_Work] = []
+        self._pending_lock = threading.Lock()
 
     @contextmanager
     def open(self) -> Iterator[Cluster]:
@@ -72,6 +94,41 @@ class SharedCluster:
                 raise
             finally:
                 self._depth -= 1
+
+    def run(self, work: Callable[[Cluster], T]) -> T:
+        """`work(cluster)` in a write transaction. Callers that arrive while another one holds the lock are
+        run together when it is free, each in a savepoint of its own, under one commit (group commit: a
+        burst of requests waits for one disk flush, not one each). One caller's exception is its own: its
+        savepoint is rolled back, the scheduler rebuilt, and the others' work is kept."""
+        item = _Work(work)
+        with self._pending_lock:
+            self._pending.append(item)
+        with self.lock:
+            if not item.finished:
+                self._run_pending()
+        if item.error is not None:
+            raise item.error
+        return item.value  # type: ignore[return-value]
+
+    def _run_pending(self) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        try:
+            with self.open():
+                for item in batch:
+                    try:
+                        with self.open() as cluster:   # (nested: a savepoint)
+                            item.value = item.work(cluster)
+                    except Exception as exc:
+                        item.error = exc
+                        self._cluster = None   # possibly half-changed: rebuilt from the store as it now is
+        except BaseException as exc:   # the commit itself failed: nothing of the batch was written
+            for item in batch:
+                item.value, item.error = None, exc
+            raise
+        finally:
+            for item in batch:
+                item.finished = True
 
     def invalidate(self) -> None:
         """Rebuild at the next use (hosts added or removed, the calibration changed...)."""
