@@ -234,14 +234,40 @@ class MigrationModel(Protocol):
                  downtime_schedule: DowntimeSchedule | None = None) -> MigrationCost: ...
 
 
+class HostEntry(Protocol):
+    """A host as the inventory describes it (`drivers.inventory.HostConfig`, which builds on this module,
+    so it is named here by what every driver reads of it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uri(self) -> str: ...
+
+
 class Driver(ABC):
-    """Manages named hosts and the VMs of leases on them."""
+    """Manages named hosts and the VMs of leases on them.
+
+    The hosts can change while the driver runs (a server's `host add` and `host remove`): `add_host` and
+    `remove_host` may be called from one thread while others run operations."""
 
     name: str = "abstract"
 
     @abstractmethod
     def hosts(self) -> list[str]:
         """Names of the hosts this driver manages."""
+
+    @abstractmethod
+    def add_host(self, config: HostEntry, vcpus: int, memory_mib: int) -> None:
+        """Manage one more host from now on: `config` says how to reach it, `vcpus` and `memory_mib` are
+        its capacity as the store has it (the simulated driver's hardware; a real host is asked, so the
+        libvirt driver ignores them). `ValueError` when a host of that name is managed already."""
+
+    @abstractmethod
+    def remove_host(self, host: str) -> None:
+        """Manage `host` no more: it is not listed, and a call naming it raises `UnknownHost`. A real host
+        keeps what runs there (only the driver lets go of it); a simulated one goes with its VMs and save
+        images. `UnknownHost` when it is not managed."""
 
     @abstractmethod
     def host_info(self, host: str) -> HostInfo:

@@ -13,7 +13,9 @@ With a `state_file` the simulated hosts outlive the process: every VM (with its 
 image is read from that JSON file when the driver is built and written back, atomically (a temporary
 file, then `os.replace`), after each operation that changes them, so a daemon restarted after a crash
 sees the same "hosts". Only one driver process may write a given file at a time. The clock is never
-stored: it stays the caller's.
+stored: it stays the caller's. The hosts themselves (their capacities) are the caller's too, given when the
+driver is built (the store's) and as they are added and removed while it runs; a removed host takes its
+VMs and save images with it, so the file never names a host the driver was not given.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .base import (
     DiskSpec,
     Driver,
     HostCheck,
+    HostEntry,
     HostInfo,
     ImageInfo,
     MigrationModel,
@@ -214,6 +217,13 @@ def _spec_from_json(data: object) -> VMSpec:
     return VMSpec(**values)
 
 
+def _capacity(host: str, cap: HostCapacity | tuple[int, int]) -> HostCapacity:
+    cap = cap if isinstance(cap, HostCapacity) else HostCapacity(*cap)
+    if cap.vcpus < 1 or cap.memory_mib < 1:
+        raise ValueError(f"host {host}: capacity must be at least 1 vCPU and 1 MiB (got {cap})")
+    return cap
+
+
 def probe_image(path: str) -> ImageInfo:
     """Format and virtual size of a disk image file on this machine (qcow2 by its header, else raw): what
     the simulated hosts, which see this machine's files, read there."""
@@ -249,12 +259,7 @@ class SimulatedDriver(Driver):
     ):
         if not hosts:
             raise ValueError("hosts must name at least one host")
-        self._capacity: dict[str, HostCapacity] = {}
-        for host, cap in hosts.items():
-            cap = cap if isinstance(cap, HostCapacity) else HostCapacity(*cap)
-            if cap.vcpus < 1 or cap.memory_mib < 1:
-                raise ValueError(f"host {host}: capacity must be at least 1 vCPU and 1 MiB (got {cap})")
-            self._capacity[host] = cap
+        self._capacity = {host: _capacity(host, cap) for host, cap in hosts.items()}
         self.clock = clock if clock is not None else SimulatedClock(datetime.now(UTC))
         self.config = config if config is not None else SimulatedDriverConfig()
         self._migration_model = migration_model
@@ -367,9 +372,13 @@ class SimulatedDriver(Driver):
         write_whole(path, json.dumps(self._state_json(), sort_keys=True, separators=(",", ":")))
 
     @contextmanager
-    def _changing(self, what: str) -> Iterator[None]:
-        """Around a change of VMs or save images: with a state file, write it after the change, and undo
-        the change in memory when the file cannot be written (the operation then did not happen)."""
+    def _changing(self, what: str, *hosts: str) -> Iterator[None]:
+        """Around a change of VMs or save images on `hosts`: with a state file, write it after the change,
+        and undo the change in memory when the file cannot be written (the operation then did not happen).
+        An operation that waited on the clock (letting go of the lock) may find one of `hosts` removed
+        meanwhile: `UnknownHost`, and it did not happen either."""
+        for host in hosts:
+            self._known(host)
         if self.state_file is None:
             yield
             return
@@ -390,6 +399,22 @@ class SimulatedDriver(Driver):
 
     def hosts(self) -> list[str]:
         return list(self._capacity)
+
+    def add_host(self, config: HostEntry, vcpus: int, memory_mib: int) -> None:
+        """The capacity is the new host's hardware; an empty host, so nothing is written."""
+        if config.name in self._capacity:
+            raise ValueError(f"host {config.name!r} is managed already")
+        self._capacity[config.name] = _capacity(config.name, (vcpus, memory_mib))
+
+    def remove_host(self, host: str) -> None:
+        """The host's VMs (their disks) and the save images only it sees go with it."""
+        self._known(host)
+        with self._changing(f"remove host {host}"):
+            for name in [name for name, vm in self._vms.items() if vm.host == host]:
+                del self._vms[name]
+                self._disks.pop(name, None)
+            self._files = {key: image for key, image in self._files.items() if key[0] != host}
+        del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
         try:
@@ -508,7 +533,7 @@ class SimulatedDriver(Driver):
             if spec.disk.size_bytes is not None and spec.disk.size_bytes < base.virtual_size:
                 raise OperationFailed(f"disk_size: {spec.disk.size_bytes} bytes is smaller than the image "
                                       f"({base.virtual_size} bytes)")
-        with self._changing(f"start {spec.name} on {host}"):
+        with self._changing(f"start {spec.name} on {host}", host):
             self._vms[spec.name] = _VM(spec, host, "running")
             if spec.disk is not None:
                 self._disks[spec.name] = spec.disk.keep
@@ -556,7 +581,7 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self._times.stop(record.spec) if active else 0.0)
         if self._injected_failure("stop"):
             raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
-        with self._changing(f"stop {vm} on {record.host}"):
+        with self._changing(f"stop {vm} on {record.host}", record.host):
             del self._vms[vm]
             if not self._disks.get(vm, True):   # the overlay goes with the VM, unless the lease keeps it
                 del self._disks[vm]
@@ -602,7 +627,7 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self._times.suspend(record.spec))
         if self._injected_failure("suspend"):
             raise OperationFailed(f"suspend {vm} on {record.host}: injected failure")
-        with self._changing(f"suspend {vm} on {record.host}"):
+        with self._changing(f"suspend {vm} on {record.host}", record.host):
             self._files[self._file_key(record.host, state_path)] = _StateFile(record.spec, size)
             record.state = "saved"
         return OperationReport("suspend", vm, record.host, seconds, size)
@@ -624,7 +649,7 @@ class SimulatedDriver(Driver):
         if self._injected_failure("resume"):
             raise OperationFailed(f"resume {vm} on {host}: injected failure")
         # As the libvirt driver does: the VM now lives on `host`; a stale saved definition elsewhere goes.
-        with self._changing(f"resume {vm} on {host}"):
+        with self._changing(f"resume {vm} on {host}", host):
             self._vms[vm] = _VM(image.spec, host, "running")
         return OperationReport("resume", vm, host, seconds, image.size_bytes)
 
@@ -643,7 +668,7 @@ class SimulatedDriver(Driver):
         seconds = self._spend(self._times.move_state(image.size_bytes, False))
         if self._injected_failure("move_state"):
             raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
-        with self._changing(f"move_state {state_path} {src_host} -> {dst_host}"):
+        with self._changing(f"move_state {state_path} {src_host} -> {dst_host}", src_host, dst_host):
             self._files[(dst_host, state_path)] = image
         return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
 
@@ -748,7 +773,7 @@ class SimulatedDriver(Driver):
             raise failure(f"did not converge within {timeout_s:g} s; aborted", "aborted", **measured)
         if self._injected_failure("migrate"):
             raise failure("injected failure", **measured)
-        with self._changing(f"migrate {vm} {src} -> {dst_host}"):
+        with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
             record.host = dst_host
         return MigrationReport(
             vm=vm, source=src, destination=dst_host, success=True, memory_total=memory_total,

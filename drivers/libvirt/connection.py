@@ -5,6 +5,8 @@
   restart. Caching also matters for `test:///` URIs, whose state lives and dies with the connection.
 * A connection is opened outside the lock, so a host that does not answer holds up only the calls to it,
   and `close` never waits for it.
+* Hosts are added and removed while calls run on other threads: the map of hosts is replaced whole, never
+  changed in place, so a thread going through it sees it as it was before or after, never half-changed.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
   bounded and logged, on a re-opened connection; every other error becomes one of `drivers.errors`,
   never a raw `libvirtError`. A host whose retries all failed is tried once per call until it answers
@@ -146,6 +148,23 @@ class Connections:
     def hosts(self) -> list[str]:
         return list(self._configs)
 
+    def add(self, host: HostConfig) -> None:
+        """Reach one more host (its connection is opened on first use)."""
+        with self._lock:
+            if host.name in self._configs:
+                raise ValueError(f"duplicate host name {host.name!r}")
+            self._configs = {**self._configs, host.name: host}
+
+    def remove(self, host: str) -> None:
+        """Reach `host` no more: its connection is closed (a call under way on it fails)."""
+        self.host_config(host)
+        with self._lock:
+            self._configs = {name: cfg for name, cfg in self._configs.items() if name != host}
+            entry = self._open.pop(host, None)
+            self._silent.discard(host)
+        if entry is not None:
+            _close_quietly(entry.conn)
+
     def host_config(self, host: str) -> HostConfig:
         try:
             return self._configs[host]
@@ -173,7 +192,7 @@ class Connections:
         if entry is not None:
             log.info("re-opening the libvirt connection to %s (%s)", host, cfg.uri)
             _close_quietly(entry.conn)
-        return self._install(host, self._open_new(cfg))
+        return self._install(cfg, self._open_new(cfg))
 
     def _open_new(self, cfg: HostConfig) -> _Connection:
         lv = self.libvirt
@@ -192,14 +211,19 @@ class Connections:
             log.debug("no close callback on %s: %s", cfg.uri, exc.get_error_message())
         return entry
 
-    def _install(self, host: str, entry: _Connection) -> Any:
-        """Cache a freshly opened connection, unless another thread cached a live one meanwhile."""
+    def _install(self, cfg: HostConfig, entry: _Connection) -> Any:
+        """Cache a freshly opened connection, unless another thread cached a live one meanwhile, or the
+        host was removed meanwhile (`UnknownHost`: nothing is kept of it)."""
+        host = cfg.name
         with self._lock:
+            managed = self._configs.get(host) is cfg
             current = self._open.get(host)
-            if current is None or current.dropped:
+            if managed and (current is None or current.dropped):
                 self._open[host] = entry
                 return entry.conn
         _close_quietly(entry.conn)
+        if not managed:
+            raise UnknownHost(f"host {host!r} was removed while connecting to it")
         return current.conn
 
     def _on_close(self, conn: Any, reason: int, entry: _Connection) -> None:

@@ -79,6 +79,12 @@ class LibvirtDriver(Driver):
     def hosts(self) -> list[str]:
         return self._connections.hosts()
 
+    def add_host(self, config: HostConfig, vcpus: int, memory_mib: int) -> None:   # type: ignore[override]
+        self._connections.add(config)
+
+    def remove_host(self, host: str) -> None:
+        self._connections.remove(host)
+
     def host_info(self, host: str) -> HostInfo:
         return read_host_info(self._connections, host)
 

@@ -23,7 +23,9 @@ reservations / immediate leases planned there (their start is fixed: cancel them
 
 Every command but `list` makes one call on a backend: the configured server's client, else the local
 store (`orchestrator.cli.backend`); the steps themselves are `orchestrator.runtime.host_admin`'s, the same
-for both. Through a server, adding, importing, removing, checking and draining hosts are for admins.
+for both. Through a server, adding, importing, removing, checking and draining hosts are for admins, and a
+host added or imported there is planned on and reached by its daemon at once (the daemon's driver learns
+it), a removed one forgotten.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -121,15 +123,6 @@ def add(
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
     make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "
                          f"({escape(added['source'])})", soft_wrap=True)
-    _say_held(added["held"])
-
-
-def _say_held(names: list[str]) -> None:
-    """A server's daemon reaches only the hosts it started with: new ones wait, unavailable, for its restart."""
-    for name in names:
-        make_console(stderr=True).print(
-            f"note: host {escape(name)} is unavailable to leases until the server restarts (its daemon reaches "
-            f"only the hosts it started with); then `leasewise host undrain {escape(name)}`", soft_wrap=True)
 
 
 @host_app.command("import")
@@ -159,7 +152,6 @@ def import_hosts(
     for name in done["skipped"]:
         console.print(f"host {escape(name)} skipped: already present with the same settings", soft_wrap=True)
     console.print(f"{len(done['added'])} added, {len(done['skipped'])} skipped", soft_wrap=True)
-    _say_held(done["held"])
 
 
 # -- list -------------------------------------------------------------------------------------------------------

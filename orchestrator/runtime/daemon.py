@@ -15,6 +15,9 @@ again (every operation accepts its own outcome as done: a start finds the VM run
 then the store is reconciled with what the hosts really run: a VM the store thinks is running but is gone
 fails or requeues its lease (`[daemon] on_lost_vm`); a VM that runs and belongs to a lease is adopted; a
 `lw-*` domain no lease accounts for is reported, never touched.
+
+The hosts are the store's and the driver's as they are at each step: a server adds and removes hosts while
+its daemon runs (its driver learns and forgets them), so the daemon keeps no list of its own.
 """
 
 from __future__ import annotations
@@ -371,6 +374,7 @@ class Daemon:
         while True:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
+                self._follow_hosts(cluster)
                 changed = self._take_outcomes(cluster, now)
                 if first and looking:
                     self._notice_ended_vms(cluster, now, busy, listings)
@@ -438,6 +442,8 @@ class Daemon:
         when each host that does not answer went silent."""
         busy = self.runner.busy_leases()
         listings = self._list_hosts()
+        for host in [h for h in self._silent_since if h not in listings]:   # removed: not silent, gone
+            del self._silent_since[host]
         for host, listed in listings.items():
             if isinstance(listed, Exception):
                 if host not in self._silent_since:
@@ -448,6 +454,13 @@ class Daemon:
             if since is not None:
                 self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
         return busy, listings
+
+    def _follow_hosts(self, cluster: Cluster) -> None:
+        """The enactor's settings of each host (where its save images go) as the store has them now. The
+        map is replaced whole, never changed in place: the runner's threads read it."""
+        configs = {name: record.config for name, record in cluster.hosts.items()}
+        if configs != self.enactor.hosts:
+            self.enactor.hosts = configs
 
     def _list_hosts(self) -> dict[str, object]:
         """What each host runs: its list of VMs, or the error it gave."""

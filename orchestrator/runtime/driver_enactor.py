@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec
 from drivers.cloudinit import SeedSpec
 from drivers.domain_xml import disk_format
-from drivers.errors import DriverError, HostUnreachable, VMAlreadyExists, VMNotFound
+from drivers.errors import DriverError, HostUnreachable, UnknownHost, VMAlreadyExists, VMNotFound
 from drivers.inventory import HostConfig
 from orchestrator.model.config import DaemonConfig
 from orchestrator.model.lease import Lease
@@ -436,6 +436,7 @@ class DriverEnactor:
         """Everything a finished lease left on its hosts goes: VMs still running or defined (a cancelled
         lease's, a suspended one's definition), saved memory images, disk overlays (unless kept) and seeds.
         Returns what was removed; raises `EnactmentError` when a host could not be reached (try again later).
+        A host removed from the cluster since is skipped (logged): the driver no longer reaches it.
         """
         hosts = sorted({h for rr in lease.reservations for h in rr.nodes.values()}
                        | {h for rr in lease.reservations for pre in rr.pre for t in pre.transfers.values() for h in t})
@@ -456,6 +457,9 @@ class DriverEnactor:
                 try:
                     self.driver.remove_state(self.state_path(lease.id, vnode, host), host)
                     removed.extend(f"{host}:{p}" for p in self.driver.remove_vm_storage(name, host, keep_disk=keep))
+                except UnknownHost:   # removed from the cluster since: no longer the driver's to clean
+                    log.warning("lease %s: host %s was removed; what %s left there (if anything) stays",
+                                lease.id, host, name)
                 except DriverError as exc:
                     problems.append(f"{host}: {_one_line(str(exc))}")
         if problems:

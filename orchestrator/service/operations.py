@@ -261,9 +261,6 @@ class LeaseService:
         with self.session.open() as cluster:
             if host not in cluster.hosts:
                 raise InvalidRequest("host", f"no host named {host!r}")
-            if self.driver is not None and host not in self.driver.hosts():   # (see _keep_off)
-                raise InvalidRequest("host", f"{host!r} was added while the server ran: its daemon reaches it "
-                                             "once the server restarts; undrain it then")
             cluster.undrain(host, now)
             cluster.save(now)
         self.wake()
@@ -290,17 +287,30 @@ class LeaseService:
             cluster.store.remove_image(name)
 
     # -- host and catalogue administration (admins): hosts are asked before the lock is taken -----------------
-    def _keep_off(self, store: Store, names: Iterable[str]) -> list[str]:
-        """The new hosts this process's daemon cannot reach (its driver was made with the hosts it started
-        with), marked unavailable so nothing is planned there that it would fail to start: a restarted
-        server reaches them, then `host undrain` opens them. (None on a CLI's own store: no daemon here.)"""
+    # The daemon's driver knows every host the store has (and for a moment more, never fewer): it learns a
+    # new host in the transaction that adds it (one it refuses is not added), before the scheduler in memory
+    # is rebuilt with it, and forgets a host once its removal is committed. Without a driver (a CLI's own
+    # store) the next `run` makes its driver from the store.
+    def _reach(self, added: list[tuple[HostConfig, int, int]]) -> None:
+        """The new hosts (config, vCPUs, MiB) to the driver, inside the store's transaction."""
         if self.driver is None:
-            return []
-        known = set(self.driver.hosts())
-        held = [name for name in names if name not in known]
-        for name in held:
-            store.set_host_available(name, False, since=self.now())
-        return held
+            return
+        known = set(self.driver.hosts())   # (a driver made with a host already keeps it as it is)
+        reached: list[str] = []
+        try:
+            for config, vcpus, mib in added:
+                if config.name not in known:
+                    self.driver.add_host(config, vcpus, mib)
+                    reached.append(config.name)
+        except (DriverError, ValueError) as exc:
+            for name in reached:
+                self.driver.remove_host(name)
+            raise LeasewiseError(f"host {config.name!r}: the server's driver refused it ({exc}): nothing added") from None
+
+    def _forget(self, host: str) -> None:
+        """A removed host out of the driver, after the commit."""
+        if self.driver is not None and host in self.driver.hosts():
+            self.driver.remove_host(host)
 
     def host_add(self, caller: Caller, config: HostConfig, cpus: int | None, memory: int | None,
                  timeout: float) -> dict[str, Any]:
@@ -311,9 +321,10 @@ class LeaseService:
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
         with self.session.open() as cluster:
             cluster.store.add_host(config, vcpus, mib)
-            held = self._keep_off(cluster.store, [config.name])
+            self._reach([(config, vcpus, mib)])
         self.session.invalidate()
-        return {"name": config.name, "vcpus": vcpus, "memory_mib": mib, "source": capacity_source(info), "held": held}
+        self.wake()   # (leases waiting for room may fit now)
+        return {"name": config.name, "vcpus": vcpus, "memory_mib": mib, "source": capacity_source(info)}
 
     def host_import(self, caller: Caller, configs: list[HostConfig], cpus: int | None, memory: int | None,
                     timeout: float, source: str) -> dict[str, Any]:
@@ -327,11 +338,12 @@ class LeaseService:
                 if cfg.name not in found:   # added by someone else meanwhile and removed again: ask
                     raise LeasewiseError(f"host {cfg.name!r} changed in the store while importing: run the import again")
                 cluster.store.add_host(cfg, *found[cfg.name][:2])
-            held = self._keep_off(cluster.store, [c.name for c in new_now])
+            self._reach([(c, *found[c.name][:2]) for c in new_now])
         if new_now:
             self.session.invalidate()
+            self.wake()
         return {"added": [{"name": c.name, "vcpus": found[c.name][0], "memory_mib": found[c.name][1]} for c in new_now],
-                "skipped": skipped, "held": held}
+                "skipped": skipped}
 
     def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
         """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""
@@ -339,6 +351,7 @@ class LeaseService:
         now = self.now()
         with self.session.open() as cluster:
             moved = remove_host(cluster, host, drain, now)
+        self._forget(host)
         self.wake()
         return {"host": host, "requeued": moved}
 

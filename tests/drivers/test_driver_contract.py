@@ -4,7 +4,8 @@ How it is built
 ---------------
 `DriverContract` holds the tests and is not collected itself (its name does not start with "Test").
 Each test receives a `ContractTarget` from the `contract_driver` fixture: the driver, two host names,
-a directory for save images that both hosts see, and how to build a bootable `VMSpec` there.
+a directory for save images that both hosts see, how to build a bootable `VMSpec` there, and a third host
+it does not manage yet (to add while it runs).
 `TestDriverContract` below runs the contract against the simulated driver and against the libvirt
 driver on libvirt's in-process test hypervisor.
 
@@ -90,6 +91,7 @@ class ContractTarget:
     graceful_timeout: float = 5.0
     slow_bandwidth_mib_s: float = 1.0                # with slow_timeout_s: a migration that cannot finish in time
     slow_timeout_s: float = 2.0
+    new_host: HostConfig | None = None               # a host to add while the driver runs (None: none to add)
     prefix: str = field(default_factory=lambda: f"lwct-{uuid.uuid4().hex[:6]}")
 
     def vm(self, tag: str) -> str:
@@ -154,6 +156,40 @@ class DriverContract:
             assert check.ok and check.failed == []
         with pytest.raises(UnknownHost):
             t.driver.check_host("no-such-host")
+
+    def test_a_host_added_while_it_runs_takes_vms_and_a_removed_one_is_gone(self, contract_driver: ContractTarget):
+        t = contract_driver
+        if t.new_host is None:
+            pytest.skip(f"{t.label}: no host to add")
+        new = t.new_host.name
+        assert new not in t.driver.hosts()
+        t.driver.start(t.spec("stays"), t.host_a)
+
+        t.driver.add_host(t.new_host, 8, 8192)
+        assert t.driver.hosts().count(new) == 1 and {t.host_a, t.host_b} <= set(t.driver.hosts())
+        info = t.driver.host_info(new)
+        assert info.reachable and info.vcpus >= 1 and info.memory_mib >= 64
+        with pytest.raises(ValueError):
+            t.driver.add_host(t.new_host, 8, 8192)   # managed already
+        spec = t.spec("newcomer", lease_id="lease-new")
+        report = t.driver.start(spec, new)
+        assert (report.operation, report.host) == ("start", new)
+        assert [(i.name, i.state, i.lease_id) for i in t.driver.list_vms(new)] == [(spec.name, "running", "lease-new")]
+        assert t.driver.locate(spec.name) == new
+
+        t.driver.remove_host(new)
+        assert new not in t.driver.hosts() and {t.host_a, t.host_b} <= set(t.driver.hosts())
+        for call in (lambda: t.driver.host_info(new), lambda: t.driver.list_vms(new),
+                     lambda: t.driver.start(t.spec("late"), new), lambda: t.driver.remove_host(new)):
+            with pytest.raises(UnknownHost):
+                call()
+        assert t.driver.locate(spec.name) is None   # not reached any more
+        assert t.names_on(t.host_a) == {t.vm("stays"): "running"}   # the others go on as they were
+
+        t.driver.add_host(t.new_host, 8, 8192)   # and it can come back
+        t.driver.start(t.spec("again"), new)
+        assert t.driver.locate(t.vm("again")) == new
+        t.driver.stop(t.vm("again"), graceful_timeout=0)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -323,12 +359,15 @@ def simulated_target(tmp_path: Path) -> ContractTarget:
     config = SimulatedDriverConfig(shared_storage=(shared,), domain_type="kvm")
     clock = SimulatedClock(datetime(2026, 1, 5, tzinfo=UTC))
     driver = SimulatedDriver({"sim-a": (8, 8192), "sim-b": (8, 8192)}, clock, config, migration_model=predict_precopy)
-    return ContractTarget("simulated", driver, "sim-a", "sim-b", state_dir=shared)
+    return ContractTarget("simulated", driver, "sim-a", "sim-b", state_dir=shared,
+                          new_host=HostConfig("sim-c", "test:///default", shared_storage=(shared,)))
 
 
 def libvirt_test_target(tmp_path: Path) -> ContractTarget:
     node = tmp_path / "node-b.xml"
     node.write_text(NODE)
+    node_c = tmp_path / "node-c.xml"   # (a file of its own: test:///default's state is shared in the process)
+    node_c.write_text(NODE)
     shared = (str(tmp_path),)
     driver = LibvirtDriver(
         [
@@ -340,6 +379,8 @@ def libvirt_test_target(tmp_path: Path) -> ContractTarget:
     )
     return ContractTarget(
         "libvirt-test", driver, "test-a", "test-b", state_dir=str(tmp_path),
+        new_host=HostConfig("test-c", f"test://{node_c}", domain_type="qemu", state_dir=str(tmp_path),
+                            shared_storage=shared),
         migration_unsupported=(
             "libvirt's test hypervisor (test:///) implements no live migration (virDomainMigrate3 -> "
             "VIR_ERR_NO_SUPPORT); the lab run of this contract (tests/lab) covers it"

@@ -1,11 +1,13 @@
 """The simulated driver: costs in simulated time, reproducible failures, and the same rules as libvirt."""
 
+import threading
+import time
 from datetime import datetime, timedelta
 
 import pytest
 
 from drivers.base import MigrationProgress, VMSpec
-from drivers.clock import SimulatedClock
+from drivers.clock import RealClock, SimulatedClock
 from drivers.errors import (
     HostUnreachable,
     MigrationFailed,
@@ -13,6 +15,7 @@ from drivers.errors import (
     UnknownHost,
     VMAlreadyExists,
 )
+from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
@@ -271,3 +274,31 @@ def test_config_rejects_bad_values_naming_the_field():
         SimulatedDriverConfig(failing_operations=frozenset({"reboot"}))
     with pytest.raises(ValueError, match="no timezone"):
         SimulatedDriverConfig(host_down_at={"a": datetime(2026, 1, 1)})
+
+
+def test_an_operation_that_waited_on_the_clock_while_its_host_was_removed_did_not_happen(tmp_path):
+    """On a clock that moves by itself the driver lets go of its lock while an operation takes its time,
+    so a host can be removed under it: the operation then fails and leaves nothing on the removed host
+    (the state file never names a host the driver does not manage)."""
+    config = SimulatedDriverConfig(start_time=timedelta(seconds=1))
+    driver = SimulatedDriver({"a": (8, 8192)}, RealClock(), config, state_file=tmp_path / "hosts.json",
+                             migration_model=predict_precopy)
+    driver.add_host(HostConfig("c", "test:///default"), 8, 8192)
+    outcome: list[BaseException | None] = []
+
+    def start() -> None:
+        try:
+            driver.start(VMSpec("late", 1, 64), "c")
+            outcome.append(None)
+        except BaseException as exc:   # noqa: BLE001 - looked at below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    time.sleep(0.3)   # (the start is under way, waiting on the clock)
+    driver.remove_host("c")
+    thread.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], UnknownHost), outcome
+    assert driver.hosts() == ["a"] and driver.locate("late") is None
+    assert SimulatedDriver({"a": (8, 8192)}, RealClock(), config, state_file=tmp_path / "hosts.json",
+                           migration_model=predict_precopy).locate("late") is None

@@ -14,6 +14,7 @@ import pytest
 from drivers.base import VMSpec
 from drivers.clock import SimulatedClock
 from drivers.errors import OperationFailed, UnknownHost, VMNotFound
+from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
@@ -216,6 +217,26 @@ def test_for_hosts_builds_from_store_capacities(tmp_path):
     assert again.locate("v") == "h2"
     with pytest.raises(UnknownHost):
         again.list_vms("h3")
+
+
+def test_a_host_added_while_it_runs_keeps_its_vms_in_the_file_and_a_removed_one_takes_them_along(tmp_path):
+    """The file names the VMs' hosts; the hosts are the caller's (the store's): with the added host given
+    again its VMs are back, and once it is removed no host of the file is unknown to a driver without it."""
+    path = tmp_path / "hosts.json"
+    first = make(path)
+    first.add_host(HostConfig("c", "test:///default"), 4, 4096)
+    first.start(VMSpec("newcomer", 2, 1024, lease_id="7"), "c")
+    first.suspend("newcomer", "/var/save/newcomer.save")   # a save image only c sees
+    first.start(VMSpec("stays", 1, 256), "a")
+
+    second = make(path, hosts={**HOSTS, "c": (4, 4096)})
+    assert snapshot(second)["c"] == [("newcomer", "saved", 2, 1024, "7")]
+    assert second.state_file_exists("c", "/var/save/newcomer.save")
+
+    second.remove_host("c")
+    third = make(path)   # (a file naming c would be refused: "which this driver does not manage")
+    assert snapshot(third) == {"a": [("stays", "running", 1, 256, None)], "b": []}
+    assert third.locate("newcomer") is None and not third.state_file_exists("c", "/var/save/newcomer.save")
 
 
 def test_without_a_state_file_nothing_is_written(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from drivers.clock import RealClock, SimulatedClock
-from drivers.inventory import HostConfig
+from drivers.inventory import DEFAULT_STATE_DIR, HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
 from orchestrator.model.config import config_from_dict
 from orchestrator.model.lease import LeaseRequest, LeaseType
@@ -115,6 +115,32 @@ def test_lease_submitted_while_running_is_picked_up_without_restart(tmp_path):
     result = leases(path)
     assert result[first]["state"] == "done"
     assert result[later]["state"] == "active" and result[later]["start"] == "2026-01-01T13:10:00Z"
+
+
+def test_a_host_added_while_the_daemon_runs_is_enacted_on_with_its_own_settings(tmp_path):
+    """A server adds hosts while its daemon runs (its driver learns them): the daemon reads each host's
+    settings from the store at each step, so a VM suspended on the new host is saved where that host
+    keeps its memory images."""
+    path, cfg = make_store(tmp_path, n=1), config()
+    driver = driver_for(path, None)
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver, SimulatedClock(T0))
+        daemon.reconcile()
+        daemon.step()
+        added = HostConfig(name="host2", uri="sim://", domain_type="qemu", state_dir="/srv/host2-saves")
+        store.add_host(added, 1, 1024)
+        driver.add_host(added, 1, 1024)
+        best_effort = [submit(path, cfg, request(LeaseType.BEST_EFFORT, 60)) for _ in range(2)]
+        ar = submit(path, cfg, request(LeaseType.ADVANCE_RESERVATION, 30, nodes=2, start=T0 + timedelta(minutes=30)))
+        daemon.run(until_idle=True)
+    result = leases(path)
+    assert result[ar]["state"] == "done" and all(result[i]["state"] == "done" for i in best_effort)
+    with Store.open(path) as store:
+        saved = {e.detail["host"]: e.detail["path"] for i in best_effort for e in store.events(lease_id=i)
+                 if e.kind == "enacted" and e.detail["operation"] == "suspend"}
+    first, second = best_effort
+    assert saved in ({"host1": f"{DEFAULT_STATE_DIR}/lw-{first}-0.state", "host2": f"/srv/host2-saves/lw-{second}-0.state"},
+                     {"host1": f"{DEFAULT_STATE_DIR}/lw-{second}-0.state", "host2": f"/srv/host2-saves/lw-{first}-0.state"})
 
 
 def test_vm_that_powers_off_ends_its_lease_early_and_frees_the_host(tmp_path):

@@ -180,6 +180,18 @@ def test_stop_removes_the_vms_with_the_configured_graceful_timeout_and_kill_with
     assert all(d["killed"] for d in log.of("enacted", "stop")[2:])
 
 
+def test_a_cleanup_skips_a_host_removed_since_and_cleans_the_others():
+    """A lease that ended on a host an admin removed before its cleanup ran: what is left there is not the
+    driver's any more; the cleanup does the other hosts and is done (not tried again and again)."""
+    enactor, driver, log = sim()
+    lease = make_lease(5)
+    rr = vm_rr(lease, {0: "h1", 1: "h2"})
+    enactor.start_vms(lease, rr)
+    driver.remove_host("h2")
+    assert enactor.release(lease) == ["h1:lw-5-0"]
+    assert vms_on(driver, "h1") == {}
+
+
 def test_every_operation_is_idempotent():
     enactor, driver, log = sim()
     lease = make_lease(4)

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from orchestrator.model.lease import LeaseType
-from orchestrator.runtime.daemon import Daemon
+from orchestrator.runtime.daemon import SILENT_HOSTS, Daemon
 from orchestrator.state.store import Store
 from tests.runtime.test_daemon import config, driver_for, leases, make_store, request, submit
 from tests.support.times import T0
@@ -163,3 +163,23 @@ def test_a_vm_moved_to_a_host_without_room_for_it_in_the_plan_is_not_followed(tm
     assert f"lease {lease}: VM(s) lw-{lease}-1 gone from their hosts: failed" in notes, notes
     assert leases(path)[lease]["state"] == "failed"
     assert all(names(driver, h) == [] for h in ("host1", "host2", "host3"))
+
+
+def test_a_silent_host_that_is_removed_is_silent_no_more(tmp_path):
+    """A server removes hosts while its daemon runs (its driver forgets them): the daemon keeps no silence
+    of a host it no longer has, in memory or in the store."""
+    path, cfg = make_store(tmp_path, n=2), config()
+    driver = driver_for(path, None, host_down_at={"host2": T0 + 1 * MIN})
+    with Store.open(path) as store:
+        daemon = Daemon(store, cfg, driver, driver.clock)
+        daemon.reconcile()
+        for m in (0, 2):
+            daemon.clock.advance_to(T0 + m * MIN)
+            daemon.step()
+        assert list(store.get_meta(SILENT_HOSTS)) == ["host2"]
+        store.remove_host("host2")
+        driver.remove_host("host2")
+        daemon.clock.advance_to(T0 + 3 * MIN)
+        daemon.step()
+        assert store.get_meta(SILENT_HOSTS) == {}
+        daemon.close()

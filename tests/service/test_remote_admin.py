@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from drivers.base import VMSpec
 from drivers.clock import RealClock
+from drivers.errors import UnknownHost
 from drivers.inventory import HostConfig, dump_inventory
 from orchestrator.cli import app
 from orchestrator.runtime.driver_factory import make_driver
@@ -79,16 +80,13 @@ def test_host_add_through_the_server(running, local, unix_users):
     there = _cli(*add, "--server", running.url)
     assert here.exit_code == there.exit_code == 0, (here.output, there.output)
     assert here.stdout == there.stdout == "host h3 added: 4 vCPUs, 8192 MiB (given)\n"
-    # the server's daemon was made with h1 and h2: h3 waits, unavailable, for a restart (said on stderr)
-    assert _lines(there.stderr) == ["note: host h3 is unavailable to leases until the server restarts (its daemon "
-                                    "reaches only the hosts it started with); then `leasewise host undrain h3`"]
-    assert _hosts(running.store_path)["h3"] == (4, 8192, False)
-    listed = json.loads(_cli("host", "list", "--json", "--server", running.url).stdout)   # the scheduler knows it
-    assert [(h["name"], h["available"]) for h in listed] == [("h1", True), ("h2", True), ("h3", False)]
-    undrain = _cli("host", "undrain", "h3", "--server", running.url)
-    assert undrain.exit_code == 2 and _lines(undrain.output) == [
-        "error: host: 'h3' was added while the server ran: its daemon reaches it once the server restarts; "
-        "undrain it then"]
+    assert here.stderr == there.stderr == ""
+    # available at once: the scheduler in memory plans on it, the daemon's driver reaches it
+    assert _hosts(running.store_path)["h3"] == (4, 8192, True)
+    listed = json.loads(_cli("host", "list", "--json", "--server", running.url).stdout)
+    assert [(h["name"], h["available"]) for h in listed] == [("h1", True), ("h2", True), ("h3", True)]
+    assert running.server.driver.hosts() == ["h1", "h2", "h3"]
+    assert running.server.driver.host_info("h3").vcpus == 4
 
     # not an admin: one line, exit 4, nothing added
     code, out, err = _cli_as("lwalice", "host", "add", "h4", "--uri", "sim://h4", "--cpus", "4", "--memory", "8192",
@@ -131,6 +129,86 @@ def test_a_host_the_daemon_reaches_is_planned_on_at_once(tmp_path, unix_users):
         served.stop()
 
 
+# -- a host added or removed while the server runs: its daemon's at once, and forgotten ----------------------
+def _until(running, lease_id: int, done, what: str, timeout: float = 30.0):
+    """The lease (and its events) once `done(lease, kinds of its events)`: the server's daemon runs on the
+    wall clock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with Store.open(running.store_path) as store:
+            lease = store.lease(lease_id)
+            kinds = [e.kind for e in store.events(lease_id=lease_id)]
+        if done(lease, kinds):
+            return lease
+        assert time.monotonic() < deadline, f"lease {lease_id} is {lease.state.value}, not {what} ({kinds})"
+        time.sleep(0.1)
+
+
+def _active(running, lease_id: int):
+    return _until(running, lease_id, lambda lease, _: lease.state.value == "active", "active")
+
+
+def _submit_now(running, cpus: int):
+    """An immediate 10-minute lease of one VM of `cpus` vCPUs (h1 and h2 have 8 each)."""
+    return _cli("lease", "submit", "--cpus", str(cpus), "--memory", "1024", "--duration", "10m", "--start", "now",
+                "--json", "--server", running.url)
+
+
+def test_a_host_added_through_the_server_runs_a_lease_submitted_right_after(running, tmp_path, unix_users):
+    driver = running.server.driver
+    too_big = _submit_now(running, 16)
+    assert too_big.exit_code == 2, too_big.output   # neither h1 nor h2 has 16 vCPUs
+
+    code, out, err = _cli_as("lwadm", "host", "add", "h3", "--uri", "sim://h3", "--cpus", "16", "--memory", "32768",
+                             "--server", running.url)
+    assert (code, out, err) == (0, "host h3 added: 16 vCPUs, 32768 MiB (given)\n", "")
+    submitted = _submit_now(running, 16)
+    assert submitted.exit_code == 0, submitted.output
+    answer = json.loads(submitted.stdout)
+    assert answer["hosts"] == ["h3"]
+    lease = _active(running, answer["id"])
+    vm = f"lw-{answer['id']}-0"
+    assert lease.last_vm.nodes == {0: "h3"}
+    assert [(i.name, i.state, i.vcpus) for i in driver.list_vms("h3")] == [(vm, "running", 16)]
+    # the simulated hosts' file keeps it on h3, as it keeps the VMs of the hosts the server started with
+    kept = json.loads(running.store_path.with_suffix(".hosts.json").read_text())
+    assert kept["vms"][vm]["host"] == "h3"
+
+    # an imported host the same: h3 is full, so the next such lease runs on h4
+    inventory = tmp_path / "more.toml"
+    inventory.write_text(dump_inventory([HostConfig(name="h4", uri="sim://h4")]))
+    imported = _cli("host", "import", str(inventory), "--cpus", "16", "--memory", "32768", "--server", running.url)
+    assert imported.exit_code == 0 and imported.stderr == "", imported.output
+    second = json.loads(_submit_now(running, 16).stdout)
+    assert second["hosts"] == ["h4"]
+    assert _active(running, second["id"]).last_vm.nodes == {0: "h4"}
+    assert [i.name for i in driver.list_vms("h4")] == [f"lw-{second['id']}-0"]
+
+
+def test_a_host_removed_through_the_server_is_forgotten_by_its_daemon(running, unix_users):
+    driver = running.server.driver
+    add = ("host", "add", "h3", "--uri", "sim://h3", "--cpus", "16", "--memory", "32768", "--server", running.url)
+    assert _cli(*add).exit_code == 0
+    answer = json.loads(_submit_now(running, 16).stdout)
+    _active(running, answer["id"])
+    assert _cli("lease", "cancel", str(answer["id"]), "--server", running.url).exit_code == 0
+    _until(running, answer["id"], lambda _, kinds: "released" in kinds, "released")   # its VM stopped
+
+    code, out, err = _cli_as("lwadm", "host", "remove", "h3", "--server", running.url)
+    assert (code, out, err) == (0, "host h3 removed\n", "")
+    assert driver.hosts() == ["h1", "h2"]
+    with pytest.raises(UnknownHost):
+        driver.list_vms("h3")
+    assert _submit_now(running, 16).exit_code == 2   # no host has room for it any more
+
+    # added again, with other hardware: the driver takes it as it is now
+    again = _cli("host", "add", "h3", "--uri", "sim://h3", "--cpus", "12", "--memory", "16384", "--server", running.url)
+    assert again.exit_code == 0, again.output
+    assert driver.host_info("h3").vcpus == 12
+    answer = json.loads(_submit_now(running, 12).stdout)
+    assert _active(running, answer["id"]).last_vm.nodes == {0: "h3"}
+
+
 def test_host_import_through_the_server(running, local, shared, unix_users):
     tmp_path = shared
     inventory = tmp_path / "inventory.toml"
@@ -143,7 +221,9 @@ def test_host_import_through_the_server(running, local, shared, unix_users):
     assert here.stdout == there.stdout == ("host h3 added: 4 vCPUs, 8192 MiB\n"
                                            "host h1 skipped: already present with the same settings\n"
                                            "1 added, 1 skipped\n")
-    assert set(_hosts(running.store_path)) == {"h1", "h2", "h3"}
+    assert here.stderr == there.stderr == ""
+    assert _hosts(running.store_path) == {"h1": (8, 16384, True), "h2": (8, 16384, True), "h3": (4, 8192, True)}
+    assert running.server.driver.hosts() == ["h1", "h2", "h3"]
 
     other = tmp_path / "other.toml"
     other.write_text(dump_inventory([HostConfig(name="h4", uri="sim://h4")]))
