@@ -99,6 +99,10 @@ class LeaseScheduler:
         if changed is not None:
             changed.add(lease.id)
 
+    def _set_state(self, lease: Lease, target: S, at: datetime) -> None:
+        lease.set_state(target, at)
+        self._touch(lease)
+
     def lease(self, lease_id: int) -> Lease:
         try:
             return self.leases[lease_id]
@@ -114,12 +118,13 @@ class LeaseScheduler:
         self._next_id = max(self._next_id, lease_id + 1)
         lease = Lease(id=lease_id, request=request)
         lease.history.append((now, S.NEW))
+        self._touch(lease)
         self.leases[lease.id] = lease
         reason = self.admission.reject_reason(lease) or self._site_misfit(lease)
         if reason:
             self._reject(lease, reason, now)
         else:
-            lease.set_state(S.PENDING, now)
+            self._set_state(lease, S.PENDING, now)
             self.pending.append(lease)
         return lease
 
@@ -152,7 +157,7 @@ class LeaseScheduler:
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
-        lease.set_state(S.REJECTED, now)
+        self._set_state(lease, S.REJECTED, now)
         self._ended(lease)
         log.info("lease %s rejected: %s", lease.id, reason)
 
@@ -175,7 +180,7 @@ class LeaseScheduler:
                         self._reject(lease, str(exc), now)
         for lease in pending:
             if lease.type is LeaseType.BEST_EFFORT:
-                lease.set_state(S.QUEUED, now)
+                self._set_state(lease, S.QUEUED, now)
                 self._enqueue(lease)
         self._process_queue(nexttime, now)
 
@@ -294,9 +299,9 @@ class LeaseScheduler:
         if placement.in_future:
             self.vm.future_leases.add(lease.id)
         if resuming:
-            lease.set_state(S.SUSPENDED_SCHEDULED, now)
+            self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
         else:
-            lease.set_state(S.SCHEDULED, now)
+            self._set_state(lease, S.SCHEDULED, now)
         log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
 
     def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
@@ -408,11 +413,11 @@ class LeaseScheduler:
         if running:
             self._enact(Operation.KILL_VMS, lease, vm)
             lease.accumulated = ZERO
-            lease.set_state(S.QUEUED, now)
+            self._set_state(lease, S.QUEUED, now)
         elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
-            lease.set_state(S.SUSPENDED_QUEUED, now)
+            self._set_state(lease, S.SUSPENDED_QUEUED, now)
         else:
-            lease.set_state(S.QUEUED, now)
+            self._set_state(lease, S.QUEUED, now)
         lease.requeues += 1
         self.counters["requeues"] += 1
         self._enqueue(lease)
@@ -449,7 +454,7 @@ class LeaseScheduler:
         self._drop_plan(lease, now)
         if running and vm is not None:
             self._enact(Operation.KILL_VMS, lease, vm)
-        lease.set_state(S.CANCELLED, now)
+        self._set_state(lease, S.CANCELLED, now)
         self._ended(lease)
         self.reevaluate(now, freed_until)
         return lease
@@ -471,7 +476,7 @@ class LeaseScheduler:
             if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
                 continue
             self._drop_plan(lease, now)
-            lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+            self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
             try:
                 self._schedule_lease(lease, nexttime, now)
             except NotSchedulable:
@@ -543,9 +548,9 @@ class LeaseScheduler:
             if rr.continues:
                 pass   # its VMs arrived by live migration and run already
             elif lease.state is S.RESUMED_READY:
-                lease.set_state(S.ACTIVE, now)
+                self._set_state(lease, S.ACTIVE, now)
             else:
-                lease.set_state(S.ACTIVE, now)
+                self._set_state(lease, S.ACTIVE, now)
                 if lease.start_time is None:
                     lease.start_time = now
                 if not self._enact(Operation.START_VMS, lease, rr):
@@ -555,17 +560,17 @@ class LeaseScheduler:
                 return
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[0]:
-                lease.set_state(S.SUSPENDING, now)
+                self._set_state(lease, S.SUSPENDING, now)
             if not self._enact(Operation.SUSPEND_VMS, lease, rr):
                 return
         elif kind is ReservationKind.RESUME:
             if lease.state is not S.RESUMING:
-                lease.set_state(S.RESUMING, now)
+                self._set_state(lease, S.RESUMING, now)
             if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
             if lease.state is not S.MIGRATING:
-                lease.set_state(S.MIGRATING, now)
+                self._set_state(lease, S.MIGRATING, now)
             self._forget_future(lease)
             if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
@@ -587,19 +592,19 @@ class LeaseScheduler:
             self._finish(lease, now)
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[-1]:
-                lease.set_state(S.SUSPENDED_PENDING, now)
+                self._set_state(lease, S.SUSPENDED_PENDING, now)
                 lease.suspensions += 1
                 self.counters["suspensions"] += 1
-                lease.set_state(S.SUSPENDED_QUEUED, now)
+                self._set_state(lease, S.SUSPENDED_QUEUED, now)
                 self._enqueue(lease)
         elif kind is ReservationKind.RESUME:
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
-                lease.set_state(S.RESUMED_READY, now)
+                self._set_state(lease, S.RESUMED_READY, now)
         elif kind is ReservationKind.MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["image_migrations"] += 1
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
-                lease.set_state(S.SUSPENDED_SCHEDULED, now)
+                self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
         elif kind is ReservationKind.LIVE_MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["migrations"] += len(rr.transfers)
@@ -635,7 +640,7 @@ class LeaseScheduler:
 
     def _finish(self, lease: Lease, now: datetime) -> None:
         self._forget_future(lease)
-        lease.set_state(S.DONE, now)
+        self._set_state(lease, S.DONE, now)
         self._ended(lease)
 
     def _ended(self, lease: Lease) -> None:
@@ -747,7 +752,7 @@ class LeaseScheduler:
             del self.queue[i], self._queue_keys[i]
         lease.reason = reason
         if not lease.is_final:
-            lease.set_state(S.FAILED, now)
+            self._set_state(lease, S.FAILED, now)
             self._ended(lease)
 
     # -- drain -------------------------------------------------------------------------------------------------
@@ -803,7 +808,7 @@ class LeaseScheduler:
         for lease in planned_later:
             self._drop_plan(lease, now)
             if lease.type is LeaseType.BEST_EFFORT:
-                lease.set_state(S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+                self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
                 self._enqueue(lease)
                 outcome[lease.id] = "re-planned on other hosts"
             else:
@@ -884,7 +889,7 @@ class LeaseScheduler:
             target = S.QUEUED
             if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
                 target = S.FAILED
-            lease.set_state(target, now)
+            self._set_state(lease, target, now)
             if target is S.FAILED:
                 self._ended(lease)
             if target is S.QUEUED:

@@ -136,13 +136,9 @@ class Cluster:
     # -- persistence --------------------------------------------------------------------------------------
     def unsaved(self) -> list[int]:
         """The live leases that may differ from what was last written, in id order: those whose
-        reservations or state the scheduler changed, and any whose history grew. (A cluster kept in
-        memory across transactions holds many leases, few of which a step changes: the others are not
-        looked at.)"""
-        changed = self.table.changed_leases
-        leases, seen = self.scheduler.leases, self._seen
-        grown = [i for i in self._live if len(leases[i].history) != seen.get(i)]
-        return sorted(self._live.intersection(changed).union(grown))
+        reservations or state the scheduler changed. (A cluster kept in memory across transactions holds
+        many leases, few of which a step changes: the others are not looked at.)"""
+        return sorted(self._live.intersection(self.table.changed_leases))
 
     def moved(self, skip: int) -> list[dict]:
         """The leases other than `skip` whose state or plan changed since the last write (a submission
