@@ -1,4 +1,5 @@
-"""The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json).
+"""The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
+requests' times in Prometheus' format at /metrics).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -19,6 +20,8 @@ from drivers.errors import DriverError
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
+from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from orchestrator.service.metrics import RequestMetrics, TimedApp
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.codec import event_to_json, lease_to_json, request_from_json
 from orchestrator.state.store import StoreBusy
@@ -220,6 +223,13 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(who: Caller = Who) -> Response:
+        """Every request's time, per method, route and status, in Prometheus' text format."""
+        return Response(content=measured.render(), media_type=METRICS_CONTENT_TYPE)
+
+    measured = RequestMetrics()
+    app.add_middleware(TimedApp, metrics=measured)
     return app
 
 

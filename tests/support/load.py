@@ -47,6 +47,8 @@ class LoadResult:
     overbooked: list[str] = field(default_factory=list)
     server_log: str = ""
     server_cpu_s: float | None = None   # the server's CPU time, start to the end of the load (Linux)
+    #: kind -> [(bucket bound s, requests at most that long)], from the server's own /metrics
+    server_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def percentile(self, kind: str, p: float) -> float | None:
         values = sorted(self.latencies.get(kind, ()))
@@ -54,6 +56,17 @@ class LoadResult:
             return None
         index = min(len(values) - 1, max(0, int(round(p / 100 * len(values) + 0.5)) - 1))
         return values[index]
+
+    def server_percentile(self, kind: str, p: float) -> float | None:
+        """The bound of the first bucket of the server's histogram holding `p` % of the kind's requests
+        (the server's time is at most this; its timer starts when the app is handed the request)."""
+        buckets = self.server_buckets.get(kind)
+        if not buckets or not buckets[-1][1]:
+            return None
+        for bound, count in buckets:
+            if count >= p / 100 * buckets[-1][1]:
+                return bound
+        return None
 
     def requests(self) -> int:
         return sum(len(v) for v in self.latencies.values())
@@ -209,6 +222,7 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
             result.seconds = time.monotonic() - began
         else:
             result.seconds = _run_client_processes(url, clients, processes, seconds, result, think)
+        result.server_buckets = _server_buckets(socket)
     finally:
         result.server_cpu_s = _cpu_seconds(server.pid)
         server.terminate()
@@ -223,6 +237,29 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
     with Store.open(store_path) as store:
         result.leases = len(store.leases())
     return result
+
+
+#: the load's kinds of request as the server's /metrics names them (method, route template, status)
+_ROUTES = {"submit": ("POST", "/v1/leases", "201"), "list": ("GET", "/v1/leases", "200"),
+           "cancel": ("POST", "/v1/leases/{lease_id}/cancel", "200")}
+
+
+def _server_buckets(socket: Path) -> dict[str, list[tuple[float, float]]]:
+    """Each kind's cumulative histogram as the server measured it (its /metrics, Prometheus' format)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)), base_url="http://leasewise") as http:
+        text = http.get("/metrics").text
+    wanted = {route: kind for kind, route in _ROUTES.items()}
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            kind = wanted.get((labels.get("method"), labels.get("route"), labels.get("status")))
+            if sample.name.endswith("_bucket") and kind:
+                out[kind].append((float(labels["le"]), sample.value))
+    return {kind: sorted(values) for kind, values in out.items()}
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -244,7 +281,15 @@ def summary(result: LoadResult) -> str:
             lines.append(f"  {kind:6s} n={len(values):5d}  p50 {1000 * statistics.median(values):7.1f} ms  "
                          f"p90 {1000 * result.percentile(kind, 90):7.1f} ms  p99 {1000 * result.percentile(kind, 99):7.1f} ms  "
                          f"max {1000 * max(values):7.1f} ms")
+    server = [f"{kind} p50 <= {_ms(result.server_percentile(kind, 50))}, p99 <= {_ms(result.server_percentile(kind, 99))}"
+              for kind in ("submit", "list", "cancel") if result.server_percentile(kind, 50) is not None]
+    if server:
+        lines.append("  the server's own time (its /metrics buckets): " + "; ".join(server))
     for code, messages in sorted(result.errors.items()):
         lines.append(f"  exit {code}: {len(messages)} (e.g. {messages[0]})")
     lines.append(f"  over capacity: {len(result.overbooked)}")
     return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else ("inf" if seconds == float("inf") else f"{1000 * seconds:g} ms")
