@@ -32,10 +32,12 @@ class TestLabContract(DriverContract):
     @pytest.fixture
     def contract_driver(self, lab_inventory_path, lab):
         CONTRACT_STATE_DIR.mkdir(parents=True, exist_ok=True)
-        driver = LibvirtDriver(load_inventory(lab_inventory_path))
+        hosts = load_inventory(lab_inventory_path)
+        spare = next(h for h in hosts if h.name == lab.names[2])   # added while the driver runs
+        driver = LibvirtDriver([h for h in hosts if h is not spare])
         target = ContractTarget(
             "lab", driver, lab.names[0], lab.names[1], state_dir=str(CONTRACT_STATE_DIR),
-            make_spec=lab_guest,
+            make_spec=lab_guest, new_host=spare,
             # a guest stopped before its ACPI button driver loaded ignores the button: destroyed after 5 s
             graceful_timeout=5, slow_bandwidth_mib_s=16, slow_timeout_s=3,
         )
