@@ -15,7 +15,6 @@ or an extension does not fit), so scripts can tell "fix your input" from "try ot
 import json
 import re
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.state.codec import image_from_json
-from orchestrator.state.answers import hosts_of, submit_answer
+from orchestrator.state.answers import hosts_of
 from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.store import Event
 
@@ -208,13 +207,7 @@ def submit(
         _check_image_on_hosts(state, cfg, request.image, "image" if file is not None else "--image")
 
     with common.open_cluster(state, cfg) as cluster:
-        # (again: hosts may have gone since); refused before anything is written
-        check_site_can_hold([h.capacity for h in cluster.hosts.values()], request.numnodes, request.nodes[0])
-        if request.guest is not None and request.guest.network:
-            macs = cluster.store.allocate_macs(request.numnodes)
-            request = replace(request, guest=replace(request.guest, macs=macs))
-        lease = cluster.submit(request, now)
-        answer = submit_answer(lease, cluster.moved(lease.id))
+        answer = cluster.admit(request, now)   # (the site checked again: hosts may have gone since)
     _answer(answer, json_out)
 
 

@@ -40,8 +40,8 @@ from orchestrator.runtime.host_admin import (
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
-from orchestrator.state.answers import hosts_of, submit_answer
-from orchestrator.state.cluster import Cluster, check_site_can_hold
+from orchestrator.state.answers import hosts_of
+from orchestrator.state.cluster import Cluster
 from orchestrator.state.codec import image_json, lease_to_json, migration_report_json
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
@@ -139,12 +139,7 @@ class LeaseService:
             wanted = request
             if wanted.image is not None and wanted.image.name is not None:
                 wanted = replace(wanted, image=self._catalogued(wanted, cluster.store))
-            check_site_can_hold([h.capacity for h in cluster.hosts.values()], wanted.numnodes, wanted.nodes[0])
-            if wanted.guest is not None and wanted.guest.network:
-                macs = cluster.store.allocate_macs(wanted.numnodes)
-                wanted = replace(wanted, guest=replace(wanted.guest, macs=macs))
-            lease = cluster.submit(wanted, now)
-            answer = submit_answer(lease, cluster.moved(lease.id))
+            answer = cluster.admit(wanted, now)
             cluster.save(now)
             return answer
 

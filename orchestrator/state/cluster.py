@@ -13,6 +13,7 @@ before anything is written or an id is taken.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from orchestrator.model.config import Config
@@ -29,7 +30,7 @@ from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.groups import unix_groups
-from orchestrator.state.answers import moved_entry
+from orchestrator.state.answers import moved_entry, submit_answer
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -88,6 +89,17 @@ class Cluster:
                                 duration_s=request.duration.total_seconds())
         self.scheduler.schedule(now)
         return lease
+
+    def admit(self, request: LeaseRequest, now: datetime) -> dict:
+        """A lease request as a user makes it (`lease submit`, or through the server): refused at once when no
+        set of hosts could hold it, its VMs given MAC addresses on the lab network, submitted; the
+        submission's answer (its plan, and the leases it preempted or moved)."""
+        check_site_can_hold([h.capacity for h in self.hosts.values()], request.numnodes, request.nodes[0])
+        if request.guest is not None and request.guest.network:
+            macs = self.store.allocate_macs(request.numnodes)
+            request = replace(request, guest=replace(request.guest, macs=macs))
+        lease = self.submit(request, now)
+        return submit_answer(lease, self.moved(lease.id))
 
     def cancel(self, lease_id: int, now: datetime) -> Lease:
         lease = self.scheduler.cancel(lease_id, now)
