@@ -28,9 +28,9 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.state.answers import moved_entry, submit_answer
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.groups import unix_groups
-from orchestrator.state.answers import moved_entry, submit_answer
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
