@@ -22,7 +22,7 @@ from orchestrator.state.store import Store
 from tests.support.times import T0
 
 submit_op = st.tuples(st.just("submit"), st.sampled_from(["be", "be", "ar", "im"]), st.integers(1, 3),
-                      st.sampled_from([1, 2, 4]), st.integers(5, 90), st.integers(0, 60),
+                      st.sampled_from([2, 4]), st.integers(5, 90), st.integers(0, 60),
                       st.one_of(st.none(), st.integers(1, 90)))
 other_op = st.one_of(st.tuples(st.just("advance"), st.integers(1, 45)),
                      st.tuples(st.just("cancel"), st.integers(0, 30)),
@@ -50,12 +50,12 @@ def _check_unsaved(cluster: Cluster) -> None:
             assert lease_id in unsaved, f"lease {lease_id} changed but is not among the unsaved leases"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations, suspension=st.sampled_from(["all", "none"]))
 def test_every_changed_lease_is_unsaved_and_a_submission_names_what_it_moved(tmp_path: Path, ops, suspension):
     path = Path(tempfile.mkdtemp(dir=tmp_path)) / "state.sqlite"   # (hypothesis reuses tmp_path)
     with Store.open(path) as store:
-        for i in (1, 2, 3):
+        for i in (1, 2):   # (small: leases queue, are preempted and wait, as on a busy site)
             store.add_host(HostConfig(name=f"h{i}", uri="sim://", domain_type="qemu"), 4, 8192)
         config = config_from_dict({"scheduling": {"suspension": suspension, "migration": "yes"}}) \
             if suspension == "all" else Config()
@@ -97,3 +97,21 @@ def test_every_changed_lease_is_unsaved_and_a_submission_names_what_it_moved(tmp
             fresh = Cluster(store, config, live_only=True)
         assert {i: _signature(l) for i, l in fresh.scheduler.leases.items()} == \
                {i: _signature(cluster.scheduler.leases[i]) for i in fresh.scheduler.leases}
+
+
+def test_an_extended_queued_lease_is_unsaved(tmp_path: Path):
+    """The one change to a lease with neither a reservation moved nor a state changed: its request."""
+    with Store.open(tmp_path / "state.sqlite") as store:
+        store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 8192)
+        with store.transaction():
+            cluster = Cluster(store, Config(), live_only=True)
+        for _ in range(4):   # (one runs, one is planned after it, the others wait in the queue)
+            with store.transaction():
+                lease = cluster.submit(_request("be", 1, 4, 60, 0, None, T0), T0)
+                cluster.save(T0)
+        assert lease.state.value == "queued"
+        with store.transaction():
+            cluster.extend(lease.id, timedelta(minutes=5), T0)
+            assert cluster.unsaved() == [lease.id]
+            cluster.save(T0)
+        assert store.lease(lease.id).request.duration == timedelta(minutes=65)
