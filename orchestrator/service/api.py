@@ -223,13 +223,14 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
+    measured = RequestMetrics()
+    app.add_middleware(TimedApp, metrics=measured)
+
     @app.get("/metrics", include_in_schema=False)
     def metrics(who: Caller = Who) -> Response:
         """Every request's time, per method, route and status, in Prometheus' text format."""
         return Response(content=measured.render(), media_type=METRICS_CONTENT_TYPE)
 
-    measured = RequestMetrics()
-    app.add_middleware(TimedApp, metrics=measured)
     return app
 
 
