@@ -44,7 +44,7 @@ def _serve(state: Path | None, config: Path | None, check: bool) -> None:
     from orchestrator.service.identity import token_checker
 
     server = Server(cfg, path, say=lambda line: logging.getLogger("leasewise.serve").info("%s", line),
-                    token_check=lambda store: token_checker(store, cfg.auth.admin_group))
+                    token_check=lambda store: token_checker(store, cfg.auth.admin_group), freeze_gc=True)
     code = server.serve()
     if code:
         raise typer.Exit(code)

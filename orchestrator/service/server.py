@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import grp
 import logging
 import os
@@ -145,10 +146,12 @@ class Listening:
 class Server:
     def __init__(self, config: Config, store_path: Path, *, driver: Driver | None = None,
                  clock: Clock | None = None, say: Callable[[str], None] | None = None,
-                 token_check: Callable[[Store], TokenCheck] | None = None):
+                 token_check: Callable[[Store], TokenCheck] | None = None, freeze_gc: bool = False):
         """`driver`/`clock`: the hosts and time (default: `[daemon] driver` and the wall clock);
-        `token_check`: makes the token authenticator from the store (None: TCP callers cannot log in)."""
+        `token_check`: makes the token authenticator from the store (None: TCP callers cannot log in);
+        `freeze_gc`: the process is this server's alone (`leasewise serve`): see `_freeze_startup_objects`."""
         self.config = config
+        self.freeze_gc = freeze_gc
         self.say = say or (lambda line: log.info("%s", line))
         self.store = Store.open(store_path, any_thread=True)
         self.clock = clock or RealClock()
@@ -212,6 +215,8 @@ class Server:
         stop_api = lambda: loop.call_soon_threadsafe(self._stop_api)  # noqa: E731
         with self.session.open():   # (`leasewise run` refuses to enact the same store while it is set)
             self.store.set_meta(SERVING_KEY, {"pid": os.getpid(), "host": socket.gethostname(), "socket": cfg.socket})
+        if self.freeze_gc:
+            _freeze_startup_objects()
         thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
         thread.start()
         self.listening = Listening(cfg.socket, tcp_address)
@@ -236,6 +241,15 @@ class Server:
     def _stop_api(self) -> None:
         for server in self._servers:
             server.should_exit = True
+
+
+def _freeze_startup_objects() -> None:
+    """Leave what exists once the server is up (modules, the app, the scheduler as loaded) out of the
+    garbage collector's full passes: each pass stops every thread, and would otherwise walk all of it again
+    while requests wait. Objects made later are collected as usual; a cycle among the frozen ones that
+    becomes garbage stays (what the server was started with, once)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _locked(check: TokenCheck, session: SharedCluster) -> TokenCheck:

@@ -8,13 +8,15 @@ from tests.support.load import run_load, summary
 
 
 def test_concurrent_clients_are_all_answered_and_nothing_is_double_booked(tmp_path):
-    result = run_load(tmp_path, clients=12, seconds=8, hosts=4, think=(0.05, 0.3))
+    result = run_load(tmp_path, clients=12, seconds=8, hosts=4, think=(0.05, 0.3), burst=12)
     assert result.requests() > 50, summary(result)
     assert 75 not in result.errors, summary(result)
     # the only refusals a client may see: cancelling a lease that has already ended
     unexpected = [m for code, messages in result.errors.items() for m in messages
                   if not (m.startswith("cancel:") and "is already" in m)]
     assert not unexpected, summary(result)
-    assert result.leases == len(result.latencies["submit"]), summary(result)   # every submission got its lease
+    assert len(result.latencies["burst"]) == 12, summary(result)
+    # every submission got its lease, those of the burst too
+    assert result.leases == len(result.latencies["submit"]) + len(result.latencies["burst"]), summary(result)
     assert result.overbooked == [], summary(result)
     assert "Traceback" not in result.server_log, result.server_log

@@ -3,6 +3,7 @@ may do what, and the CLI giving the same answers through the server as on its ow
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from datetime import timedelta
@@ -15,7 +16,7 @@ from orchestrator.cli.leasefile import request_from_fields
 from orchestrator.model.timeutil import UTC
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.state.store import Store
-from tests.service.conftest import ADMINS, as_user
+from tests.service.conftest import ADMINS, as_user, start_server
 
 from datetime import datetime
 
@@ -180,3 +181,23 @@ def test_a_server_that_is_not_there_is_exit_75(tmp_path):
 def test_run_refuses_a_store_the_server_enacts(running):
     result = _cli("run", "--until-idle", "--state", str(running.store_path))
     assert result.exit_code == 2 and "leasewise serve" in result.output and "enacts this store" in result.output
+
+
+def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_collections(tmp_path, unix_users):
+    """`leasewise serve` freezes its startup objects (gc.freeze); a server made inside another program
+    (these tests) leaves that program's collector alone."""
+    gc.unfreeze()
+    served = start_server(tmp_path / "plain")
+    try:
+        assert gc.get_freeze_count() == 0
+    finally:
+        served.stop()
+    served = start_server(tmp_path / "alone", freeze_gc=True)
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000, frozen   # (the modules, the app, the scheduler as loaded)
+        cluster = served.server.session._cluster
+        assert cluster is not None and not any(o is cluster for o in gc.get_objects())   # (frozen: not walked)
+    finally:
+        served.stop()
+        gc.unfreeze()

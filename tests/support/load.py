@@ -7,6 +7,11 @@ suspensions that take real seconds); each client is a thread with its own connec
 cancels one of its own, with a pause between requests as a person's script would. Afterwards the plan in
 the store is checked against the hosts' capacity at every instant: nothing double-booked.
 
+The clients start one by one over their first pause, as the users of a lab do (load tools call it the
+ramp-up). A burst comes after the steady load (`burst`): that many clients, each connected already, send
+one submission each at the same instant (a class told "now, everyone"); its latencies are a kind of their
+own, since the last of them waits for all the others to be planned before it.
+
 The clients may be spread over several processes (`processes`): users run the CLI each in a process of
 their own, and 50 clients in one Python process measure that process's own queue for its GIL (decoding a
 list of hundreds of leases costs the client more than the server) rather than the server.
@@ -69,7 +74,8 @@ class LoadResult:
         return None
 
     def requests(self) -> int:
-        return sum(len(v) for v in self.latencies.values())
+        """The steady load's requests (the burst's apart)."""
+        return sum(len(v) for kind, v in self.latencies.items() if kind != "burst")
 
 
 def make_site(workdir: Path, hosts: int) -> tuple[Path, Path, Path]:
@@ -93,22 +99,16 @@ def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock:
     rng = random.Random(index)
     mine: list[int] = []
     with Client(url, timeout=120) as client:
+        time.sleep(rng.uniform(0, think[1]))   # (the ramp-up: clients start one by one)
         while time.monotonic() < stop_at:
             roll = rng.random()
             began = time.perf_counter()
             kind = "submit" if roll < 0.6 or not mine else "list" if roll < 0.85 else "cancel"
             try:
                 if kind == "submit":
-                    now = datetime.now(UTC).replace(microsecond=0)
-                    shape = rng.random()
-                    fields = {"cpus": rng.choice([1, 2, 4]), "memory": rng.choice([1024, 2048, 4096]),
-                              "nodes": rng.choice([1, 1, 2, 4]), "duration": f"{rng.randint(1, 4)}m"}
-                    if shape < 0.4:
-                        fields["start"] = "now"
-                    elif shape < 0.6:
-                        fields["start"] = iso(now + timedelta(minutes=rng.randint(1, 10)))
-                    answer = client.submit(request_from_fields(fields, now))
-                    mine.append(answer["id"])
+                    answer = client.submit(_request(rng))
+                    if answer["state"] != "rejected":
+                        mine.append(answer["id"])
                 elif kind == "list":
                     client.leases(["active", "scheduled", "queued"])
                 else:
@@ -120,6 +120,47 @@ def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock:
             with lock:
                 result.latencies[kind].append(took)
             time.sleep(rng.uniform(*think))
+
+
+def _request(rng: random.Random):
+    """A lease of a few minutes: immediate, advance reservation or best-effort, of 1-4 VMs."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    shape = rng.random()
+    fields = {"cpus": rng.choice([1, 2, 4]), "memory": rng.choice([1024, 2048, 4096]),
+              "nodes": rng.choice([1, 1, 2, 4]), "duration": f"{rng.randint(1, 4)}m"}
+    if shape < 0.4:
+        fields["start"] = "now"
+    elif shape < 0.6:
+        fields["start"] = iso(now + timedelta(minutes=rng.randint(1, 10)))
+    return request_from_fields(fields, now)
+
+
+def _burst(url: str, clients: int, result: LoadResult) -> None:
+    """`clients` connected clients send one submission each at the same instant (a barrier releases them)."""
+    lock = threading.Lock()
+    barrier = threading.Barrier(clients)
+
+    def one(index: int) -> None:
+        rng = random.Random(10_000 + index)
+        with Client(url, timeout=120) as client:
+            client.whoami()   # (connected, and the server has seen this client)
+            request = _request(rng)
+            barrier.wait(timeout=60)
+            began = time.perf_counter()
+            try:
+                client.submit(request)
+            except RemoteError as exc:
+                with lock:
+                    result.errors[exc.exit_code].append(f"burst: {exc}")
+            took = time.perf_counter() - began
+            with lock:
+                result.latencies["burst"].append(took)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def overbooked(store_path: Path) -> list[str]:
@@ -197,8 +238,9 @@ def _run_client_processes(url: str, clients: int, processes: int, seconds: float
 
 
 def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
-             think: tuple[float, float] = (0.3, 1.2), processes: int = 1) -> LoadResult:
-    """`processes`: how many client processes share the clients (see the module's docstring)."""
+             think: tuple[float, float] = (0.3, 1.2), processes: int = 1, burst: int = 0) -> LoadResult:
+    """`processes`: how many client processes share the clients; `burst`: how many submit at one instant
+    after the steady load (see the module's docstring)."""
     store_path, config, socket = make_site(workdir, hosts)
     log = open(workdir / "serve.log", "w")
     server = subprocess.Popen([*CLI, "serve", "--state", str(store_path), "--config", str(config),
@@ -222,7 +264,9 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
             result.seconds = time.monotonic() - began
         else:
             result.seconds = _run_client_processes(url, clients, processes, seconds, result, think)
-        result.server_buckets = _server_buckets(socket)
+        result.server_buckets = _server_buckets(socket)   # (the steady load's, before the burst)
+        if burst:
+            _burst(url, burst, result)
     finally:
         result.server_cpu_s = _cpu_seconds(server.pid)
         server.terminate()
@@ -275,7 +319,7 @@ def summary(result: LoadResult) -> str:
     cpu = "" if result.server_cpu_s is None else f", server CPU {result.server_cpu_s:.1f} s (its start included)"
     lines = [f"{result.requests()} requests in {result.seconds:.1f} s ({result.requests() / result.seconds:.1f}/s), "
              f"{result.leases} leases{cpu}"]
-    for kind in ("submit", "list", "cancel"):
+    for kind in ("submit", "list", "cancel", "burst"):
         values = result.latencies.get(kind)
         if values:
             lines.append(f"  {kind:6s} n={len(values):5d}  p50 {1000 * statistics.median(values):7.1f} ms  "
