@@ -19,8 +19,9 @@ import bisect
 import dataclasses
 import heapq
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from orchestrator.model.config import SchedulingConfig
 from orchestrator.model.errors import (
@@ -207,7 +208,7 @@ class LeaseScheduler:
         self.queue, self._queue_keys = [], []
         kept: list[Lease] = []
         stop = False
-        memo = _FailureMemo()
+        memo = _FailureMemo(self.vm.shortest_run)
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         only_now = not self.vm.can_schedule_in_future()
@@ -980,25 +981,24 @@ class _FailureMemo:
     """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
 
     Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
-    and extra overheads). If n nodes of size r do not fit over [t, t+d) ("strict"), then n' >= n nodes of
-    size r' >= r do not fit over [t, t+d') with d' >= d either; if they do not even fit at the instant t
-    ("instant"), no larger lease does, whatever its duration. A lease that may be suspended fails
-    ("short") when it fits neither for its whole run nor for its scheduling threshold: the mapper is told
-    that threshold and, for alike nodes, finds a placement lasting that long whenever one exists, so this
-    too says that no such placement exists, over [t, t+min(d, threshold)); a larger lease has a
-    threshold at least as long (its suspension takes longer), so it is ruled out like a "strict" one.
-    Placing a lease during the pass only adds usage, so every entry holds until the pass ends.
+    and extra overheads). Each is compared by the shortest run a placement of it must last now
+    (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
+    that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
+    told that shortest run and, for alike nodes, finds a placement lasting that long whenever one
+    exists), then n' >= n nodes of size r' >= r have none lasting e' >= e either: any n of its nodes
+    would be one. If they do not even fit at the instant ("instant"), no larger lease does, whatever its
+    run. Placing a lease during the pass only adds usage, so every entry holds until the pass ends.
     """
 
-    def __init__(self):
-        self._failed: dict[Resources, list[tuple[int, object, Unschedulable]]] = {}
+    def __init__(self, shortest_run: Callable[[Lease], timedelta]):
+        self._shortest_run = shortest_run
+        self._failed: dict[Resources, list[tuple[int, timedelta, Unschedulable]]] = {}
 
-    @staticmethod
-    def _shape(lease: Lease):
+    def _shape(self, lease: Lease) -> tuple[int, Resources, timedelta] | None:
         node = lease.request.uniform
         if node is None or lease.state is not S.QUEUED:
             return None
-        return lease.numnodes, node, lease.remaining
+        return lease.numnodes, node, self._shortest_run(lease)
 
     def record(self, lease: Lease, kind: Unschedulable | None) -> None:
         shape = self._shape(lease)

@@ -35,6 +35,7 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
+from orchestrator.planning.slottable.timeline import AT_START
 
 
 @dataclass
@@ -420,13 +421,14 @@ class _AlikePacking:
     early (`early`: built when the ask is not strict). The held one is the answer if it places every
     node, else the early one. Either is a list of hosts, node i on the i-th."""
 
-    __slots__ = ("table", "ask", "node", "steady", "end_key")
+    __slots__ = ("table", "ask", "node", "steady", "start_key", "end_key")
 
     def __init__(self, table: SlotTable, ask: _Ask, node: Resources, steady: np.ndarray | None):
         self.table = table
         self.ask = ask
         self.node = node
         self.steady = steady
+        self.start_key = time_key(ask.start)
         self.end_key = time_key(ask.end)
 
     def place(self, ranked: list[int], hosts: _HostsAtStart) -> Mapping | None:
@@ -477,7 +479,7 @@ class _AlikePacking:
         early = list(held)
         early_end = end if held else None
         held_count = early_count = len(held)
-        start_key = None   # (worked out when first needed)
+        latest_fit = self._latest_fit
         for row, k, steady_row in _ranked_rows(ranked, hosts.room, self.steady, end_key):
             host = names[row]
             potential -= k
@@ -488,10 +490,10 @@ class _AlikePacking:
                 if steady_row:
                     fit_end = end
                 else:
-                    fit_end = table.latest_fit(host, node if take == 1 else scale(node, take), start, end, excluding)
+                    fit_end = latest_fit(host, node if take == 1 else scale(node, take))
                     while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
                         take -= 1
-                        fit_end = table.latest_fit(host, scale(node, take), start, end, excluding)
+                        fit_end = latest_fit(host, scale(node, take))
                     if fit_end is None or fit_end <= start or fit_end < floor:
                         take = 0
                 early_take = take
@@ -511,9 +513,7 @@ class _AlikePacking:
                     if fit_end < end:
                         take = 0 if take == 1 else self._most_that_fit(host, take - 1)
                 elif not excluding and take == 1:
-                    if start_key is None:
-                        start_key = time_key(start)
-                    take = 1 if table.timeline(host).scan(start_key, end_key, node) is None else 0
+                    take = 1 if table.timeline(host).scan(self.start_key, end_key, node) is None else 0
                 else:
                     take = self._most_that_fit(host, take)
                 if take:
@@ -530,6 +530,17 @@ class _AlikePacking:
         if loose and early_count == n:
             return self._mapping(early, early_end)
         return None
+
+    def _latest_fit(self, host: str, request: Resources) -> datetime | None:
+        """`SlotTable.latest_fit` over the ask's interval; with nothing excluded, a scan of the host's
+        timeline straight away (the walk asks this of host after host)."""
+        ask = self.ask
+        if ask.excluding:
+            return self.table.latest_fit(host, request, ask.start, ask.end, ask.excluding)
+        stop = self.table.timeline(host).scan(self.start_key, self.end_key, request)
+        if stop is None:
+            return ask.end
+        return None if stop is AT_START else stop
 
     def _most_that_fit(self, host: str, most: int) -> int:
         """The most copies of the node (up to `most`) that fit on the host over [start, end)."""

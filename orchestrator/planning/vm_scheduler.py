@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from orchestrator.model.config import SchedulingConfig
 from orchestrator.model.errors import (
@@ -119,6 +119,15 @@ class VMScheduler:
         if self.config.migration == "no":
             return nexttime, set(last.nodes.values())
         return nexttime + self.overheads.estimate_migration(lease, last.nodes), None
+
+    def shortest_run(self, lease: Lease) -> timedelta:
+        """How long a placement of a queued lease (not resuming) must last for `schedule` to take it: its
+        whole run and shutdown, or, when it may be suspended, its scheduling threshold if that is shorter
+        (the queue's failure memo compares leases by it)."""
+        duration = lease.remaining + self.overheads.shutdown_time(lease)
+        if not self.may_suspend(lease):
+            return duration
+        return min(duration, self.overheads.scheduling_threshold(lease, resuming=False))
 
     def could_start_now(self, lease: Lease, nexttime: datetime) -> bool:
         """Whether the first start `schedule` tries passes its instant check: if not, and the lease may

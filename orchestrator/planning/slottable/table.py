@@ -142,8 +142,8 @@ class SlotTable:
         if end > start:
             ks, ke = time_key(start), time_key(end)
             hosts = self._hosts
-            for host, amount in rr.resources.items():
-                hosts[host].add_keys(ks, ke, amount, start, end)
+            HostTimeline.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                      ks, ke, start, end)
             for snapshot in self._snapshots:
                 snapshot.changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
@@ -166,8 +166,8 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            for host, amount in rr.resources.items():
-                hosts[host].remove_keys(ks, ke, amount)
+            HostTimeline.remove_from_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                           ks, ke)
             for snapshot in self._snapshots:
                 snapshot.changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]

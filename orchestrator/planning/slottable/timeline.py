@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 from orchestrator.model.resources import NOTHING, Resources, sub
@@ -221,6 +221,57 @@ class HostTimeline:
         b, i = self._split(ks, start)
         self._shift_until(b, i, ke, amount, True)
 
+    @staticmethod
+    def add_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int,
+                     start: datetime, end: datetime) -> None:
+        """`add_keys` of one reservation on each of its hosts (timeline, amount there), in one loop: a
+        reservation of a big lease holds a hundred hosts or more, most of them empty or of one block,
+        and these are changed here without going through `add_keys` (an empty host's one block is
+        built here, its usage code looked up once per amount)."""
+        last_amount = entry = None
+        for tl, amount in held:
+            if tl._len:
+                if tl._k0 is not None:
+                    tl._add_in_one_block(ks, ke, amount, start, end)
+                else:
+                    tl.add_keys(ks, ke, amount, start, end)
+                continue
+            if amount is not last_amount:
+                shared = tl._shared
+                entry = (shared.transitions(amount, True).get(NOTHING_CODE)
+                         or shared.step(NOTHING_CODE, amount, True))
+                last_amount = amount
+            used, code = entry
+            block = array("q", (ks, ke, NOTHING_CODE, code))   # (blocks.new_block's layout)
+            counts = array("q", (1, 0))
+            tl._mins.append(ks)
+            tl._blocks.append(block)
+            tl._times.append([start, end])
+            tl._usage.append([used, NOTHING])
+            tl._count.append(counts)
+            tl._refs.append(array("q", (1, 1)))
+            tl._len = 2
+            tl._k0 = tl._single[tl.name] = block
+            tl._c0 = counts
+
+    @staticmethod
+    def remove_from_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
+        """`remove_keys` of one reservation on each of its hosts (timeline, amount there), in one loop:
+        a host that held this reservation alone (the usual case for a big lease's hosts) is emptied
+        here."""
+        for tl, amount in held:
+            if tl._len == 2 and tl._k0 is not None:
+                refs = tl._refs[0]
+                if refs[0] == 1 and refs[1] == 1:   # (then the host holds this reservation alone)
+                    del tl._mins[:], tl._blocks[:], tl._times[:], tl._usage[:], tl._count[:], tl._refs[:]
+                    tl._len = 0
+                    tl._k0 = tl._c0 = tl._single[tl.name] = None
+                    continue
+            if tl._k0 is not None:
+                tl._remove_in_one_block(ks, ke, amount)
+            else:
+                tl.remove_keys(ks, ke, amount)
+
     def _shift_until(self, b: int, i: int, ke: int, amount: Resources, adding: bool) -> None:
         """`_shift` every breakpoint from position i of block b up to key ke (a breakpoint), block by block."""
         while True:
@@ -254,13 +305,27 @@ class HostTimeline:
     # `_split`, the walk and `_unsplit` do for any number of blocks.
     def _add_in_one_block(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         block = self._k0
-        refs = self._refs[0]
+        refs, counts = self._refs[0], self._c0
+        n = len(refs)
         added = 0
-        j = bisect_left(block, ke, 0, len(refs))
-        if j < len(refs) and block[j] == ke:
+        j = bisect_left(block, ke, 0, n)
+        if j < n and block[j] == ke:
             refs[j] += 1
         else:
-            self._new_breakpoint(0, j, ke, end)
+            # `_new_breakpoint`, written out: the usage from the breakpoint before goes on from ke
+            at = len(block) - j            # (where blocks.insert puts the code: that of breakpoint j - 1)
+            usage = self._usage[0]
+            if j:
+                block.insert(at, block[at])
+                usage.insert(j, usage[j - 1])
+                counts.insert(j, counts[j - 1])
+            else:
+                block.insert(at, NOTHING_CODE)
+                usage.insert(0, NOTHING)
+                counts.insert(0, 0)
+            block.insert(j, ke)
+            self._times[0].insert(j, end)
+            refs.insert(j, 1)
             added = 1
         i = bisect_left(block, ks, 0, j)
         if block[i] == ks:
