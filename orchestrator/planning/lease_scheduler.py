@@ -315,13 +315,16 @@ class LeaseScheduler:
         if self.config.preemption_mode != "migrate-first" or not vm.is_suspending:
             return None
         needed_by = vm.final_end
+        node = lease.request.uniform
+        # (a lookup first: usually the site has no room then for even one of the VMs that must move)
+        room = None if node is None else self.table.room_total(node, needed_by, in_passing=True)
+        if room == 0:
+            return None
         end = vm.start + lease.remaining + self.vm.overheads.shutdown_time(lease)
         avoid = {host for host, amount in vm.resources.items()
                  if not self.table.fits(host, amount, needed_by, end)}
-        node = lease.request.uniform
-        if not avoid or (node is not None and self.table.room_total(node, needed_by, in_passing=True)
-                         < sum(host in avoid for host in vm.nodes.values())):
-            return None   # (a lookup first: usually the site has no room then for the VMs that must move)
+        if not avoid or (room is not None and room < sum(host in avoid for host in vm.nodes.values())):
+            return None
         # (the planner changes `vm` only when it finds an evacuation)
         evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime)
         if evacuation is None:
