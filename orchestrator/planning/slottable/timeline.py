@@ -97,10 +97,24 @@ class HostTimeline:
         return self._mins, self._blocks, self._times, self._usage, self._count, self._refs
 
     def _clear(self) -> None:
-        for column in self._columns():
-            del column[:]
+        del self._mins[:], self._blocks[:], self._times[:], self._usage[:], self._count[:], self._refs[:]
         self._len = 0
-        self._blocks_changed()
+        self._k0 = self._c0 = self._single[self.name] = None
+
+    def _hold_only(self, ks: int, ke: int, used: Resources, code: int, start: datetime, end: datetime) -> None:
+        """On an empty host: hold one reservation over [ks, ke), its usage `used` (code `code`): the one
+        block, built at once (on a small site, most hosts between two leases are empty)."""
+        block = block_ops.new_block((ks, ke), (code, NOTHING_CODE))
+        counts = array("q", (1, 0))
+        self._mins.append(ks)
+        self._blocks.append(block)
+        self._times.append([start, end])
+        self._usage.append([used, NOTHING])
+        self._count.append(counts)
+        self._refs.append(array("q", (1, 1)))
+        self._len = 2
+        self._k0 = self._single[self.name] = block
+        self._c0 = counts
 
     def _split(self, k: int, t: datetime) -> tuple[int, int]:
         """Make key k (time t) a breakpoint, or count one more reservation at it; returns its position."""
@@ -201,18 +215,10 @@ class HostTimeline:
     def add_keys(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         """`add` for times already converted to keys (ks < ke)."""
         if not self._len:
-            # an empty host (on a small site, most hosts between two leases): its one block, built at once
             shared = self._shared
             used, code = (shared.transitions(amount, True).get(NOTHING_CODE)
                           or shared.step(NOTHING_CODE, amount, True))
-            self._mins.append(ks)
-            self._blocks.append(block_ops.new_block((ks, ke), (code, NOTHING_CODE)))
-            self._times.append([start, end])
-            self._usage.append([used, NOTHING])
-            self._count.append(array("q", (1, 0)))
-            self._refs.append(array("q", (1, 1)))
-            self._len = 2
-            self._blocks_changed()
+            self._hold_only(ks, ke, used, code, start, end)
             return
         if self._k0 is not None:
             self._add_in_one_block(ks, ke, amount, start, end)
@@ -226,8 +232,8 @@ class HostTimeline:
                      start: datetime, end: datetime) -> None:
         """`add_keys` of one reservation on each of its hosts (timeline, amount there), in one loop: a
         reservation of a big lease holds a hundred hosts or more, most of them empty or of one block,
-        and these are changed here without going through `add_keys` (an empty host's one block is
-        built here, its usage code looked up once per amount)."""
+        and these are changed without going through `add_keys` (an empty host's usage code is looked up
+        once per amount)."""
         last_amount = entry = None
         for tl, amount in held:
             if tl._len:
@@ -241,18 +247,7 @@ class HostTimeline:
                 entry = (shared.transitions(amount, True).get(NOTHING_CODE)
                          or shared.step(NOTHING_CODE, amount, True))
                 last_amount = amount
-            used, code = entry
-            block = array("q", (ks, ke, NOTHING_CODE, code))   # (blocks.new_block's layout)
-            counts = array("q", (1, 0))
-            tl._mins.append(ks)
-            tl._blocks.append(block)
-            tl._times.append([start, end])
-            tl._usage.append([used, NOTHING])
-            tl._count.append(counts)
-            tl._refs.append(array("q", (1, 1)))
-            tl._len = 2
-            tl._k0 = tl._single[tl.name] = block
-            tl._c0 = counts
+            tl._hold_only(ks, ke, entry[0], entry[1], start, end)
 
     @staticmethod
     def remove_from_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
@@ -263,9 +258,7 @@ class HostTimeline:
             if tl._len == 2 and tl._k0 is not None:
                 refs = tl._refs[0]
                 if refs[0] == 1 and refs[1] == 1:   # (then the host holds this reservation alone)
-                    del tl._mins[:], tl._blocks[:], tl._times[:], tl._usage[:], tl._count[:], tl._refs[:]
-                    tl._len = 0
-                    tl._k0 = tl._c0 = tl._single[tl.name] = None
+                    tl._clear()
                     continue
             if tl._k0 is not None:
                 tl._remove_in_one_block(ks, ke, amount)
@@ -305,27 +298,14 @@ class HostTimeline:
     # `_split`, the walk and `_unsplit` do for any number of blocks.
     def _add_in_one_block(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         block = self._k0
-        refs, counts = self._refs[0], self._c0
+        refs = self._refs[0]
         n = len(refs)
         added = 0
         j = bisect_left(block, ke, 0, n)
         if j < n and block[j] == ke:
             refs[j] += 1
         else:
-            # `_new_breakpoint`, written out: the usage from the breakpoint before goes on from ke
-            at = len(block) - j            # (where blocks.insert puts the code: that of breakpoint j - 1)
-            usage = self._usage[0]
-            if j:
-                block.insert(at, block[at])
-                usage.insert(j, usage[j - 1])
-                counts.insert(j, counts[j - 1])
-            else:
-                block.insert(at, NOTHING_CODE)
-                usage.insert(0, NOTHING)
-                counts.insert(0, 0)
-            block.insert(j, ke)
-            self._times[0].insert(j, end)
-            refs.insert(j, 1)
+            self._new_breakpoint(0, j, ke, end)
             added = 1
         i = bisect_left(block, ks, 0, j)
         if block[i] == ks:
