@@ -145,7 +145,11 @@ def _until(running, lease_id: int, done, what: str, timeout: float = 30.0):
 
 
 def _active(running, lease_id: int):
-    return _until(running, lease_id, lambda lease, _: lease.state.value == "active", "active")
+    """The lease once active and its VMs' start enacted: the store says active from the planned start,
+    while the start itself is an operation of its own that may still be under way (a full run once read
+    the driver's VMs in between and found none)."""
+    return _until(running, lease_id, lambda lease, kinds: lease.state.value == "active" and "enacted" in kinds,
+                  "active with its start enacted")
 
 
 def _submit_now(running, cpus: int):
