@@ -166,8 +166,8 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            HostTimeline.remove_from_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                           ks, ke)
+            for host, amount in rr.resources.items():
+                hosts[host].remove_keys(ks, ke, amount)
             for snapshot in self._snapshots:
                 snapshot.changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]

@@ -249,22 +249,6 @@ class HostTimeline:
                 last_amount = amount
             tl._hold_only(ks, ke, entry[0], entry[1], start, end)
 
-    @staticmethod
-    def remove_from_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
-        """`remove_keys` of one reservation on each of its hosts (timeline, amount there), in one loop:
-        a host that held this reservation alone (the usual case for a big lease's hosts) is emptied
-        here."""
-        for tl, amount in held:
-            if tl._len == 2 and tl._k0 is not None:
-                refs = tl._refs[0]
-                if refs[0] == 1 and refs[1] == 1:   # (then the host holds this reservation alone)
-                    tl._clear()
-                    continue
-            if tl._k0 is not None:
-                tl._remove_in_one_block(ks, ke, amount)
-            else:
-                tl.remove_keys(ks, ke, amount)
-
     def _shift_until(self, b: int, i: int, ke: int, amount: Resources, adding: bool) -> None:
         """`_shift` every breakpoint from position i of block b up to key ke (a breakpoint), block by block."""
         while True:
