@@ -3,7 +3,8 @@
 #   * Debian packages: libvirt + QEMU (the lab tier), dnsmasq (the lab's DHCP for VMs), the tools to build the
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
-#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run)
+#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run), which builds
+#     the compiled slot-table timeline (Cython, fetched by pip; gcc and the Python headers from Debian)
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -31,6 +32,7 @@ PACKAGES=(
     qemu-system-x86 qemu-utils
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
+    python3-dev    # Python.h: pip install compiles the slot table's timeline (orchestrator/planning/slottable/ctimeline.pyx)
     mmdebstrap e2fsprogs
     iproute2 util-linux procps
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
@@ -73,16 +75,21 @@ for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "par
             "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd",
             "fastapi", "uvicorn", "httpx"):
     importlib.import_module(mod)
-for pkg in ("orchestrator", "drivers"):
+for pkg in ("orchestrator", "drivers", "orchestrator.planning.slottable.ctimeline"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
     if root not in path.parents:
         sys.exit(1)
+source = root / "orchestrator/planning/slottable/ctimeline.pyx"
+if path.stat().st_mtime < source.stat().st_mtime:   # (built from an older source: build again)
+    sys.exit(1)
 EOF
 ); then
     say "pip install -e '.[test,libvirt,sweep]' in $ROOT"
     (cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt,sweep]' 2>&1 \
         | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true)
     (cd / && "$PY" -c "import libvirt, pytest, ray, orchestrator, drivers") || die "pip install did not give importable packages"
+    (cd / && "$PY" -c "import orchestrator.planning.slottable.ctimeline") \
+        || die "pip install did not build the compiled slot-table timeline (needs gcc and Python.h)"
 fi
 
 if [[ $BUILD_GUEST == 1 ]]; then

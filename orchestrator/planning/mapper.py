@@ -421,10 +421,11 @@ class _AlikePacking:
     early (`early`: built when the ask is not strict). The held one is the answer if it places every
     node, else the early one. Either is a list of hosts, node i on the i-th."""
 
-    __slots__ = ("table", "ask", "node", "steady", "start_key", "end_key")
+    __slots__ = ("table", "timelines", "ask", "node", "steady", "start_key", "end_key")
 
     def __init__(self, table: SlotTable, ask: _Ask, node: Resources, steady: np.ndarray | None):
         self.table = table
+        self.timelines = table.timelines   # (the walk scans host after host)
         self.ask = ask
         self.node = node
         self.steady = steady
@@ -471,7 +472,7 @@ class _AlikePacking:
         each taking as many nodes as fit in each packing still being built; the strict packing is given
         up as soon as the hosts left cannot make up the difference. `held`: what the steady head took.
         (One loop, written out: it runs once per host.)"""
-        ask, names, node, table = self.ask, hosts.names, self.node, self.table
+        ask, names, node, timelines = self.ask, hosts.names, self.node, self.timelines
         n, start, end, excluding, end_key = len(ask.vnodes), ask.start, ask.end, ask.excluding, self.end_key
         floor = start if ask.floor is None else ask.floor   # each host holds its nodes at least until then
         strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
@@ -513,7 +514,7 @@ class _AlikePacking:
                     if fit_end < end:
                         take = 0 if take == 1 else self._most_that_fit(host, take - 1)
                 elif not excluding and take == 1:
-                    take = 1 if table.timeline(host).scan(self.start_key, end_key, node) is None else 0
+                    take = 1 if timelines[host].scan(self.start_key, end_key, node) is None else 0
                 else:
                     take = self._most_that_fit(host, take)
                 if take:
@@ -537,7 +538,7 @@ class _AlikePacking:
         ask = self.ask
         if ask.excluding:
             return self.table.latest_fit(host, request, ask.start, ask.end, ask.excluding)
-        stop = self.table.timeline(host).scan(self.start_key, self.end_key, request)
+        stop = self.timelines[host].scan(self.start_key, self.end_key, request)
         if stop is None:
             return ask.end
         return None if stop is AT_START else stop

@@ -198,8 +198,10 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer)."""
 
-    def __init__(self, vectors: dict[int, Resources]) -> None:
+    def __init__(self, vectors: dict[int, Resources], windows_at=HostTimeline.windows_at) -> None:
         self._vectors = vectors
+        #: `HostTimeline.windows_at` of the table's kind of timeline (`choice.py`)
+        self._windows_at = windows_at
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -396,7 +398,7 @@ class HostStates:
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
-        found = HostTimeline.windows_at(self._timelines, rows, k)
+        found = self._windows_at(self._timelines, rows, k)
         vectors = self._vectors
         values = self._values
         used_rows, count_rows, code_rows, ids = values.used, values.count, values.code, values.vector_id
@@ -477,7 +479,7 @@ class HostStates:
             changed = [i for i in rows if until[i] <= k]
         if changed:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, (code, _, _, _) in zip(changed, HostTimeline.windows_at(self._timelines, changed, k)):
+            for i, (code, _, _, _) in zip(changed, self._windows_at(self._timelines, changed, k)):
                 fit = known[groups[i]].get(code)
                 if fit is None:
                     fit = room.learn(groups[i], code, vectors[code], capacities[i])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
+from types import MappingProxyType
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -28,6 +29,7 @@ from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
 from orchestrator.model.timeutil import FOREVER
 from orchestrator.planning.slottable.blocks import bisect_keys
+from orchestrator.planning.slottable import choice
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, KEY_ORIGIN, KEY_UNIT, time_key
@@ -43,8 +45,14 @@ __all__ = ["AFTER_ALL", "BEFORE_ALL", "FOREVER", "HostTimeline", "SharedUsage", 
 class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
-    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = ()):
+    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
+                 timeline: type | None = None):
+        #: the class of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
+        #: reference); both give the same answers
+        self._timeline_type = timeline = timeline or choice.DEFAULT_TIMELINE
         self._hosts: dict[str, HostTimeline] = {}
+        #: every host's timeline by name, read only (`timeline(host)` without its checks)
+        self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
         self._reservations: dict[int, Reservation] = {}
         #: lease id -> its reservation, or {id: reservation} when it has several (most have one)
         self._by_lease: dict[int, Reservation | dict[int, Reservation]] = {}
@@ -56,7 +64,8 @@ class SlotTable:
         self._vectors = self._shared.vectors
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors), HostStates(self._vectors))
+        self._snapshots = (HostStates(self._vectors, timeline.windows_at),
+                           HostStates(self._vectors, timeline.windows_at))
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
@@ -75,7 +84,7 @@ class SlotTable:
         if name in self._hosts:
             raise InvalidRequest("host", f"{name!r} is already in the slot table")
         capacity.validate(f"host {name}")
-        self._hosts[name] = HostTimeline(name, capacity, self._shared)
+        self._hosts[name] = self._timeline_type(name, capacity, self._shared)
         self._largest = None
         for snapshot in self._snapshots:
             snapshot.add_host(self._hosts[name])
@@ -142,8 +151,8 @@ class SlotTable:
         if end > start:
             ks, ke = time_key(start), time_key(end)
             hosts = self._hosts
-            HostTimeline.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                      ks, ke, start, end)
+            self._timeline_type.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                             ks, ke, start, end)
             for snapshot in self._snapshots:
                 snapshot.changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
@@ -166,8 +175,8 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            for host, amount in rr.resources.items():
-                hosts[host].remove_keys(ks, ke, amount)
+            self._timeline_type.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                                ks, ke)
             for snapshot in self._snapshots:
                 snapshot.changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]

@@ -249,6 +249,12 @@ class HostTimeline:
                 last_amount = amount
             tl._hold_only(ks, ke, entry[0], entry[1], start, end)
 
+    @staticmethod
+    def remove_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
+        """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
+        for tl, amount in held:
+            tl.remove_keys(ks, ke, amount)
+
     def _shift_until(self, b: int, i: int, ke: int, amount: Resources, adding: bool) -> None:
         """`_shift` every breakpoint from position i of block b up to key ke (a breakpoint), block by block."""
         while True:
