@@ -14,7 +14,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import shared_usage
-from orchestrator.planning.slottable.choice import TIMELINES
+from orchestrator.planning.slottable.choice import CORES
 from orchestrator.planning.slottable.hoststates import nodes_that_fit
 from orchestrator.planning.slottable.table import AFTER_ALL, SlotTable, time_key
 
@@ -35,8 +35,8 @@ operations = st.lists(st.one_of(
 ), min_size=1, max_size=60)
 
 
-#: each test runs on each kind of host timeline (`choice.py`): the compiled one and the reference
-kinds = pytest.mark.parametrize("kind", sorted(TIMELINES))
+#: each test runs on each core (`choice.py`): the compiled one and the reference
+kinds = pytest.mark.parametrize("kind", sorted(CORES))
 
 
 @kinds
@@ -63,7 +63,7 @@ def test_states_match_a_fresh_look_with_sweeps(kind, ops):
 
 def _check(ops, kind):
     capacities = {f"h{i}": Resources.of(2 + i % 3, 4096) for i in range(6)}
-    table = SlotTable(capacities, timeline=TIMELINES[kind])
+    table = SlotTable(capacities, core=CORES[kind])
     held: list[Reservation] = []
     for op in ops:
         if op[0] == "add":

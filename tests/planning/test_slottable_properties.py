@@ -26,7 +26,7 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import blocks, shared_usage, timeline
 from orchestrator.planning.slottable import table as slottable
-from orchestrator.planning.slottable.choice import TIMELINES
+from orchestrator.planning.slottable.choice import CORES
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -106,15 +106,15 @@ position_sets = st.sets(positions, max_size=4)
 
 
 class SlotTableMachine(RuleBasedStateMachine):
-    #: the kind of host timeline the table uses (`choice.py`): the reference here, the compiled one below
+    #: the core the table runs on (`choice.py`): the reference here, the compiled one below
     kind = "reference"
 
     @initialize(caps=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 8)), min_size=1, max_size=3))
     def setup(self, caps):
         self.caps = {HOSTS[i]: Resources(cpu * 100, memory) for i, (cpu, memory) in enumerate(caps)}
-        timeline = TIMELINES[self.kind]
-        assert timeline is not None, f"the {self.kind} timeline was not built"
-        self.table = SlotTable(self.caps, timeline=timeline)
+        core = CORES[self.kind]
+        assert core is not None, f"the {self.kind} core was not built"
+        self.table = SlotTable(self.caps, core=core)
         self.raw: Raw = {}
         self.objs: dict[int, Reservation] = {}
         self.next_lease = 1

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
-"""The compiled `HostTimeline`: one host's usage over time, as `timeline.py` keeps it, in C arrays.
+"""The slot table's compiled core: `HostTimeline`, one host's usage over time as `timeline.py` keeps it,
+in C arrays, and `refresh_rows`, the host states' refresh of their rows from these timelines.
 
-`timeline.py` is the reference: the same interface and the same answers (the property tests run against
-both). What differs is only the representation. Per host, four C arrays of one entry per breakpoint, in
+`timeline.py` and `hoststates.refresh_rows` are the reference: the same interface and the same answers
+(the slot-table tests and property tests run against both, `choice.py`). What differs is only the representation. Per host, four C arrays of one entry per breakpoint, in
 key order: the key, the usage code from there on (`SharedUsage`), the reservations in force from there
 and the reservations starting or ending there; beside them a Python list of the datetimes as first given.
 A host holds few breakpoints (two per reservation at most, and a host's capacity keeps its reservations
@@ -11,7 +12,7 @@ costs less than the reference's blocks, which exist to keep a Python insertion b
 
 Why compiled: a big lease holds a hundred hosts or more, and each of its reservations is put on and taken
 off every one of them, each candidate host's timeline is scanned, and each host's state is read whenever
-the table's snapshots move (`windows_at`). In Python, those per-host steps are the bulk of a large
+the table's snapshots move (`refresh_rows`). In Python, those per-host steps are the bulk of a large
 simulation; here they are loops over machine integers. Usage vectors are read only through their codes
 (`SharedUsage.vectors`), so answers are the same shared objects the reference returns.
 """
@@ -400,3 +401,42 @@ cdef class HostTimeline:
 
     def __len__(self):
         return self._n
+
+
+def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, list code, list count, list ids,
+                 dict by_code, new_code, list capacities, list cpu_free, key_t[::1] since, key_t[::1] until):
+    """`hoststates.refresh_rows` (the reference, which says what each argument is) for compiled timelines:
+    each row's window is read and written where the host states keep it, with no tuple per row."""
+    cdef Py_ssize_t i, j, n
+    cdef HostTimeline tl
+    cdef key_t c, lo, hi, most = BEFORE_ALL, least = AFTER_ALL
+    cdef Py_ssize_t freed = 0
+    cdef bint free
+    cdef double epsilon = EPSILON
+    for i in rows:
+        tl = <HostTimeline>timelines[i]
+        n = tl._n
+        j = _upper(tl._keys, 0, n, k)
+        hi = tl._keys[j] if j < n else AFTER_ALL
+        if j:
+            c, lo = tl._codes[j - 1], tl._keys[j - 1]
+            count[i] = tl._count[j - 1]
+        else:
+            c, lo = NOTHING_CODE, BEFORE_ALL
+            count[i] = 0
+        v = vectors[c]
+        used[i] = v
+        code[i] = c
+        vid = by_code.get(c)
+        ids[i] = vid if vid is not None else new_code(c, v)
+        free = <double>(<tuple>capacities[i])[0] - <double>(<tuple>v)[0] > epsilon
+        if free != <bint>cpu_free[i]:
+            freed += 1 if free else -1
+            cpu_free[i] = free
+        since[i] = lo
+        until[i] = hi
+        if lo > most:
+            most = lo
+        if hi < least:
+            least = hi
+    return freed, most, least

@@ -23,7 +23,7 @@ the palette those copies are gathered from (`_Palette`: converting tuples row by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from math import floor
 
 import numpy as np
@@ -80,6 +80,38 @@ def fits_rows(used: np.ndarray, request: Resources, capacity: np.ndarray) -> np.
     """Per row, whether `request` fits next to the row's usage (vectorised `resources.fits`: the same
     sums and comparisons, so the same answer as the slot table's walks give at that time)."""
     return np.all(used + np.array(request) <= capacity + EPSILON, axis=1)
+
+
+def refresh_rows(timelines: list[HostTimeline], rows: list[int], k: int, vectors: dict[int, Resources],
+                 used: list[Resources], code: list[int], count: list[int], ids: list[int], by_code: dict[int, int],
+                 new_code: Callable[[int, Resources], int], capacities: list[Resources], cpu_free: list[bool],
+                 since: np.ndarray, until: np.ndarray) -> tuple[int, int, int]:
+    """Read each of `rows` afresh from its timeline at key k into the rows' values (`_RowValues`'s lists:
+    usage, code, count, palette id (`by_code`, else `new_code`), whether some CPU is free) and windows
+    (`since`, `until`). Returns (the change in the number of rows with free CPU, the latest `since`
+    and the earliest `until` written). The reference; `ctimeline.refresh_rows` is the compiled one."""
+    found = HostTimeline.windows_at(timelines, rows, k)
+    freed = 0
+    for i, (c, n, _, _) in zip(rows, found):
+        v = used[i] = vectors[c]
+        code[i] = c
+        count[i] = n
+        vid = by_code.get(c)
+        ids[i] = vid if vid is not None else new_code(c, v)
+        free = capacities[i][0] - v[0] > EPSILON
+        if free is not cpu_free[i]:
+            freed += 1 if free else -1
+            cpu_free[i] = free
+    lows = [lo for _, _, lo, _ in found]
+    highs = [hi for _, _, _, hi in found]
+    if len(rows) <= _FEW_ROWS:
+        for i, lo, hi in zip(rows, lows, highs):
+            since[i] = lo
+            until[i] = hi
+    else:
+        since[rows] = lows
+        until[rows] = highs
+    return freed, max(lows), min(highs)
 
 
 class _Room:
@@ -198,10 +230,12 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer)."""
 
-    def __init__(self, vectors: dict[int, Resources], windows_at=HostTimeline.windows_at) -> None:
+    def __init__(self, vectors: dict[int, Resources], windows_at=HostTimeline.windows_at,
+                 refresh=refresh_rows) -> None:
         self._vectors = vectors
-        #: `HostTimeline.windows_at` of the table's kind of timeline (`choice.py`)
+        #: `HostTimeline.windows_at` and `refresh_rows` of the table's kind of timeline (`choice.py`)
         self._windows_at = windows_at
+        self._refresh_rows = refresh
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -308,6 +342,15 @@ class HostStates:
             arrays.used[rows] = palette[[ids[i] for i in rows]]
             arrays.count[rows] = [count_rows[i] for i in rows]
 
+    def _new_code(self, code: int, used: Resources) -> int:
+        """The palette id of a usage code not seen before (its vector `used`), remembered."""
+        by_code = self._palette.by_code
+        vid = self._vector_id(used)
+        if len(by_code) >= _MAX_PALETTE:   # (codes of vectors long gone)
+            by_code.clear()
+        by_code[code] = vid
+        return vid
+
     def _vector_id(self, used: Resources) -> int:
         palette = self._palette
         ids = palette.ids
@@ -398,44 +441,14 @@ class HostStates:
 
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
-        found = self._windows_at(self._timelines, rows, k)
-        vectors = self._vectors
-        values = self._values
-        used_rows, count_rows, code_rows, ids = values.used, values.count, values.code, values.vector_id
-        cpu_free, free_rows, capacities = values.cpu_free, values.cpu_free_rows, self._capacities
-        by_code, vector_id = self._palette.by_code, self._vector_id
+        values, windows = self._values, self._windows
         self._arrays.pending.update(rows)
-        for i, (code, count, _, _) in zip(rows, found):
-            v = used_rows[i] = vectors[code]
-            code_rows[i] = code
-            count_rows[i] = count
-            vid = by_code.get(code)
-            if vid is None:
-                vid = vector_id(v)
-                if len(by_code) >= _MAX_PALETTE:   # (codes of vectors long gone)
-                    by_code.clear()
-                by_code[code] = vid
-            ids[i] = vid
-            free = capacities[i][0] - v[0] > EPSILON
-            if free is not cpu_free[i]:
-                free_rows += 1 if free else -1
-                cpu_free[i] = free
-        values.cpu_free_rows = free_rows
-        windows = self._windows
-        since = [since for _, _, since, _ in found]
-        until = [until for _, _, _, until in found]
-        if len(rows) <= _FEW_ROWS:
-            row_since, row_until = windows.since, windows.until
-            for i, lo, hi in zip(rows, since, until):
-                row_since[i] = lo
-                row_until[i] = hi
-        else:
-            windows.since[rows] = since
-            windows.until[rows] = until
-        most = max(since)
+        freed, most, least = self._refresh_rows(
+            self._timelines, rows, k, self._vectors, values.used, values.code, values.count, values.vector_id,
+            self._palette.by_code, self._new_code, self._capacities, values.cpu_free, windows.since, windows.until)
+        values.cpu_free_rows += freed
         if most > windows.latest_since:
             windows.latest_since = most
-        least = min(until)
         if least < windows.earliest_until:
             windows.earliest_until = least
         for room in self._rooms.values():

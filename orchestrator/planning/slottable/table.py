@@ -46,10 +46,11 @@ class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
     def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
-                 timeline: type | None = None):
-        #: the class of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
+                 core: choice.Core | None = None):
+        #: the kind of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
         #: reference); both give the same answers
-        self._timeline_type = timeline = timeline or choice.DEFAULT_TIMELINE
+        core = core or choice.DEFAULT_CORE
+        self._timeline_type = core.timeline
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
@@ -64,8 +65,8 @@ class SlotTable:
         self._vectors = self._shared.vectors
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors, timeline.windows_at),
-                           HostStates(self._vectors, timeline.windows_at))
+        self._snapshots = (HostStates(self._vectors, core.timeline.windows_at, core.refresh_rows),
+                           HostStates(self._vectors, core.timeline.windows_at, core.refresh_rows))
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
