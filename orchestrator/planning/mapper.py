@@ -480,18 +480,25 @@ class _AlikePacking:
         early = list(held)
         early_end = end if held else None
         held_count = early_count = len(held)
-        latest_fit = self._latest_fit
+        latest_fit, start_key = self._latest_fit, self.start_key
         for row, k, steady_row in _ranked_rows(ranked, hosts.room, self.steady, end_key):
             host = names[row]
             potential -= k
             # the early packing: the most nodes that fit from the start for some time, until `fit_end`
             early_take = None   # (None: not tried on this host)
             if loose and early_count < n:
-                take = min(k, n - early_count)
+                take = k if k < n - early_count else n - early_count
                 if steady_row:
                     fit_end = end
                 else:
-                    fit_end = latest_fit(host, node if take == 1 else scale(node, take))
+                    if take == 1 and not excluding:   # (`_latest_fit`, inline: the usual case on a big site)
+                        fit_end = timelines[host].scan(start_key, end_key, node)
+                        if fit_end is None:
+                            fit_end = end
+                        elif fit_end is AT_START:
+                            fit_end = None
+                    else:
+                        fit_end = latest_fit(host, node if take == 1 else scale(node, take))
                     while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
                         take -= 1
                         fit_end = latest_fit(host, scale(node, take))
@@ -505,7 +512,7 @@ class _AlikePacking:
                         early_end = fit_end
             # the held packing: the most nodes that fit until the end
             if strict:
-                take = min(k, n - held_count)
+                take = k if k < n - held_count else n - held_count
                 if steady_row:
                     pass
                 elif early_take == 0:       # not even one node fits until the floor (<= end)
@@ -514,7 +521,7 @@ class _AlikePacking:
                     if fit_end < end:
                         take = 0 if take == 1 else self._most_that_fit(host, take - 1)
                 elif not excluding and take == 1:
-                    take = 1 if timelines[host].scan(self.start_key, end_key, node) is None else 0
+                    take = 1 if timelines[host].scan(start_key, end_key, node) is None else 0
                 else:
                     take = self._most_that_fit(host, take)
                 if take:
