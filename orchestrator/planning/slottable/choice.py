@@ -1,6 +1,7 @@
 """Which core a slot table runs on: the compiled one (`ctimeline`, built by `pip install` where a C
-compiler is) when it was built, else the reference in Python (`timeline` and `hoststates`). A core is a
-host timeline class and the host states' row refresh that reads it; both cores have one interface and give
+compiler is) when it was built, else the reference in Python (`timeline`, `hoststates` and the mapper). A
+core is a host timeline class, the host states' row refresh that reads it and the mapper's walk of alike
+nodes over it; both cores have one interface and give
 the same answers, and the table's tests and property tests run against each."""
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ except ImportError:   # (not built: no C compiler where it was installed)
 
 
 class Core(NamedTuple):
-    """A kind of host timeline and the `hoststates.refresh_rows` for it."""
+    """A kind of host timeline, the `hoststates.refresh_rows` for it, and the mapper's walk of alike
+    nodes over it (None: the mapper's own, `mapper._AlikePacking._walk`, the reference)."""
 
     timeline: type
     refresh_rows: Callable
+    alike_walk: Callable | None
 
 
-REFERENCE = Core(timeline.HostTimeline, hoststates.refresh_rows)
-COMPILED = Core(ctimeline.HostTimeline, ctimeline.refresh_rows) if ctimeline is not None else None
+REFERENCE = Core(timeline.HostTimeline, hoststates.refresh_rows, None)
+COMPILED = (Core(ctimeline.HostTimeline, ctimeline.refresh_rows, ctimeline.alike_walk)
+            if ctimeline is not None else None)
 
 #: the cores by name: what a test or a benchmark may ask a `SlotTable` for (None: not built)
 CORES: dict[str, Core | None] = {"compiled": COMPILED, "reference": REFERENCE}

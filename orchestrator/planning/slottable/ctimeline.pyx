@@ -24,6 +24,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.ref cimport PyObject
 
 from orchestrator.model.resources import NOTHING
+from orchestrator.model.resources import scale as _scale
 from orchestrator.model.resources import sub as _sub
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import excluded_amount
@@ -440,3 +441,85 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
         if hi < least:
             least = hi
     return freed, most, least
+
+
+def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
+    """`mapper._AlikePacking._walk` (the reference, which says what it does) over compiled timelines: the
+    same steps host by host, with the counts in machine integers and each host's room and steadiness read
+    from the host states' arrays directly. `packing` is the `_AlikePacking` (its ask, node, timelines and
+    keys; its `_latest_fit`, `_most_that_fit` and `_mapping` for the steps taken rarely)."""
+    ask = packing.ask
+    names, node, timelines = hosts.names, packing.node, packing.timelines
+    start, end, excluding = ask.start, ask.end, ask.excluding
+    floor = start if ask.floor is None else ask.floor
+    latest_fit, most_that_fit = packing._latest_fit, packing._most_that_fit
+    cdef Py_ssize_t n = len(ask.vnodes)
+    cdef key_t start_key = packing.start_key, end_key = packing.end_key
+    cdef bint strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
+    cdef bint loose = not ask.strict_end                     # building the one that may end early
+    cdef bint steady_row, has_steady = packing.steady is not None
+    cdef const double[:] room = hosts.room
+    cdef const key_t[:] steady
+    if has_steady:
+        steady = packing.steady
+    early = list(held)
+    early_end = end if held else None
+    cdef Py_ssize_t row, k, take, early_take, early_count = len(held), held_count = len(held)
+    fit_end = None
+    for row in ranked:
+        k = <Py_ssize_t>room[row]
+        steady_row = has_steady and steady[row] >= end_key
+        host = names[row]
+        potential -= k
+        early_take = -1   # (not tried on this host)
+        if loose and early_count < n:
+            take = k if k < n - early_count else n - early_count
+            if steady_row:
+                fit_end = end
+            else:
+                if take == 1 and not excluding:
+                    fit_end = (<HostTimeline>timelines[host]).scan(start_key, end_key, node)
+                    if fit_end is None:
+                        fit_end = end
+                    elif fit_end is AT_START:
+                        fit_end = None
+                else:
+                    fit_end = latest_fit(host, node if take == 1 else _scale(node, take))
+                while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
+                    take -= 1
+                    fit_end = latest_fit(host, _scale(node, take))
+                if fit_end is None or fit_end <= start or fit_end < floor:
+                    take = 0
+            early_take = take
+            if take:
+                early.extend([host] * take)
+                early_count += take
+                if early_end is None or fit_end < early_end:
+                    early_end = fit_end
+        if strict:
+            take = k if k < n - held_count else n - held_count
+            if steady_row:
+                pass
+            elif early_take == 0:
+                take = 0
+            elif early_take == take:
+                if fit_end < end:
+                    take = 0 if take == 1 else most_that_fit(host, take - 1)
+            elif not excluding and take == 1:
+                take = 1 if (<HostTimeline>timelines[host]).scan(start_key, end_key, node) is None else 0
+            else:
+                take = most_that_fit(host, take)
+            if take:
+                held.extend([host] * take)
+                held_count += take
+                if held_count == n:
+                    return packing._mapping(held, end)
+            if held_count + potential < n:
+                if not loose:
+                    return None
+                strict = False
+        if loose and early_count == n and not strict:
+            break
+    if loose and early_count == n:
+        return packing._mapping(early, early_end)
+    return None

@@ -49,7 +49,8 @@ class SlotTable:
                  core: choice.Core | None = None):
         #: the kind of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
         #: reference); both give the same answers
-        core = core or choice.DEFAULT_CORE
+        #: what the table runs on (`choice.py`): also says which walk of alike nodes the mapper runs
+        self.core = core = core or choice.DEFAULT_CORE
         self._timeline_type = core.timeline
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
