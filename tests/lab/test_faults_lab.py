@@ -23,6 +23,14 @@ import pytest
 from tests.lab.labkit import CLI, REPO, domain_state, evacuation_site, remove_lease_domains
 from tests.lab.labkit import leasewise as cli
 
+def resident_mib(libvirt_mod, conn, vm: str) -> float:
+    """The VM's QEMU process's resident memory (libvirt's `rss` memory stat), 0 when it cannot be read."""
+    try:
+        return conn.lookupByName(vm).memoryStats().get("rss", 0) / 1024
+    except libvirt_mod.libvirtError:
+        return 0.0
+
+
 def migrating(libvirt_mod, conn, vm: str) -> bool:
     try:
         return conn.lookupByName(vm).jobInfo()[0] != libvirt_mod.VIR_DOMAIN_JOB_NONE
@@ -49,7 +57,14 @@ def test_a_daemon_killed_mid_migration_takes_the_migration_from_libvirt(lab, con
             assert time.monotonic() < deadline, "the best-effort VM never started on the first host"
             assert daemon.poll() is None, daemon.stdout.read()
             time.sleep(0.5)
-        time.sleep(8)   # (the guest touches its 200 MiB)
+        # The guest touches its 200 MiB: wait until QEMU holds them (a fixed wait was once too short on a
+        # busy machine, and a migration of untouched, zero pages ended before the kill)
+        before = resident_mib(libvirt_mod, conns[first], "lw-1-0")
+        deadline = time.monotonic() + 90
+        while (resident := resident_mib(libvirt_mod, conns[first], "lw-1-0")) < before + 200:
+            assert time.monotonic() < deadline, f"the guest never touched its 200 MiB ({resident - before:.0f} MiB)"
+            time.sleep(0.5)
+        time.sleep(1)
         ar_start = (datetime.now().astimezone() + timedelta(seconds=75)).replace(microsecond=0)
         cli("lease", "submit", "--nodes", "2", "--cpus", "1", "--memory", "512", "--duration", "30s",
             "--start", ar_start.isoformat(), *guest, *common)
