@@ -27,8 +27,12 @@ class Core(NamedTuple):
 
 
 REFERENCE = Core(timeline.HostTimeline, hoststates.refresh_rows, None)
-COMPILED = (Core(ctimeline.HostTimeline, ctimeline.refresh_rows, ctimeline.alike_walk)
-            if ctimeline is not None else None)
+try:
+    COMPILED = (Core(ctimeline.HostTimeline, ctimeline.refresh_rows, ctimeline.alike_walk)
+                if ctimeline is not None else None)
+except AttributeError as missing:   # (an editable install built from an older ctimeline.pyx)
+    raise ImportError(f"{ctimeline.__file__} was built from an older ctimeline.pyx ({missing}): "
+                      "run `pip install -e .` again") from None
 
 #: the cores by name: what a test or a benchmark may ask a `SlotTable` for (None: not built)
 CORES: dict[str, Core | None] = {"compiled": COMPILED, "reference": REFERENCE}
