@@ -192,13 +192,7 @@ cdef class HostTimeline:
     @staticmethod
     def add_on_hosts(held, key_t ks, key_t ke, start, end):
         """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
-        cdef HostTimeline tl
-        cdef dict memo = None
-        last = None
-        for tl, amount in held:
-            if amount is not last:
-                memo, last = None, amount
-            memo = tl._add(ks, ke, amount, start, end, memo)
+        _on_hosts(held, ks, ke, start, end, True)
 
     cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
         cdef Py_ssize_t i, j, n = self._n
@@ -227,13 +221,7 @@ cdef class HostTimeline:
     @staticmethod
     def remove_on_hosts(held, key_t ks, key_t ke):
         """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
-        cdef HostTimeline tl
-        cdef dict memo = None
-        last = None
-        for tl, amount in held:
-            if amount is not last:
-                memo, last = None, amount
-            memo = tl._remove(ks, ke, amount, memo)
+        _on_hosts(held, ks, ke, None, None, False)
 
     cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo):
         cdef Py_ssize_t i, j, n = self._n
@@ -402,6 +390,19 @@ cdef class HostTimeline:
 
     def __len__(self):
         return self._n
+
+
+cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
+    """One reservation put on (or taken off) each of its hosts: (timeline, amount there) pairs, the
+    amount's transitions looked up once for a run of hosts given the same amount object."""
+    cdef HostTimeline tl
+    cdef dict memo = None
+    last = None
+    for tl, amount in held:
+        if amount is not last:
+            memo, last = None, amount
+        memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)
+    return 0
 
 
 def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, list code, list count, list ids,
