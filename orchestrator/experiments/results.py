@@ -83,6 +83,16 @@ class ResultsDir:
         self._log({"event": "done", "run": run.id, "session": session, "seconds": round(seconds, 3)})
         return record
 
+    def log_unlogged(self, finished: dict[str, dict[str, Any]]) -> None:
+        """Log "done" for each finished run whose "done" the log lacks: a driver killed between writing
+        the run's file and its log line (the file is the truth; the line says it was found, in the
+        session that ran it)."""
+        logged = {e["run"] for e in self.events() if e.get("event") == "done"}
+        for run_id, record in sorted(finished.items()):
+            if run_id not in logged:
+                self._log({"event": "done", "run": run_id, "session": record.get("session"),
+                           "seconds": record.get("seconds"), "found": True})
+
     def failed(self, run: Run, message: str, session: str) -> None:
         self._log({"event": "failed", "run": run.id, "session": session, "error": message})
 

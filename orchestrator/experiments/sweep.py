@@ -50,6 +50,7 @@ def run_sweep(sweep: Sweep, results: ResultsDir, engine: Callable[[], AbstractCo
     """Run what is not finished in `results`, record each run as it ends, then write the table."""
     results.prepare()
     finished = results.finished()
+    results.log_unlogged(finished)
     remaining = [run for run in sweep.runs if run.id not in finished]
     outcome = SweepOutcome(total=len(sweep.runs), before=len(sweep.runs) - len(remaining),
                            session=uuid.uuid4().hex[:12])
