@@ -1,27 +1,30 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as `timeline.py` keeps it,
-in C arrays, and `refresh_rows`, the host states' refresh of their rows from these timelines.
+in C arrays; `refresh_rows`, the host states' refresh of their rows from these timelines; `alike_walk`,
+the mapper's walk of alike nodes over them.
 
-`timeline.py` and `hoststates.refresh_rows` are the reference: the same interface and the same answers
-(the slot-table tests and property tests run against both, `choice.py`). What differs is only the representation. Per host, four C arrays of one entry per breakpoint, in
-key order: the key, the usage code from there on (`SharedUsage`), the reservations in force from there
-and the reservations starting or ending there; beside them a Python list of the datetimes as first given.
-A host holds few breakpoints (two per reservation at most, and a host's capacity keeps its reservations
-few at any time), so one sorted run per host, moved up or down by `memmove` on an insertion or deletion,
-costs less than the reference's blocks, which exist to keep a Python insertion bounded.
+The reference for each is Python: `timeline.py`, `hoststates.refresh_rows`, `mapper._AlikePacking._walk`.
+Same interface, same answers: the slot-table tests, the property tests and the mapper's alike-packing
+test run against both (`choice.py` names the two cores).
+
+A timeline keeps, per host, four C arrays of one entry per breakpoint, in key order: the key, the usage
+code from there on (`SharedUsage`), the reservations in force from there and the reservations starting or
+ending there; beside them a Python list of the datetimes as first given. A host holds few breakpoints (two
+per reservation at most, and a host's capacity keeps its reservations few at any time), so one sorted run
+per host, moved up or down by `memmove` on an insertion or deletion, costs less than the reference's
+blocks, which exist to keep a Python insertion bounded.
 
 Why compiled: a big lease holds a hundred hosts or more, and each of its reservations is put on and taken
 off every one of them, each candidate host's timeline is scanned, and each host's state is read whenever
-the table's snapshots move (`refresh_rows`). In Python, those per-host steps are the bulk of a large
-simulation; here they are loops over machine integers. Usage vectors are read only through their codes
-(`SharedUsage.vectors`), so answers are the same shared objects the reference returns.
+the table's snapshots move. In Python, those per-host steps are the bulk of a large simulation; here they
+are loops over machine integers. Usage vectors are read only through their codes (`SharedUsage.vectors`),
+so answers are the same shared objects the reference returns.
 """
 
 from libc.stdlib cimport free, realloc
 from libc.string cimport memmove
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
-from cpython.ref cimport PyObject
 
 from orchestrator.model.resources import NOTHING
 from orchestrator.model.resources import scale as _scale

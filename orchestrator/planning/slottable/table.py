@@ -1,10 +1,11 @@
 """The slot table: per host, capacity and the reservations over time, answering the scheduler's queries.
 
-Each host's usage is a step function (`timeline.HostTimeline`) kept in blocks of integer arrays
-(`blocks`): times become integer keys at this module's boundary (`keys.time_key`), datetimes go in and
-come out. Usage vectors are shared by value across the table (`shared_usage.SharedUsage`, which gives each
-an integer code): a plan has a few hundred distinct ones, so they stay in the CPU caches. Every host's
-state at the scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
+Each host's usage is a step function (`timeline.HostTimeline`, kept in blocks of integer arrays: `blocks`;
+or its compiled twin in C arrays, `ctimeline`, which `choice.py` picks when it was built): times become
+integer keys at this module's boundary (`keys.time_key`), datetimes go in and come out. Usage vectors
+are shared by value across the table (`shared_usage.SharedUsage`, which gives each an integer code): a
+plan has a few hundred distinct ones, so they stay in the CPU caches. Every host's state at the
+scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
 
 Nothing is rebuilt from scratch per query (the reference rebuilt an availability window over
 reservations x changepoints x nodes on every call). Per-host numpy arrays were the alternative: O(n)
