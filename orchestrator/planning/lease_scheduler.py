@@ -204,27 +204,30 @@ class LeaseScheduler:
         higher at every future instant, so every lease that did not fit then does not fit now."""
         if not self.queue or not self._queue_dirty:
             return
-        queue = self.queue
+        queue, keys = self.queue, self._queue_keys
         self.queue, self._queue_keys = [], []
         kept: list[Lease] = []
+        kept_keys: list[tuple] = []
         stop = False
         memo = _FailureMemo(self.vm.shortest_run)
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         only_now = not self.vm.can_schedule_in_future()
         strict_fcfs = self.config.max_in_future == 0   # (backfilling off: stop at the first lease kept)
-        for lease in queue:
-            if stop:
-                kept.append(lease)
-                continue
-            if only_now:
+        for i, lease in enumerate(queue):
+            if only_now and not stop:
                 if full is None:
                     full = self._site_full(nexttime)
                     room.clear()
+                # (no CPU free now, and a pass frees none: no lease from here on can start)
+                stop = full
+            if stop:
+                kept += queue[i:]
+                kept_keys += keys[i:]
+                break
+            if only_now:
                 node = lease.request.uniform
-                if full:
-                    ruled_out = True
-                elif node is not None and lease.state is S.QUEUED:
+                if node is not None and lease.state is S.QUEUED:
                     # the first thing scheduling would try, remembered per node size: asking it here
                     # spares the planning machinery the many leases that cannot start now (and makes
                     # the memo's "instant" entries needless for these)
@@ -239,24 +242,23 @@ class LeaseScheduler:
                         memo.record(lease, Unschedulable.INSTANT)
                 if ruled_out:
                     kept.append(lease)
-                    if strict_fcfs:
-                        stop = True
+                    kept_keys.append(keys[i])
+                    stop = strict_fcfs
                     continue
             try:
                 self._schedule_lease(lease, nexttime, now)
                 full = None
             except NotSchedulable as exc:
                 kept.append(lease)
+                kept_keys.append(keys[i])
                 memo.record(lease, exc.kind)
-                if strict_fcfs:
-                    stop = True
+                stop = strict_fcfs
             only_now = not self.vm.can_schedule_in_future()
         if self.queue:   # (leases requeued during the pass: merge in submit order)
             for lease in kept:
                 self._enqueue(lease)
         else:            # (kept is a subsequence of the queue: still in order)
-            self.queue = kept
-            self._queue_keys = [(lease.submit_time, lease.id) for lease in kept]
+            self.queue, self._queue_keys = kept, kept_keys
         self._queue_dirty = False
 
     def _site_full(self, t: datetime) -> bool:
