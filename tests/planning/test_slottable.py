@@ -464,6 +464,30 @@ def test_a_kept_id_is_never_handed_out_again():
     assert table.usage_at("h1", T(5)) == R(3)
 
 
+def test_an_id_the_end_time_index_cannot_order_is_refused_naming_the_field():
+    """The by-end index orders by end, then id, in one integer: an id outside its range is refused, and
+    the table is left as it was."""
+    table = SlotTable({"h1": CAP})
+    for bad in (-1, 1 << 40):
+        foreign = rr(1, 0, 10, {"h1": R(1)})
+        foreign.id = bad
+        with pytest.raises(InvalidRequest) as err:
+            table.add(foreign)
+        assert err.value.field == "id" and str(bad) in str(err.value)
+    assert len(table) == 0 and table.usage_at("h1", T(5)) == NOTHING
+    assert table.add(rr(1, 0, 10, {"h1": R(1)})).id == 1
+
+
+def test_reservations_ending_at_one_instant_come_by_id_and_only_after_it():
+    table = SlotTable({"h1": CAP})
+    late = [table.add(rr(i, 0, 30, {"h1": R(1)})) for i in range(1, 4)]
+    early = table.add(rr(4, 0, 20, {"h1": R(1)}))
+    assert table.reservations_ending_after(T(10)) == [early, *late]
+    assert table.reservations_ending_after(T(20)) == late
+    assert table.reservations_ending_after(T(10), until=T(20)) == [early]
+    assert list(table.iter_ending_after(T(29.99))) == late and list(table.iter_ending_after(T(30))) == []
+
+
 def test_an_empty_interval_excluding_a_reservation_that_starts_there(base):
     """[t, t) is the point t: an excluded reservation in force at t does not count, even one starting at t."""
     table, r1, r2, r3 = base

@@ -43,6 +43,21 @@ from orchestrator.planning.slottable.timeline import AT_START, HostTimeline
 __all__ = ["AFTER_ALL", "BEFORE_ALL", "FOREVER", "HostTimeline", "SharedUsage", "SlotTable", "time_key"]
 
 
+#: reservation ids stay below this (the table hands them out one by one)
+_ID_SPAN = 1 << 40
+
+
+def _end_order(rr: Reservation) -> int:
+    """The by-end index's key: (end, id) as one integer. Its comparisons touch no datetime or tuple, and
+    a big table's index stays small enough for the CPU caches to matter less."""
+    return time_key(rr.end) * _ID_SPAN + rr.id
+
+
+def _after_ends_at(t: datetime) -> int:
+    """Above the key of every reservation ending at or before t, below that of any ending after it."""
+    return time_key(t) * _ID_SPAN + _ID_SPAN - 1
+
+
 class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
@@ -60,7 +75,7 @@ class SlotTable:
         #: lease id -> its reservation, or {id: reservation} when it has several (most have one)
         self._by_lease: dict[int, Reservation | dict[int, Reservation]] = {}
         self._shared = SharedUsage()
-        self._by_end: SortedKeyList = SortedKeyList(key=lambda r: (r.end, r.id))
+        self._by_end: SortedKeyList = SortedKeyList(key=_end_order)
         self._next_id = 1
         self._largest: Resources | None = None
         self._single = self._shared.single
@@ -143,6 +158,8 @@ class SlotTable:
             rr.id = self._next_id
             self._next_id += 1
         else:           # never hand that id out again (e.g. an id this table did not issue)
+            if not 0 < rr.id < _ID_SPAN:
+                raise InvalidRequest("id", f"reservation id {rr.id} is outside 1..{_ID_SPAN - 1}")
             self._next_id = max(self._next_id, rr.id + 1)
         self._insert(rr)
         return rr
@@ -223,15 +240,15 @@ class SlotTable:
 
     def reservations_ending_after(self, t: datetime, until: datetime | None = None) -> list[Reservation]:
         """Reservations ending after t (and, with `until`, at or before it), by end time."""
-        i = self._by_end.bisect_key_right((t, float("inf")))
+        i = self._by_end.bisect_key_right(_after_ends_at(t))
         if until is None:
             return list(self._by_end.islice(i))
-        j = self._by_end.bisect_key_right((until, float("inf")))
+        j = self._by_end.bisect_key_right(_after_ends_at(until))
         return list(self._by_end.islice(i, j))
 
     def iter_ending_after(self, t: datetime) -> Iterator[Reservation]:
         """Reservations ending after t, by end time, lazily."""
-        return self._by_end.irange_key(min_key=(t, float("inf")), inclusive=(False, True))
+        return self._by_end.irange_key(min_key=_after_ends_at(t), inclusive=(False, True))
 
     def reservations_overlapping(self, t1: datetime, t2: datetime,
                                  hosts: Collection[str] | None = None) -> list[Reservation]:
