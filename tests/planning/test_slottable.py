@@ -573,6 +573,51 @@ def test_a_host_with_many_breakpoints_against_brute_force():
     assert table.usage_at("h1", T(100)) == NOTHING
 
 
+def test_a_host_filled_at_its_front_then_its_back_then_emptied_anywhere_holds_no_time_it_let_go():
+    """Breakpoints go in before all others, then after all others, then out from random places (the
+    compiled timeline moves the shorter side each time, and recentres when one side is full): answers
+    match a plain sum, and no datetime stays referenced once its breakpoints are gone."""
+    import random
+    import sys
+    rng = random.Random(11)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9)})
+    # (times made here, one object each: their reference counts show what the table still holds)
+    times = [EPOCH + timedelta(minutes=m, microseconds=1) for m in range(4000)]
+    held_before = [sys.getrefcount(t) for t in times]
+    live = []
+    for m in range(1998, 0, -2):                    # each new reservation before all the others
+        live.append(table.add(Reservation(len(live) + 1, ReservationKind.VM, times[m], times[m + 1],
+                                          {"h1": R(1)})))
+    for m in range(2000, 3998, 2):                  # then each after all the others
+        live.append(table.add(Reservation(len(live) + 1, ReservationKind.VM, times[m], times[m + 1],
+                                          {"h1": R(2)})))
+    for _ in range(300):                            # and some across many of them
+        m = rng.randrange(0, 3900)
+        live.append(table.add(Reservation(len(live) + 1, ReservationKind.VM, times[m], times[m + rng.randrange(1, 99)],
+                                          {"h1": R(3)})))
+
+    def check():
+        points = sorted({p for r in live for p in (r.start, r.end)})
+        assert len(table.timeline("h1")) == len(points)
+        assert table.changepoints_after(EPOCH - timedelta(days=1)) == points
+        for t in rng.sample(times, 200):
+            expected = [r for r in live if r.start <= t < r.end]
+            assert table.usage_at("h1", t) == R(sum(r.resources["h1"].cpu for r in expected) / 100)
+            assert table.reservation_count_at("h1", t) == len(expected)
+
+    check()
+    rng.shuffle(live)
+    while len(live) > 100:
+        table.remove(live.pop())
+        if len(live) % 500 == 0:
+            check()
+    check()
+    while live:
+        table.remove(live.pop())
+    assert len(table.timeline("h1")) == 0
+    assert [sys.getrefcount(t) for t in times] == held_before
+
+
 def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped():
     table = SlotTable({"h1": CAP, "h2": CAP})
     a = table.add(rr(1, 0, 10, {"h1": R(1, 512), "h2": R(1, 512)}))
