@@ -32,13 +32,14 @@ from orchestrator.analysis.timeline import (
     timeline_from_result,
 )
 from orchestrator.cli.app import app, fail
+from orchestrator.cli.lease_records import JsonRecords
 from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.config import load_config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso
-from orchestrator.runtime.simulator import SimulationResult, Simulator, lease_json
+from orchestrator.runtime.simulator import SimulationResult, Simulator
 from orchestrator.workloads import load_workload
 from orchestrator.workloads.injected import inject as inject_leases
 
@@ -141,14 +142,10 @@ def _csv_line(row: list) -> bytes:
     return buffer.getvalue().encode()
 
 
-def _lease_record(lease: Lease, workload_id: str) -> bytes:
-    # (one line a lease, by json's C encoder: an indented document goes through its Python one)
-    return json.dumps(lease_json(lease, workload_id)).encode()
-
-
 def _records(result: SimulationResult) -> Iterator[bytes]:
+    records = JsonRecords()
     for lease in result.leases:
-        yield _lease_record(lease, result.workload_ids.get(lease.id, str(lease.id)))
+        yield records.record(lease, result.workload_ids.get(lease.id, str(lease.id)))
 
 
 class _Spool:
@@ -187,10 +184,11 @@ class _Spools:
     def __init__(self, json_wanted: bool, csv_wanted: bool) -> None:
         self._json = _Spool() if json_wanted else None
         self._csv = _Spool() if csv_wanted else None
+        self._records = JsonRecords()
 
     def add(self, lease: Lease, workload_id: str) -> None:
         if self._json is not None:
-            self._json.add(lease.id, _lease_record(lease, workload_id))
+            self._json.add(lease.id, self._records.record(lease, workload_id))
         if self._csv is not None:
             self._csv.add(lease.id, _csv_line(_csv_row(lease, workload_id)))
 

@@ -74,13 +74,19 @@ class SimulationResult:
         }
 
 
-def reservation_json(rr: Reservation) -> dict:
+def reservation_hosts(rr: Reservation) -> set[str]:
+    """The hosts a reservation concerns: those it holds, both ends of its transfers, else its VMs' hosts."""
     hosts = set(rr.resources)
     for src, dst in rr.transfers.values():
         hosts.update((src, dst))
     if not hosts:
         hosts.update(rr.nodes.values())
-    return {"kind": rr.kind.value, "start": iso(rr.start), "end": iso(rr.end), "hosts": sorted(hosts)}
+    return hosts
+
+
+def reservation_json(rr: Reservation) -> dict:
+    return {"kind": rr.kind.value, "start": iso(rr.start), "end": iso(rr.end),
+            "hosts": sorted(reservation_hosts(rr))}
 
 
 def lease_json(lease: Lease, workload_id: str) -> dict:
