@@ -1,9 +1,9 @@
 """The `--json` line of a finished lease, as `leasewise simulate` writes it while the run goes on.
 
 `JsonRecords.record` gives the same bytes as `json.dumps(lease_json(lease, workload_id))`, without the
-dicts in between, and with the JSON text of each time, host name and state made once: a run repeats
-them thousands of times (a lease starts when another ends, on the same hosts), and the record of every
-lease is made on the simulation's own time.
+dicts in between, and with the JSON text of each time, type, state and kind made once: a run repeats
+them thousands of times (a lease starts when another ends), and the record of every lease is made on
+the simulation's own time.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import reservation_hosts
 
-#: remembered strings of one kind before the memo starts again (a long run's times never come back)
+#: times remembered before the memo starts again (a long run's times never come back)
 _MEMO_LIMIT = 1 << 14
 
 
@@ -27,7 +27,7 @@ class JsonRecords:
 
     def __init__(self) -> None:
         self._times: dict[datetime, str] = {}
-        self._names: dict[str | Enum, str] = {}
+        self._names: dict[Enum, str] = {}
 
     def record(self, lease: Lease, workload_id: str) -> bytes:
         time = self._time
@@ -40,10 +40,9 @@ class JsonRecords:
                 f'"reason": {reason}, "reservations": [{", ".join(parts)}]}}').encode()
 
     def _reservation(self, rr: Reservation) -> str:
-        name = self._name
-        hosts = ", ".join([name(host) for host in sorted(reservation_hosts(rr))])
-        return (f'{{"kind": {name(rr.kind)}, "start": {self._time(rr.start)}, "end": {self._time(rr.end)}, '
-                f'"hosts": [{hosts}]}}')
+        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts)
+        return (f'{{"kind": {self._name(rr.kind)}, "start": {self._time(rr.start)}, "end": {self._time(rr.end)}, '
+                f'"hosts": {json.dumps(sorted(reservation_hosts(rr)))}}}')
 
     def _time(self, t: datetime | None) -> str:
         if t is None:
@@ -55,11 +54,9 @@ class JsonRecords:
             text = self._times[t] = f'"{iso(t)}"'
         return text
 
-    def _name(self, name: str | Enum) -> str:
-        """A host name or an enum member's value, as a JSON string."""
-        text = self._names.get(name)
+    def _name(self, member: Enum) -> str:
+        """An enum member's value (a lease's type or state, a reservation's kind), as a JSON string."""
+        text = self._names.get(member)
         if text is None:
-            if len(self._names) >= _MEMO_LIMIT:
-                self._names.clear()
-            text = self._names[name] = json.dumps(name.value if isinstance(name, Enum) else name)
+            text = self._names[member] = json.dumps(member.value)
         return text
