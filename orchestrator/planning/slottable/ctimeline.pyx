@@ -7,14 +7,12 @@ The reference for each is Python: `timeline.py`, `hoststates.refresh_rows`, `map
 Same interface, same answers: the slot-table tests, the property tests and the mapper's alike-packing
 test run against both (`choice.py` names the two cores).
 
-A timeline keeps, per host, five C arrays of one entry per breakpoint, in key order: the key, the usage
-code from there on (`SharedUsage`), the reservations in force from there, the reservations starting or
-ending there, and the datetime as first given (a reference held). A host holds few breakpoints (two
+A timeline keeps, per host, four C arrays of one entry per breakpoint, in key order: the key, the usage
+code from there on (`SharedUsage`), the reservations in force from there and the reservations starting or
+ending there; beside them a Python list of the datetimes as first given. A host holds few breakpoints (two
 per reservation at most, and a host's capacity keeps its reservations few at any time), so one sorted run
-per host, moved by `memmove` on an insertion or deletion, costs less than the reference's blocks, which
-exist to keep a Python insertion bounded. The run sits in the middle of its allocation, with room on
-both sides, and an insertion or deletion moves the entries on its shorter side: a host with thousands
-of breakpoints moves a quarter of them on average instead of half.
+per host, moved up or down by `memmove` on an insertion or deletion, costs less than the reference's
+blocks, which exist to keep a Python insertion bounded.
 
 Why compiled: a big lease holds a hundred hosts or more, and each of its reservations is put on and taken
 off every one of them, each candidate host's timeline is scanned, and each host's state is read whenever
@@ -25,7 +23,7 @@ so answers are the same shared objects the reference returns.
 
 from libc.stdlib cimport free, realloc
 from libc.string cimport memmove
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
 
 from orchestrator.model.resources import NOTHING
@@ -76,13 +74,6 @@ cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
     return <key_t *>p
 
 
-cdef PyObject **_grown_objects(PyObject **column, Py_ssize_t room) except NULL:
-    cdef void *p = realloc(column, room * sizeof(PyObject *))
-    if p == NULL:
-        raise MemoryError()
-    return <PyObject **>p
-
-
 cdef class HostTimeline:
     """Usage of one host as a step function over time (see the module's docstring for the layout)."""
 
@@ -90,20 +81,12 @@ cdef class HostTimeline:
     cdef public object capacity
     cdef object _shared
     cdef dict _vectors
-    # the live breakpoints: _n entries from each pointer on, inside the allocations below
+    cdef list _times
     cdef key_t *_keys
     cdef key_t *_codes
     cdef key_t *_count
     cdef key_t *_refs
-    cdef PyObject **_times   # (each holds a reference to its datetime)
-    cdef Py_ssize_t _n
-    # the allocations: _room entries each; the live entries start _off entries in
-    cdef key_t *_keys_base
-    cdef key_t *_codes_base
-    cdef key_t *_count_base
-    cdef key_t *_refs_base
-    cdef PyObject **_times_base
-    cdef Py_ssize_t _off, _room
+    cdef Py_ssize_t _n, _room
     # the capacity `scan` compares with, each field plus EPSILON, for the capacity object `_limits_of`
     cdef object _limits_of
     cdef double _limits[5]
@@ -116,15 +99,14 @@ cdef class HostTimeline:
         self._vectors = self._shared.vectors
         # (the reference keeps its only block there for `SlotTable.usage_at`; None sends it here)
         self._shared.single[name] = None
+        self._times = []
         self._limits_of = None
 
     def __dealloc__(self):
-        self._release(0, self._n)
-        free(self._times_base)
-        free(self._keys_base)
-        free(self._codes_base)
-        free(self._count_base)
-        free(self._refs_base)
+        free(self._keys)
+        free(self._codes)
+        free(self._count)
+        free(self._refs)
 
     def detach(self):
         """Leave the table's shared registries (the host is gone from the table)."""
@@ -132,65 +114,29 @@ cdef class HostTimeline:
         del self._shared.single[self.name]
 
     # -- structure ------------------------------------------------------------------------------------
-    cdef int _recentre(self, Py_ssize_t n) except -1:
-        """Room for n entries with free space on both sides of the live ones, which move to the middle
-        (grown to twice what they need when that is more than the allocations hold)."""
-        cdef Py_ssize_t room = self._room, off
-        if 2 * n > room:
-            room = max(8, 2 * n)
-            self._keys_base = _grown(self._keys_base, room)
-            self._codes_base = _grown(self._codes_base, room)
-            self._count_base = _grown(self._count_base, room)
-            self._refs_base = _grown(self._refs_base, room)
-            self._times_base = _grown_objects(self._times_base, room)
-            self._room = room
-        off = (room - self._n) // 2
-        if self._n:
-            memmove(self._keys_base + off, self._keys_base + self._off, self._n * sizeof(key_t))
-            memmove(self._codes_base + off, self._codes_base + self._off, self._n * sizeof(key_t))
-            memmove(self._count_base + off, self._count_base + self._off, self._n * sizeof(key_t))
-            memmove(self._refs_base + off, self._refs_base + self._off, self._n * sizeof(key_t))
-            memmove(self._times_base + off, self._times_base + self._off, self._n * sizeof(PyObject *))
-        self._point_at(off)
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t room
+        if n <= self._room:
+            return 0
+        room = max(8, 2 * self._room, n)
+        self._keys = _grown(self._keys, room)
+        self._codes = _grown(self._codes, room)
+        self._count = _grown(self._count, room)
+        self._refs = _grown(self._refs, room)
+        self._room = room
         return 0
-
-    cdef inline void _point_at(self, Py_ssize_t off) noexcept:
-        self._off = off
-        self._keys = self._keys_base + off
-        self._codes = self._codes_base + off
-        self._count = self._count_base + off
-        self._refs = self._refs_base + off
-        self._times = self._times_base + off
-
-    cdef inline void _move(self, Py_ssize_t to, Py_ssize_t frm, Py_ssize_t n) noexcept:
-        """Entries frm .. frm + n - 1 to positions to .. (relative to the live start) in every array."""
-        cdef size_t size = n * sizeof(key_t)
-        memmove(self._keys + to, self._keys + frm, size)
-        memmove(self._codes + to, self._codes + frm, size)
-        memmove(self._count + to, self._count + frm, size)
-        memmove(self._refs + to, self._refs + frm, size)
-        memmove(self._times + to, self._times + frm, n * sizeof(PyObject *))
-
-    cdef void _release(self, Py_ssize_t i, Py_ssize_t j) noexcept:
-        """Drop the references to the datetimes of breakpoints i to j - 1."""
-        cdef Py_ssize_t m
-        for m in range(i, j):
-            Py_XDECREF(self._times[m])
 
     cdef int _insert(self, Py_ssize_t i, key_t k, object t) except -1:
         """Make key k (time t) breakpoint i, its usage and count those of the breakpoint before it
-        (none before the first). The entries on the shorter side of i move, into the free space there:
-        a host with thousands of breakpoints moves a quarter of them on average, not half."""
-        cdef Py_ssize_t n = self._n
-        if i < n - i:
-            if not self._off:
-                self._recentre(n + 1)
-            self._move(-1, 0, i)
-            self._point_at(self._off - 1)
-        else:
-            if self._off + n == self._room:
-                self._recentre(n + 1)
-            self._move(i + 1, i, n - i)
+        (none before the first)."""
+        cdef Py_ssize_t moved
+        self._reserve(self._n + 1)
+        moved = (self._n - i) * sizeof(key_t)
+        if moved:
+            memmove(self._keys + i + 1, self._keys + i, moved)
+            memmove(self._codes + i + 1, self._codes + i, moved)
+            memmove(self._count + i + 1, self._count + i, moved)
+            memmove(self._refs + i + 1, self._refs + i, moved)
         self._keys[i] = k
         if i:
             self._codes[i] = self._codes[i - 1]
@@ -199,20 +145,19 @@ cdef class HostTimeline:
             self._codes[i] = NOTHING_CODE
             self._count[i] = 0
         self._refs[i] = 1
-        Py_INCREF(t)
-        self._times[i] = <PyObject *>t
-        self._n = n + 1
+        self._times.insert(i, t)
+        self._n += 1
         return 0
 
     cdef int _delete(self, Py_ssize_t i) except -1:
-        cdef Py_ssize_t n = self._n
-        self._release(i, i + 1)
-        if i < n - 1 - i:
-            self._move(1, 0, i)
-            self._point_at(self._off + 1)
-        else:
-            self._move(i, i + 1, n - 1 - i)
-        self._n = n - 1
+        cdef Py_ssize_t moved = (self._n - i - 1) * sizeof(key_t)
+        if moved:
+            memmove(self._keys + i, self._keys + i + 1, moved)
+            memmove(self._codes + i, self._codes + i + 1, moved)
+            memmove(self._count + i, self._count + i + 1, moved)
+            memmove(self._refs + i, self._refs + i + 1, moved)
+        del self._times[i]
+        self._n -= 1
         return 0
 
     cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
@@ -285,7 +230,7 @@ cdef class HostTimeline:
         cdef Py_ssize_t i, j, n = self._n
         if n == 2 and self._refs[0] == 1 and self._refs[1] == 1:   # this reservation alone
             self._n = 0
-            self._release(0, 2)
+            del self._times[:]
             return memo
         i = _lower(self._keys, 0, n, ks)
         j = _lower(self._keys, i, n, ke)
@@ -374,7 +319,7 @@ cdef class HostTimeline:
             if relevant:
                 used = _sub(used, excluded_amount(relevant, k))
             if not self._fits(used, r):
-                return <object>self._times[j]
+                return self._times[j]
             j += 1
         return None
 
@@ -397,13 +342,13 @@ cdef class HostTimeline:
     def breakpoint_list(self, key_t k1, k2):
         """The breakpoints strictly inside (k1, k2), in order."""
         cdef Py_ssize_t i = self._after(k1), j = self._before(k2)
-        return [<object>self._times[m] for m in range(i, j)]
+        return self._times[i:j] if i < j else []
 
     def collect(self, key_t k1, k2, dict into):
         """Add (key: time) of every breakpoint strictly inside (k1, k2) to `into`."""
         cdef Py_ssize_t m, i = self._after(k1), j = self._before(k2)
         for m in range(i, j):
-            into[self._keys[m]] = <object>self._times[m]
+            into[self._keys[m]] = <object>PyList_GET_ITEM(self._times, m)
 
     # -- queries (by datetime) --------------------------------------------------------------------------
     def window(self, t):
@@ -411,7 +356,7 @@ cdef class HostTimeline:
         cdef Py_ssize_t n = self._n
         cdef Py_ssize_t i = _upper(self._keys, 0, n, time_key(t))
         return (self._vector(i), self._count[i - 1] if i else 0,
-                <object>self._times[i - 1] if i else None, <object>self._times[i] if i < n else None)
+                self._times[i - 1] if i else None, self._times[i] if i < n else None)
 
     def usage_at(self, t):
         return self.usage_key(time_key(t))
@@ -425,7 +370,7 @@ cdef class HostTimeline:
 
     def last_breakpoint(self):
         """After this time the host is empty."""
-        return <object>self._times[self._n - 1] if self._n else None
+        return self._times[self._n - 1] if self._n else None
 
     def segments(self, t1, t2):
         """(segment start, usage) for every segment meeting [t1, t2); the first starts at t1."""
@@ -434,7 +379,7 @@ cdef class HostTimeline:
         out = [(t1, self.usage_key(k1))]
         i, j = self._after(k1), self._before(None if t2 is None else time_key(t2))
         for m in range(i, j):
-            out.append((<object>self._times[m], self._vectors[self._codes[m]]))
+            out.append((self._times[m], self._vectors[self._codes[m]]))
         return iter(out)
 
     def breakpoints(self, t1, t2=None):
@@ -444,7 +389,7 @@ cdef class HostTimeline:
     def items(self):
         """Every (breakpoint, usage from there), in order."""
         cdef Py_ssize_t m
-        return iter([(<object>self._times[m], self._vectors[self._codes[m]]) for m in range(self._n)])
+        return iter([(self._times[m], self._vectors[self._codes[m]]) for m in range(self._n)])
 
     def __len__(self):
         return self._n
