@@ -180,21 +180,30 @@ class VMScheduler:
                            resources=mapping.per_host(lease), nodes=dict(mapping.nodes))
 
     def _held(self, lease: Lease, steps_nodes: dict[str, list[int]], with_image: bool) -> dict[str, Resources]:
-        """What a suspend/resume step holds per host: the VMs concerned (and disk for their images)."""
+        """What a suspend/resume step holds per host: the VMs concerned (and disk for their images).
+        Worked out once per (VMs concerned, host capacity): a big lease's hosts mostly hold alike VMs and
+        are alike themselves."""
         held = {}
+        nodes, uniform = lease.request.nodes, lease.request.uniform
+        capacity = self.table.capacity
+        made: dict[tuple, Resources] = {}
         for host, vnodes in steps_nodes.items():
-            amount = NOTHING
-            for v in vnodes:
-                node = lease.request.nodes[v]
-                amount = add(amount, Resources(node.cpu, node.memory, node.memory if with_image else 0, 0, 0))
-            held[host] = self._metered(host, amount)
+            cap = capacity(host)
+            key = (len(vnodes), cap) if uniform is not None else (tuple(nodes[v] for v in vnodes), cap)
+            amount = made.get(key)
+            if amount is None:
+                amount = NOTHING
+                for v in vnodes:
+                    node = nodes[v]
+                    amount = add(amount, Resources(node.cpu, node.memory, node.memory if with_image else 0, 0, 0))
+                amount = made[key] = _metered_by(cap, amount)
+            held[host] = amount
         return held
 
     def _metered(self, host: str, amount: Resources) -> Resources:
         """Drop amounts of resources the host does not meter (declared capacity 0), e.g. disk or network
         on a site described only by CPU and memory."""
-        cap = self.table.capacity(host)
-        return Resources(*(a if c > 0 else 0 for a, c in zip(amount, cap)))
+        return _metered_by(self.table.capacity(host), amount)
 
     def plan_shutdown(self, lease: Lease, vm: Reservation) -> None:
         shutdown = self.overheads.shutdown_time(lease)
@@ -281,3 +290,8 @@ class VMScheduler:
             return False
         first = self.overheads.suspend_layout(lease, vm.nodes, by)[0][0]
         return first >= now and first >= vm.start
+
+
+def _metered_by(capacity: Resources, amount: Resources) -> Resources:
+    """`amount` without what a host of this capacity does not meter (declared 0)."""
+    return Resources(*(a if c > 0 else 0 for a, c in zip(amount, capacity)))
