@@ -40,9 +40,11 @@ class JsonRecords:
                 f'"reason": {reason}, "reservations": [{", ".join(parts)}]}}').encode()
 
     def _reservation(self, rr: Reservation) -> str:
-        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts)
+        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts; those it
+        # holds are its hosts when it moves nothing)
+        hosts = sorted(rr.resources) if rr.resources and not rr.transfers else sorted(reservation_hosts(rr))
         return (f'{{"kind": {self._name(rr.kind)}, "start": {self._time(rr.start)}, "end": {self._time(rr.end)}, '
-                f'"hosts": {json.dumps(sorted(reservation_hosts(rr)))}}}')
+                f'"hosts": {json.dumps(hosts)}}}')
 
     def _time(self, t: datetime | None) -> str:
         if t is None:
