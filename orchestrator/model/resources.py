@@ -91,6 +91,12 @@ def within(amount: Resources, capacity: Resources) -> bool:
     return fits(NOTHING, amount, capacity)
 
 
+def metered(amount: Resources, capacity: Resources) -> Resources:
+    """`amount` without what a host of this capacity does not meter (declared 0), e.g. disk or network
+    on a site described only by CPU and memory."""
+    return Resources(*(a if c > 0 else 0 for a, c in zip(amount, capacity)))
+
+
 def parse_capacity(text: str, field: str = "capacity") -> Resources:
     """Parse Haizea's site notation `CPU:100,Memory:1024[,Disk:..,Net-in:..,Net-out:..]`."""
     names = {"cpu": "cpu", "memory": "memory", "mem": "memory", "disk": "disk",

@@ -36,7 +36,7 @@ from orchestrator.model.reservations import (
     ReservationKind,
     ReservationState,
 )
-from orchestrator.model.resources import NOTHING, Resources, add
+from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
@@ -220,5 +220,4 @@ class EvacuationPlanner:
         return Evacuation(vm=vm, migration=migration, continuation=continuation, predicted=predicted)
 
     def _metered(self, host: str, amount: Resources) -> Resources:
-        cap = self.table.capacity(host)
-        return Resources(*(a if c > 0 else 0 for a, c in zip(amount, cap)))
+        return metered(amount, self.table.capacity(host))

@@ -20,7 +20,7 @@ from orchestrator.model.errors import (
 )
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
-from orchestrator.model.resources import NOTHING, Resources, add
+from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.states import SUSPENDED_STATES
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.overheads import Overheads
@@ -196,14 +196,12 @@ class VMScheduler:
                 for v in vnodes:
                     node = nodes[v]
                     amount = add(amount, Resources(node.cpu, node.memory, node.memory if with_image else 0, 0, 0))
-                amount = made[key] = _metered_by(cap, amount)
+                amount = made[key] = metered(amount, cap)
             held[host] = amount
         return held
 
     def _metered(self, host: str, amount: Resources) -> Resources:
-        """Drop amounts of resources the host does not meter (declared capacity 0), e.g. disk or network
-        on a site described only by CPU and memory."""
-        return _metered_by(self.table.capacity(host), amount)
+        return metered(amount, self.table.capacity(host))
 
     def plan_shutdown(self, lease: Lease, vm: Reservation) -> None:
         shutdown = self.overheads.shutdown_time(lease)
@@ -290,8 +288,3 @@ class VMScheduler:
             return False
         first = self.overheads.suspend_layout(lease, vm.nodes, by)[0][0]
         return first >= now and first >= vm.start
-
-
-def _metered_by(capacity: Resources, amount: Resources) -> Resources:
-    """`amount` without what a host of this capacity does not meter (declared 0)."""
-    return Resources(*(a if c > 0 else 0 for a, c in zip(amount, capacity)))

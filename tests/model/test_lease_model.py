@@ -9,7 +9,7 @@ import pytest
 from orchestrator.model.errors import IllegalTransition, InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
-from orchestrator.model.resources import Resources, parse_capacity, within
+from orchestrator.model.resources import Resources, metered, parse_capacity, within
 from orchestrator.model.states import (
     FINAL_STATES,
     TRANSITIONS,
@@ -204,6 +204,9 @@ def test_resources_helpers():
     assert Resources.of(0.5, 512, net_in=1, net_out=2).describe() == "0.5 vCPU, 512 MiB, net 1/2 MB/s"
     assert within(Resources.of(8, 8192), Resources.of(8, 8192))
     assert not within(Resources.of(8, 8193), Resources.of(8, 8192))
+    # (a host that declares no disk or network does not meter them)
+    assert metered(Resources(100, 512, 512, 10, 20), Resources.of(8, 8192)) == Resources(100, 512, 0, 0, 0)
+    assert metered(Resources(100, 512, 512, 10, 20), Resources(800, 8192, 1, 1, 1)) == Resources(100, 512, 512, 10, 20)
 
 
 def test_resources_validate_refuses_nan():
