@@ -16,7 +16,7 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso
-from orchestrator.runtime.simulator import reservation_hosts
+from orchestrator.runtime.simulator import record_hosts
 
 #: times remembered before the memo starts again (a long run's times never come back)
 _MEMO_LIMIT = 1 << 14
@@ -31,20 +31,18 @@ class JsonRecords:
 
     def record(self, lease: Lease, workload_id: str) -> bytes:
         time = self._time
-        value = self._name
+        name = self._name
         parts = [self._reservation(rr) for vm in lease.reservations for rr in vm.all_parts()]
         end = time(lease.end_time) if lease.state is LeaseState.DONE else "null"
         reason = json.dumps(lease.reason) if lease.reason else "null"
-        return (f'{{"id": {json.dumps(workload_id)}, "type": {value(lease.type)}, "state": {value(lease.state)}, '
+        return (f'{{"id": {json.dumps(workload_id)}, "type": {name(lease.type)}, "state": {name(lease.state)}, '
                 f'"submit": {time(lease.submit_time)}, "start": {time(lease.start_time)}, "end": {end}, '
                 f'"reason": {reason}, "reservations": [{", ".join(parts)}]}}').encode()
 
     def _reservation(self, rr: Reservation) -> str:
-        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts; those it
-        # holds are its hosts when it moves nothing)
-        hosts = sorted(rr.resources) if rr.resources and not rr.transfers else sorted(reservation_hosts(rr))
+        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts)
         return (f'{{"kind": {self._name(rr.kind)}, "start": {self._time(rr.start)}, "end": {self._time(rr.end)}, '
-                f'"hosts": {json.dumps(hosts)}}}')
+                f'"hosts": {json.dumps(record_hosts(rr))}}}')
 
     def _time(self, t: datetime | None) -> str:
         if t is None:
