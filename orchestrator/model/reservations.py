@@ -7,7 +7,7 @@ planned as reservations of their own so they hold capacity like anything else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from orchestrator.model.resources import Resources
@@ -67,7 +67,7 @@ class Reservation:
         return sorted(self.resources)
 
     @property
-    def duration(self):
+    def duration(self) -> timedelta:
         return self.end - self.start
 
     @property

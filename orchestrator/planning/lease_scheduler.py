@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -823,13 +823,13 @@ class LeaseScheduler:
         for lease in ars:
             try:
                 self._schedule_lease(lease, nexttime, now)
-                outcome[lease.id] = f"re-planned on {', '.join(lease.last_vm.hosts)}"
+                outcome[lease.id] = f"re-planned on {', '.join(_planned_vm(lease).hosts)}"
             except NotSchedulable:
                 # no room elsewhere: it keeps its host, which is then unavailable only after it
                 self.table.remove(block)
                 del self.blocks[host]
                 self._schedule_lease(lease, nexttime, now)
-                kept_until = max(kept_until, lease.last_vm.final_end)
+                kept_until = max(kept_until, _planned_vm(lease).final_end)
                 block = self.block_host(host, kept_until)
                 outcome[lease.id] = f"keeps {host} until {iso(kept_until)} (fits nowhere else)"
         self._queue_dirty = True
@@ -854,7 +854,7 @@ class LeaseScheduler:
         self.reevaluate(now, FOREVER)
 
     # -- persistence and operations from outside ------------------------------------------------------
-    def restore(self, leases: list[Lease], future: list[int] = (), counters: dict | None = None) -> None:
+    def restore(self, leases: list[Lease], future: Collection[int] = (), counters: dict | None = None) -> None:
         """Rebuild the scheduler from stored leases: their unfinished reservations go back into the slot
         table (keeping their ids) and the event heap, queued leases into the queue in submit order."""
         for lease in sorted(leases, key=lambda l: l.id):
@@ -928,7 +928,7 @@ class LeaseScheduler:
         self._replan(lease)
         return room
 
-    def extend(self, lease_id: int, by, now: datetime) -> Lease:
+    def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
         """Lengthen a lease by `by`; refused, with the reason, when its hosts cannot hold it longer."""
         lease = self.lease(lease_id)
         if by <= ZERO:
@@ -971,6 +971,14 @@ class LeaseScheduler:
     def idle(self) -> bool:
         """Nothing pending, queued or planned (a drained host's block is not a plan)."""
         return not self.pending and not self.queue and len(self.table) == len(self.blocks)
+
+
+def _planned_vm(lease: Lease) -> Reservation:
+    """The lease's last VM reservation, which a lease just scheduled has."""
+    vm = lease.last_vm
+    if vm is None:
+        raise InconsistentSchedule(f"lease {lease.id} was scheduled but has no VM reservation")
+    return vm
 
 
 @dataclass

@@ -21,10 +21,10 @@ node-by-node greedy one (tests/planning/test_mapper_alike.py holds the two side 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -36,6 +36,8 @@ from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
 from orchestrator.planning.slottable.timeline import AT_START
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -84,9 +86,9 @@ class _HostsAtStart(NamedTuple):
     names: list[str]
     cap: np.ndarray
     #: names these states, for what is derived from them once (`Mapper._remember`); None with exclusions
-    version: object
+    version: Hashable | None
     used: np.ndarray | None = None     # usage per row; None when read through `gather`
-    count: np.ndarray | None = None    # reservations per row; None when read through `gather`
+    counts: np.ndarray | None = None   # reservations per row; None when read through `gather`
     #: rows -> (usage, count) of just those rows: the host states read only what the ranking needs
     gather: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
     room: np.ndarray | None = None     # alike nodes on a packing policy: how many fit on each row
@@ -161,7 +163,7 @@ class Mapper:
     # The same states (`SlotTable.state_arrays`: one version each) are asked about again and again: by
     # the filter and the score of the mapping at one time, twice when a strict placement is tried first.
     # What depends only on the states is worked out once per version.
-    def _remember(self, key: tuple, value):
+    def _remember(self, key: tuple, value: _T) -> _T:
         derived = self._derived
         if len(derived) > 512:
             derived.clear()
@@ -217,7 +219,7 @@ class Mapper:
         everywhere = len(allowed) == len(hosts.names)
         key = ("rank", smallest, hosts.version)
         if everywhere and hosts.version is not None:
-            ranked = self._derived.get(key)
+            ranked = cast("list[int] | None", self._derived.get(key))
             if ranked is None:
                 ranked = self._remember(key, self._score(hosts, self._filter(hosts, None, smallest)))
             return ranked
@@ -229,6 +231,7 @@ class Mapper:
         if hosts.room is not None:
             fitting = hosts.room >= 1
         else:
+            assert hosts.used is not None   # (read through `gather` only with `room`)
             fitting = fits_rows(hosts.used, smallest, hosts.cap)
         if allowed is not None:
             permitted = np.zeros(len(hosts.names), dtype=bool)
@@ -243,7 +246,8 @@ class Mapper:
         if hosts.gather is not None:
             used, count = hosts.gather(candidates)
         else:
-            used, count = hosts.used[candidates], hosts.count[candidates]
+            assert hosts.used is not None and hosts.counts is not None
+            used, count = hosts.used[candidates], hosts.counts[candidates]
         return candidates[self.host_selection.rank_indices(used, hosts.cap[candidates], count)].tolist()
 
     def _steady(self, ask: _Ask) -> np.ndarray | None:
@@ -316,6 +320,7 @@ class _NodeByNode:
         self.floor = ask.start if ask.floor is None else ask.floor
         self.requests = ask.lease.request.nodes
         self.alike = ask.lease.request.uniform is not None
+        assert hosts.used is not None   # (node by node: the usage arrays are read whole)
         self.names, self.used, self.cap = hosts.names, hosts.used, hosts.cap
         self.steady, self.end_key = steady, time_key(ask.end)
         self.at_start: dict[int, tuple[Resources, Resources]] = {}   # row -> (usage, capacity), as read
@@ -436,10 +441,11 @@ class _AlikePacking:
         """Every node on the ranked hosts (the steady head first, then the walk), or None."""
         n = len(self.ask.vnodes)
         # nodes the hosts not walked yet could take at the start
+        assert hosts.room is not None   # (alike nodes on a packing policy: the room per host is known)
         potential = int(hosts.room[ranked].sum()) if hosts.potential is None else hosts.potential
         held: list[str] = []
         if hosts.per_row is not None and self.steady is not None and potential >= n:
-            taken = self._take_steady_head(ranked, hosts.names, hosts.per_row, held)
+            taken = self._take_steady_head(ranked, hosts.names, hosts.per_row, self.steady, held)
             if len(held) == n:
                 return self._mapping(held, self.ask.end)
             potential -= len(held)
@@ -450,13 +456,14 @@ class _AlikePacking:
             return walk(self, ranked, hosts, potential, held)
         return self._walk(ranked, hosts, potential, held)
 
-    def _take_steady_head(self, ranked: list[int], names: list[str], per_row: list[int], held: list[str]) -> int:
+    def _take_steady_head(self, ranked: list[int], names: list[str], per_row: list[int], steady: np.ndarray,
+                          held: list[str]) -> int:
         """The hosts at the head of the ranking whose usage stays until the end each take all they have
         room for (added to `held`), with no walk along their timelines, so they are read from plain lists.
         Often they hold the whole lease; otherwise the walk goes on from the first other host, as if it
         had taken these itself in both packings (with room for the lease on the ranked hosts, its strict
         packing is not given up on such hosts). Returns how many hosts were taken."""
-        steady, end_key, n = self.steady, self.end_key, len(self.ask.vnodes)
+        end_key, n = self.end_key, len(self.ask.vnodes)
         got = taken = 0
         for row in ranked:
             if steady[row] < end_key:
@@ -481,9 +488,11 @@ class _AlikePacking:
         strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
         loose = not ask.strict_end                     # building the one that may end early
         early = list(held)
-        early_end = end if held else None
+        early_end: datetime | None = end if held else None
+        fit_end: datetime | None = None
         held_count = early_count = len(held)
         latest_fit, start_key = self._latest_fit, self.start_key
+        assert hosts.room is not None   # (alike nodes on a packing policy: the room per host is known)
         for row, k, steady_row in _ranked_rows(ranked, hosts.room, self.steady, end_key):
             host = names[row]
             potential -= k
@@ -495,11 +504,13 @@ class _AlikePacking:
                     fit_end = end
                 else:
                     if take == 1 and not excluding:   # (`_latest_fit`, inline: the usual case on a big site)
-                        fit_end = timelines[host].scan(start_key, end_key, node)
-                        if fit_end is None:
+                        stop = timelines[host].scan(start_key, end_key, node)
+                        if stop is None:
                             fit_end = end
-                        elif fit_end is AT_START:
+                        elif stop is AT_START:
                             fit_end = None
+                        else:
+                            fit_end = cast(datetime, stop)
                     else:
                         fit_end = latest_fit(host, node if take == 1 else scale(node, take))
                     while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
@@ -509,6 +520,7 @@ class _AlikePacking:
                         take = 0
                 early_take = take
                 if take:
+                    assert fit_end is not None   # (a node fits from the start until then)
                     early += [host] * take
                     early_count += take
                     if early_end is None or fit_end < early_end:
@@ -521,7 +533,7 @@ class _AlikePacking:
                 elif early_take == 0:       # not even one node fits until the floor (<= end)
                     take = 0
                 elif early_take == take:    # the early packing's walk says whether they hold to the end
-                    if fit_end < end:
+                    if fit_end is not None and fit_end < end:
                         take = 0 if take == 1 else self._most_that_fit(host, take - 1)
                 elif not excluding and take == 1:
                     take = 1 if timelines[host].scan(start_key, end_key, node) is None else 0
@@ -538,7 +550,7 @@ class _AlikePacking:
                     strict = False
             if loose and early_count == n and not strict:
                 break
-        if loose and early_count == n:
+        if loose and early_count == n and early_end is not None:
             return self._mapping(early, early_end)
         return None
 
@@ -551,7 +563,7 @@ class _AlikePacking:
         stop = self.timelines[host].scan(self.start_key, self.end_key, request)
         if stop is None:
             return ask.end
-        return None if stop is AT_START else stop
+        return None if stop is AT_START else cast(datetime, stop)
 
     def _most_that_fit(self, host: str, most: int) -> int:
         """The most copies of the node (up to `most`) that fit on the host over [start, end)."""

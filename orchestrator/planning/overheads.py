@@ -10,6 +10,7 @@ host appears twice, each round as long as its largest image takes at the migrati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from orchestrator.model.config import SchedulingConfig
@@ -52,7 +53,7 @@ class Overheads:
     def estimate_resume(self, lease: Lease) -> timedelta:
         return self._every_vm(lease, self.resume_vm_time)
 
-    def _every_vm(self, lease: Lease, per_vm) -> timedelta:
+    def _every_vm(self, lease: Lease, per_vm: Callable[[float], timedelta]) -> timedelta:
         overhead = self.config.enactment_overhead
         alike = lease.request.uniform
         if alike is not None:   # (a 64-node lease usually has one node size: one product)
@@ -99,7 +100,8 @@ class Overheads:
         steps = self._layout(lease, nodes, at, backward=False, per_vm=self.resume_vm_time)
         return sorted(steps, key=lambda s: s[0])
 
-    def _layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool, per_vm) -> list[Step]:
+    def _layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool,
+                per_vm: Callable[[float], timedelta]) -> list[Step]:
         overhead = self.config.enactment_overhead
         requests = lease.request.nodes
         steps: list[list] = []

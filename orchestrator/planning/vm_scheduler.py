@@ -135,8 +135,8 @@ class VMScheduler:
         earliest, only_hosts = self._first_chance(lease, nexttime)
         return self.mapper.could_fit_at(lease, earliest, only_hosts)
 
-    def _fit_at(self, lease: Lease, points: Iterable[datetime], duration, min_duration, strict_end: bool,
-                only_hosts) -> tuple[tuple[datetime, Mapping] | None, bool]:
+    def _fit_at(self, lease: Lease, points: Iterable[datetime], duration: timedelta, min_duration: timedelta,
+                strict_end: bool, only_hosts: set[str] | None) -> tuple[tuple[datetime, Mapping] | None, bool]:
         """The first point at which the lease maps for its duration or, when it may be suspended, for at
         least `min_duration` (the rest then runs after a resumption); and whether some point had room at
         its instant but no mapping that lasts long enough.

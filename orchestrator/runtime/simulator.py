@@ -149,7 +149,8 @@ class Simulator:
             return result
 
     def _retire(self, lease: Lease) -> None:
-        self.retire(lease, self._ids.pop(lease.id))
+        if self.retire is not None:
+            self.retire(lease, self._ids.pop(lease.id))
         self.scheduler.retire(lease)
 
     # -- what the event loop steps ---------------------------------------------------------------------------
@@ -227,12 +228,14 @@ class LeaseTally:
         self._kinds.append(self._KINDS.index(kind))
         done = lease.state is LeaseState.DONE
         self._flags.append((1 if done else 0) | (2 if lease.state is LeaseState.REJECTED else 0))
-        if kind is LeaseType.BEST_EFFORT and done:
-            self._waits.append((lease.start_time - lease.submit_time).total_seconds() if lease.start_time else nan)
+        end_time = lease.end_time
+        if kind is LeaseType.BEST_EFFORT and done and end_time is not None:   # (a done lease has an end)
+            start_time = lease.start_time
+            self._waits.append((start_time - lease.submit_time).total_seconds() if start_time else nan)
             run = lease.accumulated.total_seconds()
-            turnaround = (lease.end_time - lease.submit_time).total_seconds()
+            turnaround = (end_time - lease.submit_time).total_seconds()
             self._slowdowns.append(max(turnaround / max(run, 10.0), 1.0))
-            self._ends.append((lease.end_time - self._start).total_seconds())
+            self._ends.append((end_time - self._start).total_seconds())
         else:
             self._waits.append(nan)
             self._slowdowns.append(nan)

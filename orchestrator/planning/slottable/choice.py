@@ -7,7 +7,7 @@ the same answers, and the table's tests and property tests run against each."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from orchestrator.planning.slottable import hoststates, timeline
 
@@ -21,7 +21,7 @@ class Core(NamedTuple):
     """A kind of host timeline, the `hoststates.refresh_rows` for it, and the mapper's walk of alike
     nodes over it (None: the mapper's own, `mapper._AlikePacking._walk`, the reference)."""
 
-    timeline: type
+    timeline: Any   # (the class: `timeline.HostTimeline` or the compiled one, alike in interface)
     refresh_rows: Callable
     alike_walk: Callable | None
 

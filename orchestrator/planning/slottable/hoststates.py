@@ -31,7 +31,7 @@ import numpy as np
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
-from orchestrator.planning.slottable.timeline import HostTimeline
+from orchestrator.planning.slottable.timeline import HostTimeline, Window
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
@@ -230,8 +230,9 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer)."""
 
-    def __init__(self, vectors: dict[int, Resources], windows_at=HostTimeline.windows_at,
-                 refresh=refresh_rows) -> None:
+    def __init__(self, vectors: dict[int, Resources],
+                 windows_at: Callable[[list[HostTimeline], list[int], int], list[Window]] = HostTimeline.windows_at,
+                 refresh: Callable[..., tuple[int, int, int]] = refresh_rows) -> None:
         self._vectors = vectors
         #: `HostTimeline.windows_at` and `refresh_rows` of the table's kind of timeline (`choice.py`)
         self._windows_at = windows_at

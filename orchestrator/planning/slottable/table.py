@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any, cast
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -67,7 +68,8 @@ class SlotTable:
         #: reference); both give the same answers
         #: what the table runs on (`choice.py`): also says which walk of alike nodes the mapper runs
         self.core = core = core or choice.DEFAULT_CORE
-        self._timeline_type = core.timeline
+        #: the timeline class in use (compiled or the Python reference): its class methods edit many at once
+        self._timeline_type: Any = core.timeline
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
@@ -82,8 +84,8 @@ class SlotTable:
         self._vectors = self._shared.vectors
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors, core.timeline.windows_at, core.refresh_rows),
-                           HostStates(self._vectors, core.timeline.windows_at, core.refresh_rows))
+        self._snapshots = (HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows),
+                           HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows))
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
@@ -180,7 +182,7 @@ class SlotTable:
         held = by_lease.get(rr.lease_id)
         if held is None:
             by_lease[rr.lease_id] = rr
-        elif type(held) is dict:
+        elif isinstance(held, dict):
             held[rr.id] = rr
         else:
             by_lease[rr.lease_id] = {held.id: held, rr.id: rr}
@@ -201,7 +203,7 @@ class SlotTable:
                 snapshot.changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
-        if held is rr:
+        if not isinstance(held, dict):
             del self._by_lease[rr.lease_id]
         else:
             del held[rr.id]
@@ -234,7 +236,7 @@ class SlotTable:
         held = self._by_lease.get(lease_id)
         if held is None:
             return []
-        if type(held) is not dict:
+        if not isinstance(held, dict):
             return [held]
         return sorted(held.values(), key=lambda r: (r.start, r.id))
 
@@ -303,7 +305,7 @@ class SlotTable:
         stop = tl.scan(self._key(t1, 0), None if t2 is None else self._key(t2, 1), request, relevant)
         if stop is None:
             return t2 if t2 is not None else FOREVER
-        return None if stop is AT_START else stop
+        return None if stop is AT_START else cast(datetime, stop)
 
     def _scan_setup(self, host: str, t1: datetime, t2: datetime | None,
                     excluding: Collection[Reservation]) -> tuple[HostTimeline, list[Excluded] | None]:
