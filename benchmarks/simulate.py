@@ -1,7 +1,8 @@
 """Simulator throughput: KTH-SP2 in-process and through the whole CLI, a synthetic 100k-lease trace on
 1,000 hosts, and an HPC-class trace (122,055 jobs of 32-1,024 one-CPU VMs on 1,024 nodes) through the CLI.
 
-Run: `python benchmarks/simulate.py [--only kth|kth-cli|synthetic|hpc-cli] [--leases N] [--profile]`.
+Run: `python benchmarks/simulate.py [--only kth|kth-cli|synthetic|hpc-cli] [--leases N] [--profile]`
+(`LEASEWISE_PURE_PYTHON=1` in front: the scheduler from its Python sources instead of compiled).
 Prints wall and CPU seconds, leases per second and peak RSS per run. Each run is a process of its own
 (in-process runs in a forked child, CLI runs as `leasewise simulate ... --json OUT --quiet`), so the peak
 RSS is that run's own; a CLI run's figures cover the whole process (start-up, parsing, writing --json),
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -107,7 +109,13 @@ def _in_process(kind: str, n: int | None, profile: bool):
     queue: mp.Queue = ctx.Queue()
     child = ctx.Process(target=_run, args=(kind, n, profile, queue))
     child.start()
-    row = queue.get()
+    while True:   # (a run that fails ends its process without a row: say so instead of waiting for ever)
+        try:
+            row = queue.get(timeout=1)
+            break
+        except Empty:
+            if not child.is_alive():
+                raise SystemExit(f"{kind}: the run failed (exit code {child.exitcode})") from None
     child.join()
     return row
 
@@ -162,6 +170,11 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print a cProfile summary per run")
     args = parser.parse_args()
     kinds = [args.only] if args.only else ["kth", "kth-cli", "synthetic", "hpc-cli"]
+    import orchestrator.planning.lease_scheduler  # noqa: F401  (so that `in_use` can tell)
+    from orchestrator import compiled
+    from orchestrator.planning.slottable import choice
+    print(f"scheduler: {'compiled (mypyc)' if compiled.in_use() else 'Python sources'}; slot-table core: "
+          f"{'compiled (Cython)' if choice.DEFAULT_CORE is not choice.REFERENCE else 'Python reference'}")
     rows = []
     for kind in kinds:
         if kind in ("kth", "synthetic"):

@@ -4,7 +4,8 @@
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
 #     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run), which builds
-#     the compiled slot-table timeline (Cython, fetched by pip; gcc and the Python headers from Debian)
+#     the compiled slot-table timeline (Cython, fetched by pip; gcc and the Python headers from Debian) and
+#     the scheduler's hot path compiled from its sources by mypyc (mypy, fetched by pip: orchestrator/compiled.py)
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -82,6 +83,9 @@ for pkg in ("orchestrator", "drivers", "orchestrator.planning.slottable.ctimelin
 source = root / "orchestrator/planning/slottable/ctimeline.pyx"
 if path.stat().st_mtime < source.stat().st_mtime:   # (built from an older source: build again)
     sys.exit(1)
+import orchestrator.compiled as compiled   # (the scheduler compiled by mypyc: built, from these sources)
+if compiled.built(compiled.MODULES[0], root) is None or compiled.stale_modules(root):
+    sys.exit(1)
 EOF
 ); then
     say "pip install -e '.[test,libvirt,sweep]' in $ROOT"
@@ -90,6 +94,8 @@ EOF
     (cd / && "$PY" -c "import libvirt, pytest, ray, orchestrator, drivers") || die "pip install did not give importable packages"
     (cd / && "$PY" -c "import orchestrator.planning.slottable.ctimeline") \
         || die "pip install did not build the compiled slot-table timeline (needs gcc and Python.h)"
+    (cd / && "$PY" -c "import orchestrator.compiled as c, orchestrator.planning.lease_scheduler; assert c.in_use()") \
+        || die "pip install did not build the compiled scheduler (mypyc: mypy, fetched by pip, and gcc)"
 fi
 
 if [[ $BUILD_GUEST == 1 ]]; then

@@ -6,7 +6,7 @@ A lease is mutable (state, accumulated run time, its reservations in the plan) b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -39,6 +39,11 @@ class LeaseType(str, Enum):
         return {"advance-reservation": "AR", "best-effort": "BE", "immediate": "IM"}[self.value]
 
 
+def _init_values(value: object) -> tuple:
+    """A dataclass's constructor arguments, in order."""
+    return tuple(getattr(value, f.name) for f in fields(value) if f.init)   # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class VMImage:
     """What a VM boots: a disk image, or a kernel + initrd + command line (the lab's tiny guest), or both
@@ -52,6 +57,17 @@ class VMImage:
     name: str | None = None
     format: str | None = None           # qcow2 | raw; None: told by the file's suffix
     login_user: str | None = None       # who `lease ssh` logs in as
+
+    # (immutable: a copy is the value itself, and a pickle is its constructor's arguments: compiled, a
+    # frozen class's attributes cannot be set one by one after it is made, as copy and pickle would)
+    def __copy__(self) -> VMImage:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> VMImage:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (VMImage, _init_values(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +92,16 @@ class LeaseRequest:
     total: Resources = field(default=Resources(), init=False, repr=False, compare=False)
     uniform: Resources | None = field(default=None, init=False, repr=False, compare=False)
     numnodes: int = field(default=0, init=False, repr=False, compare=False)
+
+    # (immutable: see VMImage)
+    def __copy__(self) -> LeaseRequest:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> LeaseRequest:
+        return self
+
+    def __reduce__(self) -> tuple:
+        return (LeaseRequest, _init_values(self))
 
     def __post_init__(self) -> None:
         if not self.nodes:

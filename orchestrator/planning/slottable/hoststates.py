@@ -138,9 +138,9 @@ class _Room:
         return fit
 
     def copy(self) -> _Room:
-        room = _Room.__new__(_Room)
-        room.node, room.per_row, room.total = self.node, list(self.per_row), self.total
-        room.array, room.known = self.array.copy(), self.known   # (the memo of counts is shared)
+        room = _Room(self.node, self.array.copy(), 0)   # (constructed: a compiled class has no bare __new__)
+        room.per_row, room.total = list(self.per_row), self.total
+        room.known = self.known   # (the memo of counts is shared)
         room.stale = set(self.stale)
         return room
 
@@ -162,7 +162,7 @@ class _RowValues:
         self.cpu_free_rows = 0
 
     def copy(self) -> _RowValues:
-        values = _RowValues.__new__(_RowValues)
+        values = _RowValues(0, 0)
         values.used, values.count, values.code = list(self.used), list(self.count), list(self.code)
         values.vector_id, values.cpu_free = list(self.vector_id), list(self.cpu_free)
         values.cpu_free_rows = self.cpu_free_rows
@@ -184,7 +184,7 @@ class _Windows:
         self.earliest_until = BEFORE_ALL
 
     def copy(self) -> _Windows:
-        windows = _Windows.__new__(_Windows)
+        windows = _Windows(0)
         windows.since, windows.until = self.since.copy(), self.until.copy()
         windows.latest_since, windows.earliest_until = self.latest_since, self.earliest_until
         return windows
@@ -202,7 +202,7 @@ class _ArrayCopy:
         self.pending: set[int] = set()
 
     def copy(self) -> _ArrayCopy:
-        arrays = _ArrayCopy.__new__(_ArrayCopy)
+        arrays = _ArrayCopy(0)
         arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), set(self.pending)
         return arrays
 
@@ -220,7 +220,7 @@ class _Palette:
         self.by_code: dict[int, int] = {}
 
     def copy(self) -> _Palette:
-        palette = _Palette.__new__(_Palette)
+        palette = _Palette()
         palette.ids, palette.rows, palette.by_code = dict(self.ids), self.rows.copy(), dict(self.by_code)
         return palette
 
