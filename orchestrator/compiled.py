@@ -25,15 +25,23 @@ from pathlib import Path
 MODULES = (
     "orchestrator/model/lease.py",
     "orchestrator/model/reservations.py",
+    "orchestrator/model/resources.py",
+    "orchestrator/model/states.py",
+    "orchestrator/model/timeutil.py",
     "orchestrator/planning/overheads.py",
     "orchestrator/planning/evacuation.py",
     "orchestrator/planning/mapper.py",
+    "orchestrator/planning/precopy.py",
     "orchestrator/planning/vm_scheduler.py",
     "orchestrator/planning/lease_scheduler.py",
     "orchestrator/planning/slottable/keys.py",
+    "orchestrator/planning/slottable/shared_usage.py",
     "orchestrator/planning/slottable/hoststates.py",
     "orchestrator/planning/slottable/table.py",
+    "orchestrator/runtime/eventloop.py",
     "orchestrator/runtime/simulator.py",
+    "orchestrator/workloads/swf.py",
+    "orchestrator/cli/lease_records.py",
 )
 #: the group's shared library (mypyc's `group_name`): orchestrator/compiled_core__mypyc.*.so
 GROUP = "orchestrator.compiled_core"

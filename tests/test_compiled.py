@@ -126,3 +126,17 @@ def test_frozen_values_copy_as_themselves_and_pickle_by_value():
     back = pickle.loads(pickle.dumps(request))
     assert back == request and back.image == image and back.total == request.total
     assert back.uniform == Resources.of(2, 4096) and back.numnodes == 3
+
+
+def test_amounts_and_user_ids_keep_their_type_as_in_the_sources():
+    """A `float` annotation would make compiled code turn every int into a float (`2` written back as `2.0`)."""
+    code = ("from orchestrator.model.resources import Resources, add, scale\n"
+            "from orchestrator.workloads.swf import parse_swf\n"
+            "r = Resources.of(2, 4096)\n"
+            "w = parse_swf('1 0 0 60 1 -1 -1 1 120 -1 1 17 1 1 1 1 -1 -1\\n')\n"
+            "print(add(r, r), scale(r, 3), w.requests[0][1].user)")
+    compiled_run = _python(code, cwd=ROOT)
+    pure_run = _python(code, cwd=ROOT, env={compiled.PURE_ENV: "1"})
+    assert compiled_run.returncode == 0, compiled_run.stderr
+    assert compiled_run.stdout == pure_run.stdout and "cpu=400," in compiled_run.stdout
+    assert compiled_run.stdout.split()[-1] == "17"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from enum import Enum
+from json.encoder import encode_basestring_ascii as _json_string   # (what json.dumps does to a str)
 
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation
@@ -34,15 +35,17 @@ class JsonRecords:
         name = self._name
         parts = [self._reservation(rr) for vm in lease.reservations for rr in vm.all_parts()]
         end = time(lease.end_time) if lease.state is LeaseState.DONE else "null"
-        reason = json.dumps(lease.reason) if lease.reason else "null"
-        return (f'{{"id": {json.dumps(workload_id)}, "type": {name(lease.type)}, "state": {name(lease.state)}, '
+        reason = _json_string(lease.reason) if lease.reason else "null"
+        return (f'{{"id": {_json_string(workload_id)}, "type": {name(lease.type)}, "state": {name(lease.state)}, '
                 f'"submit": {time(lease.submit_time)}, "start": {time(lease.start_time)}, "end": {end}, '
                 f'"reason": {reason}, "reservations": [{", ".join(parts)}]}}').encode()
 
     def _reservation(self, rr: Reservation) -> str:
-        # (the host list by json's C encoder: a big lease's reservation holds hundreds of hosts)
+        # (the host list as json.dumps writes a list of strings, each by json's C encoder: a big lease's
+        # reservation holds hundreds of hosts)
+        hosts = ", ".join(map(_json_string, record_hosts(rr)))
         return (f'{{"kind": {self._name(rr.kind)}, "start": {self._time(rr.start)}, "end": {self._time(rr.end)}, '
-                f'"hosts": {json.dumps(record_hosts(rr))}}}')
+                f'"hosts": [{hosts}]}}')
 
     def _time(self, t: datetime | None) -> str:
         if t is None:

@@ -50,7 +50,7 @@ class VMImage:
     (a disk booted by direct kernel boot). `name` is the catalogue's name when the lease named an image."""
 
     disk: str | None = None
-    size_mib: float = 0
+    size_mib: int | float = 0   # (an int stays one: see resources.Amount)
     kernel: str | None = None
     initrd: str | None = None
     cmdline: str | None = None
@@ -84,7 +84,7 @@ class LeaseRequest:
     image: VMImage | None = None
     user: str = ""
     name: str = ""
-    dirty_rate_mib_s: float | None = None   # per-lease memory dirty rate for live-migration predictions
+    dirty_rate_mib_s: int | float | None = None   # per-lease memory dirty rate for live-migration predictions
     guest: GuestSetup | None = None         # disk overlay, cloud-init, network (None: the image bare)
 
     #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when

@@ -20,16 +20,21 @@ from orchestrator.model.tolerance import EPSILON
 #: overheads (memory / rate) would overflow a duration
 MAX_AMOUNT = float(MAX_WHOLE)
 
+#: an amount as given: an int stays an int (typed `float`, compiled code would make every amount a float,
+#: and `2` would be written back as `2.0`)
+Amount = int | float
+
 
 class Resources(NamedTuple):
-    cpu: float = 0
-    memory: float = 0
-    disk: float = 0
-    net_in: float = 0
-    net_out: float = 0
+    cpu: Amount = 0
+    memory: Amount = 0
+    disk: Amount = 0
+    net_in: Amount = 0
+    net_out: Amount = 0
 
     @classmethod
-    def of(cls, vcpus: float = 0, memory: float = 0, disk: float = 0, net_in: float = 0, net_out: float = 0) -> "Resources":
+    def of(cls, vcpus: Amount = 0, memory: Amount = 0, disk: Amount = 0, net_in: Amount = 0,
+           net_out: Amount = 0) -> "Resources":
         """Build from whole vCPUs (the way people talk) rather than percent."""
         return cls(vcpus * 100, memory, disk, net_in, net_out)
 
@@ -72,7 +77,7 @@ def sub(a: Resources, b: Resources) -> Resources:
     return Resources(a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4])
 
 
-def scale(a: Resources, k: float) -> Resources:
+def scale(a: Resources, k: Amount) -> Resources:
     return Resources(a[0] * k, a[1] * k, a[2] * k, a[3] * k, a[4] * k)
 
 

@@ -93,7 +93,7 @@ _PART = re.compile(rf"({_NUMBER})([dhms]?)")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
 
 
-def duration_from_seconds(seconds: float, field: str = "duration") -> timedelta:
+def duration_from_seconds(seconds: int | float, field: str = "duration") -> timedelta:
     """A number of seconds (an int of any size, or a float) as a timedelta; NaN, or longer than
     `MAX_DURATION` (infinity too), is refused."""
     if seconds != seconds:
@@ -119,7 +119,7 @@ def parse_duration(text: str, field: str = "duration") -> timedelta:
         while len(nums) < 4:
             nums.insert(0, 0)
         days, hours, minutes, seconds = nums
-        total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+        total: int | float = ((days * 24 + hours) * 60 + minutes) * 60 + seconds   # (an int of any size)
     else:
         if not body or not _UNITS_TEXT.fullmatch(body):
             raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 90s, 15m, 2h, 1h30m)")

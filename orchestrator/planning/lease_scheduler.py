@@ -305,7 +305,8 @@ class LeaseScheduler:
             self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
         else:
             self._set_state(lease, S.SCHEDULED, now)
-        log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+        if log.isEnabledFor(logging.DEBUG):   # (vm.hosts sorts: not for a message nobody reads)
+            log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
 
     def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
                                           nexttime: datetime) -> Reservation | None:

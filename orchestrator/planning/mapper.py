@@ -40,13 +40,19 @@ from orchestrator.planning.slottable.timeline import AT_START
 _T = TypeVar("_T")
 
 
-@dataclass
+@dataclass(init=False)
 class Mapping:
     """Where each virtual node goes, until when the placement holds, and which leases must give way."""
 
     nodes: dict[int, str]
     end: datetime
     victims: list[Lease] = field(default_factory=list)
+
+    def __init__(self, nodes: dict[int, str], end: datetime, victims: list[Lease] | None = None) -> None:
+        # (written out: compiled, it is native code; one is made per placement tried)
+        self.nodes = nodes
+        self.end = end
+        self.victims = [] if victims is None else victims
 
     def per_host(self, lease: Lease) -> dict[str, Resources]:
         """Total resources held on each host by this mapping."""

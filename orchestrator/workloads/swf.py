@@ -31,6 +31,7 @@ grouped processors_per_node per host, each host with memory_per_vm MiB (one VM p
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING
 
 from orchestrator.model.config import MAX_SITE_HOSTS
@@ -72,7 +73,7 @@ def _header_site(max_nodes: int | None, max_procs: int | None, config: "Config")
     return [(f"host{i}", capacity) for i in range(1, count + 1)]
 
 
-def _number(token: str, index: int, where: str) -> float:
+def _number(token: str, index: int, where: str) -> int | float:   # (an int stays one: a user id is written back)
     if token.isascii() and token.isdigit():   # (nearly every field of a trace: spare it the regular expressions)
         return int(token)
     whole = ascii_whole(token)
@@ -201,7 +202,7 @@ def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "
     return Workload(requests=requests, site=site, source=source, skipped=skipped)
 
 
-def load_swf(path, config: "Config | None" = None) -> Workload:
+def load_swf(path: str | os.PathLike[str], config: Config | None = None) -> Workload:
     """Read an SWF file, gzip-compressed or not."""
     from pathlib import Path
 
