@@ -31,7 +31,6 @@ MODULES = (
     "orchestrator/planning/overheads.py",
     "orchestrator/planning/evacuation.py",
     "orchestrator/planning/mapper.py",
-    "orchestrator/planning/precopy.py",
     "orchestrator/planning/vm_scheduler.py",
     "orchestrator/planning/lease_scheduler.py",
     "orchestrator/planning/slottable/keys.py",
