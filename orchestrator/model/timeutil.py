@@ -24,6 +24,8 @@ FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 #: no duration is longer than the whole range of times
 MAX_DURATION = FOREVER - EARLIEST
+#: the same in whole seconds, an int: an int of any size is compared with it as an int
+_MAX_SECONDS = MAX_DURATION // SECOND
 _RANGE = "years 1970 to 9998"
 _DATE_ONLY = re.compile(r"[0-9]{4}-?[0-9]{2}-?[0-9]{2}")
 
@@ -98,12 +100,16 @@ def duration_from_seconds(seconds: int | float, field: str = "duration") -> time
     `MAX_DURATION` (infinity too), is refused."""
     if seconds != seconds:
         raise InvalidRequest(field, f"must be a finite duration (got {seconds})")
-    if abs(seconds) > MAX_DURATION.total_seconds():   # (compares a huge int without making it a float)
+    if isinstance(seconds, int):   # compared as an int, of any size (compiled, `int | float` reads as a float)
+        too_long = abs(seconds) > _MAX_SECONDS
+    else:
+        too_long = abs(seconds) > MAX_DURATION.total_seconds()
+    if too_long:
         raise InvalidRequest(field, f"is too long (more than {MAX_DURATION.days} days)")
     return timedelta(seconds=seconds)
 
 
-def parse_duration(text: str, field: str = "duration") -> timedelta:
+def parse_duration(text: str | int | float, field: str = "duration") -> timedelta:
     """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta (ASCII
     digits only; a leading `-` makes it negative, for the caller to refuse)."""
     raw = str(text).strip().lower()
