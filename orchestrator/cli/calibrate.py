@@ -17,8 +17,8 @@ touched and nothing stored); `--inventory FILE` is the libvirt driver over that 
 configured `[scheduling]` values as its parameters, so a calibration there must give them back.
 
 Guests are the lab guest (deploy/guest/build): direct kernel boot of `--guest-dir`'s vmlinuz and
-initrd.img, whose `dirtier` touches a working set of half the guest's memory and dirties `--dirty`
-pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. A guest is measured once its console says the working
+initrd.img, whose `dirtier` touches a working set of half the guest's memory (at most all but 80 MiB, the
+guest kernel's share; guests have 128 MiB or more) and dirties `--dirty` pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. A guest is measured once its console says the working
 set is touched (then `--settle` more seconds), and after each migration its console must go on printing:
 under TCG, QEMU 7.2 loses pages dirtied from the fourth pre-copy pass on and the guest dies on the
 destination, which the output says (its times are kept: the migration itself was measured). Every guest is
@@ -31,6 +31,7 @@ behind.
 import dataclasses
 import os
 import posixpath
+import re
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -87,6 +88,13 @@ DEFAULT_SETTLE_S = 2.0
 #: the lab guest's dirtier: "ready" once its working set is touched, then a status line every second
 READY_LINE = r"dirtier: (ready|t=)"
 ALIVE_LINE = r"dirtier: t="
+#: the guest kernel's word that its OOM killer ended the dirtier: the guest is too small for its working set
+DIRTIER_KILLED_LINE = r"Killed process [0-9]+ \(dirtier\)"
+#: what the lab guest's own kernel and init keep out of its memory (Debian 12's cloud kernel leaves about
+#: 66 MiB of a 128 MiB guest free): the dirtier's working set stays clear of it
+GUEST_SYSTEM_MIB = 80
+#: the smallest guest measured: the working set then still has 48 MiB
+MIN_GUEST_MIB = 128
 #: how long a guest may take to boot and touch its working set (TCG on a loaded host), and to show that it
 #: still runs after a migration
 READY_TIMEOUT_S = 300.0
@@ -117,7 +125,7 @@ def _grid(option: str, text: str) -> tuple[list[int], list[int]]:
     parts = text.lower().split("x")
     if len(parts) != 2:
         raise fail(f"{option}: must be SIZES x DIRTY, e.g. 192,384x500,1500 (got {text!r})")
-    return (_int_list(option, parts[0], minimum=1, what="memory sizes in MiB"),
+    return (_int_list(option, parts[0], minimum=MIN_GUEST_MIB, what="memory sizes in MiB"),
             _int_list(option, parts[1], minimum=0, what="dirty rates in pages/s"))
 
 
@@ -215,8 +223,9 @@ def _setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | 
 
 
 def guest_spec(name: str, memory_mib: int, pages_per_second: int, guest_dir: str) -> VMSpec:
-    """The lab guest: 1 vCPU, `memory_mib`, dirtier working set half of it, dirtied at the given rate."""
-    working_set = max(1, memory_mib // 2)
+    """The lab guest: 1 vCPU, `memory_mib`, a dirtier working set of half of it (less in a small guest, so
+    that the guest's kernel keeps `GUEST_SYSTEM_MIB`), dirtied at the given rate."""
+    working_set = max(1, min(memory_mib // 2, memory_mib - GUEST_SYSTEM_MIB))
     return VMSpec(
         name=name,
         vcpus=1,
@@ -433,7 +442,7 @@ def _migration_fit_rows(fit: MigrationFit, cfg: Config) -> list[list[str]]:
 
 
 #: options both commands take
-SizesOption = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB.")
+SizesOption = typer.Option("128,256,512", "--sizes", metavar="MIB,...", help="Guest memory sizes, MiB (128 or more).")
 SettleOption = typer.Option(None, "--settle", metavar="S",
                             help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver).")
 GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir", metavar="DIR",
@@ -473,7 +482,7 @@ def migration_command(
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
     _refuse_server(server, config)
     hosts = _hosts(host, exactly=2)
-    sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
+    sizes = _int_list("--sizes", sizes_text, minimum=MIN_GUEST_MIB, what="memory sizes in MiB")
     if len(sizes) < 2:
         raise fail("--sizes: give at least two sizes (bandwidth and overhead are fitted to a line)")
     dirty = _int_list("--dirty", dirty_text, minimum=0, what="dirty rates in pages/s")
@@ -613,9 +622,12 @@ def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int
 def _wait_ready(setup: Setup, name: str, settle: float) -> None:
     """Until the guest's console says its working set is touched (real drivers), then `settle` seconds."""
     if setup.kind == "libvirt":
-        if setup.driver.wait_for_console(name, READY_LINE, READY_TIMEOUT_S) is None:
+        line = setup.driver.wait_for_console(name, f"{READY_LINE}|{DIRTIER_KILLED_LINE}", READY_TIMEOUT_S)
+        if line is None:
             raise DriverError(f"guest {name} did not say its working set was touched within "
                               f"{READY_TIMEOUT_S:g} s (no '{READY_LINE}' on its console)")
+        if re.search(DIRTIER_KILLED_LINE, line):
+            raise DriverError(f"guest {name} ran out of memory: its kernel killed the dirtier ({line})")
     setup.sleep(settle)
 
 
@@ -765,7 +777,7 @@ def suspend_command(
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
     _refuse_server(server, config)
     hosts = _hosts(host)
-    sizes = _int_list("--sizes", sizes_text, minimum=1, what="memory sizes in MiB")
+    sizes = _int_list("--sizes", sizes_text, minimum=MIN_GUEST_MIB, what="memory sizes in MiB")
     if len(sizes) < 2:
         raise fail("--sizes: give at least two sizes (rate and overhead are fitted to a line)")
     repeat = _repeat(repeat_text)

@@ -25,6 +25,7 @@ from orchestrator.analysis.calibration import (
     predict_sample,
 )
 from orchestrator.cli import app
+from orchestrator.cli.calibrate import GUEST_SYSTEM_MIB, MIN_GUEST_MIB, guest_spec
 from orchestrator.model.config import SchedulingConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.calibrated import (
@@ -472,6 +473,18 @@ def test_calibrate_migration_validates_on_a_grid_it_was_not_fitted_to(store_path
     assert stored(store_path)["migration"]["switchover_ms"] == pytest.approx(150.0, abs=1.0)
 
 
+@given(memory_mib=st.integers(min_value=MIN_GUEST_MIB, max_value=1 << 20), pps=st.integers(0, 100_000))
+def test_a_calibration_guest_leaves_its_kernel_room_and_keeps_a_working_set(memory_mib, pps):
+    """A 128 MiB guest whose dirtier took half its memory was killed by its own OOM killer (Debian 12's cloud
+    kernel leaves about 66 MiB free): the working set is half the memory, less where the kernel needs it."""
+    spec = guest_spec("lwcal-x", memory_mib, pps, "/guest")
+    working_set = int(spec.working_set_mib)
+    assert memory_mib - working_set >= GUEST_SYSTEM_MIB
+    assert working_set == min(memory_mib // 2, memory_mib - GUEST_SYSTEM_MIB) >= 48
+    assert f"dirtier.mib={working_set} " in spec.cmdline and f"dirtier.pps={pps} " in spec.cmdline
+    assert spec.memory_mib == memory_mib
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [
@@ -482,6 +495,9 @@ def test_calibrate_migration_validates_on_a_grid_it_was_not_fitted_to(store_path
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128"], "--sizes"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,abc"], "--sizes"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "0,128"], "--sizes"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "64,256"], "--sizes"),
+        (["suspend", "--host", "sim1", "--sizes", "127,256"], "--sizes"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--validate", "96x500"], "--validate"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,128"], "--sizes"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,65536"], "--sizes"),
         (["migration", "--host", "sim1", "--host", "sim2", "--dirty", "1000,5000"], "--dirty"),
