@@ -21,7 +21,7 @@ from rich.markup import escape
 from drivers.base import Driver
 from drivers.errors import DriverError
 from orchestrator.cli import common
-from orchestrator.cli.app import fail
+from orchestrator.cli.application import fail
 from orchestrator.cli.images import hosts_driver
 from orchestrator.cli.leases import lease_app
 from orchestrator.cli.vms import VMAccess, lease_vms

@@ -61,7 +61,7 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.cli import common
-from orchestrator.cli.app import EXIT_FAILED, command_group, fail
+from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table

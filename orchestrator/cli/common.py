@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from orchestrator.cli.app import fail
+from orchestrator.cli.application import fail
 from orchestrator.cli.busy import DEFAULT_WAIT_S
 from orchestrator.model.config import Config, load_config
 from orchestrator.model.numbers import ascii_whole

@@ -40,7 +40,7 @@ from rich.table import Table
 
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
-from orchestrator.cli.app import EXIT_FAILED, command_group, fail
+from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.backend import backend
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table

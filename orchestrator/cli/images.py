@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group
+from orchestrator.cli.application import command_group
 from orchestrator.cli.backend import backend
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table

@@ -22,7 +22,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import EXIT_REJECTED, command_group, fail
+from orchestrator.cli.application import EXIT_REJECTED, command_group, fail
 from orchestrator.cli.leasefile import (
     KEYS,
     flag_label,

@@ -27,7 +27,7 @@ from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
 from orchestrator.cli import common
-from orchestrator.cli.app import app, fail
+from orchestrator.cli.application import app, fail
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError

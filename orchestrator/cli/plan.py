@@ -19,7 +19,7 @@ from orchestrator.analysis.timeline import (
     render_terminal,
     require_plot,
 )
-from orchestrator.cli.app import app, fail
+from orchestrator.cli.application import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     ServerOption,

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.application import command_group, fail
 from orchestrator.cli.leasefile import current_user
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table

@@ -26,7 +26,7 @@ from orchestrator.analysis.report import (
 )
 from orchestrator.analysis.timeline import require_plot
 from orchestrator.cli import common
-from orchestrator.cli.app import app, fail
+from orchestrator.cli.application import app, fail
 from orchestrator.cli.common import (
     ConfigOption,
     WaitOption,

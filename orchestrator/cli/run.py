@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from drivers.clock import RealClock, SimulatedClock
-from orchestrator.cli.app import app, fail
+from orchestrator.cli.application import app, fail
 from orchestrator.cli import common
 from orchestrator.cli.common import ConfigOption, StateOption, WaitOption, load, store_path
 from orchestrator.cli.logs import configure_logging

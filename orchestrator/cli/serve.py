@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.app import EXIT_FAILED, app, fail
+from orchestrator.cli.application import EXIT_FAILED, app, fail
 from orchestrator.cli.logs import configure_logging
 from orchestrator.cli.output import emit_json, make_console
 

@@ -31,7 +31,7 @@ from orchestrator.analysis.timeline import (
     require_plot,
     timeline_from_result,
 )
-from orchestrator.cli.app import app, fail
+from orchestrator.cli.application import app, fail
 from orchestrator.cli.lease_records import JsonRecords
 from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperGroup
 
 from orchestrator.analysis.timeline import require_plot
-from orchestrator.cli.app import command_group, fail
+from orchestrator.cli.application import command_group, fail
 from orchestrator.cli.common import write_png
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table

@@ -1,5 +1,6 @@
-"""`orchestrator.cli.output` and `orchestrator.cli.app`: the one console factory, the JSON writers, and
-the app layout (command modules register on cli.app; the package only imports them)."""
+"""`orchestrator.cli.output` and `orchestrator.cli.application`: the one console factory, the JSON writers, and
+the app layout (command modules register on cli.application's app; the package imports them, all of them or, for the
+console script, those of the command it runs)."""
 
 import importlib
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
+from orchestrator.cli import COMMANDS, app
 from orchestrator.cli.output import make_console, when, write_json_file
 from orchestrator.model.errors import InvalidRequest
 
@@ -58,15 +59,15 @@ def test_when_is_utc_to_the_second():
 
 
 def test_command_modules_import_the_app_not_the_package():
-    """No cycle: the package imports the command modules, which take the app from cli.app."""
+    """No cycle: the package imports the command modules, which take the app from cli.application."""
     for name in ("calibrate", "common", "hosts", "leases", "migrate", "plan", "quotas", "report", "run", "simulate",
                  "sweep", "tokens"):
         source = (ROOT / "orchestrator" / "cli" / f"{name}.py").read_text()
         assert "from orchestrator.cli import app" not in source and "from orchestrator.cli import fail" not in source
-    assert importlib.import_module("orchestrator.cli.app").app is app
+    assert importlib.import_module("orchestrator.cli.application").app is app
 
 
-@pytest.mark.parametrize("first", ["orchestrator.cli.hosts", "orchestrator.cli.common", "orchestrator.cli.app"])
+@pytest.mark.parametrize("first", ["orchestrator.cli.hosts", "orchestrator.cli.common", "orchestrator.cli.application"])
 def test_any_cli_module_imported_first_gives_the_whole_app(first):
     code = (f"import {first}; import typer; from orchestrator.cli import app; "
             "print(sorted(typer.main.get_command(app).commands))")
@@ -75,3 +76,44 @@ def test_any_cli_module_imported_first_gives_the_whole_app(first):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ("['calibrate', 'host', 'image', 'lease', 'migrate', 'plan', 'quota', 'report', "
                                   "'run', 'serve', 'simulate', 'sweep', 'token', 'whoami']")
+
+
+def _main(*argv: str, then: str = "") -> subprocess.CompletedProcess:
+    """`leasewise ARGV` in a fresh interpreter (the console script's `main`), then `then`."""
+    code = (f"import sys; sys.argv = ['leasewise', *{list(argv)!r}]; from orchestrator.cli import main\n"
+            f"try:\n    main()\nexcept SystemExit as exc:\n    code = exc.code\n{then}")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+
+
+def test_commands_names_every_command_the_app_has_in_the_order_help_lists_them():
+    out = subprocess.run([sys.executable, "-c", "import typer, click; from orchestrator.cli import app; "
+                          "group = typer.main.get_command(app); "
+                          "print(group.list_commands(click.Context(group)))"],
+                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == repr(list(COMMANDS))
+
+
+def test_the_console_script_loads_only_the_command_it_runs():
+    out = _main("simulate", "--help", then="import sys; print(sorted(m for m in sys.modules if m.startswith("
+                "('orchestrator.cli.', 'orchestrator.service', 'drivers.libvirt', 'ray'))))")
+    loaded = eval(out.stdout.strip().splitlines()[-1])   # (the list printed last)
+    assert "orchestrator.cli.simulate" in loaded
+    assert not {"orchestrator.cli.serve", "orchestrator.cli.sweep", "orchestrator.cli.hosts", "orchestrator.service",
+                "drivers.libvirt", "ray"} & set(loaded), loaded
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_runs_from_the_console_script_with_only_its_own_module(name):
+    """A lone command is still a subcommand: typer would otherwise run an app of one command as that command."""
+    out = _main(name, "--help", then="print('exit', code)")
+    assert out.returncode == 0, out.stderr
+    assert f"Usage: leasewise {name} [OPTIONS]" in out.stdout and out.stdout.rstrip().endswith("exit 0"), out.stdout
+
+
+def test_the_console_script_knows_every_command_when_the_first_word_is_not_one():
+    out = _main("--help", then="print('exit', code)")
+    assert all(f" {name} " in out.stdout for name in COMMANDS), out.stdout
+    typo = _main("simulat", then="print('exit', code)")
+    assert "No such command 'simulat'" in typo.stderr and typo.stdout.rstrip().endswith("exit 2")

@@ -4,7 +4,7 @@ Command modules register on `app` (or on a group made with `command_group`) and 
 input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code
 an error that carries an `exit_code` gets that one (over quota 3, not allowed 4); nothing prints a traceback for bad input. A command with a
 `--wait` option is run again while the store is busy (`orchestrator.cli.busy`), then exits 75. The command
-modules are imported (so registered) by `orchestrator.cli`.
+modules are imported (so registered) by `orchestrator.cli`, all of them or only the one a command line names.
 
 Exit codes, for scripts (the README's table): 0 done; 1 a check or measurement failed (`host check`,
 `calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler, or over quota; 4 not
@@ -74,6 +74,12 @@ def _typer(name: str, help: str, **options) -> ErrorLineTyper:
 
 
 app = _typer("leasewise", "Plan and enact VM leases on lab KVM clusters.")
+
+
+@app.callback()
+def _always_a_group() -> None:
+    # typer runs an app of one command as that command; `orchestrator.cli.main` may register only one
+    pass
 
 
 def command_group(name: str, help: str, **options) -> ErrorLineTyper:
