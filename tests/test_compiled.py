@@ -4,6 +4,7 @@ exactly as its Python sources do, and set aside for the sources when they are ed
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import pickle
@@ -17,6 +18,7 @@ import pytest
 
 from orchestrator import compiled
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
+from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from tests.support.times import EPOCH
 
@@ -126,6 +128,26 @@ def test_frozen_values_copy_as_themselves_and_pickle_by_value():
     back = pickle.loads(pickle.dumps(request))
     assert back == request and back.image == image and back.total == request.total
     assert back.uniform == Resources.of(2, 4096) and back.numnodes == 3
+
+
+def test_a_deep_copy_of_a_reservation_keeps_every_field_and_its_links_within_the_copy():
+    """Compiled, `Reservation` has a native `__init__` (no bare `__new__` to fill in), so copies and pickles
+    go through `__reduce__`; the intents' snapshots deep-copy a VM reservation with its overheads, which
+    point back at it."""
+    vm = Reservation(7, ReservationKind.VM, EPOCH, EPOCH + timedelta(hours=1), {"h1": Resources.of(1, 512)},
+                     nodes={0: "h1"}, id=3, premature_end=EPOCH + timedelta(minutes=30), extra={"k": [1]})
+    vm.post.append(Reservation(7, ReservationKind.SUSPEND, vm.end, vm.end + timedelta(minutes=1),
+                               {"h1": Resources.of(1, 512)}, nodes={0: "h1"}, id=4, vm=vm))
+    for twin in (copy.deepcopy(vm), pickle.loads(pickle.dumps(vm))):
+        assert twin is not vm and twin.post[0] is not vm.post[0] and twin.post[0].vm is twin
+        for field in dataclasses.fields(Reservation):
+            if field.name not in ("post", "vm"):
+                assert getattr(twin, field.name) == getattr(vm, field.name), field.name
+                assert getattr(twin.post[0], field.name) == getattr(vm.post[0], field.name), field.name
+        assert twin.extra is not vm.extra and twin.nodes is not vm.nodes
+    fresh = Reservation(1, ReservationKind.VM, EPOCH, EPOCH, {})
+    assert (fresh.nodes, fresh.pre, fresh.post, fresh.extra, fresh.id, fresh.vm) == ({}, [], [], {}, 0, None)
+    assert fresh.nodes is not Reservation(1, ReservationKind.VM, EPOCH, EPOCH, {}).nodes
 
 
 def test_amounts_and_user_ids_keep_their_type_as_in_the_sources():
