@@ -18,7 +18,8 @@ configured `[scheduling]` values as its parameters, so a calibration there must 
 
 Guests are the lab guest (deploy/guest/build): direct kernel boot of `--guest-dir`'s vmlinuz and
 initrd.img, whose `dirtier` touches a working set of half the guest's memory (at most all but 80 MiB, the
-guest kernel's share; guests have 128 MiB or more) and dirties `--dirty` pages/s (4 KiB pages; 256 pages/s = 1 MiB/s) in it. A guest is measured once its console says the working
+guest kernel's share; guests have 128 MiB or more) and dirties `--dirty` pages/s (4 KiB pages; 256
+pages/s = 1 MiB/s) in it. A guest is measured once its console says the working
 set is touched (then `--settle` more seconds), and after each migration its console must go on printing:
 under TCG, QEMU 7.2 loses pages dirtied from the fourth pre-copy pass on and the guest dies on the
 destination, which the output says (its times are kept: the migration itself was measured). Every guest is

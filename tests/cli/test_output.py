@@ -90,7 +90,8 @@ def test_commands_names_every_command_the_app_has_in_the_order_help_lists_them()
     out = subprocess.run([sys.executable, "-c", "import typer, click; from orchestrator.cli import app; "
                           "group = typer.main.get_command(app); "
                           "print(group.list_commands(click.Context(group)))"],
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == repr(list(COMMANDS))
 
