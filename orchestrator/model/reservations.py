@@ -6,7 +6,7 @@ planned as reservations of their own so they hold capacity like anything else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import Enum
 
@@ -128,5 +128,5 @@ class Reservation:
                 f"on {','.join(self.hosts)}>")
 
 
-#: what `Reservation.__reduce__` hands to `__setstate__`
-_LATER_FIELDS = ("nodes", "transfers", "state", "id", "pre", "post", "vm", "premature_end", "continues", "extra")
+#: what `Reservation.__reduce__` hands to `__setstate__`: every field after the five `__init__` requires
+_LATER_FIELDS = tuple(f.name for f in fields(Reservation))[5:]
