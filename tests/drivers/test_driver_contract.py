@@ -91,6 +91,9 @@ class ContractTarget:
     graceful_timeout: float = 5.0
     slow_bandwidth_mib_s: float = 1.0                # with slow_timeout_s: a migration that cannot finish in time
     slow_timeout_s: float = 2.0
+    # waits until a VM just started on a host has written its memory, so that the slow cases have memory to move
+    # (a booting guest has little, and moves within the timeout); None: a target whose VMs have it from the start
+    wait_until_written: Callable[[str, str], None] | None = None
     new_host: HostConfig | None = None               # a host to add while the driver runs (None: none to add)
     prefix: str = field(default_factory=lambda: f"lwct-{uuid.uuid4().hex[:6]}")
 
@@ -103,6 +106,13 @@ class ContractTarget:
 
     def state_path(self, tag: str) -> str:
         return posixpath.join(self.state_dir, f"{self.vm(tag)}.state")
+
+    def start_written(self, tag: str) -> str:
+        """Starts the VM `tag` on host_a and waits until its memory is written; returns its name."""
+        self.driver.start(self.spec(tag), self.host_a)
+        if self.wait_until_written is not None:
+            self.wait_until_written(self.vm(tag), self.host_a)
+        return self.vm(tag)
 
     def names_on(self, host: str) -> dict[str, str]:
         """Our VMs on `host`: name -> state."""
@@ -330,7 +340,7 @@ class DriverContract:
 
     def test_migration_timeout_abort_leaves_the_vm_on_the_source(self, migrating_driver: ContractTarget):
         t = migrating_driver
-        t.driver.start(t.spec("slow"), t.host_a)
+        t.start_written("slow")
         with pytest.raises(MigrationFailed) as caught:
             t.driver.migrate(t.vm("slow"), t.host_b, bandwidth_mib_s=t.slow_bandwidth_mib_s,
                              timeout_s=t.slow_timeout_s, on_timeout="abort")
@@ -342,7 +352,7 @@ class DriverContract:
 
     def test_migration_timeout_force_completes_on_the_destination(self, migrating_driver: ContractTarget):
         t = migrating_driver
-        t.driver.start(t.spec("pushed"), t.host_a)
+        t.start_written("pushed")
         report = t.driver.migrate(t.vm("pushed"), t.host_b, bandwidth_mib_s=t.slow_bandwidth_mib_s,
                                   timeout_s=t.slow_timeout_s, on_timeout="force")
         assert report.success and report.outcome == "forced"

@@ -10,7 +10,7 @@ from drivers.base import VMSpec
 from drivers.inventory import load_inventory
 from drivers.libvirt import LibvirtDriver
 from tests.drivers.test_driver_contract import ContractTarget, DriverContract
-from tests.lab.labkit import GUEST_DIR, SHARED_DIR
+from tests.lab.labkit import GUEST_DIR, SHARED_DIR, Console, import_libvirt
 
 CONTRACT_STATE_DIR = SHARED_DIR / "leasewise-contract"   # shared by every lab host
 
@@ -22,9 +22,28 @@ def lab_guest(name: str, lease_id: str | None) -> VMSpec:
         name, 1, 256,
         kernel=str(GUEST_DIR / "vmlinuz"),
         initrd=str(GUEST_DIR / "initrd.img"),
-        cmdline="console=ttyS0 quiet dirtier.mib=64 dirtier.pps=0",
+        cmdline="console=ttyS0 quiet dirtier.mib=64 dirtier.pps=0 dirtier.report=1",
         lease_id=lease_id,
     )
+
+
+# the dirtier's line once its working set is touched, or the status line it prints every second after that (the
+# console may open after the first)
+WRITTEN_LINE = r"dirtier: (ready|t=[0-9]+s) mib=64"
+
+
+def written_waiter(uris: dict[str, str]):
+    """Waits on a lab guest's console until its dirtier has written its 64 MiB (boot takes seconds under TCG)."""
+    libvirt = import_libvirt()
+
+    def wait(name: str, host: str) -> None:
+        console = Console(libvirt, uris[host], name)
+        try:
+            console.wait_for(WRITTEN_LINE, timeout=120)
+        finally:
+            console.close()
+
+    return wait
 
 
 @pytest.mark.lab
@@ -40,6 +59,7 @@ class TestLabContract(DriverContract):
             make_spec=lab_guest, new_host=spare,
             # a guest stopped before its ACPI button driver loaded ignores the button: destroyed after 5 s
             graceful_timeout=5, slow_bandwidth_mib_s=16, slow_timeout_s=3,
+            wait_until_written=written_waiter({h.name: h.uri for h in hosts}),
         )
         yield target
         target.cleanup()
