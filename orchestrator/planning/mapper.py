@@ -100,6 +100,8 @@ class _HostsAtStart(NamedTuple):
     room: np.ndarray | None = None     # alike nodes on a packing policy: how many fit on each row
     per_row: list[int] | None = None   # the same as a list, when the host states keep one
     potential: int | None = None       # the sum of `room`, when every host may be used
+    #: rows -> whether their states are alike (as `gather` reads them): a ranking then keeps their order
+    alike: Callable[[list[int]], bool] | None = None
 
 
 class Mapper:
@@ -204,7 +206,7 @@ class Mapper:
             # (arguments by position: once per placement, on the simulator's hot path)
             return _HostsAtStart(states.names, states.capacity, (id(states), states.version),
                                  None, None, states.gather,   # (usage and counts: read through `gather`)
-                                 counts.array, counts.per_row, potential)
+                                 counts.array, counts.per_row, potential, states.alike)
         names, used, cap, count, version = table.state_arrays(ask.start)
         if not ask.excluding:
             return _HostsAtStart(names, cap, version, used, count)
@@ -250,6 +252,10 @@ class Mapper:
         if not candidates.size:
             return []
         if hosts.gather is not None:
+            if hosts.alike is not None:
+                rows = candidates.tolist()
+                if hosts.alike(rows):   # (every key ties and the sort is stable: the site's order)
+                    return rows
             used, count = hosts.gather(candidates)
         else:
             assert hosts.used is not None and hosts.counts is not None

@@ -90,6 +90,13 @@ def _check(ops, kind):
             assert states.site_full() == all(capacities[h].cpu - usage[h].cpu <= 1e-9 for h in capacities)
             names, used, _, count, _ = table.state_arrays(t)
             assert [tuple(row) for row in used.tolist()] == [tuple(map(float, usage[h])) for h in names]
+            # rows alike (the mapper then skips ranking them): the same usage, count and capacity (h0 and
+            # h3 have the same capacity)
+            for rows in (list(range(len(names))), [i for i, k in enumerate(per_host) if k], [0, 3],
+                         [len(names) - 1]):
+                if rows:
+                    plain = len({(usage[names[i]], capacities[names[i]], int(count[i])) for i in rows}) == 1
+                    assert table.states_at(t).alike(rows) == plain, rows
             # the mapper skips the timeline walk of a host whose usage stays until past the end: the
             # window kept per row must never reach past a change of usage
             for h, until in zip(names, table.unchanged_until(t).tolist()):

@@ -141,3 +141,27 @@ def test_a_ranking_longer_than_one_slice(kind):
         want = expected(table, "greedy", node, 250, T(0), T(60), strict_end)
         assert same(got, want)
         assert got is not None and len(set(got.nodes.values())) == 250
+
+
+@cores
+@pytest.mark.parametrize("policy", ["greedy", "pack", "spread"])
+def test_hosts_alike_but_for_their_reservations_or_capacity_are_still_ranked(kind, policy):
+    """The mapper skips ranking candidates whose usage, count of reservations and capacity are all the
+    same. Hosts that differ in only one of them must still be ranked: two with the same usage, from two
+    reservations against one (greedy puts fewer reservations first; the others see a tie), and two empty
+    ones of different sizes (greedy and spread put the larger first, pack the smaller)."""
+    node = Resources.of(1, 512)
+    cases = (
+        ({"a": Resources.of(4, 4096), "b": Resources.of(4, 4096)},
+         [("a", Resources.of(1, 512)), ("a", Resources.of(1, 512)), ("b", Resources.of(2, 1024))],
+         {"greedy": "b", "pack": "a", "spread": "a"}),
+        ({"a": Resources.of(4, 4096), "b": Resources.of(8, 8192)}, [], {"greedy": "b", "pack": "a", "spread": "b"}),
+    )
+    for capacities, held, first in cases:
+        table = SlotTable(capacities, core=CORES[kind])
+        for host, amount in held:
+            table.add(Reservation(9, ReservationKind.VM, T(0), T(100), {host: amount}))
+        table.present = T(10)   # (the host states, as the scheduler keeps them at its present)
+        m = Mapper(table, HOST_SELECTION.create(policy), PREEMPTION.create("no-preemption"))
+        got = m.map(alike_lease(node, 1, 30), T(10), T(40))
+        assert got is not None and got.nodes == {0: first[policy]}, (capacities, held, got)

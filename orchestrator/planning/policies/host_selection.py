@@ -24,7 +24,9 @@ HostState = tuple[str, Resources, Resources, int]
 
 
 class HostSelectionPolicy(ABC):
-    """Scores hosts as sort keys over arrays (one row per host), so ranking is one vectorised sort."""
+    """Scores hosts as sort keys over arrays (one row per host), so ranking is one vectorised sort. The keys
+    are a function of a row's usage, capacity and reservations alone, and the sort is stable: hosts alike
+    in all three keep the site's order (the mapper counts on it to skip sorting such hosts)."""
 
     name = "abstract"
     packs: bool = True   # fill a host with as many of the lease's nodes as fit before the next host

@@ -326,6 +326,18 @@ class HostStates:
         rows = rows.tolist()
         return self._palette.rows[[ids[i] for i in rows]], np.array([counts[i] for i in rows], dtype=np.int64)
 
+    def alike(self, rows: list[int]) -> bool:
+        """Whether these rows hold the same usage and number of reservations on hosts of the same capacity
+        (read from the Python rows): every host-selection policy's keys then tie on them."""
+        values = self._values
+        ids, counts, groups = values.vector_id, values.count, self._groups
+        first = rows[0]
+        vid, count, group = ids[first], counts[first], groups[first]
+        for i in rows:
+            if ids[i] != vid or counts[i] != count or groups[i] != group:
+                return False
+        return True
+
     def _catch_up(self) -> None:
         arrays = self._arrays
         rows = list(arrays.pending)
