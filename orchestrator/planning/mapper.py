@@ -252,9 +252,12 @@ class Mapper:
         if not candidates.size:
             return []
         if hosts.gather is not None:
-            if hosts.alike is not None:
+            # candidates alike: every key ties and the sort is stable, so they keep the site's order (the
+            # first two asked first: on a big site they usually differ, and listing every candidate for
+            # nothing would cost what the skip saves)
+            if hosts.alike is not None and hosts.alike(candidates[:2].tolist()):
                 rows = candidates.tolist()
-                if hosts.alike(rows):   # (every key ties and the sort is stable: the site's order)
+                if hosts.alike(rows):
                     return rows
             used, count = hosts.gather(candidates)
         else:
