@@ -17,6 +17,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation, ReservationKind
@@ -640,6 +642,15 @@ def test_usage_codes_sort_after_every_key():
     assert keys.time_key(latest) > keys.time_key(FOREVER)
     assert keys.time_key(latest) < keys.NOTHING_CODE
     assert keys.time_key(datetime.min.replace(tzinfo=UTC)) > keys.BEFORE_ALL
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.datetimes(timezones=st.sampled_from((UTC, timezone(timedelta(hours=5, minutes=30)),
+                                                  timezone(-timedelta(hours=23, minutes=59))))))
+def test_a_time_key_counts_the_microseconds_since_the_epoch(t):
+    """time_key adds a timedelta's fields up; the plain definition divides by a microsecond."""
+    from orchestrator.planning.slottable import keys
+    assert keys.time_key(t) == (t - keys.KEY_ORIGIN) // timedelta(microseconds=1)
 
 
 def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
