@@ -34,7 +34,7 @@ from orchestrator.planning.slottable.blocks import bisect_keys
 from orchestrator.planning.slottable import choice
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
-from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, KEY_ORIGIN, KEY_UNIT, time_key
+from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, time_key
 from orchestrator.planning.slottable.shared_usage import SharedUsage
 from orchestrator.planning.slottable.timeline import AT_START, HostTimeline
 
@@ -267,7 +267,7 @@ class SlotTable:
             block = self._single[host]
         except KeyError:
             raise InvalidRequest("host", f"unknown host {host!r}") from None
-        k = (t - KEY_ORIGIN) // KEY_UNIT   # time_key(t), inline: this is the point query
+        k = time_key(t)
         if block is not None:            # HostTimeline.usage_key, inline: one object fewer to reach
             i = bisect_keys(block, k)
             used = self._vectors[block[-i]] if i else NOTHING   # (block[-i]: the code in force, blocks.py)
@@ -325,7 +325,7 @@ class SlotTable:
         asked, k = self._keys[slot]
         if asked is t:
             return k
-        k = (t - KEY_ORIGIN) // KEY_UNIT
+        k = time_key(t)
         self._keys[slot] = (t, k)
         return k
 
