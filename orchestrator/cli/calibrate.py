@@ -66,7 +66,7 @@ from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.planning.precopy import downtime_limit_ms

@@ -16,7 +16,7 @@ from orchestrator.model.resources import Resources, within
 from orchestrator.model.tolerance import EPSILON
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 
 @dataclass(frozen=True)

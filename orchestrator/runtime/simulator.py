@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from drivers.clock import SimulatedClock
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation

@@ -19,7 +19,7 @@ from orchestrator.model.workload import Workload, check_fits_site, resolve_site
 from orchestrator.workloads.files import read_workload_file
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 __all__ = ["Workload", "load_workload", "workload_from_bytes", "resolve_site", "check_fits_site"]
 
@@ -32,7 +32,7 @@ def load_workload(path: str | Path, config: "Config | None" = None) -> Workload:
 
 def workload_from_bytes(data: bytes, name: str, config: "Config | None" = None, source: str | None = None) -> Workload:
     """Parse a workload file's (decompressed) bytes; `name` (the file's name) picks the format."""
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
     from orchestrator.workloads import injected, lwf, swf
 
     config = config or Config()

@@ -26,7 +26,7 @@ from orchestrator.analysis.calibration import (
 )
 from orchestrator.cli import app
 from orchestrator.cli.calibrate import GUEST_SYSTEM_MIB, MIN_GUEST_MIB, guest_spec
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.calibrated import (
     CALIBRATION_KEY,
