@@ -9,13 +9,13 @@ A layer of its own, above the model and below planning: the model never reads th
 every layer above takes what it needs from it. Its modules, one table (or a few close ones) each:
 `values` (the readers every table shares: durations, rates, names, paths), `scheduling`, `simulation`
 ([simulation], [workload.swf]), `daemon`, `service` ([serve], [auth], [client]), `notices` ([notify] and
-its notifiers), and `loading` (`Config`, `config_from_dict`, `load_config`, `read_toml`).
+its notifiers), and `loading` (`Config`, `config_from_dict`, `load_config`, `read_toml`, `resolve_site`).
 """
 
 from __future__ import annotations
 
 from orchestrator.config.daemon import DRIVERS, ON_LOST_VM, DaemonConfig
-from orchestrator.config.loading import Config, config_from_dict, load_config, read_toml
+from orchestrator.config.loading import Config, config_from_dict, load_config, read_toml, resolve_site
 from orchestrator.config.notices import (
     MAX_NOTICE_OFFSET,
     NOTIFIER_NAMES,
@@ -43,5 +43,5 @@ __all__ = [
     "MIGRATION", "NOTIFIER_NAMES", "ON_ENACTMENT_ERROR", "ON_LOST_VM", "PREEMPTION_MODE", "RATES", "SUSPENSION",
     "AuthConfig", "ClientConfig", "CommandConfig", "Config", "DaemonConfig", "EmailConfig", "NotifyConfig",
     "SWFConfig", "SchedulingConfig", "ServeConfig", "SimulationConfig", "config_from_dict", "load_config",
-    "offset_label", "parse_site", "read_toml", "value_kind",
+    "offset_label", "parse_site", "read_toml", "resolve_site", "value_kind",
 ]

@@ -1,5 +1,6 @@
 """The whole configuration (`Config`), and reading it: a TOML file read once into the frozen tables, with
-one `ConfigError` naming the dotted key (or the file and line) of anything wrong."""
+one `ConfigError` naming the dotted key (or the file and line) of anything wrong. Also the site a run
+simulates (`resolve_site`: the configuration's, else the workload's)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from orchestrator.config.service import AuthConfig, ClientConfig, ServeConfig
 from orchestrator.config.simulation import SimulationConfig, SWFConfig
 from orchestrator.config.values import value_kind
 from orchestrator.model.errors import ConfigError
+from orchestrator.model.resources import Resources
+from orchestrator.model.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -172,3 +175,14 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         reason = _TOML_LINE.sub("", message).strip() or "syntax error"
         raise ConfigError(f"{path}:{line}", f"not valid TOML ({reason})") from None
     return data
+
+
+def resolve_site(workload: Workload, config: Config | None) -> list[tuple[str, Resources]]:
+    """The hosts to simulate: the configuration's site if it names one, else the workload's."""
+    if config is not None and config.simulation.site is not None:
+        return config.simulation.hosts  # type: ignore[return-value]
+    if workload.site is not None:
+        return list(workload.site)
+    raise ConfigError("simulation.site",
+                      f"no site to simulate: the configuration names none and {workload.source or 'the workload'} describes none "
+                      '(set e.g. site = "4 CPU:100,Memory:1024" in [simulation])')

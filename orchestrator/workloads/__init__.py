@@ -5,8 +5,9 @@
 from the content, and returns a `Workload`: the requests in submit order, each with
 the workload's own lease id, plus the site the file describes (if any).
 
-The `Workload` type and `resolve_site` live in `orchestrator.model.workload` (the simulator runs one
-without knowing the file formats); they are re-exported here for the readers and their callers.
+The `Workload` type lives in `orchestrator.model.workload` (the simulator runs one without knowing the
+file formats) and `resolve_site` in `orchestrator.config`; both are re-exported here for the readers and
+their callers.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.config import resolve_site
 from orchestrator.model.errors import WorkloadError
-from orchestrator.model.workload import Workload, check_fits_site, resolve_site
+from orchestrator.model.workload import Workload, check_fits_site
 from orchestrator.workloads.files import read_workload_file
 
 if TYPE_CHECKING:  # pragma: no cover
