@@ -396,7 +396,8 @@ def test_dry_run_and_no_store_store_nothing(site, store_path, tmp_path):
     assert not fresh.exists()
 
 
-def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
+def _drivers_of_calibrate(monkeypatch) -> list:
+    """The drivers `calibrate` runs on, as it makes them."""
     from orchestrator.cli import calibrate as calibrate_cli
 
     drivers = []
@@ -408,6 +409,28 @@ def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
         return setup
 
     monkeypatch.setattr(calibrate_cli, "_setup", spy)
+    return drivers
+
+
+def _before_the_fourth_migration(monkeypatch, act) -> dict:
+    """`act()` runs before the simulated driver's fourth migration; returns the count of migrations asked."""
+    from drivers.simulated import SimulatedDriver
+
+    calls = {"n": 0}
+    real_migrate = SimulatedDriver.migrate
+
+    def migrate(self, vm, dst, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            act()
+        return real_migrate(self, vm, dst, *a, **kw)
+
+    monkeypatch.setattr(SimulatedDriver, "migrate", migrate)
+    return calls
+
+
+def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
+    drivers = _drivers_of_calibrate(monkeypatch)
     assert site("calibrate", "migration", "--host", "sim1", "--host", "sim2", "--repeat", "2").exit_code == 0
     assert site("calibrate", "suspend", "--host", "sim1").exit_code == 0
     assert len(drivers) == 2
@@ -417,28 +440,12 @@ def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
 
 def test_a_failure_mid_way_removes_the_guests(site, store_path, monkeypatch):
     from drivers.errors import OperationFailed
-    from drivers.simulated import SimulatedDriver
-    from orchestrator.cli import calibrate as calibrate_cli
 
-    drivers = []
-    real_setup = calibrate_cli._setup
+    def fail():
+        raise OperationFailed("the destination caught fire")
 
-    def spy(*args, **kwargs):
-        setup = real_setup(*args, **kwargs)
-        drivers.append(setup.driver)
-        return setup
-
-    calls = {"n": 0}
-    real_migrate = SimulatedDriver.migrate
-
-    def failing_migrate(self, vm, dst, *a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise OperationFailed("the destination caught fire")
-        return real_migrate(self, vm, dst, *a, **kw)
-
-    monkeypatch.setattr(calibrate_cli, "_setup", spy)
-    monkeypatch.setattr(SimulatedDriver, "migrate", failing_migrate)
+    drivers = _drivers_of_calibrate(monkeypatch)
+    _before_the_fourth_migration(monkeypatch, fail)
     result = site("calibrate", "migration", "--host", "sim1", "--host", "sim2")
     assert result.exit_code == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -453,29 +460,9 @@ def test_sigterm_mid_way_removes_the_guests_and_ends_as_ctrl_c_does(site, store_
     import os
     import signal
 
-    from drivers.simulated import SimulatedDriver
-    from orchestrator.cli import calibrate as calibrate_cli
-
-    drivers = []
-    real_setup = calibrate_cli._setup
-
-    def spy(*args, **kwargs):
-        setup = real_setup(*args, **kwargs)
-        drivers.append(setup.driver)
-        return setup
-
-    calls = {"n": 0}
-    real_migrate = SimulatedDriver.migrate
-
-    def terminated_migrate(self, vm, dst, *a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_migrate(self, vm, dst, *a, **kw)
-
     before = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(calibrate_cli, "_setup", spy)
-    monkeypatch.setattr(SimulatedDriver, "migrate", terminated_migrate)
+    drivers = _drivers_of_calibrate(monkeypatch)
+    calls = _before_the_fourth_migration(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
     result = site("calibrate", "migration", "--host", "sim1", "--host", "sim2")
     assert result.exit_code == 130
     assert [line for line in result.stderr.splitlines() if line.strip()] == [

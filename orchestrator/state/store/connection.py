@@ -61,9 +61,11 @@ def default_store_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "leasewise" / "state.sqlite"
 
 
-def _tighten_modes(path: Path) -> None:
-    """Mode 0600 on the database and its WAL files, by path (never opening them)."""
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+def _tighten_modes(path: Path, *, wal_only: bool = False) -> None:
+    """Mode 0600 on the database and its WAL files (only the WAL files: `wal_only`), by path (never
+    opening them)."""
+    wal = (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+    for file in wal if wal_only else (path, *wal):
         try:
             if stat.S_IMODE(file.stat().st_mode) != FILE_MODE:
                 os.chmod(file, FILE_MODE)
@@ -91,15 +93,7 @@ def _secure_file(path: Path) -> None:
         raise StoreError(f"{path}: cannot set mode 600 on the state database ({exc.strerror or exc})") from None
     finally:
         os.close(fd)
-    for suffix in ("-wal", "-shm"):
-        side = path.with_name(path.name + suffix)
-        try:
-            if stat.S_IMODE(side.stat().st_mode) != FILE_MODE:
-                os.chmod(side, FILE_MODE)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise StoreError(f"{side}: cannot set mode 600 ({exc.strerror or exc})") from None
+    _tighten_modes(path, wal_only=True)
 
 
 # -- integrity -----------------------------------------------------------------------------------------------
