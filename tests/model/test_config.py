@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model.config import (
+from orchestrator.config import (
     AuthConfig,
     ClientConfig,
     CommandConfig,
