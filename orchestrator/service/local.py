@@ -21,7 +21,7 @@ from drivers.base import Driver
 from drivers.clock import Clock
 from drivers.errors import DriverError
 from drivers.inventory import HostConfig
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.resources import Resources

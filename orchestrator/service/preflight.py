@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.runtime.host_admin import run_checks
 from orchestrator.state.store import Store
 
