@@ -42,7 +42,7 @@ from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.common import StoreOptions, store_options
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
@@ -180,7 +180,7 @@ def list_hosts(
             line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
             line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
         cells.append(line)
-    print_table(make_console(), columns, cells, title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
+    print_table(make_console(), columns, cells, title=counted(len(rows), "host"))
 
 
 # -- check ------------------------------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def check(
         console.print(table)
         skipped = sum(1 for r in rows if r["status"] == "SKIP")
         if failed:
-            summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
+            summary = f"{counted(len(failed), 'check')} failed: {', '.join(failed)}"
         elif all(r["status"] in ("simulated", "PASS") for r in rows) and any(r["status"] == "simulated" for r in rows):
             summary = "simulated driver: nothing to check"
         else:

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from orchestrator.cli.application import command_group
 from orchestrator.cli.common import StoreOptions, store_options
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.timeutil import parse_time
 
@@ -51,10 +51,9 @@ def add(
               "kernel": kernel, "initrd": initrd, "cmdline": cmdline}
     with opts.backend() as catalogue:   # (which checks the entry before it asks any host)
         added = catalogue.image_add(values)
-    hosts = added["hosts"]
     make_console().print(f"image {escape(name)} added: {escape(path)} ({added['format']}, "
-                         f"{added['size_bytes'] / 2**30:.1f} GiB; readable on {hosts} host"
-                         f"{'s' if hosts != 1 else ''})", soft_wrap=True)
+                         f"{added['size_bytes'] / 2**30:.1f} GiB; readable on {counted(added['hosts'], 'host')})",
+                         soft_wrap=True)
 
 
 @image_app.command("list")
@@ -82,7 +81,7 @@ def list_images(
                   escape(i["login_user"]), "kernel " + escape(i["kernel"]) if i["kernel"] else "disk",
                   when(i["added_at"]) if i["added_at"] else "-",
                   ", ".join(map(str, i["leases"])) or "-"] for i in images],
-                title=f"{len(images)} image{'s' if len(images) != 1 else ''}")
+                title=counted(len(images), "image"))
 
 
 @image_app.command("remove")

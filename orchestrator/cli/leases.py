@@ -26,7 +26,7 @@ from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_REJECTED, command_group, exit_code_of, fail
 from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, request_from_fields
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, fits, print_table
 from orchestrator.cli.vms import print_vms
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
@@ -214,7 +214,7 @@ def list_leases(
                  resources_text(row["nodes"], row["cpus"], row["memory_mib"], compact), when(start), when(end),
                  ", ".join(row["hosts"])] for row, (start, end) in zip(rows, windows)]
 
-    title = f"{len(rows)} lease{'s' if len(rows) != 1 else ''}"
+    title = counted(len(rows), "lease")
     full = cells(compact=False)
     print_table(console, columns, full if fits(console, columns, full, title=title) else cells(compact=True),
                 title=title)

@@ -18,7 +18,7 @@ from rich.markup import escape
 from orchestrator.cli.application import command_group, fail
 from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.leasefile import current_user
-from orchestrator.cli.output import emit_json, make_console
+from orchestrator.cli.output import counted, emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import ascii_whole, parse_whole
 from orchestrator.model.quota import check_subject, check_user, duration_text
@@ -133,7 +133,7 @@ def list_(
               _count(r["limits"]["vms"]), _time_limit(r["limits"]["max_duration_s"]),
               _time_limit(r["limits"]["max_ahead_s"]), _holding_text(r["holding"])] for r in rows]
     print_table(make_console(), columns, cells,
-                title=f"{len(rows)} quota{'s' if len(rows) != 1 else ''} (-: unlimited)")
+                title=f"{counted(len(rows), 'quota')} (-: unlimited)")
 
 
 @quota_app.command("show")

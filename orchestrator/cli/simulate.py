@@ -36,7 +36,6 @@ from orchestrator.runtime.lease_records import JsonRecords
 from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.config import load_config
-from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator

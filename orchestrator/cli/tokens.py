@@ -19,7 +19,7 @@ from orchestrator.cli import common
 from orchestrator.cli.application import command_group, fail
 from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.leasefile import current_user
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.quota import check_user, duration_text
@@ -107,7 +107,7 @@ def list_(
     cells = [[str(r["id"]), escape(r["user"]), "yes" if r["admin"] else "no", r["state"], _time(r["created_at"]),
               _time(r["expires_at"]) if r["expires_at"] else "never", _time(r["revoked_at"]),
               _time(r["last_used_at"]), escape(r["note"])] for r in rows]
-    print_table(make_console(), columns, cells, title=f"{len(rows)} token{'s' if len(rows) != 1 else ''}")
+    print_table(make_console(), columns, cells, title=counted(len(rows), "token"))
 
 
 @token_app.command("revoke")
