@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from drivers.clock import RealClock
 from orchestrator.cli.application import EXIT_BUSY, fail
 from orchestrator.cli.busy import DEFAULT_WAIT_S, call_waiting, parse_wait
 from orchestrator.config import Config, load_config
@@ -51,10 +52,8 @@ _SHARED: dict[str, tuple[Any, Any]] = {"state": (Path | None, StateOption), "con
 OPTIONS_PARAMETER = "opts"
 
 
-class _CommandClock:
-    """The commands' own clock (`now`, which tests fix), as the service reads a clock."""
-
-    moves_by_itself = True
+class _CommandClock(RealClock):
+    """The wall clock as the commands read it (`now`, which tests fix)."""
 
     def now(self) -> datetime:
         return now()

@@ -181,7 +181,7 @@ def list_leases(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
 ) -> None:
     """Leases in the store: id, name, type, state, nodes (count × vCPUs / memory), start, end, hosts."""
-    states = None
+    states: list[str] | None = None
     if state_filter:
         states = []
         for s in state_filter:

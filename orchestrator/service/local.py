@@ -23,7 +23,7 @@ from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
-from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.lease import Lease, LeaseRequest, VMImage
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.runtime.host_admin import hosts_driver, read_on_hosts
@@ -131,19 +131,18 @@ class LocalBackend:
     def submit(self, request: LeaseRequest) -> dict[str, Any]:
         service = self._writing()
         if request.image is not None and request.image.name is not None:
-            self._readable_everywhere(service, request)
+            self._readable_everywhere(service, request.image)
         return service.submit(self._caller, request)   # (the site is checked again: hosts may have gone)
 
-    def _readable_everywhere(self, service: LeaseService, request: LeaseRequest) -> None:
+    def _readable_everywhere(self, service: LeaseService, image: VMImage) -> None:
         """Refuse a lease whose catalogued image some available host cannot read, before anything is
         written: its VMs would otherwise start on some hosts and fail on others."""
-        image = request.image
         records = [r for r in service.reader().hosts() if r.available]
         if not records:
             return
         driver: Driver = hosts_driver(records, self._config.daemon.driver)
         try:
-            seen = read_on_hosts(driver, [r.name for r in records], image.disk)
+            seen = read_on_hosts(driver, [r.name for r in records], str(image.disk))
         finally:
             driver.close()
         for host, what in seen.items():
