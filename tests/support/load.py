@@ -90,7 +90,9 @@ def make_site(workdir: Path, hosts: int) -> tuple[Path, Path, Path]:
         '[daemon]\ndriver = "simulated"\npoll_interval = "1s"\n'
         # operations that take real time on the simulated hosts: the server must not wait for them
         '[scheduling]\nshutdown_time = "4s"\nsuspend_rate = 256.0\nresume_rate = 256.0\n'
-        f'[serve]\nsocket = "{socket}"\nsocket_group = ""\n')
+        f'[serve]\nsocket = "{socket}"\nsocket_group = ""\n'
+        # (every client stands for a user of its own, and all are root here)
+        f'peer_max_connections = 1024\n')
     return store_path, config, socket
 
 
