@@ -36,6 +36,7 @@ from orchestrator.model.timeutil import UTC
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.service.limits import RateLimited, SubmissionRate
 from tests.service.conftest import GROUP, as_user, make_store, self_signed_certificate, start_server
+from tests.support.load import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the server's deadlines here (short, so the tests are): headers, body, keep-alive
@@ -114,17 +115,7 @@ def alone(tmp_path_factory, unix_users) -> Iterator[Alone]:
                                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     served = Alone(process, sock, port, str(cert), log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(served.url) as probe:
-                    probe.whoami()
-                    probe.leases()
-                break
-            except RemoteError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise AssertionError(f"the server did not start: {log.read_text()}")
-                time.sleep(0.2)
+        wait_until_serving(served.url, process, log)
         _cli("lease", "list", "--server", served.url)   # (imports what a test user's child will need)
         yield served
     finally:
