@@ -1,5 +1,5 @@
 """The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
-requests' times in Prometheus' format at /metrics).
+requests' times in Prometheus' format at /metrics), and the web pages beside it (`orchestrator.service.web`).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -37,8 +37,13 @@ _STATUS = {EXIT_BAD_INPUT: 400, EXIT_REJECTED: 409, EXIT_NOT_ALLOWED: 403, EXIT_
 TokenCheck = Callable[[str], Caller]
 
 
+def status_for(code: int) -> int:
+    """The HTTP status of an exit code (500: none of the known ones)."""
+    return _STATUS.get(code, 500)
+
+
 def error_response(code: int, message: str, status: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or _STATUS.get(code, 500))
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or status_for(code))
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -53,7 +58,9 @@ def exit_code_of(exc: BaseException) -> int:
 
 
 def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None) -> FastAPI:
-    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters")
+    # (no /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is at /openapi.json)
+    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters",
+                  docs_url=None, redoc_url=None)
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:
@@ -227,6 +234,10 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.delete("/v1/tokens/{token_id}")
     def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
+
+    from orchestrator.service.web import mount_web
+
+    mount_web(app, service, admin_group, check_token)
 
     measured = RequestMetrics()
     app.add_middleware(TimedApp, metrics=measured)
