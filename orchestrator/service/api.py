@@ -1,5 +1,6 @@
 """The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
-requests' times in Prometheus' format at /metrics), and the web pages beside it (`orchestrator.service.web`).
+requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
+(`orchestrator.service.web`).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -234,10 +235,6 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.delete("/v1/tokens/{token_id}")
     def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
-
-    from orchestrator.service.web import mount_web
-
-    mount_web(app, service, admin_group, check_token)
 
     measured = RequestMetrics()
     app.add_middleware(TimedApp, metrics=measured)

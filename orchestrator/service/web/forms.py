@@ -34,6 +34,8 @@ SUBMIT_CHOICES = ("preemptible", "network", "keep_disks")
 async def read_form(request: Request) -> dict[str, str]:
     """The form's fields (one line naming `form` or the field when it is malformed)."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if not kind and request.headers.get("content-length", "0") == "0":
+        return {}   # (a form of no fields: a button alone)
     if kind != "application/x-www-form-urlencoded":
         raise InvalidRequest("form", f"must be sent as application/x-www-form-urlencoded (got {kind or 'nothing'})")
     body = bytearray()
