@@ -416,6 +416,7 @@
     return {
       view: data.view, title: data.title, start: data.start, end: data.end, bars: hostOf.length, leases: ids,
       hosts: data.hosts.map(function (h) { return h[0]; }),
+      shown: shown.map(function (r) { return r.name; }),
       drained: data.hosts.filter(function (h) { return h[3] !== null; }).map(function (h) { return h[0]; }),
       down: data.hosts.filter(function (h) { return h[4] !== null; }).map(function (h) { return h[0]; })
     };
