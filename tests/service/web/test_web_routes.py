@@ -320,3 +320,21 @@ def test_pages_load_nothing_from_another_origin(site):
             assert found.startswith(("/", "#", "?")), found
         assert not re.search(r"url\(\s*['\"]?(https?:)?//", text)
     assert re.search(r"fetch\(\"/calendar\.json\"", texts[-3])
+
+
+def test_a_lease_that_ran_stays_on_the_calendar_where_it_ran(site):
+    alice = site.signed_in(site.token("lwalice")["token"])
+    ran = _lease_id(_submit(alice, start="now", name="ran"))
+    never = _lease_id(_submit(alice, start=(datetime.now(UTC) + timedelta(hours=3)).isoformat(), name="never"))
+    deadline = time.monotonic() + 30
+    while "report.png" not in alice.get(f"/leases/{ran}").text and time.monotonic() < deadline:
+        time.sleep(0.3)   # (until the daemon has started it)
+    for lease_id in (ran, never):
+        page = alice.get(f"/leases/{lease_id}/cancel")
+        assert alice.post(f"/leases/{lease_id}/cancel", data={"csrf": csrf_of(page.text)}).status_code == 200
+    time.sleep(2.5)   # the daemon's next steps stop its VMs and retire it from the scheduler in memory
+    data = alice.get("/calendar.json", params={"view": "day"}).json()
+    assert [l[0] for l in data["leases"]] == [ran] and data["leases"][0][4] == "cancelled"
+    bars = [data["bars"][i:i + 7] for i in range(0, len(data["bars"]), 7)]
+    vm = [b for b in bars if data["kinds"][b[1]][0] == "vm"]
+    assert len(vm) == 1 and data["states"][vm[0][5]] != "scheduled" and vm[0][3] <= data["now"] - data["start"]
