@@ -492,7 +492,8 @@
     });
     document.getElementById("cal-hosts").addEventListener("input", function (e) { filterText = e.target.value; filter(); });
     document.getElementById("cal-mine").addEventListener("change", function (e) { mineOnly = e.target.checked; draw(); });
-    window.leasewiseCalendar = { summary: summary, reveal: reveal };
+    // (drawnAt: when the first drawing was done, in ms from the page's navigation: its first render)
+    window.leasewiseCalendar = { summary: summary, reveal: reveal, drawnAt: performance.now() };
     document.documentElement.dataset.calendar = "drawn";
   }
 
