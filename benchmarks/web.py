@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from drivers.inventory import HostConfig  # noqa: E402
-from orchestrator.model.config import Config  # noqa: E402
+from orchestrator.config import Config  # noqa: E402
 from orchestrator.model.lease import LeaseRequest, LeaseType  # noqa: E402
 from orchestrator.model.resources import Resources  # noqa: E402
 from orchestrator.model.timeutil import UTC  # noqa: E402

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-import pytest
 
 from orchestrator.model.timeutil import UTC
 from orchestrator.service.client import Client
