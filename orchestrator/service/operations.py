@@ -450,7 +450,7 @@ class LeaseService:
         """What the web calendar draws of [start, end): the live leases' reservations copied from the
         scheduler in memory under its lock, the ended leases' from the store, and the hosts (drained,
         silent). Anyone may look, as at `plan`."""
-        with self.session.open() as cluster:
+        with self.session.read() as cluster:
             copied = Copied.of(cluster.plan(start, end), cluster.hosts.values())
         store = self.reader()
         with store.snapshot():

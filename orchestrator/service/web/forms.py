@@ -15,9 +15,10 @@ from urllib.parse import parse_qsl
 from fastapi import Request
 
 from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.lease import LeaseRequest, VMImage
+from orchestrator.model.lease import LeaseRequest
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
+from orchestrator.service.backend import catalogue
 from orchestrator.state.codec import image_from_json
 
 #: a form's largest body: a #cloud-config of 64 KiB and a few keys, URL-encoded
@@ -83,14 +84,8 @@ def submit_values(form: Mapping[str, str]) -> dict[str, object]:
 def lease_request(form: Mapping[str, str], now: datetime, owner: str, images: list[dict]) -> LeaseRequest:
     """The request the submit form asks for, checked as `lease submit` checks its flags; `images`: the
     catalogue (`image list`), which an image's name is looked up in."""
-
-    def catalogued(name: str) -> VMImage:
-        for image in images:
-            if image["name"] == name:
-                return image_from_json(image).vm_image()
-        known = ", ".join(i["name"] for i in images) or "none; an admin adds them with `leasewise image add`"
-        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path (catalogued: {known})")
-
+    catalogued = catalogue(lambda: [image_from_json(i) for i in images],
+                           "none; an admin adds them with `leasewise image add`")
     return request_from_fields(submit_values(form), now, default_user=owner, guest=InlineGuest(), images=catalogued)
 
 

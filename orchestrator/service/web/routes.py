@@ -31,7 +31,6 @@ from orchestrator.service.operations import LeaseService
 from orchestrator.service.web import forms, views
 from orchestrator.service.web.access import Doorkeeper, Visitor
 from orchestrator.service.web.sessions import COOKIE, Session, Sessions
-from orchestrator.state.codec import lease_from_json
 
 #: headers of every page: nothing from another origin, no framing, no sniffing, no caching of what a user sees
 PAGE_HEADERS = {
@@ -171,8 +170,7 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
             mine = scope == "mine"
             choice, states = views.listed_states(state)
             who = visitor.caller
-            body = service.listed(lambda: service.leases_json(who, states, who.user if mine else None))
-            found = sorted((lease_from_json(d) for d in json.loads(body)), key=lambda lease: -lease.id)
+            found = service.listed(lambda: service.leases(who, states, who.user if mine else None))[::-1]
             return page(visitor, "leases.html", nav="leases", mine=mine, state=choice,
                         states=views.STATE_CHOICES, rows=[views.lease_row(l) for l in found[:MAX_ROWS]],
                         total=len(found), shown=min(len(found), MAX_ROWS))
