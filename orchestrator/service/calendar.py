@@ -19,13 +19,16 @@ from datetime import datetime
 
 from orchestrator.analysis.timeline import reservation_hosts
 from orchestrator.model.lease import Lease
-from orchestrator.model.reservations import Reservation, ReservationState
+from orchestrator.model.reservations import Reservation, ReservationKind, ReservationState
 from orchestrator.model.timeutil import parse_time
 from orchestrator.state.store import HostRecord
 
 #: (host, kind, lease id, start, end (UNIX seconds), reservation state, role, reservation id, vCPUs, MiB):
 #: role is "from", "to" or "from+to" on a migration's hosts ("" otherwise); vCPUs and MiB what it holds there
 Bar = tuple[str, str, int, int, int, str, str, int, float, float]
+
+#: the kinds' and states' names, looked up (an enum's `.value` costs several times a lookup, per reservation)
+_NAMES = {member: member.value for member in (*ReservationKind, *ReservationState)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +64,18 @@ def _lease(lease: Lease) -> CalendarLease:
     return CalendarLease(lease.id, request.name, request.user, lease.type.value, lease.state.value)
 
 
-def _bars(lease: Lease, rr: Reservation) -> list[Bar]:
-    if lease.is_final and rr.state is ReservationState.SCHEDULED:
+def _bars(lease_id: int, final: bool, rr: Reservation) -> list[Bar]:
+    """The bars of one reservation (none for what an ended lease still had planned). The window's hot loop,
+    under the scheduler's lock: a reservation that moves nothing is on the hosts it holds, as is."""
+    state = rr.state
+    if final and state is ReservationState.SCHEDULED:
         return []   # planned, but the lease ended first
-    start, end = int(rr.start.timestamp()), int(rr.end.timestamp())
-    held = rr.resources
-    return [(host, rr.kind.value, lease.id, start, end, rr.state.value, role, rr.id,
+    start, end, kind, held = int(rr.start.timestamp()), int(rr.end.timestamp()), _NAMES[rr.kind], rr.resources
+    name = _NAMES[state]
+    if held and not rr.transfers:
+        return [(host, kind, lease_id, start, end, name, "", rr.id, amount.cpu / 100, amount.memory)
+                for host, amount in held.items()]
+    return [(host, kind, lease_id, start, end, name, role, rr.id,
              held[host].vcpus if host in held else 0, held[host].memory if host in held else 0)
             for host, role in reservation_hosts(rr)]
 
@@ -82,11 +91,14 @@ class Copied:
     @classmethod
     def of(cls, pairs: Iterable[tuple[Lease, Reservation]], hosts: Iterable[HostRecord]) -> "Copied":
         leases: dict[int, CalendarLease] = {}
+        final: dict[int, bool] = {}
         bars: list[Bar] = []
         for lease, rr in pairs:
-            if lease.id not in leases:
-                leases[lease.id] = _lease(lease)
-            bars += _bars(lease, rr)
+            lease_id = lease.id
+            if lease_id not in leases:
+                leases[lease_id] = _lease(lease)
+                final[lease_id] = lease.is_final
+            bars += _bars(lease_id, final[lease_id], rr)
         return cls(list(hosts), leases, bars)
 
     def window(self, start: datetime, end: datetime, now: datetime, ended: Iterable[Lease],
@@ -98,7 +110,7 @@ class Copied:
         for lease in ended:
             if lease.id in leases:
                 continue
-            mine = [bar for vm in lease.reservations for rr in vm.all_parts() for bar in _bars(lease, rr)
+            mine = [bar for vm in lease.reservations for rr in vm.all_parts() for bar in _bars(lease.id, True, rr)
                     if bar[3] < hi and (bar[4] > lo or bar[3] == bar[4] >= lo)]
             if mine:
                 leases[lease.id] = _lease(lease)
