@@ -1,5 +1,6 @@
 """The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
-requests' times in Prometheus' format at /metrics).
+requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
+(`orchestrator.service.web`).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -38,8 +39,13 @@ _STATUS = {EXIT_BAD_INPUT: 400, EXIT_REJECTED: 409, EXIT_NOT_ALLOWED: 403, EXIT_
 TokenCheck = Callable[[str], Caller]
 
 
+def status_for(code: int) -> int:
+    """The HTTP status of an exit code (500: none of the known ones)."""
+    return _STATUS.get(code, 500)
+
+
 def error_response(code: int, message: str, status: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or _STATUS.get(code, 500))
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or status_for(code))
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -56,7 +62,9 @@ def exit_code_of(exc: BaseException) -> int:
 def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None,
              submissions: SubmissionRate | None = None) -> FastAPI:
     """`submissions`: each user's rate of lease submissions (admins are not limited); None: no limit."""
-    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters")
+    # (no /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is at /openapi.json)
+    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters",
+                  docs_url=None, redoc_url=None)
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:

@@ -37,7 +37,9 @@ from orchestrator.runtime.host_admin import (
     run_checks,
 )
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
+from orchestrator.runtime.daemon import SILENT_HOSTS
 from orchestrator.runtime.vm_access import lease_vms
+from orchestrator.service.calendar import CalendarWindow, Copied
 from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.service.inputs import check_image_request
 from orchestrator.state.answers import hosts_of
@@ -47,7 +49,7 @@ from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 from orchestrator.state.store import Event, Store, StoreError
-from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token
+from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token, token_state
 
 T = TypeVar("T")
 
@@ -444,6 +446,18 @@ class LeaseService:
             labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
         return pairs, hosts, labels
 
+    def calendar(self, caller: Caller, start: datetime, end: datetime) -> CalendarWindow:
+        """What the web calendar draws of [start, end): the live leases' reservations copied from the
+        scheduler in memory under its lock, the ended leases' from the store, and the hosts (drained,
+        silent). Anyone may look, as at `plan`."""
+        with self.session.read() as cluster:
+            copied = Copied.of(cluster.plan(start, end), cluster.hosts.values())
+        store = self.reader()
+        with store.snapshot():
+            ended = store.ended_leases(start, end)
+            silent = store.get_meta(SILENT_HOSTS) or {}
+        return copied.window(start, end, self.now(), ended, silent)
+
     # -- quotas (admins set them; a user may look at their own) -----------------------------------------------
     def quota_set(self, caller: Caller, subject: str, changes: dict[str, Any]) -> dict[str, Any]:
         self._admin_check(caller, "setting quotas")
@@ -483,6 +497,12 @@ class LeaseService:
                 raise NotAllowed(f"{caller.user} may list their own tokens only")
             user = caller.user
         return list_tokens(self.reader(), user, now=self.now())
+
+    def token_state(self, token_id: int) -> str:
+        """`active`, `expired`, `revoked` or `unknown`: whether a web session opened with this token goes on
+        (checked at each of its requests, so a revocation ends it at once)."""
+        record = self.reader().token(token_id)
+        return "unknown" if record is None else token_state(record, self.now())
 
     def token_revoke(self, caller: Caller, token_id: int) -> dict[str, Any]:
         with self.session.open() as cluster:

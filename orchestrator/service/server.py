@@ -50,6 +50,7 @@ from orchestrator.service.connections import (
 from orchestrator.service.identity import peer_credentials
 from orchestrator.service.limits import RequestBodyLimit, SubmissionRate
 from orchestrator.service.operations import LeaseService
+from orchestrator.service.web import mount_web
 from orchestrator.state.session import SharedCluster
 from orchestrator.state.store import Store
 
@@ -203,8 +204,10 @@ class Server:
                              collector=collector)
         self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set)
         checker = token_check(self.store) if token_check is not None else None
-        self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None,
+        locked = _locked(checker, self.session) if checker else None
+        self.app = make_app(self.service, config.auth.admin_group, locked,
                             SubmissionRate(config.serve.submit_burst, config.serve.submits_per_minute))
+        mount_web(self.app, self.service, config.auth.admin_group, locked)   # the pages, beside the API
         # (a burst of submissions makes one step: an immediate lease starts within WAKE_COALESCE_S)
         self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup,
                               coalesce_s=WAKE_COALESCE_S)
