@@ -25,7 +25,7 @@ from rich.markup import escape
 from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_REJECTED, command_group, exit_code_of, fail
 from orchestrator.cli.common import StoreOptions, store_options
-from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, request_from_fields
+from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, submission_from_fields
 from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, fits, print_table
 from orchestrator.cli.vms import print_vms
@@ -121,25 +121,23 @@ def submit(
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
              "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
     given = [k for k in KEYS if flags.get(k) is not None]
-    now = common.now()
-    with opts.backend() as backend:
-        checks = backend.request_checks()
-        if file is not None:
-            if given:
-                raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-            request = load_lease_file(file, now, images=checks.images, site=checks.site,
-                                      default_user=checks.default_user)
-        else:
-            if not given:
-                raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-            request = request_from_fields(flags, now, label=flag_label, images=checks.images, site=checks.site,
-                                          default_user=checks.default_user)
-        try:
-            answer = backend.submit(request)
-        except InvalidRequest as exc:   # (an image the hosts cannot read: named as the user gave it)
-            if file is not None or exc.field != "image":
-                raise
-            raise InvalidRequest(flag_label(exc.field), exc.problem) from None
+    if file is not None:
+        if given:
+            raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
+        submission = load_lease_file(file)
+        label, where = str, str(file)
+    else:
+        if not given:
+            raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
+        submission = submission_from_fields(flags, label=flag_label)
+        label, where = flag_label, None
+    try:
+        with opts.backend() as backend:
+            answer = backend.submit(submission)
+    except InvalidRequest as exc:   # (the service's check, naming the key: named as the user gave it)
+        if exc.field not in KEYS or exc.where is not None:
+            raise
+        raise InvalidRequest(label(exc.field), exc.problem, where=where) from None
     if json_out:
         emit_json(answer)
     else:

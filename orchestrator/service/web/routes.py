@@ -190,8 +190,7 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
     async def submit(request: Request) -> Response:
         def make(visitor: Visitor, form: dict[str, str]) -> Response:
             try:
-                wanted = forms.lease_request(form, service.now(), visitor.caller.user, service.images(visitor.caller))
-                answer = service.submit(visitor.caller, wanted)
+                answer = service.submit(visitor.caller, forms.lease_submission(form))
             except LeasewiseError as exc:
                 field = exc.field if isinstance(exc, InvalidRequest) else ""
                 return submit_form(visitor, status_for(exit_code_of(exc)), form, str(exc), field)
