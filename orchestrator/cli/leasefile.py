@@ -68,6 +68,9 @@ def submission_from_fields(values: Mapping[str, Any], *, label: Callable[[str], 
     `label(key)` (and `where`, the lease file)."""
     f = Fields(values, label, where)
     given = {k: v for k, v in values.items() if v is not None}
+    guest = [k for k in GUEST_KEYS if k in given]
+    if guest and "image" not in given:   # (said before any file is read for it)
+        raise f.error(guest[0], f"needs an image with a disk ({label('image')})")
     files = GuestFiles(base_dir)
     if "ssh_key" in given or "image" in given:   # (the default keys go to a lease with an image: it has a disk)
         given["ssh_key"] = list(files.ssh_keys(f)) or None

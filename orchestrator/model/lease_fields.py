@@ -44,7 +44,7 @@ MAX_DISK_MIB = 64 * 1024 * 1024   # a VM's disk: 64 TiB
 MAX_INLINE_KEYS = 64
 #: the longest path, and the longest of the other texts (a name is shown in every `lease list`)
 MAX_PATH = 4096
-MAX_NAME = 128
+MAX_NAME = 255
 #: the most vCPUs a VM may have (its CPU is kept in percent of a core, as a whole number)
 MAX_CPUS = MAX_WHOLE // 100
 MAX_WHOLE_OF = {"cpus": MAX_CPUS}

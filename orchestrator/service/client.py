@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from drivers.base import MigrationReport
+from drivers.files import UserFileError, read_user_file
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease
@@ -348,7 +349,9 @@ def token_for(token_file: str | None, env: Mapping[str, str] | None = None) -> s
     env = os.environ if env is None else env
     if token_file:
         try:
-            return Path(token_file).read_text(encoding="utf-8").strip().splitlines()[0].strip()
-        except (OSError, IndexError) as exc:
-            raise RemoteError(f"client.token_file: {token_file} cannot be read ({exc})", 2) from None
+            return read_user_file(Path(token_file), 4096).decode("utf-8").strip().splitlines()[0].strip()
+        except UserFileError as exc:
+            raise RemoteError(f"client.token_file: {token_file} cannot be read ({exc.problem})", 2) from None
+        except (UnicodeDecodeError, IndexError):
+            raise RemoteError(f"client.token_file: {token_file} holds no token (one line of text)", 2) from None
     return env.get("LEASEWISE_TOKEN") or None

@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from drivers.errors import DriverError
@@ -25,6 +26,7 @@ from orchestrator.analysis.report import build_report, nothing_text
 from orchestrator.analysis.timeline import plot_available
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.states import FINAL_STATES
+from orchestrator.model.text import printable
 from orchestrator.service.api import TokenCheck, error_response, exit_code_of, status_for
 from orchestrator.service.identity import NotAuthenticated
 from orchestrator.service.operations import LeaseService
@@ -45,9 +47,19 @@ MAX_ROWS = 500
 #: the widest window the calendar's data is asked for (a month is the widest view)
 MAX_WINDOW = timedelta(days=62)
 
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page prints, through `printable`: Jinja2 escapes HTML, not control or bidi characters
+    (a lease name holding U+202E would turn the rest of its row around)."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))
+    return printable(value) if isinstance(value, str) else value
+
+
 _templates = Environment(loader=PackageLoader("orchestrator.service.web", "templates"),
                          autoescape=select_autoescape(["html"]), undefined=StrictUndefined,
-                         trim_blocks=True, lstrip_blocks=True)
+                         trim_blocks=True, lstrip_blocks=True, finalize=_shown)
 
 
 def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck | None,
