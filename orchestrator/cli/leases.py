@@ -31,6 +31,7 @@ from orchestrator.cli.tables import Column, fits, print_table
 from orchestrator.cli.vms import print_vms
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.states import FINAL_STATES, LeaseState
+from orchestrator.model.text import printable
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.service.backend import Event
 from orchestrator.service.views import hosts_of, lease_summary, lease_window, plan_json, plan_rows, request_json
@@ -151,7 +152,7 @@ def _print_answer(answer: dict) -> None:
     head = f"lease {answer['id']}"
     kind = answer["type"]
     if answer["state"] == LeaseState.REJECTED.value:
-        console.print(f"[bold red]{head} rejected[/] ({kind}): {escape(answer['reason'])}", soft_wrap=True)
+        console.print(f"[bold red]{head} rejected[/] ({kind}): {escape(printable(answer['reason']))}", soft_wrap=True)
         return
     if answer["state"] == LeaseState.QUEUED.value:
         console.print(f"[bold yellow]{head} queued[/] ({kind}): no room to plan it now; it is planned when "
@@ -245,20 +246,21 @@ def show(
     console = make_console()
     req = lease.request
     node = req.nodes[0]
-    title = f"lease {lease.id}" + (f" ({escape(req.name)})" if req.name else "")
+    # (stored text through `printable`, newlines too: a name is one line however it was written)
+    title = f"lease {lease.id}" + (f" ({escape(printable(req.name))})" if req.name else "")
     console.print(f"[bold]{title}[/]: {lease.type.value}, {lease.state.value}"
-                  + (f" — {escape(lease.reason)}" if lease.reason else ""), soft_wrap=True)
+                  + (f" — {escape(printable(lease.reason))}" if lease.reason else ""), soft_wrap=True)
     console.print(f"  request: {req.numnodes} × {node.vcpus:g} vCPU / {node.memory:g} MiB for "
                   f"{_duration_text(req.duration.total_seconds())}"
                   + (f", start {when(req.start)}" if req.start is not None else "")
                   + f", {'preemptible' if req.preemptible else 'not preemptible'}"
-                  + (f", user {escape(req.user)}" if req.user else "")
+                  + (f", user {escape(printable(req.user))}" if req.user else "")
                   + f", submitted {when(req.submit_time)}", soft_wrap=True)
     if req.image is not None:
         boot = (f"disk {req.image.disk}" if req.image.disk else
                 f"kernel {req.image.kernel}" + (f" initrd {req.image.initrd}" if req.image.initrd else "")
                 + (f" cmdline {req.image.cmdline!r}" if req.image.cmdline else ""))
-        console.print(f"  boots: {escape(boot)}", soft_wrap=True)
+        console.print(f"  boots: {escape(printable(boot))}", soft_wrap=True)
     console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
                   f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
     if req.guest is not None:

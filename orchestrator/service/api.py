@@ -19,6 +19,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, Response
 
 from drivers.errors import DriverError
@@ -114,6 +115,15 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.exception_handler(DriverError)
     async def _driver_error(request: Request, exc: DriverError) -> JSONResponse:
         return error_response(EXIT_BAD_INPUT, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's and Starlette's own refusals (a body that is not JSON, no such route), as the API's
+        error, one line."""
+        if exc.status_code >= 500:
+            return error_response(1, f"server: {exc.detail}", exc.status_code)
+        return error_response(EXIT_BAD_INPUT, f"request: {str(exc.detail)[:200]}", exc.status_code, "request",
+                              str(exc.detail)[:200])
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -211,10 +211,11 @@ _KIND_WORDS = {
 def _field_of(error: Mapping[str, Any]) -> str:
     """The field an error is about, as `a.b` (a union's member types, a validator's function name and where
     the value was sent are no part of it)."""
-    loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    loc = [f"[{p}]" if isinstance(p, int) else str(p) for p in error.get("loc", ())
+           if p not in ("body", "query", "path", "header")]
     loc = [p for p in loc if not p.startswith(("function-", "union[", "int", "float", "str", "bool", "literal[",
-                                               "constrained-", "list["))]
-    return ".".join(loc) or "request"
+                                               "constrained-", "list[", "enum["))]
+    return ".".join(loc).replace(".[", "[") if loc else "request"
 
 
 def error_parts(error: Mapping[str, Any]) -> tuple[str, str]:

@@ -43,7 +43,7 @@ from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.calendar import CalendarWindow, Copied
 from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.service.backend import catalogue
-from orchestrator.service.inputs import check_image_request
+from orchestrator.service.inputs import check_image_request, check_reachable
 from orchestrator.service.limits import SubmissionRate
 from orchestrator.service.models import LeaseSubmission
 from orchestrator.state.answers import hosts_of
@@ -386,6 +386,7 @@ class LeaseService:
         """`host add`: the capacity given, else asked of the host (off the lock); the scheduler in memory
         is rebuilt to know the new host."""
         self._admin_check(caller, "adding hosts")
+        check_reachable(config, self.config.daemon.driver)
         refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
         with self.session.open() as cluster:
@@ -399,6 +400,8 @@ class LeaseService:
                     timeout: float, source: str) -> dict[str, Any]:
         """`host import`: the new hosts of an inventory in one transaction (`source` names it in errors)."""
         self._admin_check(caller, "importing hosts")
+        for config in configs:
+            check_reachable(config, self.config.daemon.driver)
         new, _ = import_partition(self.reader(), configs, source)
         found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
         with self.session.open() as cluster:
