@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi.dependencies.utils import field_annotation_is_sequence
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, Response
@@ -99,7 +100,7 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     submissions for every client of the server)."""
     # (no /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is at /openapi.json)
     app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters",
-                  docs_url=None, redoc_url=None, responses=_ERRORS)
+                  docs_url=None, redoc_url=None, responses=_ERRORS, dependencies=[Depends(_known_query)])
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:
@@ -296,6 +297,23 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return Response(content=measured.render(), media_type=METRICS_CONTENT_TYPE)
 
     return app
+
+
+def _known_query(request: Request) -> None:
+    """A query parameter the route does not take is refused by name, as an unknown key of a body is (a typo
+    such as `?stauts=active` would otherwise be ignored, and every lease listed)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    fields = [*dependant.query_params, *(p for sub in dependant.dependencies for p in sub.query_params)]
+    known = {p.alias: field_annotation_is_sequence(p.field_info.annotation) for p in fields}
+    for name in request.query_params:
+        if name not in known:
+            raise InvalidRequest(name, "unknown query parameter" + (f" (this route takes {', '.join(sorted(known))})"
+                                                                    if known else " (this route takes none)"))
+        if not known[name] and len(request.query_params.getlist(name)) > 1:
+            raise InvalidRequest(name, "is given more than once: give it once")
 
 
 def _duration(value: int | float | str, label: str) -> timedelta:

@@ -59,8 +59,10 @@ def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
         with pytest.raises(RemoteError) as caught, Client(tls_server.https, token=token, ca=tls_server.cert) as remote:
             remote.whoami()
         assert caught.value.exit_code == 4
-    with pytest.raises(RemoteError), Client(tls_server.https, token=made["token"]) as remote:
+    with pytest.raises(RemoteError) as caught, Client(tls_server.https, token=made["token"]) as remote:
         remote.whoami()
+    # (a certificate that fails verification: permanent, exit 1, naming the cause; never "try again")
+    assert caught.value.exit_code == 1 and "certificate failed verification" in str(caught.value)
     # the store keeps no token in clear
     import sqlite3
 
