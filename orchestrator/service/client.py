@@ -137,8 +137,9 @@ class Client:
                 if kind in ("certificate", "unknown host"):
                     raise NoServer(f"server {self.server}: {_reason(exc, kind)}") from None
                 retried = kind == "refused" or (kind == "reset" and again)
-                if retried and time.monotonic() + pause <= deadline:
-                    time.sleep(pause + random.uniform(0, pause))
+                left = deadline - time.monotonic()
+                if retried and left > 0:   # (the last try at the deadline itself)
+                    time.sleep(min(pause + random.uniform(0, pause), left))
                     pause = min(pause * 2, 1.0)
                     continue
                 if kind == "refused":

@@ -18,9 +18,11 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import model_validator
 from pydantic import ValidationError
 
 from orchestrator.model.errors import InvalidRequest, shown
+from orchestrator.model.images import IMAGE_FORMATS
 from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S
 from orchestrator.model.lease_fields import (
     KEYS,
@@ -36,6 +38,7 @@ from orchestrator.model.lease_fields import (
     check_keys,
 )
 from orchestrator.model.numbers import MAX_WHOLE, parse_decimal, parse_whole
+from orchestrator.service.inputs import check_image_request
 from orchestrator.state.tokens import MAX_NOTE
 from orchestrator.model.timeutil import MAX_DURATION, duration_from_seconds, parse_duration, parse_time
 
@@ -211,8 +214,10 @@ _KIND_WORDS = {
 def _field_of(error: Mapping[str, Any]) -> str:
     """The field an error is about, as `a.b` (a union's member types, a validator's function name and where
     the value was sent are no part of it)."""
-    loc = [f"[{p}]" if isinstance(p, int) else str(p) for p in error.get("loc", ())
-           if p not in ("body", "query", "path", "header")]
+    where = list(error.get("loc", ()))
+    if where and where[0] in ("body", "query", "path", "header", "cookie"):   # (where it was sent)
+        where = where[1:]
+    loc = [f"[{p}]" if isinstance(p, int) else str(p) for p in where]
     loc = [p for p in loc if not p.startswith(("function-", "union[", "int", "float", "str", "bool", "literal[",
                                                "constrained-", "list[", "enum["))]
     return ".".join(loc).replace(".[", "[") if loc else "request"
@@ -344,17 +349,33 @@ class HostImport(_Body):
     source: Annotated[StrictStr, Field(max_length=MAX_PATH, pattern=PRINTABLE)] = "the inventory"
 
 
+def _image_format(value: Any) -> Any:
+    """`image add --format`, in the words the service's own check uses."""
+    if value not in IMAGE_FORMATS:
+        raise InvalidRequest("--format", f"must be one of {', '.join(IMAGE_FORMATS)} (got {shown(value)})")
+    return value
+
+
 class ImageAddition(_Body):
     """`POST /v1/images`: a base image every host reads at `path`."""
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     path: Path_
-    format: Literal["qcow2", "raw"] | None = None
+    format: Annotated[Literal["qcow2", "raw"], BeforeValidator(_image_format)] | None = None
     login_user: Annotated[StrictStr, Field(min_length=1, max_length=32, pattern=r"^[a-z_][a-z0-9_-]*$")] = "debian"
     os: Literal["linux", "other"] = "linux"
     kernel: Path_ | None = None
     initrd: Path_ | None = None
     cmdline: Annotated[StrictStr, Field(max_length=MAX_PATH, pattern=PRINTABLE)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_the_service_checks(cls, values: Any) -> Any:
+        """The catalogue entry's own checks first, in the words `image add` gets."""
+        if isinstance(values, dict) and all(isinstance(k, str) for k in values):
+            known = {k: v for k, v in values.items() if k in cls.model_fields}
+            check_image_request({**known, "format": known.get("format")})
+        return values
 
     def values(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True) | {"format": self.format}

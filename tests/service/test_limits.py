@@ -430,7 +430,7 @@ def test_a_user_submitting_too_fast_is_told_when_to_try_again(tmp_path, unix_use
         # raw HTTP: 429 with Retry-After
         def raw() -> tuple[int, str | None, dict]:
             with httpx.Client(transport=httpx.HTTPTransport(uds=str(served.socket)), base_url="http://x") as http:
-                response = http.post("/v1/leases", json={"request": []})
+                response = http.post("/v1/leases", json={"cpus": 1, "memory": 256, "duration": "5m"})
                 return response.status_code, response.headers.get("retry-after"), response.json()
         status, retry_after, body = as_user("lwalice", raw)
         assert status == 429 and 40 <= int(retry_after) <= 60 and body["error"]["code"] == 75, (status, body)
