@@ -29,6 +29,7 @@ from orchestrator.model.states import FINAL_STATES
 from orchestrator.model.text import printable
 from orchestrator.service.api import TokenCheck, error_response, exit_code_of, status_for
 from orchestrator.service.identity import NotAuthenticated
+from orchestrator.service.limits import RateLimited
 from orchestrator.service.operations import LeaseService
 from orchestrator.service.web import forms, views
 from orchestrator.service.web.access import Doorkeeper, Visitor
@@ -205,7 +206,8 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
                 answer = service.submit(visitor.caller, forms.lease_submission(form))
             except LeasewiseError as exc:
                 field = exc.field if isinstance(exc, InvalidRequest) else ""
-                return submit_form(visitor, status_for(exit_code_of(exc)), form, str(exc), field)
+                status = 429 if isinstance(exc, RateLimited) else status_for(exit_code_of(exc))
+                return submit_form(visitor, status, form, str(exc), field)
             outcome, lines = views.submit_lines(answer)
             return page(visitor, "answer.html", 201 if outcome != "rejected" else 409, nav="new", outcome=outcome,
                         lines=lines, answer=answer, day=answer["start"][:10] if answer["start"] else "")
