@@ -76,7 +76,7 @@ import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
             "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd",
-            "fastapi", "uvicorn", "httpx", "jinja2", "selenium"):
+            "fastapi", "uvicorn", "httpx", "jinja2", "selenium", "pydantic", "cryptography", "schemathesis"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers", "orchestrator.planning.slottable.ctimeline"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from .domain_xml import DOMAIN_TYPES, NETWORK_TYPES
 from .errors import DriverConfigError
+from .files import UserFileError, read_user_file
 
 INVENTORY_ENV = "LEASEWISE_INVENTORY"
 LAB_INVENTORY = Path("deploy/lab/run/inventory.toml")
@@ -26,6 +27,8 @@ DEFAULT_STATE_DIR = "/var/lib/libvirt/qemu/save"
 #: (under the first shared-storage prefix, so a live migration finds the disk where it left it)
 DISK_DIR_NAME = "leasewise-vms"
 FALLBACK_DISK_PARENT = "/var/lib/libvirt/images"
+#: the largest inventory read (a few hundred hosts take some tens of KiB)
+MAX_INVENTORY_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -133,12 +136,16 @@ def load_inventory(path: str | os.PathLike[str]) -> list[HostConfig]:
     """Read and validate an inventory file; raises `DriverConfigError` naming the file, host and key."""
     where = str(path)
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise DriverConfigError("inventory", "file not found", where=where) from None
-    except OSError as exc:
-        raise DriverConfigError("inventory", f"cannot be read ({exc.strerror or exc})", where=where) from None
+        raw = read_user_file(path, MAX_INVENTORY_BYTES)
+    except UserFileError as exc:
+        raise DriverConfigError("inventory", "file not found" if exc.problem == "no such file" else exc.problem,
+                                where=where) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise DriverConfigError("inventory", "is not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise DriverConfigError("inventory", "is not valid TOML (nested too deeply)", where=where) from None
     except tomllib.TOMLDecodeError as exc:
         raise DriverConfigError("inventory", f"is not valid TOML ({exc})", where=where) from None
     unknown = sorted(set(data) - {"host"})

@@ -1,10 +1,11 @@
 """Lease requests from a YAML lease file or from `leasewise lease submit` flags.
 
-Both go through `request_from_fields` (`orchestrator.model.lease_fields`, which the web form uses too), so a
-file and the equivalent flags give the same `LeaseRequest` and the same errors: each names the key (`nodes`,
-`start`, ...) or the flag (`--nodes`, `--start`, ...) it is about, as one `InvalidRequest` line. What is the
-CLI's own: public keys and cloud-config are files on the user's machine (`GuestFiles`), relative to the lease
-file, and the keys default to `~/.ssh/id_*.pub`. Nothing here touches the store.
+Both become the API's `LeaseSubmission` (`orchestrator.service.models`), which the service checks as it
+checks every client's (`LeaseService.submit`: the API's, the web form's), so a file and the equivalent
+flags give the same request and the same errors: each names the key (`nodes`, `start`, ...) or the flag
+(`--nodes`, `--start`, ...) it is about, as one `InvalidRequest` line. What is the CLI's own: public keys
+and cloud-config are files on the user's machine (`GuestFiles`, read with `read_user_file`), relative to the
+lease file, and the keys default to `~/.ssh/id_*.pub`. Nothing here touches the store.
 
 A lease file is one YAML mapping, read with `yaml.safe_load` (no tags, no objects), e.g.::
 
@@ -35,46 +36,53 @@ import getpass
 import glob
 import os
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from drivers.cloudinit import DuplicateKey, NoDuplicateKeysLoader, parse_user_data, read_ssh_public_key
-from orchestrator.model import lease_fields
+from drivers.cloudinit import DuplicateKey, NoDuplicateKeysLoader
+from drivers.files import UserFileError, read_user_file
 from orchestrator.model.errors import InvalidRequest, shown
-from orchestrator.model.lease import LeaseRequest
 from orchestrator.model.lease_fields import (
     GUEST_KEYS,
     KEYS,
+    MAX_INLINE_KEYS,
+    MAX_KEY_BYTES,
     MAX_USER_DATA_BYTES,
     Fields,
-    ImageResolver,
-    SiteCheck,
     flag_label,
 )
+from orchestrator.service.models import LeaseSubmission, submission_of
 
-__all__ = ["GUEST_KEYS", "KEYS", "MAX_USER_DATA_BYTES", "GuestFiles", "ImageResolver", "SiteCheck", "current_user",
-           "flag_label", "load_lease_file", "request_from_fields"]
+__all__ = ["GUEST_KEYS", "KEYS", "MAX_USER_DATA_BYTES", "GuestFiles", "current_user", "flag_label", "load_lease_file",
+           "submission_from_fields"]
 
 MAX_FILE_BYTES = 1 << 20
 
 
-def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Callable[[str], str] = str,
-                        where: str | None = None, default_user: str | None = None,
-                        images: ImageResolver | None = None, base_dir: Path | None = None,
-                        site: SiteCheck | None = None) -> LeaseRequest:
-    """`lease_fields.request_from_fields` with the CLI's guest files (relative to `base_dir`) and, when no
-    `default_user` is given, the current user as the owner."""
-    return lease_fields.request_from_fields(
-        values, now, default_user=current_user() if default_user is None else default_user,
-        guest=GuestFiles(base_dir), label=label, where=where, images=images, site=site)
+def submission_from_fields(values: Mapping[str, Any], *, label: Callable[[str], str] = str,
+                           where: str | None = None, base_dir: Path | None = None) -> LeaseSubmission:
+    """The API's submission from a lease file's keys or `lease submit`'s flags, the keys and cloud-config
+    read from the user's files (relative to `base_dir`); checked as the service checks it, errors naming
+    `label(key)` (and `where`, the lease file)."""
+    f = Fields(values, label, where)
+    given = {k: v for k, v in values.items() if v is not None}
+    guest = [k for k in GUEST_KEYS if k in given]
+    if guest and "image" not in given:   # (said before any file is read for it)
+        raise f.error(guest[0], f"needs an image with a disk ({label('image')})")
+    files = GuestFiles(base_dir)
+    if "ssh_key" in given or "image" in given:   # (the default keys go to a lease with an image: it has a disk)
+        given["ssh_key"] = list(files.ssh_keys(f)) or None
+    if "user_data" in given:
+        given["user_data"] = files.user_data(f)
+    return submission_of(given, label, where)
 
 
 class GuestFiles:
     """Keys and cloud-config read from files on the user's machine (`ssh_key`: a file or a list of them,
-    default `~/.ssh/id_*.pub`; `user_data`: a #cloud-config file), relative to `base_dir` when given."""
+    default `~/.ssh/id_*.pub`; `user_data`: a #cloud-config file), relative to `base_dir` when given: the
+    texts the service then checks."""
 
     def __init__(self, base_dir: Path | None = None):
         self.base_dir = base_dir
@@ -88,13 +96,15 @@ class GuestFiles:
             raise f.error("ssh_key", f"must be a public key file or a list of them (got {shown(key_files)})")
         if key_files is None:
             key_files = sorted(glob.glob(os.path.expanduser("~/.ssh/id_*.pub")))
+        if len(key_files) > MAX_INLINE_KEYS:
+            raise f.error("ssh_key", f"at most {MAX_INLINE_KEYS} keys (got {len(key_files)})")
         return tuple(_read_key(f, _resolve(path, self.base_dir)) for path in key_files)
 
     def user_data(self, f: Fields) -> str:
         source = f.get("user_data")
         if not isinstance(source, str) or not source.strip():
             raise f.error("user_data", f"must be a #cloud-config file (got {shown(source)})")
-        return _read_user_data(f, _resolve(source, self.base_dir))
+        return _read_small(f, "user_data", _resolve(source, self.base_dir), MAX_USER_DATA_BYTES)
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:
@@ -104,37 +114,21 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 
 
 def _read_small(f: Fields, key: str, path: Path, limit: int) -> str:
+    """A small text file of the user's (`read_user_file`: a regular file, at most `limit` bytes, UTF-8)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise f.error(key, f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise f.error(key, f"{path}: is a directory") from None
-    except OSError as exc:
-        raise f.error(key, f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > limit:
-        raise f.error(key, f"{path}: is larger than {limit // 1024} KiB")
-    try:
-        return raw.decode("utf-8")
+        return read_user_file(path, limit).decode("utf-8")
+    except UserFileError as exc:
+        raise f.error(key, f"{path}: {exc.problem}") from None
     except UnicodeDecodeError:
         raise f.error(key, f"{path}: is not UTF-8 text") from None
 
 
 def _read_key(f: Fields, path: Path) -> str:
-    text = _read_small(f, "ssh_key", path, 16 * 1024)
-    try:
-        return read_ssh_public_key(text, str(path))
-    except ValueError as exc:
-        raise f.error("ssh_key", str(exc)) from None
-
-
-def _read_user_data(f: Fields, path: Path) -> str:
-    text = _read_small(f, "user_data", path, MAX_USER_DATA_BYTES)
-    try:
-        return parse_user_data(text, str(path))
-    except ValueError as exc:
-        raise f.error("user_data", str(exc)) from None
+    """A public key file's line (the service checks the key itself)."""
+    text = _read_small(f, "ssh_key", path, MAX_KEY_BYTES)
+    if "PRIVATE KEY" in text:
+        raise f.error("ssh_key", f"{path}: this is a private key; give the public one (the .pub file next to it)")
+    return text.strip()
 
 
 def current_user() -> str:
@@ -152,21 +146,13 @@ class _LeaseFileLoader(NoDuplicateKeysLoader):
 _LeaseFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _LeaseFileLoader.construct_yaml_str)
 
 
-def load_lease_file(path: str | Path, now: datetime, default_user: str | None = None,
-                    images: ImageResolver | None = None, site: SiteCheck | None = None) -> LeaseRequest:
-    """Read a YAML lease file (safe_load only) into a validated request; errors name the file and key."""
+def load_lease_file(path: str | Path) -> LeaseSubmission:
+    """Read a YAML lease file (safe_load only) into the API's submission; errors name the file and key."""
     where = str(path)
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InvalidRequest("file", "not found", where=where) from None
-    except IsADirectoryError:
-        raise InvalidRequest("file", "is a directory", where=where) from None
-    except OSError as exc:
-        raise InvalidRequest("file", f"cannot be read ({exc.strerror or exc})", where=where) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise InvalidRequest("file", f"is larger than {MAX_FILE_BYTES // 1024} KiB: not a lease file", where=where)
+        raw = read_user_file(Path(path), MAX_FILE_BYTES)
+    except UserFileError as exc:
+        raise InvalidRequest("file", exc.problem, where=where) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -183,6 +169,8 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         field = f"line {mark.line + 1}" if mark is not None else "yaml"
         raise InvalidRequest(field, f"not valid YAML ({problem})", where=where) from None
+    except RecursionError:   # (a document nested thousands deep: no lease file is)
+        raise InvalidRequest("file", "is nested too deeply to be a lease file", where=where) from None
     if data is None:
         raise InvalidRequest("file", "is empty (a lease file is a YAML mapping: nodes, cpus, memory, duration, ...)",
                              where=where)
@@ -193,5 +181,4 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
     if bad_keys:
         raise InvalidRequest(shown(bad_keys[0]), "unknown key (keys are names such as nodes, cpus, memory)",
                              where=where)
-    return request_from_fields(data, now, where=where, default_user=default_user, images=images,
-                               base_dir=Path(path).parent, site=site)
+    return submission_from_fields(data, where=where, base_dir=Path(path).parent)

@@ -25,8 +25,10 @@ from drivers.cloudinit import parse_user_data, read_ssh_public_key
 from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.guest import GuestSetup
 from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S, LeaseRequest, LeaseType, VMImage
-from orchestrator.model.numbers import parse_decimal, parse_whole
+from orchestrator.model.numbers import MAX_WHOLE, parse_decimal, parse_whole
+from orchestrator.model.quota import check_user
 from orchestrator.model.resources import Resources
+from orchestrator.model.text import check_printable
 from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
@@ -40,6 +42,14 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE | re
 _SIZE_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 MAX_DISK_MIB = 64 * 1024 * 1024   # a VM's disk: 64 TiB
 MAX_INLINE_KEYS = 64
+#: the longest path, and the longest of the other texts (a name is shown in every `lease list`)
+MAX_PATH = 4096
+MAX_NAME = 255
+#: the most vCPUs a VM may have (its CPU is kept in percent of a core, as a whole number)
+MAX_CPUS = MAX_WHOLE // 100
+MAX_WHOLE_OF = {"cpus": MAX_CPUS}
+MAX_KEY_BYTES = 16 * 1024
+MAX_TEXT = {"name": MAX_NAME, "user": 64, "hostname_prefix": 42, "cmdline": MAX_PATH, "image": MAX_PATH}
 
 _TYPES = {
     "advance-reservation": LeaseType.ADVANCE_RESERVATION, "ar": LeaseType.ADVANCE_RESERVATION,
@@ -82,7 +92,15 @@ class Fields:
             if default is None:
                 raise self.error(key, "is required")
             return default
-        return self.parsed(parse_whole, key)
+        return self.parsed(parse_whole, key, maximum=MAX_WHOLE_OF.get(key, MAX_WHOLE))
+
+    def lease_type(self, key: str = "type") -> LeaseType | None:
+        declared = self.get(key)
+        if declared is None:
+            return None
+        if not isinstance(declared, str) or declared.strip().lower() not in _TYPES:
+            raise self.error(key, f"must be advance-reservation, best-effort or immediate (got {shown(declared)})")
+        return _TYPES[declared.strip().lower()]
 
     def number(self, key: str, maximum: float) -> float | None:
         return None if self.get(key) is None else self.parsed(parse_decimal, key, maximum=maximum)
@@ -106,16 +124,18 @@ class Fields:
         raise self.error(key, f"must be true or false (got {shown(value)})")
 
     def text(self, key: str) -> str | None:
+        """A one-line text of at most `MAX_TEXT[key]` printable characters (`orchestrator.model.text`)."""
         value = self.get(key)
         if value is None:
             return None
         if not isinstance(value, str) or not value.strip():
             raise self.error(key, f"must be a non-empty string (got {shown(value)})")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-            raise self.error(key, "must not contain control characters (newlines, tabs, ...)")
-        if len(value) > 4096:
-            raise self.error(key, "is too long (more than 4096 characters)")
-        return value
+        return self.parsed(check_printable, key, max_length=MAX_TEXT.get(key, MAX_PATH))
+
+    def user(self, key: str) -> str | None:
+        """A user name, as the quotas and tokens take them."""
+        value = self.text(key)
+        return None if value is None else self.parsed(check_user, key)
 
     def path(self, key: str) -> str | None:
         value = self.text(key)
@@ -203,12 +223,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     `default_user` owns the lease when `user` is not given; `guest` reads the keys and cloud-config
     (default: given as text, `InlineGuest`)."""
     f = Fields(values, label, where)
-    unknown = sorted(k for k in values if k not in KEYS)
-    if unknown:
-        hint = difflib.get_close_matches(unknown[0], KEYS, n=1, cutoff=0.6)
-        others = f" (also unknown: {', '.join(map(str, unknown[1:]))})" if len(unknown) > 1 else ""
-        raise f.error(unknown[0], "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "") + others
-                      + f"; known keys: {', '.join(KEYS)}")
+    check_keys(values, label, where)
 
     nodes = f.whole("nodes", default=1)
     cpus = f.whole("cpus")
@@ -216,14 +231,12 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     duration = f.duration("duration")
     start = f.start("start", now)
 
-    declared = values.get("type")
+    declared = f.lease_type()
     if declared is None:
         kind = (LeaseType.BEST_EFFORT if start is None
                 else LeaseType.IMMEDIATE if start == "now" else LeaseType.ADVANCE_RESERVATION)
     else:
-        if not isinstance(declared, str) or declared.strip().lower() not in _TYPES:
-            raise f.error("type", f"must be advance-reservation, best-effort or immediate (got {shown(declared)})")
-        kind = _TYPES[declared.strip().lower()]
+        kind = declared
         if kind is LeaseType.ADVANCE_RESERVATION and (start is None or start == "now"):
             raise f.error("start", "an advance reservation needs a start time (ISO 8601, e.g. 2026-05-04T14:00:00Z)")
         if kind is LeaseType.BEST_EFFORT and start is not None:
@@ -263,7 +276,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     guest_setup = _guest_setup(f, image, guest or InlineGuest())
 
     preemptible = f.boolean("preemptible")
-    user = f.text("user")
+    user = f.user("user")
     if user is None:
         user = default_user
     name = f.text("name") or ""
@@ -289,6 +302,17 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
         raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
             exc.field, exc.problem, where=where) from None
+
+
+def check_keys(values: Mapping[str, Any], label: Callable[[str], str] = str, where: str | None = None) -> None:
+    """Unknown keys refused by name (the first, with a guess at what was meant)."""
+    unknown = sorted(str(k) for k in values if k not in KEYS)
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], KEYS, n=1, cutoff=0.6)
+        others = f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+        raise InvalidRequest(label(unknown[0]) if unknown[0] in KEYS else unknown[0],
+                             "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "") + others
+                             + f"; known keys: {', '.join(KEYS)}", where=where)
 
 
 def _guest_setup(f: Fields, image: VMImage | None, sources: GuestSources) -> GuestSetup | None:
@@ -328,9 +352,44 @@ def _size_mib(f: Fields, key: str) -> int | None:
     number = float(match.group(1)) * _SIZE_MIB[unit]
     if not math.isfinite(number) or number > MAX_DISK_MIB:
         raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
-    mib = math.ceil(number)
-    if mib <= 0:
+    if number <= 0:
         raise f.error(key, f"must be greater than zero (got {shown(value)})")
-    if mib > MAX_DISK_MIB:
-        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
-    return mib
+    if not number.is_integer():   # (a disk is made in whole MiB: 0.5M or 1.0001G is a typo, not a size)
+        raise f.error(key, f"must be a whole number of MiB (got {shown(value)}, {number:g} MiB)")
+    return int(number)
+
+
+def _inline_keys(f: Fields, key: str) -> object:
+    return InlineGuest().ssh_keys(f)
+
+
+def _inline_user_data(f: Fields, key: str) -> object:
+    return InlineGuest().user_data(f)
+
+
+def _hostname_prefix(f: Fields, key: str) -> object:
+    value = f.text(key)
+    try:
+        GuestSetup(hostname_prefix=value)
+    except InvalidRequest as exc:
+        raise f.error(key, exc.problem) from None
+    return value
+
+
+#: each key's check of its value alone, as `request_from_fields` reads it (given as text, as a form or the
+#: API gives keys and cloud-config)
+_FIELD_CHECKS: dict[str, Callable[[Fields, str], object]] = {
+    "type": Fields.lease_type, "nodes": Fields.whole, "cpus": Fields.whole, "memory": Fields.whole,
+    "duration": Fields.duration, "start": lambda f, k: f.start(k, datetime.now().astimezone()),
+    "preemptible": Fields.boolean, "network": Fields.boolean, "keep_disks": Fields.boolean,
+    "image": Fields.text, "kernel": Fields.path, "initrd": Fields.path, "cmdline": Fields.text, "user": Fields.user,
+    "name": Fields.text, "dirty_rate": lambda f, k: f.number(k, MAX_DIRTY_RATE_MIB_S),
+    "disk_size": lambda f, k: _size_mib(f, k), "ssh_key": _inline_keys, "user_data": _inline_user_data,
+    "hostname_prefix": _hostname_prefix,
+}
+
+
+def check_field(key: str, value: Any, label: Callable[[str], str] = str) -> None:
+    """`value` checked as the value of `key` alone (the cross-key rules are `request_from_fields`'s): an
+    `InvalidRequest` naming `label(key)` with the same words a lease file or `lease submit` gets."""
+    _FIELD_CHECKS[key](Fields({key: value}, label, None), key)

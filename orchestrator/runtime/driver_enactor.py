@@ -29,7 +29,7 @@ import posixpath
 import re
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec

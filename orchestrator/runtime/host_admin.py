@@ -240,5 +240,7 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
         raise InvalidRequest("--format", f"the hosts read {path} as {found}, not {fmt}")
     if found not in IMAGE_FORMATS:
         raise InvalidRequest("PATH", f"is a {found} image; leasewise boots {' or '.join(IMAGE_FORMATS)} images")
+    if max(i.virtual_size for i in infos) <= 0:   # (/dev/null, an empty file: read as a raw image of 0 bytes)
+        raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
     return CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
                         added_by=added_by)

@@ -24,14 +24,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from drivers.inventory import HostConfig
-from orchestrator.config import ClientConfig, Config, DaemonConfig, ServeConfig, config_from_dict
+from orchestrator.config import Config, config_from_dict
 from orchestrator.service.client import Client
 from orchestrator.service.server import Server
 from orchestrator.state.store import Store

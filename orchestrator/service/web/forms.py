@@ -1,9 +1,9 @@
 """What the pages' forms send, read and checked where it enters the server.
 
 A form is `application/x-www-form-urlencoded`, of bounded size, each field at most once. The submit form has
-the fields of `leasewise lease submit` (its keys as a lease file names them) and goes through the one
-validation every client's request goes through (`orchestrator.model.lease_fields`), its errors naming the
-form's field; public keys and cloud-config are pasted as text, since the server reads no file for a visitor.
+the fields of `leasewise lease submit` (its keys as a lease file names them), made into the API's
+submission and checked by the use case as every client's request is (`LeaseService.submit`), its errors
+naming the form's field; public keys and cloud-config are pasted as text, since the server reads no file for a visitor.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ from urllib.parse import parse_qsl
 from fastapi import Request
 
 from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.lease import LeaseRequest
-from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
-from orchestrator.service.backend import catalogue
-from orchestrator.state.codec import image_from_json
+from orchestrator.service.models import LeaseSubmission, submission_of
 
 #: a form's largest body: a #cloud-config of 64 KiB and a few keys, URL-encoded
 MAX_FORM_BYTES = 256 * 1024
@@ -81,12 +78,13 @@ def submit_values(form: Mapping[str, str]) -> dict[str, object]:
     return values
 
 
-def lease_request(form: Mapping[str, str], now: datetime, owner: str, images: list[dict]) -> LeaseRequest:
-    """The request the submit form asks for, checked as `lease submit` checks its flags; `images`: the
-    catalogue (`image list`), which an image's name is looked up in."""
-    catalogued = catalogue(lambda: [image_from_json(i) for i in images],
-                           "none; an admin adds them with `leasewise image add`")
-    return request_from_fields(submit_values(form), now, default_user=owner, guest=InlineGuest(), images=catalogued)
+def lease_submission(form: Mapping[str, str]) -> LeaseSubmission:
+    """The submission the submit form asks for, as the API takes it (the pasted keys one per line), for the
+    use case to check as it checks every client's (`LeaseService.submit`)."""
+    values = submit_values(form)
+    if isinstance(values.get("ssh_key"), str):
+        values["ssh_key"] = [line.strip() for line in str(values["ssh_key"]).splitlines() if line.strip()] or None
+    return submission_of(values)
 
 
 def extension(form: Mapping[str, str]) -> timedelta:

@@ -18,6 +18,7 @@ from urllib.parse import quote, urlsplit
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from drivers.errors import DriverError
@@ -25,8 +26,10 @@ from orchestrator.analysis.report import build_report, nothing_text
 from orchestrator.analysis.timeline import plot_available
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.states import FINAL_STATES
+from orchestrator.model.text import printable
 from orchestrator.service.api import TokenCheck, error_response, exit_code_of, status_for
 from orchestrator.service.identity import NotAuthenticated
+from orchestrator.service.limits import RateLimited
 from orchestrator.service.operations import LeaseService
 from orchestrator.service.web import forms, views
 from orchestrator.service.web.access import Doorkeeper, Visitor
@@ -45,9 +48,19 @@ MAX_ROWS = 500
 #: the widest window the calendar's data is asked for (a month is the widest view)
 MAX_WINDOW = timedelta(days=62)
 
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page prints, through `printable`: Jinja2 escapes HTML, not control or bidi characters
+    (a lease name holding U+202E would turn the rest of its row around)."""
+    if isinstance(value, Markup):
+        return Markup(printable(str(value)))
+    return printable(value) if isinstance(value, str) else value
+
+
 _templates = Environment(loader=PackageLoader("orchestrator.service.web", "templates"),
                          autoescape=select_autoescape(["html"]), undefined=StrictUndefined,
-                         trim_blocks=True, lstrip_blocks=True)
+                         trim_blocks=True, lstrip_blocks=True, finalize=_shown)
 
 
 def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck | None,
@@ -190,11 +203,11 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
     async def submit(request: Request) -> Response:
         def make(visitor: Visitor, form: dict[str, str]) -> Response:
             try:
-                wanted = forms.lease_request(form, service.now(), visitor.caller.user, service.images(visitor.caller))
-                answer = service.submit(visitor.caller, wanted)
+                answer = service.submit(visitor.caller, forms.lease_submission(form))
             except LeasewiseError as exc:
                 field = exc.field if isinstance(exc, InvalidRequest) else ""
-                return submit_form(visitor, status_for(exit_code_of(exc)), form, str(exc), field)
+                status = 429 if isinstance(exc, RateLimited) else status_for(exit_code_of(exc))
+                return submit_form(visitor, status, form, str(exc), field)
             outcome, lines = views.submit_lines(answer)
             return page(visitor, "answer.html", 201 if outcome != "rejected" else 409, nav="new", outcome=outcome,
                         lines=lines, answer=answer, day=answer["start"][:10] if answer["start"] else "")

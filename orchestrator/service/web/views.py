@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
+from orchestrator.model.text import printable
 from orchestrator.analysis.timeline import KIND_COLOURS, KIND_ORDER
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
@@ -112,7 +113,7 @@ def calendar_data(window: Window, found: CalendarWindow, me: str) -> dict[str, A
         if start <= now < end:
             used[row][0] += vcpus
             used[row][1] += mib
-    leases = [[i, lease.name, lease.user, lease.type, lease.state]
+    leases = [[i, printable(lease.name), printable(lease.user), lease.type, lease.state]
               for i, lease in ((i, found.leases[i]) for i in lease_ids)]
     return {
         "view": window.view, "title": window.title, "date": window.first.isoformat(),

@@ -25,7 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from orchestrator.cli.leasefile import request_from_fields
+from orchestrator.service.models import submission_of
 from orchestrator.model.timeutil import UTC
 
 CHROMIUM = "/usr/bin/chromium"
@@ -110,9 +110,8 @@ def _keep(screenshot: Path) -> None:
 def test_book_see_and_cancel_a_lease_in_the_browser(site, browsers, tmp_path):
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).replace(hour=9, minute=0, second=0, microsecond=0)
     # bob holds a lease already (booked with the CLI's request, through the API)
-    bobs = site.api(site.token("lwbob")["token"]).submit(request_from_fields(
-        {"cpus": "2", "memory": "1024", "duration": "3h", "start": tomorrow.isoformat(), "name": "bobs-run"},
-        datetime.now(UTC).replace(microsecond=0), default_user=""))["id"]
+    bobs = site.api(site.token("lwbob")["token"]).submit(submission_of(
+        {"cpus": 2, "memory": 1024, "duration": "3h", "start": tomorrow.isoformat(), "name": "bobs-run"}))["id"]
 
     alice = browsers()
     alice.open("/calendar")                              # signing in is required

@@ -337,3 +337,30 @@ def test_a_lease_that_ran_stays_on_the_calendar_where_it_ran(site):
     bars = [data["bars"][i:i + 7] for i in range(0, len(data["bars"]), 7)]
     vm = [b for b in bars if data["kinds"][b[1]][0] == "vm"]
     assert len(vm) == 1 and data["states"][vm[0][5]] != "scheduled" and vm[0][3] <= data["now"] - data["start"]
+
+
+def test_the_submit_form_shares_the_users_rate_of_submissions(site):
+    """The rate limit is the use case's: submissions through the API and through the form take from one
+    bucket (20 at once by default), and the form past it says when to try again (429)."""
+    token = site.token("lwalice")["token"]
+    api = site.api(token)
+    later = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    from orchestrator.service.models import submission_of
+
+    from orchestrator.service.client import RemoteError
+
+    browser = site.signed_in(token)
+    csrf = csrf_of(browser.get("/leases/new").text)
+    for i in range(60):   # (the bucket refills at one a second while these are made)
+        try:
+            api.submit(submission_of({"cpus": 1, "memory": 256, "duration": "10m",
+                                      "start": (later + timedelta(hours=i)).isoformat()}))
+        except RemoteError as exc:
+            assert exc.exit_code == 75 and "too many lease submissions" in str(exc)
+            break
+    else:
+        raise AssertionError("the API never said too many")
+    answer = browser.post("/leases", data={"csrf": csrf, "cpus": "1", "memory": "512", "duration": "1h",
+                                           "start": (later + timedelta(hours=90)).isoformat()})
+    assert answer.status_code == 429, answer.text[:500]
+    assert "too many lease submissions" in error_of(answer.text)
