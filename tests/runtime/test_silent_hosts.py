@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 
 from orchestrator.model.lease import LeaseType
-from orchestrator.runtime.daemon import SILENT_HOSTS, Daemon
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.runtime.host_watch import SILENT_HOSTS
 from orchestrator.state.store import Store
 from tests.runtime.test_daemon import config, driver_for, leases, make_store, request, submit
 from tests.support.times import T0
