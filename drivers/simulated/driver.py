@@ -12,6 +12,7 @@ from pathlib import Path
 
 from drivers.base import (
     HOST_CHECKS,
+    PAIR_CHECKS,
     CheckItem,
     Driver,
     HostCheck,
@@ -22,6 +23,7 @@ from drivers.base import (
     MigrationReport,
     OnTimeout,
     OperationReport,
+    PairCheck,
     ProgressCallback,
     VMAddress,
     VMInfo,
@@ -186,6 +188,16 @@ class SimulatedDriver(Driver):
                 items["versions"] = CheckItem("versions", "FAIL", "not connected")
                 items["domain type"] = CheckItem("domain type", "FAIL", "not connected")
             return HostCheck(host, tuple(items.values()))
+
+    def check_pair(self, source: str, destination: str, timeout_s: float = 30.0) -> PairCheck:
+        """Nothing to contact: "simulated", except that a pair with a host that is down fails its link."""
+        with self._lock.held():
+            items = {name: CheckItem(name, "simulated", "simulated (simulated driver: nothing contacted)")
+                     for name in PAIR_CHECKS}
+            down = [h for h in (source, destination) if self._known(h) and self._is_down(h)]
+            if down:
+                items["peer link"] = CheckItem("peer link", "FAIL", f"host {down[0]} is down")
+            return PairCheck(source, destination, tuple(items.values()))
 
     def _free(self, host: str) -> tuple[int, int]:
         cap = self._capacity[host]

@@ -215,37 +215,54 @@ def check(
     wait: str = common.WaitOption,
     server: str | None = common.ServerOption,
 ) -> None:
-    """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
+    """Pre-flight checks of one host and of every pair of hosts with it (both ways), PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
     settings = common.load(config)
     if common.server_url(server, settings) is None and not common.store_exists(state, settings):
         raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
     with backend(server, state, settings) as hosts:
         checked = hosts.host_check(name, timeout)
-    rows = checked["checks"]
+    rows, pairs = checked["checks"], checked.get("pairs", [])
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
+    failed += [f"{p['check']} {p['source']} -> {p['destination']}" for p in pairs if p["status"] == "FAIL"]
     if json_out:
-        emit_json({"host": name, "ok": not failed, "checks": rows})
+        emit_json({"host": name, "ok": not failed, "checks": rows, "pairs": pairs})
     else:
-        table = Table(title=f"host check {escape(name)} ({escape(checked['uri'])})")
-        table.add_column("check")
-        table.add_column("result")
-        table.add_column("detail", overflow="fold")
-        style = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
-        for r in rows:
-            table.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
-        console = make_console()
-        console.print(table)
-        skipped = sum(1 for r in rows if r["status"] == "SKIP")
-        if failed:
-            summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
-        elif all(r["status"] in ("simulated", "PASS") for r in rows) and any(r["status"] == "simulated" for r in rows):
-            summary = "simulated driver: nothing to check"
-        else:
-            summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
-        console.print(summary, soft_wrap=True)
+        _print_checks(name, checked["uri"], rows, pairs, failed)
     if failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+_CHECK_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
+
+
+def _print_checks(name: str, uri: str, rows: list[dict], pairs: list[dict], failed: list[str]) -> None:
+    """The host's table, the pairs' table (each pair's rows one after the other), and a one-line verdict."""
+    console = make_console()
+    table = Table(title=f"host check {escape(name)} ({escape(uri)})")
+    for column, overflow in (("check", None), ("result", None), ("detail", "fold")):
+        table.add_column(column, overflow=overflow)
+    for r in rows:
+        table.add_row(r["check"], f"[{_CHECK_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
+    console.print(table)
+    if pairs:
+        between = Table(title=f"host pairs with {escape(name)} (a live migration from the first to the second)")
+        for column, overflow in (("pair", None), ("check", None), ("result", None), ("detail", "fold")):
+            between.add_column(column, overflow=overflow)
+        for p in pairs:
+            between.add_row(escape(f"{p['source']} -> {p['destination']}"), p["check"],
+                            f"[{_CHECK_STYLE.get(p['status'], '')}]{p['status']}[/]", escape(p["detail"]))
+        console.print(between)
+    everything = rows + pairs
+    skipped = sum(1 for r in everything if r["status"] == "SKIP")
+    if failed:
+        summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
+    elif all(r["status"] in ("simulated", "PASS") for r in everything) and any(r["status"] == "simulated"
+                                                                                 for r in everything):
+        summary = "simulated driver: nothing to check"
+    else:
+        summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
+    console.print(summary, soft_wrap=True)
 
 
 # -- remove -----------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def _check(path: Path, cfg) -> None:
     import grp
     import os
 
-    from orchestrator.runtime.host_admin import run_checks
+    from orchestrator.runtime.host_admin import run_checks, run_pair_checks
     from orchestrator.state.store import Store
 
     console = make_console()
@@ -80,9 +80,20 @@ def _check(path: Path, cfg) -> None:
         rows = run_checks(record, cfg.daemon.driver, 10.0, images)
         failed = [r for r in rows if r["status"] == "FAIL"]
         status = "FAIL" if failed else "ok"
+        link = next((r for r in rows if r["check"] == "transport" and r not in failed), None)
         console.print(f"host {escape(record.name)} ({escape(record.config.uri)}): {status}"
+                      + (f"; transport: {escape(link['detail'])}" if link else "")
                       + "".join(f"; {escape(r['check'])}: {escape(r['detail'])}" for r in failed), soft_wrap=True)
         problems += [f"host {record.name}: {r['check']}" for r in failed]
+    pair_rows = run_pair_checks(records, cfg.daemon.driver, 10.0)
+    for row in pair_rows:
+        if row["status"] == "FAIL":
+            pair = f"{row['source']} -> {row['destination']}"
+            console.print(f"hosts {escape(pair)}: FAIL; {escape(row['check'])}: {escape(row['detail'])}", soft_wrap=True)
+            problems.append(f"hosts {pair}: {row['check']}")
+    if pair_rows:
+        pairs = len({(r["source"], r["destination"]) for r in pair_rows})
+        console.print(f"host pairs: {pairs} checked both ways (peer link, migration port, cpu)", soft_wrap=True)
     for line in problems:
         console.print(f"[bold red]problem:[/] {escape(line)}", soft_wrap=True)
     if problems:

@@ -456,7 +456,12 @@ _V8 = (
     "CREATE INDEX leases_end_time ON leases (end_time)",
 )
 
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+_V9 = (
+    # how the other hosts' libvirtd reach a host for a peer-to-peer migration (the inventory's peer_uri)
+    "ALTER TABLE hosts ADD COLUMN peer_uri TEXT",
+)
+
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -585,7 +590,7 @@ class NoticeRecord:
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
-                 "network_type", "disk_dir")
+                 "network_type", "disk_dir", "peer_uri")
 _IMAGE_COLUMNS = ("name", "path", "format", "login_user", "os", "kernel", "initrd", "cmdline", "size_bytes",
                   "added_at", "added_by")
 #: the columns that hold the (immutable) request: a lease saved again must not change them
@@ -795,7 +800,7 @@ class Store:
         values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
                   config.migration_uri, config.state_dir, _json(list(config.shared_storage)), record.vcpus,
                   record.memory_mib, int(record.available), _t(record.added_at), None, config.network,
-                  config.network_type, config.disk_dir)
+                  config.network_type, config.disk_dir, config.peer_uri)
         self._insert_new("hosts", _HOST_COLUMNS, values, f"host {name!r}")
         return record
 
@@ -841,12 +846,12 @@ class Store:
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at, unavailable_from, network, network_type, disk_dir) = row
+         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
                                 shared_storage=tuple(json.loads(shared)), network=network,
-                                network_type=network_type, disk_dir=disk_dir)
+                                network_type=network_type, disk_dir=disk_dir, peer_uri=peer_uri)
         except LeasewiseError as exc:
             raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None
         return HostRecord(config=config, vcpus=vcpus, memory_mib=memory, available=bool(available),
