@@ -372,6 +372,12 @@ class Driver(ABC):
         expression `pattern`, or None after `timeout_s` (a guest that printed nothing)."""
         raise NotImplementedError(f"{self.name} driver has no console")
 
+    def discard(self, vm: str, host: str) -> bool:
+        """Destroy (if it runs) and undefine `vm` on `host`, leaving its storage alone: a VM a lost host
+        kept (shut off by a power cut, or run on through a network cut) after its lease moved on; a copy
+        started elsewhere since may use the same shared disk. False when `host` has no such VM."""
+        raise NotImplementedError(f"{self.name} driver cannot discard VMs")
+
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         """Delete what a VM left on `host`'s storage (its overlay unless `keep_disk`, its seed); returns the
         paths deleted. Nothing to do when there is none."""

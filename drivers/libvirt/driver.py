@@ -131,6 +131,9 @@ class LibvirtDriver(Driver):
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
 
+    def discard(self, vm: str, host: str) -> bool:
+        return self._lifecycle.discard(host, vm)
+
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         return self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
 

@@ -32,7 +32,9 @@ class SimulatedDriverConfig:
 
     `host_down_at` maps a host to the moment it stops answering: operations that start on it from then on
     raise `HostUnreachable`, until its `host_up_at` if it has one (as a libvirtd restarted: the VMs on it
-    ran on meanwhile). `failure_probability` makes each operation in
+    ran on meanwhile). A host in `power_lost` loses its power then instead: the VMs running there stop,
+    their definitions left shut off (as libvirt's persistent domains after a reboot); a save image stays.
+    `failure_probability` makes each operation in
     `failing_operations` fail (after taking its full time, changing nothing) with that probability.
     """
 
@@ -53,6 +55,7 @@ class SimulatedDriverConfig:
     domain_type: str = "kvm"
     host_down_at: Mapping[str, datetime] = field(default_factory=dict)
     host_up_at: Mapping[str, datetime] = field(default_factory=dict)
+    power_lost: frozenset[str] = frozenset()
     failure_probability: float = 0.0
     failing_operations: frozenset[str] = OPERATIONS
     seed: int | None = 0
@@ -81,6 +84,9 @@ class SimulatedDriverConfig:
             if host not in down or when <= down[host]:
                 raise ValueError(f"host_up_at[{host}] must come after that host's host_down_at")
         object.__setattr__(self, "host_up_at", MappingProxyType(up))
+        object.__setattr__(self, "power_lost", frozenset(self.power_lost))
+        if not self.power_lost <= set(down):
+            raise ValueError(f"power_lost[{sorted(self.power_lost - set(down))[0]}] needs that host's host_down_at")
         object.__setattr__(self, "failing_operations", frozenset(self.failing_operations))
         object.__setattr__(self, "shared_storage", tuple(self.shared_storage))
 

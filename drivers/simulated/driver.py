@@ -73,6 +73,7 @@ class SimulatedDriver(Driver):
         self._rng = random.Random(self.config.seed)
         self._lock = OperationLock()
         self._state = HostsState()
+        self._powered_off: set[str] = set()   # the hosts of `power_lost` whose VMs were stopped already
         self.state_file: Path | None = Path(state_file) if state_file is not None else None
         self._file = StateFile(self.state_file) if self.state_file is not None else None
         if self._file is not None:
@@ -140,6 +141,7 @@ class SimulatedDriver(Driver):
                     del state.vms[name]
                     state.disks.pop(name, None)
                 state.images = {key: image for key, image in state.images.items() if key[0] != host}
+                state.left = {key: vm for key, vm in state.left.items() if key[0] != host}
             del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
@@ -153,8 +155,18 @@ class SimulatedDriver(Driver):
         if when is None:
             return False
         now = self.clock.now()
+        if when <= now and host in self.config.power_lost and host not in self._powered_off:
+            self._lose_power(host)
         back = self.config.host_up_at.get(host)
         return when <= now and (back is None or now < back)
+
+    def _lose_power(self, host: str) -> None:
+        """The VMs running on `host` stop where they are (noticed at the first look after the power cut)."""
+        self._powered_off.add(host)
+        with self._changing(f"power cut on {host}"):
+            for vm in [*self._state.vms.values(), *self._state.left.values()]:
+                if vm.host == host and vm.state in ("running", "paused"):
+                    vm.state = "shutoff"
 
     def _up(self, host: str) -> HostCapacity:
         cap = self._known(host)
@@ -201,7 +213,8 @@ class SimulatedDriver(Driver):
 
     def _free(self, host: str) -> tuple[int, int]:
         cap = self._capacity[host]
-        used = [vm.spec for vm in self._state.vms.values() if vm.host == host and vm.state in ("running", "paused")]
+        used = [vm.spec for vm in [*self._state.vms.values(), *self._state.left.values()]
+                if vm.host == host and vm.state in ("running", "paused")]
         return cap.vcpus - sum(s.vcpus for s in used), cap.memory_mib - sum(s.memory_mib for s in used)
 
     def _fits(self, spec: VMSpec, host: str) -> str | None:
@@ -250,7 +263,7 @@ class SimulatedDriver(Driver):
                 raise ValueError(f"dirty_rate_mib_s must not be negative (got {spec.dirty_rate_mib_s})")
             if spec.working_set_mib is not None and not 0 <= spec.working_set_mib <= spec.memory_mib:
                 raise ValueError(f"working_set_mib must be within [0, memory_mib] (got {spec.working_set_mib})")
-            if spec.name in self._state.vms:
+            if spec.name in self._state.vms and not self._is_down(self._state.vms[spec.name].host):
                 raise VMAlreadyExists(f"VM {spec.name!r} already exists on {self._state.vms[spec.name].host}")
             why = self._fits(spec, host)
             if why:
@@ -265,10 +278,18 @@ class SimulatedDriver(Driver):
                     raise OperationFailed(f"disk_size: {spec.disk.size_bytes} bytes is smaller than the image "
                                           f"({base.virtual_size} bytes)")
             with self._changing(f"start {spec.name} on {host}", host):
+                self._leave_behind(spec.name)
                 self._state.vms[spec.name] = SimulatedVM(spec, host, "running")
                 if spec.disk is not None:
                     self._state.disks[spec.name] = spec.disk.keep
             return OperationReport("start", spec.name, host, seconds)
+
+    def _leave_behind(self, vm: str) -> None:
+        """The VM is started again while the host it was on is down: that host keeps its copy (libvirt's
+        one definition per host), which it shows once it answers again."""
+        record = self._state.vms.pop(vm, None)
+        if record is not None:
+            self._state.left[(record.host, vm)] = record
 
     # -- what a person uses: disks, addresses, the console ----------------------------------------
 
@@ -276,6 +297,20 @@ class SimulatedDriver(Driver):
         with self._lock.held():
             self._up(host)
             return probe_image(path)
+
+    def discard(self, vm: str, host: str) -> bool:
+        with self._lock.held():
+            self._up(host)
+            if (host, vm) in self._state.left:
+                with self._changing(f"discard {vm} on {host}", host):
+                    del self._state.left[(host, vm)]
+                return True
+            record = self._state.vms.get(vm)
+            if record is None or record.host != host:
+                return False
+            with self._changing(f"discard {vm} on {host}", host):
+                del self._state.vms[vm]
+            return True
 
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         with self._lock.held():
@@ -312,6 +347,14 @@ class SimulatedDriver(Driver):
     def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
         with self._lock.held():
             vms = self._state.vms
+            if host is not None and (host, vm) in self._state.left:
+                self._up(host)
+                copy = self._state.left[(host, vm)]
+                active = copy.state in ("running", "paused")
+                seconds = self._spend(self._times.stop(copy.spec) if active else 0.0)
+                with self._changing(f"stop {vm} on {host}", host):
+                    del self._state.left[(host, vm)]
+                return OperationReport("stop", vm, host, seconds)
             if host is not None and vm in vms and vms[vm].host != host:
                 self._up(host)
                 raise VMNotFound(f"VM {vm!r} not found on {host}")
@@ -341,11 +384,10 @@ class SimulatedDriver(Driver):
     def list_vms(self, host: str) -> list[VMInfo]:
         with self._lock.held():
             self._up(host)
-            return [
-                VMInfo(name, vm.host, vm.state, vm.spec.vcpus, vm.spec.memory_mib, vm.spec.lease_id)
-                for name, vm in self._state.vms.items()
-                if vm.host == host
-            ]
+            here = [vm for vm in self._state.vms.values() if vm.host == host]
+            here += [vm for (where, _), vm in self._state.left.items() if where == host]
+            return [VMInfo(vm.spec.name, vm.host, vm.state, vm.spec.vcpus, vm.spec.memory_mib, vm.spec.lease_id)
+                    for vm in here]
 
     def locate(self, vm: str) -> str | None:
         with self._lock.held():
@@ -395,6 +437,8 @@ class SimulatedDriver(Driver):
                 raise OperationFailed(f"resume {vm} on {host}: injected failure")
             # As the libvirt driver does: the VM now lives on `host`; a stale saved definition elsewhere goes.
             with self._changing(f"resume {vm} on {host}", host):
+                if current is not None and self._is_down(current.host):
+                    self._leave_behind(vm)
                 self._state.vms[vm] = SimulatedVM(image.spec, host, "running")
             return OperationReport("resume", vm, host, seconds, image.size_bytes)
 

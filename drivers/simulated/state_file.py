@@ -54,10 +54,14 @@ class HostsState:
     vms: dict[str, SimulatedVM] = field(default_factory=dict)
     images: dict[ImageKey, SaveImage] = field(default_factory=dict)
     disks: dict[str, bool] = field(default_factory=dict)   # VM -> its overlay is kept when it stops
+    #: (host, VM) -> a copy a host that was down kept while the VM was started again elsewhere (libvirt keeps
+    #: one definition per host, so a VM's name can be on two hosts: the live one is in `vms`)
+    left: dict[tuple[str, str], SimulatedVM] = field(default_factory=dict)
 
     def copy(self) -> HostsState:
         """A copy an operation can be undone to (the VM records are copied: operations change them)."""
-        return HostsState({name: replace(vm) for name, vm in self.vms.items()}, dict(self.images), dict(self.disks))
+        return HostsState({name: replace(vm) for name, vm in self.vms.items()}, dict(self.images), dict(self.disks),
+                          {key: replace(vm) for key, vm in self.left.items()})
 
 
 def spec_from_json(data: object) -> VMSpec:
@@ -122,6 +126,7 @@ class StateFile:
             "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes,
                         "spec": spec_json(image.spec)}
                        for (host, image_path), image in state.images.items()],
+            "left": [{"host": vm.host, "state": vm.state, "spec": spec_json(vm.spec)} for vm in state.left.values()],
         }
 
 
@@ -155,4 +160,10 @@ def _parse(data: Any, hosts: Collection[str]) -> HostsState:
     disks = data.get("disks", {})
     if not isinstance(disks, dict) or not all(isinstance(v, bool) for v in disks.values()):
         raise ValueError("disks must map VM names to true/false")
-    return HostsState(vms, images, dict(disks))
+    left = {}
+    for entry in data.get("left", []):   # (absent from files written before hosts kept copies)
+        spec = spec_from_json(entry["spec"])
+        if entry["host"] not in hosts or entry["state"] not in _VM_STATES:
+            raise ValueError(f"bad copy of VM {spec.name!r} left on {entry['host']!r}")
+        left[(entry["host"], spec.name)] = SimulatedVM(spec, entry["host"], entry["state"])
+    return HostsState(vms, images, dict(disks), left)

@@ -267,6 +267,8 @@ class Daemon:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
                 self._follow_hosts(cluster)
+                if first and looking:
+                    self.watch.apply_losses(cluster, now, self._notes)
                 changed = self._take_outcomes(cluster, now)
                 if first and looking:
                     self.watch.notice_ended_vms(cluster, now, busy, listings, self._notes)

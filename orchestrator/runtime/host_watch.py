@@ -1,9 +1,17 @@
 """The daemon's watch over the hosts: what each host runs (each asked once per step), since when each host
 that does not answer has been silent, and what that says about the leases: VMs that stopped by themselves
-end their lease early, VMs that vanished (or whose host stayed silent past `[daemon] host_timeout`) are
-lost, VMs found running on other hosts than the plan's are followed there.
+end their lease early, VMs that vanished are lost, VMs found running on other hosts than the plan's are
+followed there.
 
-The silences are kept in the store (`silent_hosts`), so a daemon restarted does not reset them.
+A host silent for `[daemon] host_timeout` is lost (it lost its power, or might as well have): the plan
+moves everything off it (`Cluster.lose_host`: best-effort leases requeued, advance reservations placed
+again elsewhere or failed, their owners told by their `ended` notice) and plans nothing on it until it
+answers again. When it does, the definitions of VMs it had (shut off by the power cut) are removed, not
+started, before anything may be planned there; a VM still running there (a host that was only cut off) is
+stopped as a stray by the daemon.
+
+The silences and the lost hosts are kept in the store (`silent_hosts`, `down_hosts`), so a daemon restarted
+does not reset them.
 """
 
 from __future__ import annotations
@@ -17,8 +25,8 @@ from orchestrator.model.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
-from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts
-from orchestrator.state.cluster import Cluster
+from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name
+from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,12 @@ class HostWatch:
         self.silent_since: dict[str, datetime] = {
             h: parse_time(t, f"{SILENT_HOSTS}.{h}") for h, t in (store.get_meta(SILENT_HOSTS) or {}).items()}
         self._saved = dict(self.silent_since)
+        #: host -> since when it is lost (the plan holds it); read from the store once, kept in step with it
+        self.down: dict[str, datetime] = {
+            h: parse_time(t, f"{DOWN_HOSTS}.{h}") for h, t in (store.get_meta(DOWN_HOSTS) or {}).items()}
+        self._back: set[str] = set()                           # lost hosts that answer again
+        self._forgotten: list[tuple[str, str, int, str]] = []   # (host, VM, lease, its state) discarded
+        enactor.lost_hosts = frozenset(self.down)
 
     # -- asking the hosts ---------------------------------------------------------------------------------
     def list_hosts(self) -> Listings:
@@ -67,7 +81,57 @@ class HostWatch:
             since = self.silent_since.pop(host, None)
             if since is not None:
                 notes.append(f"host {host} answers again (silent for {minutes_text(now - since)})")
+            if host in self.down and host not in self._back:
+                self._forget_stale(host, listed, notes)
         return listings
+
+    def _forget_stale(self, host: str, listed: list[VMInfo], notes: list[str]) -> None:
+        """A lost host answers again: the leases' VMs it kept (shut off by a power cut, or run on through a
+        network cut) are discarded, their storage left alone (a copy started elsewhere may share it): every
+        lease on the host moved off it when it was lost. A saved one (a suspended lease's definition, whose
+        memory image is there) stays. Only then may the plan use the host again."""
+        for info in listed:
+            parsed = parse_vm_name(info.name)
+            if parsed is None or info.state == "saved":
+                continue
+            try:
+                removed = self.driver.discard(info.name, host)
+            except DriverError as exc:
+                notes.append(f"host {host}: could not discard {info.name}: {exc}")
+                return   # (tried again at the next step; the host stays held until then)
+            if removed:
+                self._forgotten.append((host, info.name, parsed[0], info.state))
+                notes.append(f"lease {parsed[0]}: discarded {info.name}, which {host} kept ({info.state}): "
+                             "not started again")
+        self._back.add(host)
+
+    def apply_losses(self, cluster: Cluster, now: datetime, notes: list[str]) -> None:
+        """In the step: hosts silent past the timeout are lost (the plan moves off them); lost hosts whose
+        stale definitions are gone may be planned on again."""
+        for host, vm, lease_id, state in self._forgotten:
+            self.store.append_event(now, "reconciled", lease_id, outcome="discarded-left-on-lost-host", host=host,
+                                    vm=vm, state=state)
+        self._forgotten = []
+        for host in sorted(self._back):
+            if host in self.down:
+                back = cluster.host_back(host, now)
+                notes.append(f"host {host} is back after {minutes_text(back)} lost: leases may be planned on it again")
+                del self.down[host]
+        self._back = set()
+        for host in [h for h in self.down if h not in cluster.hosts]:   # removed from the cluster meanwhile
+            cluster.host_back(host, now)
+            del self.down[host]
+        timeout = self.config.host_timeout
+        for host, since in sorted(self.silent_since.items()):
+            if host in self.down or host not in cluster.hosts or now - since < timeout:
+                continue
+            reason = f"host {host} has not answered for {minutes_text(now - since)} (lost)"
+            loss = cluster.lose_host(host, since, now, reason)
+            self.down[host] = since
+            notes.append(f"{reason}: nothing is planned on it until it answers")
+            for item in loss.leases:
+                notes.append(f"lease {item.lease_id}: {item.outcome}: {item.detail}")
+        self.enactor.lost_hosts = frozenset(self.down)
 
     def save(self) -> None:
         """Write the silences to the store when they changed (inside the step's transaction)."""
