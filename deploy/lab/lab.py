@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""leasewise lab: N libvirt "hosts" on this one machine, for the lab test tier (issue #5) and for VMs a person can use.
+"""leasewise lab: N libvirt "hosts" on this one machine, for the lab test tier and for VMs a person can use.
 
-    deploy/lab/lab up [-n N] [--link-rate 1gbit|none] [--link-delay 0.2ms]
-                                 bring up N hosts (default 3), replacing any lab already up
-    deploy/lab/lab status        per host: namespace, VM bridge, daemons, TCP and SSH reachability, running
-                                 domains; the DHCP server and its leases
+    deploy/lab/lab up [-n N] [--transport ssh|tls|tcp] [--link-rate 1gbit|none] [--link-delay 0.2ms]
+                                 bring up N hosts (default 3) reached over TRANSPORT (default ssh),
+                                 replacing any lab already up
+    deploy/lab/lab status        per host: namespace, VM bridge, daemons, libvirt (over the lab's
+                                 transport) and SSH reachability, running domains; the DHCP server
+    deploy/lab/lab crash HOST    HOST loses its power: all its processes (QEMU, libvirtd, sshd) killed at once
+    deploy/lab/lab boot HOST     HOST comes back after a crash, empty (its domain definitions kept)
     deploy/lab/lab down          stop and remove everything (idempotent; safe when nothing is up)
 
 Each host labN (N = 1..) is
@@ -19,23 +22,30 @@ Each host labN (N = 1..) is
     run/dnsmasq.{pid,log,leases}. It is started by `up` and stopped by `down`.
   * a private mount + UTS namespace (hostname `labN`), kept alive by a holder process (`sleep infinity`)
     whose pid is in run/hostN/holder.pid. In it, /run/libvirt, /var/lib/libvirt/qemu, /var/cache/libvirt,
-    /var/log/libvirt, /etc/libvirt and /etc/hosts are bind mounts of deploy/lab/run/hostN/...
+    /var/log/libvirt, /etc/libvirt, /etc/hosts, /etc/passwd, /etc/group and /etc/shadow are bind mounts of
+    deploy/lab/run/hostN/... (each host has its own users: `leasewise` in its `libvirt` group).
     /var/lib/libvirt/images stays shared by every host, like NFS in a real lab.
   * a shaped link: each veth end sends at most `--link-rate` (default 1gbit, a token bucket `tbf` on
     both ends, so traffic into and out of each host is limited, as on a lab's switch port), and with
     `--link-delay` also delayed (netem; refused at once if this kernel lacks it). Unshaped veths run at
     memory speed, where every live migration converges in a pass or two and the pre-copy model's hard
     part goes untested; `--link-rate none` gives them back.
-  * its own virtlogd, libvirtd (--listen, TCP without auth, its own host_uuid) and sshd (root login with
-    the lab key only), all started inside the host's namespaces with `nsenter -t HOLDER -m -u -n`.
+  * its own virtlogd, libvirtd (its own host_uuid; listening as the transport says) and sshd (root with the
+    lab key, for leasewise's own SSH; `leasewise` with the lab key and every host's peer key), all started
+    inside the host's namespaces with `nsenter -t HOLDER -m -u -n`.
+
+The transports (lablib/transports.py): `ssh` (libvirtd on its socket only, reached as `leasewise` over
+libvirt's libssh2 transport with known_hosts pinned), `tls` (a lab CA, server and client certificates,
+libvirtd on TLS only) and `tcp` (no authentication). Live migrations go host to host, peer to peer, over
+the same transport.
 
 Nothing in the lab can reach beyond 10.77.0.0/24: the hosts have no default route, and an `unreachable`
 route for 10.77.0.0/24 (metric 4077, under the bridge's own route) stays after `down`, so a client still
 talking to a lab address fails at once instead of sending its packets out through the default route.
 
 `up` writes run/inventory.toml (the leasewise host inventory; each host's VMs attach to its bridge br0),
-run/id_ed25519 (client key) and run/known_hosts (the hosts' keys). Everything under run/ is generated (and
-gitignored).
+run/id_ed25519 (the head node's key), run/known_hosts (the hosts' keys), run/transport, and for tls
+run/pki/. Everything under run/ is generated (and gitignored).
 
 Only the standard library is used; needs root.
 """
@@ -43,19 +53,18 @@ Only the standard library is used; needs root.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from lablib.common import (
-    BINDS,
     BRIDGE,
     DEFAULT_LINK_RATE,
     DHCP_FIRST,
     DHCP_LAST,
     DNSMASQ_LEASES,
+    DIR_BINDS,
     GATEWAY,
     GUARD_METRIC,
     MAX_HOSTS,
@@ -86,19 +95,8 @@ from lablib.common import (
     veth,
 )
 from lablib.dhcp import dhcp_leases, dnsmasq_pids, start_dhcp
-from lablib.hosts import (
-    prepare_host_dir,
-    prewarm,
-    ssh_cmd,
-    ssh_uri,
-    start_daemons,
-    start_holder,
-    tcp_uri,
-    virsh,
-    wait_ssh,
-    wait_tcp,
-    write_inventory,
-)
+from lablib.hosts import prepare_host_dir, start_daemons, start_holder
+from lablib.inventory import write_inventory
 from lablib.machine import ensure_packages, fix_kvm_permissions
 from lablib.network import (
     check_link_shaping,
@@ -110,6 +108,22 @@ from lablib.network import (
     parse_rate,
     shape_link,
     vm_bridge_ok,
+)
+from lablib.power import boot, crash, host_number
+from lablib.reach import prewarm, ssh_cmd, virsh, wait_libvirt, wait_ssh
+from lablib.transports import (
+    DEFAULT_TRANSPORT,
+    HEAD_KEY,
+    HEAD_KNOWN_HOSTS,
+    LAB_USER,
+    TRANSPORTS,
+    head_uri,
+    known_hosts_lines,
+    make_pki,
+    make_ssh_trust,
+    make_users,
+    read_transport,
+    write_transport,
 )
 
 # ------------------------------------------------------------------------------------------------- down
@@ -171,10 +185,12 @@ def down(verbose: bool = True) -> int:
 
 # --------------------------------------------------------------------------------------------------- up
 
-def up(count: int, rate: str | None = None, delay: str | None = None) -> int:
+def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, delay: str | None = None) -> int:
     require_root()
     if not 1 <= count <= MAX_HOSTS:
         die(f"-n must be between 1 and {MAX_HOSTS}")
+    if transport not in TRANSPORTS:
+        die(f"--transport must be one of {', '.join(TRANSPORTS)} (got {transport!r})")
     t0 = time.monotonic()
     ensure_packages()
     check_link_shaping(rate, delay)
@@ -186,21 +202,17 @@ def up(count: int, rate: str | None = None, delay: str | None = None) -> int:
         # (the bridge is gone by now: any 10.77.0.x address left belongs to something else)
         if " 10.77.0." in cidr_owner:
             die(f"10.77.0.0/24 is already in use on this machine: {cidr_owner.strip()}")
-
+    hosts = list(range(1, count + 1))
     try:
         RUN.mkdir(parents=True, exist_ok=True)
         SHARED_IMAGES.mkdir(parents=True, exist_ok=True)
-        for target in BINDS.values():
-            if target != "/etc/hosts":
-                Path(target).mkdir(parents=True, exist_ok=True)
+        for target in DIR_BINDS.values():
+            Path(target).mkdir(parents=True, exist_ok=True)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         Path("/run/netns").mkdir(exist_ok=True)
-
-        key = RUN / "id_ed25519"
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "leasewise-lab-client", "-f", str(key)])
-        client_pub = (RUN / "id_ed25519.pub").read_text().strip()
-        (RUN / "authorized_keys").write_text(client_pub + "\n")
-        os.chmod(RUN / "authorized_keys", 0o600)
+        write_transport(transport)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "leasewise-lab-head", "-f", str(HEAD_KEY)])
+        head_pub = HEAD_KEY.with_suffix(".pub").read_text().strip()
 
         ensure_leak_guard()
         run(["ip", "link", "add", BRIDGE, "type", "bridge"])
@@ -208,32 +220,33 @@ def up(count: int, rate: str | None = None, delay: str | None = None) -> int:
         run(["ip", "link", "set", BRIDGE, "up"])
         start_dhcp()
 
-        known_hosts = []
+        for n in hosts:
+            prepare_host_dir(n, count, transport)
+        make_users(count)
+        HEAD_KNOWN_HOSTS.write_text("\n".join(line for n in hosts for line in known_hosts_lines(n)) + "\n")
+        make_ssh_trust(count, head_pub)
+        if transport == "tls":
+            make_pki(count)
         holders = {}
-        for n in range(1, count + 1):
-            prepare_host_dir(n, count, client_pub)
-            pub = (host_dir(n) / "ssh" / "ssh_host_ed25519_key.pub").read_text().split()
-            known_hosts.append(f"{host_ip(n)},{host_name(n)} {pub[0]} {pub[1]}")
+        for n in hosts:
             make_network(n)
             shape_link(n, rate, delay)
             holders[n] = start_holder(n)
-        (RUN / "known_hosts").write_text("\n".join(known_hosts) + "\n")
-        for n in range(1, count + 1):
-            start_daemons(n, holders[n])
-        wait_tcp(count)
-        wait_ssh(count)
-        prewarm(count)
-        inv = write_inventory(count)
+        for n in hosts:
+            start_daemons(n, holders[n], transport)
+        wait_libvirt(hosts, transport)
+        wait_ssh(hosts)
+        prewarm(hosts, transport)
+        inv = write_inventory(count, transport)
     except BaseException:
         say("up failed; logs are in run/hostN/ (kept until `down`)")
         raise
     link = " ".join(x for x in (rate or "unshaped", f"delay {delay}" if delay else "") if x)
-    say(f"up: {count} host(s) in {time.monotonic() - t0:.1f} s; links {link}; inventory {inv}")
+    say(f"up: {count} host(s) over {transport} in {time.monotonic() - t0:.1f} s; links {link}; inventory {inv}")
     say(f"  VMs: bridge {VM_BRIDGE} on each host; DHCP {DHCP_FIRST}-{DHCP_LAST} (leases in {DNSMASQ_LEASES})")
-    for n in range(1, count + 1):
-        say(f"  {host_name(n)}  {tcp_uri(n)}  {ssh_uri(n)}")
+    for n in hosts:
+        say(f"  {host_name(n)}  virsh -c '{head_uri(n, transport)}'")
     return 0
-
 
 
 # ----------------------------------------------------------------------------------------------- status
@@ -245,9 +258,10 @@ def status() -> int:
     if not nums:
         say("status: no lab is up" + (f" (but its dnsmasq still runs: pid {dhcp})" if dhcp else ""))
         return 1
+    transport = read_transport()
     ok = True
     bridge = "up" if link_exists(BRIDGE) else "MISSING"
-    print(f"bridge {BRIDGE} ({GATEWAY}/{PREFIXLEN}): {bridge}")
+    print(f"bridge {BRIDGE} ({GATEWAY}/{PREFIXLEN}): {bridge}; transport {transport}")
     ok &= bridge == "up"
     guard = leak_guard_present()
     print(f"leak guard (unreachable {SUBNET} metric {GUARD_METRIC}): {'present' if guard else 'MISSING'}")
@@ -260,7 +274,7 @@ def status() -> int:
         until = time.strftime("%H:%M:%S", time.localtime(int(expiry))) if expiry.isdigit() else expiry
         print(f"  lease {ip:15} {mac}  {hostname}  until {until}")
     print(f"{'host':6} {'address':11} {'link':10} {'netns':6} {VM_BRIDGE:4} {'holder':7} {'libvirtd':9} "
-          f"{'virtlogd':9} {'sshd':5} {'tcp':4} {'ssh':4} domains")
+          f"{'virtlogd':9} {'sshd':5} {transport:9} {'ssh':4} domains")
     for n in nums:
         hd = host_dir(n)
         ns_ok = netns(n) in existing_netns()
@@ -270,23 +284,23 @@ def status() -> int:
         vl_ok = alive(read_pid(hd / "virtlogd.pid"))
         sshd_ok = alive(read_pid(hd / "sshd.pid"))
         domains = "-"
-        tcp_ok = False
+        libvirt_ok = False
         if ns_ok:
-            proc = virsh(n, "list", "--name", timeout=8)
+            proc = virsh(n, transport, "list", "--name", timeout=8)
             if proc is not None and proc.returncode == 0:
-                tcp_ok = True
+                libvirt_ok = True
                 names = [d for d in proc.stdout.split() if d]
                 domains = ",".join(names) if names else "(none)"
         ssh_ok = False
-        if ns_ok and (RUN / "id_ed25519").exists():
+        if ns_ok and HEAD_KEY.exists():
             ssh_ok = quiet(ssh_cmd(n, "true", timeout=4), timeout=10)
         print(f"{host_name(n):6} {host_ip(n):11} {link_shape_text(n):10} {yn(ns_ok):6} {yn(br_ok):4} "
-              f"{yn(holder_ok):7} {yn(lv_ok):9} {yn(vl_ok):9} {yn(sshd_ok):5} {yn(tcp_ok):4} {yn(ssh_ok):4} {domains}")
-        ok &= all((ns_ok, br_ok, holder_ok, lv_ok, vl_ok, sshd_ok, tcp_ok, ssh_ok))
+              f"{yn(holder_ok):7} {yn(lv_ok):9} {yn(vl_ok):9} {yn(sshd_ok):5} {yn(libvirt_ok):9} {yn(ssh_ok):4} "
+              f"{domains}")
+        ok &= all((ns_ok, br_ok, holder_ok, lv_ok, vl_ok, sshd_ok, libvirt_ok, ssh_ok))
     inv = RUN / "inventory.toml"
     print(f"inventory: {inv if inv.exists() else 'MISSING'}")
     return 0 if ok else 1
-
 
 
 def yn(ok: bool) -> str:
@@ -294,24 +308,37 @@ def yn(ok: bool) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="deploy/lab/lab", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="deploy/lab/lab", description=(__doc__ or "").split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="bring the lab up (replacing one already up)")
     p_up.add_argument("-n", type=int, default=3, help="number of hosts (default 3)")
+    p_up.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT,
+                      help=f"how libvirt reaches the hosts and they reach each other (default {DEFAULT_TRANSPORT}: "
+                           f"as {LAB_USER} over libssh2; tls: certificates; tcp: no authentication)")
     p_up.add_argument("--link-rate", default=DEFAULT_LINK_RATE, metavar="RATE",
                       help=f"each host's link rate, as tc reads it (default {DEFAULT_LINK_RATE}; none: unshaped)")
     p_up.add_argument("--link-delay", default=None, metavar="DELAY",
                       help="one-way delay added on each end of a host's link, e.g. 0.2ms (needs netem)")
     sub.add_parser("down", help="stop and remove everything")
     sub.add_parser("status", help="show each host's state")
+    p_crash = sub.add_parser("crash", help="a host loses its power: all its processes killed at once")
+    p_crash.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
+    p_boot = sub.add_parser("boot", help="a crashed host comes back, empty")
+    p_boot.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
     args = ap.parse_args(argv)
     if args.cmd == "status":
         return status()
     require_root()
     lock = acquire_lab_lock(args.cmd)  # noqa: F841  (held until this process exits)
     if args.cmd == "up":
-        return up(args.n, parse_rate(args.link_rate), parse_delay(args.link_delay))
+        return up(args.n, args.transport, parse_rate(args.link_rate), parse_delay(args.link_delay))
+    if args.cmd == "crash":
+        crash(host_number(args.host, lab_host_numbers()))
+        return 0
+    if args.cmd == "boot":
+        boot(host_number(args.host, lab_host_numbers()), read_transport())
+        return 0
     return down()
 
 

@@ -68,13 +68,14 @@ def _seconds(option: str, text: str) -> float:
 def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str | None,
                          ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
                          state_dir: str | None, shared_storage: list[str] | None, network: str | None = None,
-                         network_type: str = "bridge", disk_dir: str | None = None) -> HostConfig:
+                         network_type: str = "bridge", disk_dir: str | None = None,
+                         peer_uri: str | None = None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
     values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
                               "shared_storage": tuple(shared_storage or ()), "network": network,
-                              "network_type": network_type, "disk_dir": disk_dir}
+                              "network_type": network_type, "disk_dir": disk_dir, "peer_uri": peer_uri}
     if state_dir is not None:
         values["state_dir"] = state_dir
     if ssh is not None:
@@ -97,6 +98,8 @@ def add(
     ssh_key: str | None = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
     known_hosts: str | None = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
     migration_uri: str | None = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
+    peer_uri: str | None = typer.Option(None, "--peer-uri", metavar="URI",
+                                        help="How the other hosts' libvirtd reach this one (default: --uri)"),
     state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
     shared_storage: list[str] | None = typer.Option(None, "--shared-storage", metavar="PATH",
                                                     help="Path prefix every host sees (repeatable)"),
@@ -117,7 +120,7 @@ def add(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
-                               shared_storage, network, network_type, disk_dir)
+                               shared_storage, network, network_type, disk_dir, peer_uri)
     settings = common.load(config)
     with backend(server, state, settings) as hosts:
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)

@@ -26,7 +26,8 @@ from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import HostRecord, Store
 
 #: the settings `host import` compares with a host already in the store
-COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir", "shared_storage")
+COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir", "shared_storage",
+            "peer_uri")
 
 
 # -- add / import ------------------------------------------------------------------------------------------

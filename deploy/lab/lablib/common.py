@@ -68,14 +68,15 @@ PACKAGES = {
 }
 
 # private directory under run/hostN -> where it is bind-mounted inside the host's mount namespace
-BINDS = {
+DIR_BINDS = {
     "run": "/run/libvirt",
     "qemu": "/var/lib/libvirt/qemu",
     "cache": "/var/cache/libvirt",
     "log": "/var/log/libvirt",
     "etc": "/etc/libvirt",
-    "hosts": "/etc/hosts",
 }
+#: ... and the files (a host's own names and users)
+FILE_BINDS = {name: f"/etc/{name}" for name in ("hosts", "passwd", "group", "shadow")}
 
 
 
