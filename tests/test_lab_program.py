@@ -50,3 +50,28 @@ def test_deploy_lab_lab_is_a_two_line_wrapper_of_lab_py():
     assert os.access(wrapper, os.X_OK) and os.access(LAB_DIR / "lab.py", os.X_OK)
     done = subprocess.run([str(wrapper), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "usage: deploy/lab/lab" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("transport", ["ssh", "tls", "tcp"])
+def test_the_inventory_the_lab_writes_is_one_leasewise_reads(transport, tmp_path, monkeypatch):
+    """For every transport: the libvirt link is the transport's, the peer link names the hosts' own files, and
+    over ssh the link leasewise opens is pinned by the inventory's known_hosts (libssh2 honours it)."""
+    monkeypatch.syspath_prepend(str(LAB_DIR))
+    from lablib import inventory as lab_inventory  # noqa: PLC0415
+
+    from drivers.inventory import load_inventory  # noqa: PLC0415
+    from drivers.libvirt.transport import link_uri, parse_link  # noqa: PLC0415
+
+    monkeypatch.setattr(lab_inventory, "INVENTORY", tmp_path / "inventory.toml")
+    hosts = load_inventory(lab_inventory.write_inventory(3, transport))
+    assert [h.name for h in hosts] == ["lab1", "lab2", "lab3"]
+    for n, host in enumerate(hosts, start=1):
+        link, peer = parse_link(link_uri(host)), parse_link(host.peer_uri or host.uri)
+        assert link.host == peer.host == f"10.77.0.{10 + n}" and host.migration_uri == f"tcp://10.77.0.{10 + n}"
+        assert link.transport == peer.transport == {"ssh": "libssh2", "tls": "tls", "tcp": "tcp"}[transport]
+        if transport == "ssh":
+            assert (link.user, peer.user) == ("leasewise", "leasewise")
+            assert link.params["known_hosts"] == host.known_hosts and link.params["keyfile"] == host.ssh_key
+            assert peer.params["keyfile"].startswith("/etc/libvirt/leasewise/")
+        if transport == "tls":
+            assert link.params["pkipath"].endswith("run/pki/head") and peer.params["pkipath"] == "/etc/libvirt/pki"

@@ -384,6 +384,26 @@ def leasewise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return done
 
 
+def imported_site(lab, tmp_path: Path) -> list[str]:
+    """A fresh store with every lab host imported (1 vCPU, 1 GiB each) and the lab daemon's config: the
+    --state and --config options for every command."""
+    state, config = tmp_path / "state.sqlite", tmp_path / "leasewise.toml"
+    daemon_config(config)
+    common = ["--state", str(state), "--config", str(config)]
+    leasewise("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common, timeout=120)
+    return common
+
+
+def host_check(common: list[str], host: str) -> tuple[int, dict]:
+    """`leasewise host check HOST --json`: its exit code (0, or 1 when a check failed) and what it printed."""
+    import json  # noqa: PLC0415
+
+    done = subprocess.run([*CLI, "host", "check", host, "--json", *common], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
 @dataclass
 class EvacuationSite:
     """The lab set up for a best-effort VM to be live-migrated out of an AR's way: hosts `first` and

@@ -7,16 +7,14 @@ on a source host's."""
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.lab import test_lab_contract
-from tests.lab.labkit import CLI, LAB_TRANSPORT, REPO, daemon_config
+from tests.lab.labkit import LAB_TRANSPORT, host_check, imported_site
 
 pytestmark = pytest.mark.lab
 
@@ -27,13 +25,6 @@ def over_tls(lab):
     lab.up("tls")
     yield lab
     lab.up(LAB_TRANSPORT)
-
-
-def host_check(common: list[str], host: str) -> tuple[int, dict]:
-    done = subprocess.run([*CLI, "host", "check", host, "--json", *common], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def moved_away(path: Path):
@@ -68,12 +59,7 @@ def test_tls_lab_listens_on_tls_only_and_wants_a_client_certificate(lab):
 
 
 def test_tls_host_check_passes_and_names_a_missing_certificate(lab, tmp_path):
-    state, config = tmp_path / "state.sqlite", tmp_path / "leasewise.toml"
-    daemon_config(config)
-    common = ["--state", str(state), "--config", str(config)]
-    done = subprocess.run([*CLI, "host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
+    common = imported_site(lab, tmp_path)
     target, source = lab.names[1], lab.names[0]
     code, checked = host_check(common, target)
     assert code == 0, checked

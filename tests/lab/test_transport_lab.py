@@ -10,7 +10,6 @@ driver contract over ssh is tests/lab/test_lab_contract.py's; tls is tests/lab/t
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.labkit import CLI, REPO, LAB_TRANSPORT, daemon_config, open_conn
+from tests.lab.labkit import LAB_TRANSPORT, host_check, imported_site, open_conn
 
 pytestmark = pytest.mark.lab
 
@@ -30,13 +29,6 @@ def _over_ssh(lab):
     if lab.transport != "ssh":
         pytest.fail(f"these tests need the lab over ssh (it is up over {lab.transport}: "
                     f"LEASEWISE_LAB_TRANSPORT={LAB_TRANSPORT})", pytrace=False)
-
-
-def host_check(common: list[str], host: str) -> tuple[int, dict]:
-    done = subprocess.run([*CLI, "host", "check", host, "--json", *common], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
-    assert done.returncode in (0, 1), done.stdout + done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def rows(checked: dict) -> dict[str, tuple[str, str]]:
@@ -62,13 +54,7 @@ def edited(path: Path, change):
 
 @pytest.fixture
 def site(lab, tmp_path) -> list[str]:
-    state, config = tmp_path / "state.sqlite", tmp_path / "leasewise.toml"
-    daemon_config(config)
-    common = ["--state", str(state), "--config", str(config)]
-    done = subprocess.run([*CLI, "host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common],
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return common
+    return imported_site(lab, tmp_path)
 
 
 def test_transport_ssh_links_are_libssh2_as_leasewise_with_the_host_keys_pinned(lab, libvirt_mod, tmp_path):

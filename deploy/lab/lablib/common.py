@@ -65,6 +65,7 @@ PACKAGES = {
     "iproute2": "/usr/sbin/ip",
     "util-linux": "/usr/bin/nsenter",
     "dnsmasq-base": "/usr/sbin/dnsmasq",  # the binary alone: no service of its own in the root namespace
+    "openssl": "/usr/bin/openssl",        # the tls transport's CA and certificates
 }
 
 # private directory under run/hostN -> where it is bind-mounted inside the host's mount namespace
