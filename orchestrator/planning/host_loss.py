@@ -64,7 +64,7 @@ def lose_host(scheduler: LeaseScheduler, host: str, at: datetime, reason: str) -
             said = (f"{reason}: requeued; it starts again from its image" if lost or lease.state is S.QUEUED
                     else f"{reason}: requeued with its memory image")
             losses.append(LeaseLoss(lease.id, "requeued", said, lost))
-        elif lease.state in (S.SCHEDULED, S.PREPARING, S.READY):
+        elif lease.state is S.SCHEDULED:
             scheduler._drop_plan(lease, at)
             later.append(lease)
         else:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from drivers.base import Driver, VMInfo
 from drivers.errors import DriverError
-from orchestrator.model.config import DaemonConfig
+from orchestrator.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time

@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import partial
 from typing import Protocol
 
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from orchestrator.analysis.report import build_report
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.lease import LeaseType
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
