@@ -2,7 +2,7 @@
 
 The lab writes one (`deploy/lab/run/inventory.toml`); the CLI and the daemon read it. Mistakes are
 reported as one `DriverConfigError` line naming the file, the host and the key, because an operator edits
-this file by hand. docs/real-cluster.md says what each transport needs (`uri`, `peer_uri`, `ssh_key`,
+this file by hand. docs/cluster.md says what each transport needs (`uri`, `peer_uri`, `ssh_key`,
 `known_hosts`, `migration_uri`).
 """
 
