@@ -5,7 +5,8 @@ operator must fix when a link fails (`what_is_missing`, from libvirt's own error
 libvirt's `qemu+ssh://` transport runs the OpenSSH client, which checks host keys against the ~/.ssh/
 known_hosts of the user running leasewise and ignores a `known_hosts=` URI parameter; `qemu+libssh2://` and
 `qemu+libssh://` honour it. So for those two the inventory's `known_hosts` (and `ssh_key`) are the link's
-too: `link_uri` adds them as `known_hosts=` and `keyfile=` unless the URI names its own. For `qemu+ssh://`
+too: `link_uri` adds them as `known_hosts=` and `keyfile=` (with `sshauth=privkey`) unless the URI names its
+own. For `qemu+ssh://`
 only `keyfile=` can be added; its host key is whatever ~/.ssh/known_hosts says (`host check` says so).
 
 A peer's URI is opened by the source host's libvirtd, on the source host: file names in it (a key, a
@@ -100,6 +101,8 @@ def link_uri(cfg: HostConfig) -> str:
     extra: dict[str, str] = {}
     if cfg.ssh_key and "keyfile" not in link.params:
         extra["keyfile"] = os.path.expanduser(cfg.ssh_key)
+        if link.transport in PINNING_TRANSPORTS and "sshauth" not in link.params:
+            extra["sshauth"] = "privkey"   # (that key, never a prompt for a password)
     if cfg.known_hosts and link.transport in PINNING_TRANSPORTS and "known_hosts" not in link.params:
         extra["known_hosts"] = os.path.expanduser(cfg.known_hosts)
     if not extra:

@@ -34,12 +34,13 @@ def test_a_uri_says_its_transport_and_address(uri, transport, address, text):
 
 def test_libssh2_links_take_the_inventorys_key_and_known_hosts():
     cfg = HostConfig("h", "qemu+libssh2://leasewise@10.77.0.11/system", ssh_key="/k/id", known_hosts="/k/known")
-    assert query(link_uri(cfg)) == {"keyfile": ["/k/id"], "known_hosts": ["/k/known"]}
+    assert query(link_uri(cfg)) == {"keyfile": ["/k/id"], "sshauth": ["privkey"], "known_hosts": ["/k/known"]}
     assert known_hosts_file(cfg) == "/k/known"
     # the URI's own parameters win; others it has are kept
     own = HostConfig("h", "qemu+libssh2://u@h/system?known_hosts=/mine&sshauth=privkey", ssh_key="/k/id",
                      known_hosts="/k/known")
     assert query(link_uri(own)) == {"known_hosts": ["/mine"], "sshauth": ["privkey"], "keyfile": ["/k/id"]}
+    assert link_uri(HostConfig("h", "qemu+libssh2://u@h/system?keyfile=/own")) == "qemu+libssh2://u@h/system?keyfile=/own"
     assert known_hosts_file(own) == "/mine"
 
 

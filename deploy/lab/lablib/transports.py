@@ -62,7 +62,8 @@ def head_uri(n: int, transport: str) -> str:
     """The URI the head node opens (virsh, the lab's own checks): every file it needs named in it."""
     ip = host_ip(n)
     if transport == "ssh":
-        return f"qemu+libssh2://{LAB_USER}@{ip}/system?keyfile={HEAD_KEY}&known_hosts={HEAD_KNOWN_HOSTS}"
+        return (f"qemu+libssh2://{LAB_USER}@{ip}/system?keyfile={HEAD_KEY}&known_hosts={HEAD_KNOWN_HOSTS}"
+                "&sshauth=privkey")
     if transport == "tls":
         return f"qemu+tls://{ip}/system?pkipath={HEAD_PKI}"
     return f"qemu+tcp://{ip}/system"
