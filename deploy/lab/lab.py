@@ -21,9 +21,10 @@ Each host labN (N = 1..) is
     10.77.0.100-10.77.0.199 (no router, no DNS: the lab has neither); its pid, log and lease files are
     run/dnsmasq.{pid,log,leases}. It is started by `up` and stopped by `down`.
   * a private mount + UTS namespace (hostname `labN`), kept alive by a holder process (`sleep infinity`)
-    whose pid is in run/hostN/holder.pid. In it, /run/libvirt, /var/lib/libvirt/qemu, /var/cache/libvirt,
-    /var/log/libvirt, /etc/libvirt, /etc/hosts, /etc/passwd, /etc/group and /etc/shadow are bind mounts of
-    deploy/lab/run/hostN/... (each host has its own users: `leasewise` in its `libvirt` group).
+    whose pid is in run/hostN/holder.pid. In it, /etc is a copy of this machine's made at `up` (with the
+    host's own /etc/hosts, and its own users: `leasewise` in its `libvirt` group), and /run/libvirt,
+    /var/lib/libvirt/qemu, /var/cache/libvirt, /var/log/libvirt and /etc/libvirt are bind mounts of
+    deploy/lab/run/hostN/...
     /var/lib/libvirt/images stays shared by every host, like NFS in a real lab.
   * a shaped link: each veth end sends at most `--link-rate` (default 1gbit, a token bucket `tbf` on
     both ends, so traffic into and out of each host is limited, as on a lab's switch port), and with
@@ -274,7 +275,7 @@ def status() -> int:
         until = time.strftime("%H:%M:%S", time.localtime(int(expiry))) if expiry.isdigit() else expiry
         print(f"  lease {ip:15} {mac}  {hostname}  until {until}")
     print(f"{'host':6} {'address':11} {'link':10} {'netns':6} {VM_BRIDGE:4} {'holder':7} {'libvirtd':9} "
-          f"{'virtlogd':9} {'sshd':5} {transport:9} {'ssh':4} domains")
+          f"{'virtlogd':9} {'sshd':5} {'libvirt':9} {'ssh':4} domains")
     for n in nums:
         hd = host_dir(n)
         ns_ok = netns(n) in existing_netns()

@@ -127,7 +127,7 @@ def test_transport_host_check_names_a_missing_key_and_group(lab, site):
     assert status == "FAIL" and "key: the SSH key is not accepted" in detail and f"on {source}'s side" in detail
     assert between[(lab.names[2], target, "peer link")][0] == "PASS"
     # `leasewise` is not in the host's libvirt group: its helper may not use libvirtd's socket
-    group = lab.host_dir(lab.names[2]) / "group"
+    group = lab.host_dir(lab.names[2]) / "rootetc" / "group"
     with edited(group, lambda line: line.rsplit(":", 1)[0] + ":\n" if line.startswith("libvirt:") else line):
         code, checked = host_check(site, lab.names[2])
     assert code == 1

@@ -76,8 +76,10 @@ DIR_BINDS = {
     "log": "/var/log/libvirt",
     "etc": "/etc/libvirt",
 }
-#: ... and the files (a host's own names and users)
-FILE_BINDS = {name: f"/etc/{name}" for name in ("hosts", "passwd", "group", "shadow")}
+#: a host's own /etc: a copy of this machine's made at `up`, with the host's own hosts, passwd, group and shadow
+#: (bound over the whole directory first, then /etc/libvirt over it: a bind over a single file would be undone
+#: the moment anything on this machine replaces that file, as useradd replaces /etc/passwd)
+ETC_COPY = "rootetc"
 
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from .common import (
     CAPS_CACHE,
     DIR_BINDS,
-    FILE_BINDS,
+    ETC_COPY,
     GATEWAY,
     alive,
     die,
@@ -89,7 +89,8 @@ Subsystem sftp internal-sftp
 #: run in the host's new mount namespace: its name, its private directories and files bound in, then it waits
 HOLDER_SCRIPT = (
     'set -e\nhostname "$1"\ndir="$2"\nmount --make-rprivate /\n'
-    + "".join(f'mount --bind "$dir/{src}" {dst}\n' for src, dst in {**DIR_BINDS, **FILE_BINDS}.items())
+    + f'mount --bind "$dir/{ETC_COPY}" /etc\n'
+    + "".join(f'mount --bind "$dir/{src}" {dst}\n' for src, dst in DIR_BINDS.items())
     + 'echo $$ > "$dir/holder.pid.tmp"\nmv "$dir/holder.pid.tmp" "$dir/holder.pid"\nexec sleep infinity\n'
 )
 
@@ -130,7 +131,8 @@ def prepare_host_dir(n: int, count: int, transport: str) -> None:
             shutil.copy2(f, caps / f.name)
     lines = ["127.0.0.1\tlocalhost", f"{host_ip(n)}\t{host_name(n)}", f"{GATEWAY}\tlabgw"]
     lines += [f"{host_ip(m)}\t{host_name(m)}" for m in range(1, count + 1) if m != n]
-    (hd / "hosts").write_text("\n".join(lines) + "\n")
+    run(["cp", "-a", "/etc", str(hd / ETC_COPY)])
+    (hd / ETC_COPY / "hosts").write_text("\n".join(lines) + "\n")
     hostkey = hd / "ssh" / "ssh_host_ed25519_key"
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host_name(n)}", "-f", str(hostkey)])
     (hd / "sshd_config").write_text(SSHD_CONFIG.format(

@@ -1,7 +1,7 @@
 """How the head node (this machine's root namespace) and the lab hosts reach each other's libvirtd:
 
 - ssh (the default): libvirtd listens on no port at all. Each host has a non-root user `leasewise` in its
-  `libvirt` group (its own /etc/passwd, /etc/group and /etc/shadow, bind-mounted in its mount namespace),
+  `libvirt` group (its own /etc/passwd, /etc/group and /etc/shadow, in its own /etc),
   allowed in by sshd with the head node's key and with every lab host's own peer key. The links are
   libvirt's libssh2 transport (`qemu+libssh2://leasewise@...`), which checks the host key against the
   known_hosts file it is given (libvirt's `qemu+ssh` runs the OpenSSH client, which would read only
@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .common import RUN, die, host_dir, host_ip, host_name, run
+from .common import ETC_COPY, RUN, die, host_dir, host_ip, host_name, run
 
 TRANSPORTS = ("ssh", "tls", "tcp")
 DEFAULT_TRANSPORT = "ssh"
@@ -108,8 +108,9 @@ def _free_id(taken: set[int]) -> int:
 
 
 def make_users(count: int) -> None:
-    """Each host's /etc/passwd, /etc/group and /etc/shadow: this machine's, plus the `leasewise` user in the
-    host's `libvirt` group (which libvirtd's socket belongs to), its home in run/hostN/home."""
+    """Each host's /etc/passwd, /etc/group and /etc/shadow (in its copy of /etc): this machine's, plus the
+    `leasewise` user in the host's `libvirt` group (which libvirtd's socket belongs to), its home in
+    run/hostN/home."""
     passwd = Path("/etc/passwd").read_text()
     group = Path("/etc/group").read_text()
     shadow = Path("/etc/shadow").read_text() if os.access("/etc/shadow", os.R_OK) else ""
@@ -131,10 +132,10 @@ def make_users(count: int) -> None:
         home = hd / "home"
         home.mkdir(exist_ok=True)
         os.chown(home, uid, uid)
-        (hd / "passwd").write_text(passwd.rstrip("\n") + f"\n{LAB_USER}:x:{uid}:{uid}:leasewise lab:{home}:/bin/sh\n")
-        (hd / "group").write_text("\n".join(members) + "\n")
-        (hd / "shadow").write_text(shadow.rstrip("\n") + f"\n{LAB_USER}:*:19000:0:99999:7:::\n")
-        os.chmod(hd / "shadow", 0o640)
+        etc = hd / ETC_COPY
+        (etc / "passwd").write_text(passwd.rstrip("\n") + f"\n{LAB_USER}:x:{uid}:{uid}:leasewise lab:{home}:/bin/sh\n")
+        (etc / "group").write_text("\n".join(members) + "\n")
+        (etc / "shadow").write_text(shadow.rstrip("\n") + f"\n{LAB_USER}:*:19000:0:99999:7:::\n")
 
 
 def make_ssh_trust(count: int, head_pub: str) -> None:
