@@ -225,7 +225,11 @@ class Lifecycle:
                 dom = conn.lookupByName(vm)
                 if dom.isActive():
                     log.info("%s did not shut down within %g s; destroying it", vm, graceful_timeout)
-                    dom.destroy()
+                    try:
+                        dom.destroy()
+                    except self._connections.libvirt.libvirtError:
+                        if dom.isActive():   # (else it shut down by itself between the two calls: done)
+                            raise
 
             call(host, f"destroy {vm}", destroy, vm)
 
