@@ -40,7 +40,7 @@ MODULES = (
     "orchestrator/runtime/eventloop.py",
     "orchestrator/runtime/simulator.py",
     "orchestrator/workloads/swf.py",
-    "orchestrator/cli/lease_records.py",
+    "orchestrator/runtime/lease_records.py",
 )
 #: the group's shared library (mypyc's `group_name`): orchestrator/compiled_core__mypyc.*.so
 GROUP = "orchestrator.compiled_core"

@@ -1,5 +1,6 @@
 """The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
-requests' times in Prometheus' format at /metrics).
+requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
+(`orchestrator.service.web`).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -19,7 +20,9 @@ from fastapi.responses import JSONResponse, Response
 from drivers.errors import DriverError
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.timeutil import parse_duration, parse_time
+from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
+from orchestrator.service.limits import RateLimited, SubmissionRate
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.service.metrics import RequestMetrics, TimedApp
 from orchestrator.service.operations import LeaseService
@@ -36,8 +39,13 @@ _STATUS = {EXIT_BAD_INPUT: 400, EXIT_REJECTED: 409, EXIT_NOT_ALLOWED: 403, EXIT_
 TokenCheck = Callable[[str], Caller]
 
 
+def status_for(code: int) -> int:
+    """The HTTP status of an exit code (500: none of the known ones)."""
+    return _STATUS.get(code, 500)
+
+
 def error_response(code: int, message: str, status: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or _STATUS.get(code, 500))
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or status_for(code))
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -51,12 +59,20 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
-def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None) -> FastAPI:
-    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters")
+def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None,
+             submissions: SubmissionRate | None = None) -> FastAPI:
+    """`submissions`: each user's rate of lease submissions (admins are not limited); None: no limit."""
+    # (no /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is at /openapi.json)
+    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters",
+                  docs_url=None, redoc_url=None)
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:
         code = exit_code_of(exc)
+        if isinstance(exc, RateLimited):
+            response = error_response(code, str(exc), 429)
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response
         return error_response(code, str(exc), 401 if isinstance(exc, NotAuthenticated) else None)
 
     @app.exception_handler(DriverError)
@@ -88,6 +104,8 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     # -- leases ---------------------------------------------------------------------------------------------
     @app.post("/v1/leases", status_code=201)
     def submit(body: dict[str, Any] = Body(...), who: Caller = Who) -> JSONResponse:
+        if submissions is not None and not who.admin:
+            submissions.take(who.user)
         request = request_from_json(body.get("request"))
         return JSONResponse({"answer": service.submit(who, request)}, status_code=201)
 
@@ -186,8 +204,12 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.get("/v1/plan")
     def plan(start: str | None = None, end: str | None = None, who: Caller = Who) -> JSONResponse:
-        return JSONResponse(service.plan(who, parse_time(start, "--from") if start else None,
-                                         parse_time(end, "--to") if end else None))
+        pairs, hosts, labels = service.plan(who, parse_time(start, "--from") if start else None,
+                                            parse_time(end, "--to") if end else None)
+        leases = {lease.id: lease for lease, _ in pairs}
+        return JSONResponse({"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
+                             "pairs": [[lease.id, rr.id] for lease, rr in pairs],
+                             "labels": {str(k): v for k, v in labels.items()}})
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
     @app.put("/v1/quotas/{subject}")
@@ -270,8 +292,6 @@ def _duration(value: Any, label: str) -> timedelta:
 
 def _host_config(value: Any):
     """A host's settings as JSON (HostConfig's fields), checked as `host add` checks its options."""
-    from orchestrator.runtime.host_admin import host_config
-
     if not isinstance(value, dict):
         raise InvalidRequest("config", "must be a host's settings (name, uri, ...)")
     return host_config(value)
