@@ -4,7 +4,8 @@
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo, chromium and chromium-driver
 #     (the web pages' browser tests)
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
-#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run, selenium), which builds
+#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run, selenium,
+#     ruff and mypy: the lab program's lint and type check), which builds
 #     the compiled slot-table timeline (Cython, fetched by pip; gcc and the Python headers from Debian) and
 #     the scheduler's hot path compiled from its sources by mypyc (mypy, fetched by pip: orchestrator/compiled.py)
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
@@ -76,7 +77,8 @@ import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
             "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd",
-            "fastapi", "uvicorn", "httpx", "jinja2", "selenium", "pydantic", "cryptography", "schemathesis"):
+            "fastapi", "uvicorn", "httpx", "jinja2", "selenium", "pydantic", "cryptography", "schemathesis",
+            "ruff", "mypy"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers", "orchestrator.planning.slottable.ctimeline"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()

@@ -2,7 +2,8 @@
 
 The lab writes one (`deploy/lab/run/inventory.toml`); the CLI and the daemon read it. Mistakes are
 reported as one `DriverConfigError` line naming the file, the host and the key, because an operator edits
-this file by hand.
+this file by hand. docs/cluster.md says what each transport needs (`uri`, `peer_uri`, `ssh_key`,
+`known_hosts`, `migration_uri`).
 """
 
 from __future__ import annotations
@@ -47,13 +48,14 @@ class HostConfig:
     network: str | None = None               # the bridge (or libvirt network) VMs attach to; None = no NIC
     network_type: str = "bridge"             # bridge | network
     disk_dir: str | None = None              # the libvirt pool directory for overlays and seeds
+    peer_uri: str | None = None              # how the other hosts' libvirtd reach this one (peer-to-peer migration)
 
     def __post_init__(self) -> None:
         for key in ("name", "uri"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
                 raise DriverConfigError(key, "must be a non-empty string")
-        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir"):
+        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir", "peer_uri"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise DriverConfigError(key, "must be a non-empty string when given")
@@ -61,6 +63,9 @@ class HostConfig:
             raise DriverConfigError("domain_type", f"must be one of {', '.join(DOMAIN_TYPES)} (got {self.domain_type!r})")
         if not urlsplit(self.uri).scheme:
             raise DriverConfigError("uri", f"{self.uri!r} is not a libvirt URI (e.g. qemu+tcp://10.77.0.11/system)")
+        if self.peer_uri is not None and not urlsplit(self.peer_uri).hostname:
+            raise DriverConfigError("peer_uri", f"{self.peer_uri!r} is not a libvirt URI naming a host "
+                                                "(e.g. qemu+tls://10.77.0.11/system)")
         if not isinstance(self.state_dir, str) or not posixpath.isabs(self.state_dir):
             raise DriverConfigError("state_dir", f"must be an absolute path (got {self.state_dir!r})")
         if isinstance(self.shared_storage, str) or not isinstance(self.shared_storage, Iterable):

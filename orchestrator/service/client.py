@@ -229,9 +229,9 @@ class Client:
         return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain})
 
     def host_check(self, host: str, timeout: float) -> dict[str, Any]:
-        # (each contact may take the timeout: connect, ssh, every image)
+        # (each contact may take the timeout: the link, connect, ssh, every image; then the pairs, side by side)
         return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
-                          timeout=self._http.timeout.read + 10 * timeout)
+                          timeout=self._http.timeout.read + 16 * timeout)
 
     def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return self._call("POST", "/v1/images", json=dict(values))

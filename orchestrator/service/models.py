@@ -321,6 +321,10 @@ class HostSettings(_Body):
     network: Text | None = None
     network_type: Literal["bridge", "network"] = "bridge"
     disk_dir: Path_ | None = None
+    peer_uri: Annotated[StrictStr | None, Field(min_length=1, max_length=MAX_PATH,
+                                                pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$",
+                                                description="How the other hosts' libvirtd reach this one "
+                                                            "(peer-to-peer live migration)")] = None
 
     def values(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

@@ -36,9 +36,10 @@ from orchestrator.runtime.host_admin import (
     refuse_taken,
     remove_host,
     run_checks,
+    run_pair_checks,
 )
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
-from orchestrator.runtime.daemon import SILENT_HOSTS
+from orchestrator.runtime.host_watch import SILENT_HOSTS
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.calendar import CalendarWindow, Copied
 from orchestrator.service.identity import Caller, NotAllowed
@@ -428,15 +429,18 @@ class LeaseService:
         return {"host": host, "requeued": moved}
 
     def host_check(self, caller: Caller, host: str, timeout: float) -> dict[str, Any]:
-        """`host check`'s rows, by a connection of its own; for admins, since it reaches the host with the
-        server's credentials (its libvirt, its ssh key)."""
+        """`host check`'s rows, by a connection of its own, and the rows of every pair of hosts with it on
+        either side; for admins, since it reaches the host with the server's credentials (its libvirt, its
+        ssh key)."""
         self._admin_check(caller, "checking hosts")
         store = self.reader()
         with store.snapshot():
             record = store.host(host)
+            records = store.hosts()
             images = store.images()
-        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, self.config.daemon.driver,
-                                                                              timeout, images)}
+        driver = self.config.daemon.driver
+        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
+                "pairs": run_pair_checks(records, driver, timeout, host)}
 
     def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
         """`image add`: catalogued once every host read the file (asked off the lock); `values` are

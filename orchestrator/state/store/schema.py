@@ -228,10 +228,15 @@ _V9 = (
     "CREATE INDEX submissions_made_at ON submissions (made_at)",
 )
 
+_V10 = (
+    # how the other hosts' libvirtd reach a host for a peer-to-peer migration (the inventory's peer_uri)
+    "ALTER TABLE hosts ADD COLUMN peer_uri TEXT",
+)
+
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
