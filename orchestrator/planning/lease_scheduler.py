@@ -268,14 +268,15 @@ class LeaseScheduler:
     def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
         """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
         resuming = lease.state is S.SUSPENDED_QUEUED
-        at = nexttime
+        earliest = None   # (the first try: from the estimate of the image transfers)
         for _ in range(8):
-            placement = self.vm.schedule(lease, at)
+            placement = self.vm.schedule(lease, nexttime, earliest)
             migrations = []
             if resuming and self.config.migration != "no":
                 migrations = self.vm.plan_migration(lease, placement.vm, nexttime)
                 if migrations and migrations[-1].end > placement.vm.first_start:
-                    at = migrations[-1].end  # transfers take longer than estimated: look again later
+                    # the transfers take longer than estimated: look again from their end
+                    earliest = migrations[-1].end
                     continue
             break
         else:
@@ -444,6 +445,20 @@ class LeaseScheduler:
             elif vm.state is ReservationState.SCHEDULED and vm is lease.reservations[-1]:
                 # (the VM reservation before a suspension, or one being evacuated, stays in the history)
                 lease.reservations.pop()
+                self._keep_done_transfers(lease, vm)
+
+    @staticmethod
+    def _keep_done_transfers(lease: Lease, dropped: Reservation) -> None:
+        """Image transfers done for a resumption that is no longer planned moved the images all the
+        same: they stay in the plan, after the suspension whose images they moved (where
+        `Lease.image_hosts` reads them)."""
+        done = [p for p in dropped.pre if p.kind is ReservationKind.MIGRATE and p.state is ReservationState.DONE]
+        if not done or not lease.reservations:
+            return
+        suspended = lease.reservations[-1]
+        for part in done:
+            part.vm = suspended
+        suspended.post += done
 
     # -- cancel / re-plan ----------------------------------------------------------------------------------------
     def cancel(self, lease_id: int, now: datetime) -> Lease:
@@ -475,7 +490,10 @@ class LeaseScheduler:
         future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
         for lease in future:
             vms = lease.open_vms()   # (two when a live migration is planned after the start)
-            if not vms or any(rr.state is not ReservationState.SCHEDULED for vm in vms for rr in vm.all_parts()):
+            # (nothing of it under way: parts all to come, but for image transfers done already)
+            if not vms or any(rr.state is not ReservationState.SCHEDULED
+                              and not (rr.kind is ReservationKind.MIGRATE and rr.state is ReservationState.DONE)
+                              for vm in vms for rr in vm.all_parts()):
                 continue
             vm = vms[0]
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
@@ -576,9 +594,10 @@ class LeaseScheduler:
             if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
+            # (a lease planned in the future stays so until its VMs start: its images moving does not
+            # hand its place in the backfilling budget to another lease, and it may still be re-planned)
             if lease.state is not S.MIGRATING:
                 self._set_state(lease, S.MIGRATING, now)
-            self._forget_future(lease)
             if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
         elif kind is ReservationKind.LIVE_MIGRATE:
