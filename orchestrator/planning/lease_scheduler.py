@@ -83,6 +83,10 @@ class LeaseScheduler:
         self._next_id = 1
         self._misfit_cache: dict[tuple, str | None] = {}
         self._queue_dirty = False
+        #: the next schedulable time of the last pass over the queue, and whether a lease kept there
+        #: then may fit later without any change to the table (see `_process_queue`)
+        self._queue_time: datetime | None = None
+        self._queue_waits_on_time = False
         #: drained hosts: host -> the reservation that holds all of it from the drain on
         self.blocks: dict[str, Reservation] = {}
         #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
@@ -201,9 +205,15 @@ class LeaseScheduler:
     def _process_queue(self, nexttime: datetime, now: datetime) -> None:
         """One pass over the queue in submit order. Skipped when nothing changed since the last pass:
         with no reservation removed (none ended, was cut or dropped) every host's usage is the same or
-        higher at every future instant, so every lease that did not fit then does not fit now."""
-        if not self.queue or not self._queue_dirty:
+        higher at every future instant, so every lease that did not fit then does not fit now, unless its
+        first chance lies after the present and moves on with it (the next schedulable time with a
+        non-schedulable interval; a suspended lease whose images may move): the last pass's time then
+        counts as a change."""
+        if not self.queue:
             return
+        if not self._queue_dirty and not (self._queue_waits_on_time and nexttime != self._queue_time):
+            return
+        self._queue_time = nexttime
         queue, keys = self.queue, self._queue_keys
         self.queue, self._queue_keys = [], []
         kept: list[Lease] = []
@@ -260,6 +270,8 @@ class LeaseScheduler:
         else:            # (kept is a subsequence of the queue: still in order)
             self.queue, self._queue_keys = kept, kept_keys
         self._queue_dirty = False
+        self._queue_waits_on_time = bool(self.queue) and (self.config.non_schedulable_interval > ZERO or (
+            self.config.migration == "yes" and any(lease.state is S.SUSPENDED_QUEUED for lease in self.queue)))
 
     def _site_full(self, t: datetime) -> bool:
         """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""
@@ -350,7 +362,8 @@ class LeaseScheduler:
             return
         ends = vms[0].start + max(remaining, ZERO)
         for vm in vms:
-            if ends < vm.end:
+            # (work done just as a suspension would begin: the lease ends there, it is not suspended)
+            if ends < vm.end or (ends == vm.end and vm.is_suspending):
                 vm.premature_end = max(ends, vm.start)
                 return
 
@@ -580,6 +593,10 @@ class LeaseScheduler:
                     lease.start_time = now
                 if not self._enact(Operation.START_VMS, lease, rr):
                     return
+            if rr.premature_end is not None and rr.premature_end <= now:
+                # (its work was done as it started: the early end, due at the same instant, came first)
+                self._handle_premature_end(rr, now)
+                return
         elif kind is ReservationKind.SHUTDOWN:
             if not self._enact(Operation.STOP_VMS, lease, rr):
                 return
