@@ -15,12 +15,10 @@ drives it (simulated or real) is the caller's.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import heapq
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from orchestrator.model.config import SchedulingConfig
@@ -38,7 +36,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import Resources, fits
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, end_of, iso, parse_time
+from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, end_of, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import (
     EnactmentError,
@@ -47,9 +45,11 @@ from orchestrator.planning.enactment import (
     Operation,
     operations_of,
 )
+from orchestrator.planning.drain import DrainPlan, plan_drain
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
+from orchestrator.planning.queue import Entry, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.vm_scheduler import VMScheduler
 
@@ -76,17 +76,18 @@ class LeaseScheduler:
                                             self.vm.may_suspend)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
-        self.queue: list[Lease] = []
-        self._queue_keys: list[tuple] = []
+        self.queue = LeaseQueue()
         self._events: list[tuple] = []
         self._seq = 0
         self._next_id = 1
         self._misfit_cache: dict[tuple, str | None] = {}
         self._queue_dirty = False
-        #: the next schedulable time of the last pass over the queue, and whether a lease kept there
-        #: then may fit later without any change to the table (see `_process_queue`)
+        #: what lets a pass over the queue see a change other than a reservation removed (see
+        #: `_process_queue`): the next schedulable time of the last pass, when it moves with time; and
+        #: whether a suspended lease whose images may move waits there
         self._queue_time: datetime | None = None
-        self._queue_waits_on_time = False
+        self._queue_waits_on_time = config.non_schedulable_interval > ZERO
+        self._queue_resumes = False
         #: drained hosts: host -> the reservation that holds all of it from the drain on
         self.blocks: dict[str, Reservation] = {}
         #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
@@ -104,7 +105,7 @@ class LeaseScheduler:
         if changed is not None:
             changed.add(lease.id)
 
-    def _set_state(self, lease: Lease, target: S, at: datetime) -> None:
+    def set_state(self, lease: Lease, target: S, at: datetime) -> None:
         lease.set_state(target, at)
         self._touch(lease)
 
@@ -129,7 +130,7 @@ class LeaseScheduler:
         if reason:
             self._reject(lease, reason, now)
         else:
-            self._set_state(lease, S.PENDING, now)
+            self.set_state(lease, S.PENDING, now)
             self.pending.append(lease)
         return lease
 
@@ -162,7 +163,7 @@ class LeaseScheduler:
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
-        self._set_state(lease, S.REJECTED, now)
+        self.set_state(lease, S.REJECTED, now)
         self._ended(lease)
         log.info("lease %s rejected: %s", lease.id, reason)
 
@@ -180,13 +181,13 @@ class LeaseScheduler:
             for lease in pending:
                 if lease.type is kind:
                     try:
-                        self._schedule_lease(lease, nexttime, now)
+                        self.place(lease, nexttime, now)
                     except NotSchedulable as exc:
                         self._reject(lease, str(exc), now)
         for lease in pending:
             if lease.type is LeaseType.BEST_EFFORT:
-                self._set_state(lease, S.QUEUED, now)
-                self._enqueue(lease)
+                self.set_state(lease, S.QUEUED, now)
+                self.enqueue(lease)
         self._process_queue(nexttime, now)
 
     def _forget_future(self, lease: Lease) -> None:
@@ -195,36 +196,34 @@ class LeaseScheduler:
             self.vm.future_leases.discard(lease.id)
             self._queue_dirty = True
 
-    def _enqueue(self, lease: Lease) -> None:
+    def enqueue(self, lease: Lease) -> None:
         self._queue_dirty = True
-        key = (lease.submit_time, lease.id)
-        i = bisect.bisect(self._queue_keys, key)
-        self._queue_keys.insert(i, key)
-        self.queue.insert(i, lease)
+        self.queue.add(lease)
+
 
     def _process_queue(self, nexttime: datetime, now: datetime) -> None:
         """One pass over the queue in submit order. Skipped when nothing changed since the last pass:
         with no reservation removed (none ended, was cut or dropped) every host's usage is the same or
-        higher at every future instant, so every lease that did not fit then does not fit now, unless its
-        first chance lies after the present and moves on with it (the next schedulable time with a
-        non-schedulable interval; a suspended lease whose images may move): the last pass's time then
-        counts as a change."""
+        higher at every future instant, so every lease that did not fit then does not fit now. Not so
+        with a non-schedulable interval (a lease's first chance then moves on with time: a new time is a
+        change), nor for a suspended lease whose images may move (whether its transfers end in time
+        depends on where it would resume, so more usage elsewhere may let it in: never skipped)."""
         if not self.queue:
             return
-        if not self._queue_dirty and not (self._queue_waits_on_time and nexttime != self._queue_time):
+        if not (self._queue_dirty or self._queue_resumes
+                or (self._queue_waits_on_time and nexttime != self._queue_time)):
             return
         self._queue_time = nexttime
-        queue, keys = self.queue, self._queue_keys
-        self.queue, self._queue_keys = [], []
-        kept: list[Lease] = []
-        kept_keys: list[tuple] = []
+        queue = self.queue.take()
+        kept: list[Entry] = []
         stop = False
         memo = _FailureMemo(self.vm.shortest_run)
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         only_now = not self.vm.can_schedule_in_future()
         strict_fcfs = self.config.max_in_future == 0   # (backfilling off: stop at the first lease kept)
-        for i, lease in enumerate(queue):
+        for i, entry in enumerate(queue):
+            lease = entry[2]
             if only_now and not stop:
                 if full is None:
                     full = self._site_full(nexttime)
@@ -233,7 +232,6 @@ class LeaseScheduler:
                 stop = full
             if stop:
                 kept += queue[i:]
-                kept_keys += keys[i:]
                 break
             if only_now:
                 node = lease.request.uniform
@@ -251,33 +249,27 @@ class LeaseScheduler:
                         ruled_out = True
                         memo.record(lease, Unschedulable.INSTANT)
                 if ruled_out:
-                    kept.append(lease)
-                    kept_keys.append(keys[i])
+                    kept.append(entry)
                     stop = strict_fcfs
                     continue
             try:
-                self._schedule_lease(lease, nexttime, now)
+                self.place(lease, nexttime, now)
                 full = None
             except NotSchedulable as exc:
-                kept.append(lease)
-                kept_keys.append(keys[i])
+                kept.append(entry)
                 memo.record(lease, exc.kind)
                 stop = strict_fcfs
             only_now = not self.vm.can_schedule_in_future()
-        if self.queue:   # (leases requeued during the pass: merge in submit order)
-            for lease in kept:
-                self._enqueue(lease)
-        else:            # (kept is a subsequence of the queue: still in order)
-            self.queue, self._queue_keys = kept, kept_keys
+        self.queue.put_back(kept)
         self._queue_dirty = False
-        self._queue_waits_on_time = bool(self.queue) and (self.config.non_schedulable_interval > ZERO or (
-            self.config.migration == "yes" and any(lease.state is S.SUSPENDED_QUEUED for lease in self.queue)))
+        self._queue_resumes = self.config.migration == "yes" and any(
+            lease.state is S.SUSPENDED_QUEUED for lease in self.queue)
 
     def _site_full(self, t: datetime) -> bool:
         """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""
         return self.mapper.site_full(t)
 
-    def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
+    def place(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
         """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
         resuming = lease.state is S.SUSPENDED_QUEUED
         earliest = None   # (the first try: from the estimate of the image transfers)
@@ -298,7 +290,7 @@ class LeaseScheduler:
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
         for victim in placement.victims:
-            self._unplan(victim)
+            self.unplan(victim)
         vm.pre = migrations + vm.pre
         for rr in vm.pre + vm.post:
             rr.vm = vm
@@ -310,16 +302,37 @@ class LeaseScheduler:
             for rr in planned.all_parts():
                 self._commit(rr)
         needed = set(vm.resources)
+        # while one victim gives way (an evacuation may move it onto other hosts), the others still hold
+        # what they have until they give way: their plans, cut at the new lease's start on its hosts
+        holds = {victim.id: self._hold(victim, vm.start, needed) for victim in placement.victims}
         for victim in placement.victims:
+            for rr in holds.pop(victim.id):
+                self.table.remove(rr)
             self._preempt(victim, vm.start, needed, now)
         if placement.in_future:
             self.vm.future_leases.add(lease.id)
         if resuming:
-            self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
+            self.set_state(lease, S.SUSPENDED_SCHEDULED, now)
         else:
-            self._set_state(lease, S.SCHEDULED, now)
+            self.set_state(lease, S.SCHEDULED, now)
         if log.isEnabledFor(logging.DEBUG):   # (vm.hosts sorts: not for a message nobody reads)
             log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
+
+    def _hold(self, victim: Lease, at: datetime, needed: set[str]) -> list[Reservation]:
+        """What a victim (its plan out of the table) holds until it gives way, as placeholders in the
+        table: each part of its plan, on the `needed` hosts only until `at`."""
+        holds = []
+        for vm in victim.open_vms():
+            for rr in vm.all_parts():
+                if rr.state is ReservationState.DONE:
+                    continue
+                for hosts, end in (({h for h in rr.resources if h in needed}, min(rr.end, at)),
+                                   ({h for h in rr.resources if h not in needed}, rr.end)):
+                    if hosts and end > rr.start:
+                        holds.append(self.table.add(Reservation(
+                            lease_id=victim.id, kind=ReservationKind.UNAVAILABLE, start=rr.start, end=end,
+                            resources={h: rr.resources[h] for h in hosts})))
+        return holds
 
     def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
                                           nexttime: datetime) -> Reservation | None:
@@ -367,14 +380,14 @@ class LeaseScheduler:
                 vm.premature_end = max(ends, vm.start)
                 return
 
-    def _unplan(self, lease: Lease) -> None:
+    def unplan(self, lease: Lease) -> None:
         """Take every unfinished part of the lease's plan out of the slot table (the objects stay)."""
         for vm in lease.open_vms():
             for rr in vm.all_parts():
                 if rr in self.table:
                     self._uncommit(rr)
 
-    def _replan(self, lease: Lease) -> None:
+    def replan(self, lease: Lease) -> None:
         """Put the unfinished parts of the lease's plan (back) into the slot table."""
         self._set_premature_end(lease)
         for vm in lease.open_vms():
@@ -405,7 +418,7 @@ class LeaseScheduler:
             if evacuation is not None:
                 log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
                          evacuation.migration.start, evacuation.migration.end)
-                self._commit_evacuation(lease, evacuation)
+                self.commit_evacuation(lease, evacuation)
                 return
         requeue = (
             (vm.state is ReservationState.SCHEDULED and vm.start >= at)
@@ -415,35 +428,35 @@ class LeaseScheduler:
         )
         log.info("lease %s preempted at %s (%s)", lease.id, at, "requeue" if requeue else "suspend")
         if requeue:
-            self._requeue(lease, now)
+            self.requeue(lease, now)
             return
         self.vm.plan_suspension(lease, vm, min(vm.final_end, at))
-        self._replan(lease)
+        self.replan(lease)
 
-    def _commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
+    def commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
         continuation = evacuation.continuation
         self.vm.plan_shutdown(lease, continuation)
         lease.reservations.append(continuation)
-        self._replan(lease)
+        self.replan(lease)
 
-    def _requeue(self, lease: Lease, now: datetime) -> None:
+    def requeue(self, lease: Lease, now: datetime) -> None:
         """Drop the lease's plan and put it back in the queue; running VMs are killed (their work lost)."""
         running = lease.state in (S.ACTIVE, S.RESUMING, S.RESUMED_READY)
         vm = lease.last_vm
-        self._drop_plan(lease, now)
+        self.drop_plan(lease, now)
         if running:
             self._enact(Operation.KILL_VMS, lease, vm)
             lease.accumulated = ZERO
-            self._set_state(lease, S.QUEUED, now)
+            self.set_state(lease, S.QUEUED, now)
         elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
-            self._set_state(lease, S.SUSPENDED_QUEUED, now)
+            self.set_state(lease, S.SUSPENDED_QUEUED, now)
         else:
-            self._set_state(lease, S.QUEUED, now)
+            self.set_state(lease, S.QUEUED, now)
         lease.requeues += 1
         self.counters["requeues"] += 1
-        self._enqueue(lease)
+        self.enqueue(lease)
 
-    def _drop_plan(self, lease: Lease, now: datetime) -> None:
+    def drop_plan(self, lease: Lease, now: datetime) -> None:
         """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
         self._touch(lease)
         self._forget_future(lease)
@@ -483,13 +496,11 @@ class LeaseScheduler:
         freed_until = vm.final_end if vm is not None and vm in self.table else now
         if lease in self.pending:
             self.pending.remove(lease)
-        if lease in self.queue:
-            i = self.queue.index(lease)
-            del self.queue[i], self._queue_keys[i]
-        self._drop_plan(lease, now)
+        self.queue.remove(lease)
+        self.drop_plan(lease, now)
         if running and vm is not None:
             self._enact(Operation.KILL_VMS, lease, vm)
-        self._set_state(lease, S.CANCELLED, now)
+        self.set_state(lease, S.CANCELLED, now)
         self._ended(lease)
         self.reevaluate(now, freed_until)
         return lease
@@ -513,12 +524,12 @@ class LeaseScheduler:
                 continue
             if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
                 continue
-            self._drop_plan(lease, now)
-            self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+            self.drop_plan(lease, now)
+            self.set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
             try:
-                self._schedule_lease(lease, nexttime, now)
+                self.place(lease, nexttime, now)
             except NotSchedulable:
-                self._enqueue(lease)
+                self.enqueue(lease)
 
     # -- events ------------------------------------------------------------------------------------------------
     def _commit(self, rr: Reservation) -> None:
@@ -586,9 +597,9 @@ class LeaseScheduler:
             if rr.continues:
                 pass   # its VMs arrived by live migration and run already
             elif lease.state is S.RESUMED_READY:
-                self._set_state(lease, S.ACTIVE, now)
+                self.set_state(lease, S.ACTIVE, now)
             else:
-                self._set_state(lease, S.ACTIVE, now)
+                self.set_state(lease, S.ACTIVE, now)
                 if lease.start_time is None:
                     lease.start_time = now
                 if not self._enact(Operation.START_VMS, lease, rr):
@@ -602,19 +613,19 @@ class LeaseScheduler:
                 return
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[0]:
-                self._set_state(lease, S.SUSPENDING, now)
+                self.set_state(lease, S.SUSPENDING, now)
             if not self._enact(Operation.SUSPEND_VMS, lease, rr):
                 return
         elif kind is ReservationKind.RESUME:
             if lease.state is not S.RESUMING:
-                self._set_state(lease, S.RESUMING, now)
+                self.set_state(lease, S.RESUMING, now)
             if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
             # (a lease planned in the future stays so until its VMs start: its images moving does not
             # hand its place in the backfilling budget to another lease, and it may still be re-planned)
             if lease.state is not S.MIGRATING:
-                self._set_state(lease, S.MIGRATING, now)
+                self.set_state(lease, S.MIGRATING, now)
             if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
         elif kind is ReservationKind.LIVE_MIGRATE:
@@ -635,19 +646,19 @@ class LeaseScheduler:
             self._finish(lease, now)
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[-1]:
-                self._set_state(lease, S.SUSPENDED_PENDING, now)
+                self.set_state(lease, S.SUSPENDED_PENDING, now)
                 lease.suspensions += 1
                 self.counters["suspensions"] += 1
-                self._set_state(lease, S.SUSPENDED_QUEUED, now)
-                self._enqueue(lease)
+                self.set_state(lease, S.SUSPENDED_QUEUED, now)
+                self.enqueue(lease)
         elif kind is ReservationKind.RESUME:
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
-                self._set_state(lease, S.RESUMED_READY, now)
+                self.set_state(lease, S.RESUMED_READY, now)
         elif kind is ReservationKind.MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["image_migrations"] += 1
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
-                self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
+                self.set_state(lease, S.SUSPENDED_SCHEDULED, now)
         elif kind is ReservationKind.LIVE_MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["migrations"] += len(rr.transfers)
@@ -683,7 +694,7 @@ class LeaseScheduler:
 
     def _finish(self, lease: Lease, now: datetime) -> None:
         self._forget_future(lease)
-        self._set_state(lease, S.DONE, now)
+        self.set_state(lease, S.DONE, now)
         self._ended(lease)
 
     def _ended(self, lease: Lease) -> None:
@@ -760,9 +771,9 @@ class LeaseScheduler:
             raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
                                        f"of an evacuation")
         self.counters["failed_migrations"] += 1
-        self._unplan(lease)
+        self.unplan(lease)
         if not self._stay_and_suspend(lease, now):
-            self._requeue(lease, now)
+            self.requeue(lease, now)
 
     def _stay_and_suspend(self, lease: Lease, now: datetime) -> bool:
         """Drop the lease's evacuation (its plan out of the table, the live migration not begun) and plan
@@ -778,7 +789,7 @@ class LeaseScheduler:
             self.vm.plan_suspension(lease, vm, needed_by)
             if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
                    for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
-                self._replan(lease)
+                self.replan(lease)
                 return True
         return False
 
@@ -790,87 +801,16 @@ class LeaseScheduler:
                 if rr in self.table:
                     self._uncommit(rr)
         self._forget_future(lease)
-        if lease in self.queue:
-            i = self.queue.index(lease)
-            del self.queue[i], self._queue_keys[i]
+        self.queue.remove(lease)
         lease.reason = reason
         if not lease.is_final:
-            self._set_state(lease, S.FAILED, now)
+            self.set_state(lease, S.FAILED, now)
             self._ended(lease)
 
-    # -- drain -------------------------------------------------------------------------------------------------
+    # -- drained hosts (the planning of a drain is `drain.plan_drain`) --------------------------------------
     def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
-        """Plan to empty `host` by `by` and keep it empty: running VMs are live-migrated elsewhere (with
-        `migrate-first`), else suspended, else requeued when preemptible; leases planned on it are
-        re-planned elsewhere. What can do neither (a running advance reservation with nowhere to go, or
-        one planned that fits nowhere else) keeps the host until it ends: the host is unavailable from
-        the latest of those ends and `by`."""
-        if host not in self.table.hosts:
-            raise InvalidRequest("host", f"no host named {host!r}")
-        if host in self.blocks:
-            raise InvalidRequest("host", f"{host} is already drained (from {iso(self.blocks[host].start)})")
-        nexttime = now + self.config.non_schedulable_interval
-        by = max(by, nexttime)
-        ids = sorted({rr.lease_id for rr in self.table.reservations_overlapping(by, FOREVER, {host})})
-        outcome: dict[int, str] = {}
-        kept_until = by
-        planned_later: list[Lease] = []
-        for lease in (self.leases[i] for i in ids):
-            vm = lease.running_vm
-            if vm is None or lease.state is not S.ACTIVE or len(lease.open_vms()) > 1:
-                if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
-                    planned_later.append(lease)
-                else:   # mid-way through an overhead (suspending, resuming, migrating): let it finish
-                    kept_until = max(kept_until, lease.open_vms()[-1].final_end)
-                    outcome[lease.id] = f"keeps {host} until {iso(lease.open_vms()[-1].final_end)}"
-                continue
-            self._unplan(lease)
-            if self.config.preemption_mode == "migrate-first":
-                evacuation = self.evacuation.plan(lease, vm, by, {host}, nexttime)
-                if evacuation is not None:
-                    self._commit_evacuation(lease, evacuation)
-                    migration = evacuation.migration
-                    outcome[lease.id] = (f"live-migrates to {', '.join(sorted({d for _, d in migration.transfers.values()}))}"
-                                         f" {iso(migration.start)} → {iso(migration.end)}")
-                    continue
-            if lease.preemptible:
-                if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
-                    self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
-                    self._replan(lease)
-                    outcome[lease.id] = f"suspends by {iso(min(vm.final_end, by))}"
-                else:
-                    self._requeue(lease, now)
-                    outcome[lease.id] = "requeued (its VMs are stopped)"
-                continue
-            self._replan(lease)
-            kept_until = max(kept_until, vm.final_end)
-            outcome[lease.id] = f"keeps {host} until {iso(vm.final_end)} (not preemptible, nowhere to go)"
-        # leases planned on the host but not started: the best-effort ones go back to the queue (placed
-        # again once the host is blocked); reservations are placed again, on it only before the block
-        ars = []
-        for lease in planned_later:
-            self._drop_plan(lease, now)
-            if lease.type is LeaseType.BEST_EFFORT:
-                self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
-                self._enqueue(lease)
-                outcome[lease.id] = "re-planned on other hosts"
-            else:
-                ars.append(lease)
-        block = self.block_host(host, kept_until)
-        for lease in ars:
-            try:
-                self._schedule_lease(lease, nexttime, now)
-                outcome[lease.id] = f"re-planned on {', '.join(_planned_vm(lease).hosts)}"
-            except NotSchedulable:
-                # no room elsewhere: it keeps its host, which is then unavailable only after it
-                self.table.remove(block)
-                del self.blocks[host]
-                self._schedule_lease(lease, nexttime, now)
-                kept_until = max(kept_until, _planned_vm(lease).final_end)
-                block = self.block_host(host, kept_until)
-                outcome[lease.id] = f"keeps {host} until {iso(kept_until)} (fits nowhere else)"
-        self._queue_dirty = True
-        return DrainPlan(host=host, unavailable_from=block.start, leases=outcome)
+        """Plan to empty `host` by `by` and keep it empty (`drain.plan_drain`)."""
+        return plan_drain(self, host, by, now)
 
     def block_host(self, host: str, since: datetime) -> Reservation:
         """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
@@ -902,7 +842,7 @@ class LeaseScheduler:
             if lease.state is S.PENDING:
                 self.pending.append(lease)
             elif lease.state in (S.QUEUED, S.SUSPENDED_QUEUED):
-                self._enqueue(lease)
+                self.enqueue(lease)
             for vm in lease.open_vms():
                 for rr in vm.all_parts():
                     if rr.state is not ReservationState.DONE and rr not in self.table:
@@ -926,18 +866,18 @@ class LeaseScheduler:
         scratch."""
         lease = self.lease(lease_id)
         if requeue and lease.type is LeaseType.BEST_EFFORT:
-            self._drop_plan(lease, now)
+            self.drop_plan(lease, now)
             lease.accumulated = ZERO
             lease.reason = reason
             target = S.QUEUED
             if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
                 target = S.FAILED
-            self._set_state(lease, target, now)
+            self.set_state(lease, target, now)
             if target is S.FAILED:
                 self._ended(lease)
             if target is S.QUEUED:
                 lease.requeues += 1
-                self._enqueue(lease)
+                self.enqueue(lease)
         else:
             self._fail(lease, reason, now)
         return lease
@@ -956,13 +896,13 @@ class LeaseScheduler:
         nodes = {**vm.nodes, **moved}
         held = Mapping(nodes, vm.end).per_host(lease)
         parts = [vm, *vm.post]
-        self._unplan(lease)
+        self.unplan(lease)
         room = all(self.table.fits(host, amount, max(rr.start, now), max(rr.end, now))
                    for rr in parts for host, amount in held.items())
         if room:
             for rr in parts:
                 rr.nodes, rr.resources = dict(nodes), dict(held)
-        self._replan(lease)
+        self.replan(lease)
         return room
 
     def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
@@ -1008,23 +948,6 @@ class LeaseScheduler:
     def idle(self) -> bool:
         """Nothing pending, queued or planned (a drained host's block is not a plan)."""
         return not self.pending and not self.queue and len(self.table) == len(self.blocks)
-
-
-def _planned_vm(lease: Lease) -> Reservation:
-    """The lease's last VM reservation, which a lease just scheduled has."""
-    vm = lease.last_vm
-    if vm is None:
-        raise InconsistentSchedule(f"lease {lease.id} was scheduled but has no VM reservation")
-    return vm
-
-
-@dataclass
-class DrainPlan:
-    """What a drain does: when the host becomes unavailable, and what happens to each lease on it."""
-
-    host: str
-    unavailable_from: datetime
-    leases: dict[int, str]
 
 
 class _FailureMemo:

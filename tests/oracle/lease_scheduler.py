@@ -149,11 +149,31 @@ class LeaseScheduler:
         for planned in lease.open_vms():
             for part in planned.all_parts():
                 self.commit(part)
+        needed = set(vm.resources)
+        # while one victim gives way, the others still hold their plans (on the new lease's hosts only
+        # until its start)
+        holds = {victim.id: self.hold(victim, vm.start, needed) for victim in victims}
         for victim in victims:
-            self.preempt(victim, vm.start, set(vm.resources), now)
+            for rr in holds.pop(victim.id):
+                self.table.remove(rr)
+            self.preempt(victim, vm.start, needed, now)
         if in_future:
             self.vm.future_leases.add(lease.id)
         lease.set_state(S.SUSPENDED_SCHEDULED if resuming else S.SCHEDULED, now)
+
+    def hold(self, victim: Lease, at: datetime, needed: set[str]) -> list[Reservation]:
+        holds = []
+        for vm in victim.open_vms():
+            for rr in vm.all_parts():
+                if rr.state is DONE:
+                    continue
+                on_needed = {h: r for h, r in rr.resources.items() if h in needed}
+                elsewhere = {h: r for h, r in rr.resources.items() if h not in needed}
+                for held, end in ((on_needed, min(rr.end, at)), (elsewhere, rr.end)):
+                    if held and end > rr.start:
+                        holds.append(self.table.add(Reservation(lease_id=victim.id, kind=ReservationKind.UNAVAILABLE,
+                                                                start=rr.start, end=end, resources=held)))
+        return holds
 
     def evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation, nexttime: datetime):
         """migrate-first: a placement to be suspended on some hosts moves those VMs live to hosts free until
