@@ -51,6 +51,7 @@ from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
 from orchestrator.planning.queue import Entry, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.planning.slottable.timeline import HostTimeline
 from orchestrator.planning.vm_scheduler import VMScheduler
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,12 @@ class LeaseScheduler:
         self._events: list[tuple] = []
         self._seq = 0
         self._next_id = 1
+        #: what the scheduler remembers of the table, forgotten as the table tells of a change (`listen`):
+        #: why a request's nodes could not run even on an empty site (None: they could), and whether
+        #: capacity was freed since the last pass over the queue
         self._misfit_cache: dict[tuple, str | None] = {}
         self._queue_dirty = False
+        table.listen(self)
         #: what lets a pass over the queue see a change other than a reservation removed (see
         #: `_process_queue`): the next schedulable time of the last pass, when it moves with time; and
         #: whether a suspended lease whose images may move waits there
@@ -160,6 +165,19 @@ class LeaseScheduler:
             if placed == lease.numnodes:
                 return None
         return f"nodes: {lease.numnodes} nodes do not fit on the site even when it is empty"
+
+    # -- what the slot table tells (`table.TableListener`) ------------------------------------------------
+    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
+        if not added:   # (capacity freed: a lease that did not fit may fit now)
+            self._queue_dirty = True
+
+    def host_added(self, timeline: HostTimeline) -> None:
+        self._misfit_cache.clear()
+        self._queue_dirty = True
+
+    def host_removed(self, name: str) -> None:
+        self._misfit_cache.clear()
+        self._queue_dirty = True
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
@@ -541,7 +559,6 @@ class LeaseScheduler:
 
     def _uncommit(self, rr: Reservation) -> None:
         self.table.remove(rr)
-        self._queue_dirty = True
 
     def _push(self, t: datetime, phase: int, rr: Reservation) -> None:
         self._seq += 1
@@ -827,7 +844,6 @@ class LeaseScheduler:
         if block is None:
             raise InvalidRequest("host", f"{host} is not drained")
         self.table.remove(block)
-        self._queue_dirty = True
         self.reevaluate(now, FOREVER)
 
     # -- persistence and operations from outside ------------------------------------------------------

@@ -466,9 +466,6 @@ class _AlikePacking:
             potential -= len(held)
             if taken:
                 ranked = ranked[taken:]
-        walk = self.table.core.alike_walk   # (the compiled walk, on a table with the compiled core)
-        if walk is not None:
-            return walk(self, ranked, hosts, potential, held)
         return self._walk(ranked, hosts, potential, held)
 
     def _take_steady_head(self, ranked: list[int], names: list[str], per_row: list[int], steady: np.ndarray,

@@ -24,32 +24,10 @@ from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.slottable import choice
-from orchestrator.planning.slottable.choice import CORES, REFERENCE
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 CAP = Resources.of(8, 8192)
-
-
-@pytest.fixture(autouse=True, params=sorted(CORES))
-def core(request, monkeypatch):
-    """Every test here runs on each core (`choice.py`): the compiled one and the reference."""
-    kind = CORES[request.param]
-    assert kind is not None, "the compiled core was not built (pip install builds it with a C compiler)"
-    monkeypatch.setattr(choice, "DEFAULT_CORE", kind)
-    return kind
-
-
-def test_the_compiled_timeline_is_built_from_its_current_source(core):
-    """pip install builds it (deploy/install.sh checks that it did); an editable install does not build
-    it again when ctimeline.pyx changes: run `pip install -e .` again then."""
-    from pathlib import Path
-
-    from orchestrator.planning.slottable import ctimeline
-    built = Path(ctimeline.__file__)
-    assert built.suffix != ".pyx" and built.stat().st_mtime >= (built.parent / "ctimeline.pyx").stat().st_mtime
-    assert type(SlotTable({"h1": CAP}).timeline("h1")) is core.timeline
 
 
 def T(minutes: float) -> datetime:
@@ -541,7 +519,7 @@ def test_a_host_with_many_breakpoints_against_brute_force():
     """Thousands of breakpoints on one host: blocks split and merge; every answer matches a plain sum."""
     import random
     rng = random.Random(7)
-    table = SlotTable({"h1": Resources.of(10_000, 10**9)}, core=REFERENCE)   # (its blocks)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9)})
     live = []
     for lease in range(1, 3001):
         start = rng.randrange(0, 20_000)
@@ -660,7 +638,7 @@ def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
 
     from orchestrator.planning.slottable import blocks
     rng = random.Random(3)
-    table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP}, core=REFERENCE)   # (its blocks)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP})
     tl = table.timeline("h1")
     live = []
 
@@ -751,17 +729,14 @@ def test_the_slot_table_modules_import_only_modules_before_them():
     from pathlib import Path
 
     import orchestrator.planning.slottable as package
-    order = ["keys", "blocks", "shared_usage", "excluding", "timeline", "ctimeline", "hoststates", "choice", "table"]
+    order = ["keys", "blocks", "shared_usage", "excluding", "timeline", "hoststates", "table"]
     folder = Path(package.__path__[0])
-    sources = {p.stem: p for p in [*folder.glob("*.py"), *folder.glob("*.pyx")]}
+    sources = {p.stem: p for p in folder.glob("*.py")}
     assert sorted(sources) == sorted([*order, "__init__"])
     prefix = "orchestrator.planning.slottable"
     for position, name in enumerate(order):
         source = sources[name].read_text()
         assert "TYPE_CHECKING" not in source, name
-        if sources[name].suffix == ".pyx":   # (Cython: its Python imports, one a line, are Python)
-            source = "\n".join(line for line in source.splitlines() if line.startswith(("from ", "import "))
-                               and not line.startswith(("from libc", "from cpython")))
         used = set()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom) and node.module == prefix:

@@ -26,7 +26,6 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import blocks, shared_usage, timeline
 from orchestrator.planning.slottable import table as slottable
-from orchestrator.planning.slottable.choice import CORES
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -106,15 +105,10 @@ position_sets = st.sets(positions, max_size=4)
 
 
 class SlotTableMachine(RuleBasedStateMachine):
-    #: the core the table runs on (`choice.py`): the reference here, the compiled one below
-    kind = "reference"
-
     @initialize(caps=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 8)), min_size=1, max_size=3))
     def setup(self, caps):
         self.caps = {HOSTS[i]: Resources(cpu * 100, memory) for i, (cpu, memory) in enumerate(caps)}
-        core = CORES[self.kind]
-        assert core is not None, f"the {self.kind} core was not built"
-        self.table = SlotTable(self.caps, core=core)
+        self.table = SlotTable(self.caps)
         self.raw: Raw = {}
         self.objs: dict[int, Reservation] = {}
         self.next_lease = 1
@@ -240,28 +234,6 @@ class SlotTableMachine(RuleBasedStateMachine):
 TestSlotTableMachine = SlotTableMachine.TestCase
 TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None, report_multiple_bugs=False,
                                          suppress_health_check=[HealthCheck.too_slow])
-
-
-# -- the same machine on the compiled timeline (`ctimeline.pyx`) ---------------------------------------------------------
-
-class CompiledTimelineMachine(SlotTableMachine):
-    """With the shared usage vectors swept whenever their number doubles and the memo of usage transitions
-    starting again after two amounts or two transitions, as below for the reference: the compiled
-    timeline keeps a memo across the hosts of a reservation, which a sweep replaces."""
-    kind = "compiled"
-
-    def __init__(self):
-        super().__init__()
-        self._saved = shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS
-        shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = 2, 2
-
-    def teardown(self):
-        shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = self._saved
-
-
-TestCompiledTimelineMachine = CompiledTimelineMachine.TestCase
-TestCompiledTimelineMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
-                                                report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
 
 
 # -- the same machine with tiny blocks ---------------------------------------------------------------------------------

@@ -3,8 +3,6 @@
 Modules, each importing only those before it: `keys` (integer times and usage codes, their sentinels),
 `blocks` (the layout of a run of breakpoints in one integer array, and its lookup), `shared_usage` (the
 distinct usage vectors under their codes), `excluding` (queries that treat reservations as gone),
-`timeline` (one host's usage as a step function), `ctimeline` (the compiled core: timelines, the host
-states' refresh and the mapper's alike walk in C; built at install, Cython), `hoststates` (every host's
-state at a query time, kept valid incrementally), `choice` (which core a table runs on: the compiled one or
-the Python reference) and `table` (`SlotTable`, what the schedulers call).
+`timeline` (one host's usage as a step function), `hoststates` (every host's state at a query time, kept
+valid incrementally) and `table` (`SlotTable`, what the schedulers call).
 """

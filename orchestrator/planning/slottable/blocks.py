@@ -14,7 +14,7 @@ reverse order makes splitting one slice (`block[h:2n - h]` is breakpoints h.. wi
 merging one slice assignment. Codes are above every key (`keys.NOTHING_CODE`), so a bisect over the
 whole block stops among the keys.
 
-The point queries (`bisect_keys` and the reads of `block[-i]` after it; `HostTimeline.windows_at`, which
+The point queries (`bisect_keys` and the reads of `block[-i]` after it; `timeline.windows_at`, which
 runs it once per host, inlines it) and the walk that changes codes (`HostTimeline._shift`) index the block
 inline; everything else goes through the functions below.
 """

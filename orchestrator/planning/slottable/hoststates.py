@@ -31,7 +31,7 @@ import numpy as np
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
-from orchestrator.planning.slottable.timeline import HostTimeline, Window
+from orchestrator.planning.slottable.timeline import HostTimeline, windows_at
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
@@ -89,8 +89,8 @@ def refresh_rows(timelines: list[HostTimeline], rows: list[int], k: int, vectors
     """Read each of `rows` afresh from its timeline at key k into the rows' values (`_RowValues`'s lists:
     usage, code, count, palette id (`by_code`, else `new_code`), whether some CPU is free) and windows
     (`since`, `until`). Returns (the change in the number of rows with free CPU, the latest `since`
-    and the earliest `until` written). The reference; `ctimeline.refresh_rows` is the compiled one."""
-    found = HostTimeline.windows_at(timelines, rows, k)
+    and the earliest `until` written)."""
+    found = windows_at(timelines, rows, k)
     freed = 0
     for i, (c, n, _, _) in zip(rows, found):
         v = used[i] = vectors[c]
@@ -230,13 +230,8 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer)."""
 
-    def __init__(self, vectors: dict[int, Resources],
-                 windows_at: Callable[[list[HostTimeline], list[int], int], list[Window]] = HostTimeline.windows_at,
-                 refresh: Callable[..., tuple[int, int, int]] = refresh_rows) -> None:
+    def __init__(self, vectors: dict[int, Resources]) -> None:
         self._vectors = vectors
-        #: `HostTimeline.windows_at` and `refresh_rows` of the table's kind of timeline (`choice.py`)
-        self._windows_at = windows_at
-        self._refresh_rows = refresh
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -253,7 +248,8 @@ class HostStates:
         self._rooms: dict[Resources, _Room] = {}
         self._changed()
 
-    def add_host(self, timeline: HostTimeline) -> None:
+    # -- what the slot table tells (`table.TableListener`) -------------------------------------------------------
+    def host_added(self, timeline: HostTimeline) -> None:
         self._index[timeline.name] = len(self.names)
         self.names.append(timeline.name)
         self._timelines.append(timeline)
@@ -261,7 +257,7 @@ class HostStates:
         self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
         self._changed()
 
-    def remove_host(self, name: str) -> None:
+    def host_removed(self, name: str) -> None:
         i = self._index.pop(name)
         del self.names[i], self._timelines[i], self._capacities[i]
         self.capacity = np.delete(self.capacity, i, axis=0)
@@ -390,7 +386,7 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._windows.until
 
-    def changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
+    def reservation_changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
         it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
         For the others the usage stays; a reservation put in only narrows their windows (its start or
@@ -456,7 +452,7 @@ class HostStates:
         self.version += 1
         values, windows = self._values, self._windows
         self._arrays.pending.update(rows)
-        freed, most, least = self._refresh_rows(
+        freed, most, least = refresh_rows(
             self._timelines, rows, k, self._vectors, values.used, values.code, values.count, values.vector_id,
             self._palette.by_code, self._new_code, self._capacities, values.cpu_free, windows.since, windows.until)
         values.cpu_free_rows += freed
@@ -505,7 +501,7 @@ class HostStates:
             changed = [i for i in rows if until[i] <= k]
         if changed:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, (code, _, _, _) in zip(changed, self._windows_at(self._timelines, changed, k)):
+            for i, (code, _, _, _) in zip(changed, windows_at(self._timelines, changed, k)):
                 fit = known[groups[i]].get(code)
                 if fit is None:
                     fit = room.learn(groups[i], code, vectors[code], capacities[i])

@@ -1,8 +1,7 @@
 """The slot table: per host, capacity and the reservations over time, answering the scheduler's queries.
 
-Each host's usage is a step function (`timeline.HostTimeline`, kept in blocks of integer arrays: `blocks`;
-or its compiled twin in C arrays, `ctimeline`, which `choice.py` picks when it was built): times become
-integer keys at this module's boundary (`keys.time_key`), datetimes go in and come out. Usage vectors
+Each host's usage is a step function (`timeline.HostTimeline`, kept in blocks of integer arrays: `blocks`):
+times become integer keys at this module's boundary (`keys.time_key`), datetimes go in and come out. Usage vectors
 are shared by value across the table (`shared_usage.SharedUsage`, which gives each an integer code): a
 plan has a few hundred distinct ones, so they stay in the CPU caches. Every host's state at the
 scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
@@ -21,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Protocol, cast
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -31,17 +30,28 @@ from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
 from orchestrator.model.timeutil import FOREVER
 from orchestrator.planning.slottable.blocks import bisect_keys
-from orchestrator.planning.slottable import choice
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, time_key
 from orchestrator.planning.slottable.shared_usage import SharedUsage
-from orchestrator.planning.slottable.timeline import AT_START, HostTimeline
+from orchestrator.planning.slottable.timeline import AT_START, HostTimeline, add_on_hosts, remove_on_hosts
 
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
 # `latest_fit` answers for a request that fits for ever; `time_key`, `BEFORE_ALL` and `AFTER_ALL` are the
 # keys `unchanged_until` and `HostTimeline.scan` speak in.
 __all__ = ["AFTER_ALL", "BEFORE_ALL", "FOREVER", "HostTimeline", "SharedUsage", "SlotTable", "time_key"]
+
+
+class TableListener(Protocol):
+    """What hears of every change to a slot table: whatever is derived from the table's contents (the host
+    states, the scheduler's memos) learns of a change this way and no other."""
+
+    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
+        """A reservation over the keys [ks, ke) was put on these hosts (`added`) or taken off them."""
+
+    def host_added(self, timeline: HostTimeline) -> None: ...
+
+    def host_removed(self, name: str) -> None: ...
 
 
 #: reservation ids stay below this (the table hands them out one by one)
@@ -62,14 +72,7 @@ def _after_ends_at(t: datetime) -> int:
 class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
-    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
-                 core: choice.Core | None = None):
-        #: the kind of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
-        #: reference); both give the same answers
-        #: what the table runs on (`choice.py`): also says which walk of alike nodes the mapper runs
-        self.core = core = core or choice.DEFAULT_CORE
-        #: the timeline class in use (compiled or the Python reference): its class methods edit many at once
-        self._timeline_type: Any = core.timeline
+    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = ()):
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
@@ -82,10 +85,13 @@ class SlotTable:
         self._largest: Resources | None = None
         self._single = self._shared.single
         self._vectors = self._shared.vectors
+        #: what hears of every change (`listen`): the two host-state snapshots below first
+        self._listeners: list[TableListener] = []
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows),
-                           HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows))
+        self._snapshots = (HostStates(self._vectors), HostStates(self._vectors))
+        for snapshot in self._snapshots:
+            self.listen(snapshot)
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
@@ -99,15 +105,20 @@ class SlotTable:
         for name, capacity in items:
             self.add_host(name, capacity)
 
+    def listen(self, listener: TableListener) -> None:
+        """Tell `listener` of every change from now on (hosts added or removed, reservations put in or
+        taken out: a zero-length one changes no host's usage and is not told)."""
+        self._listeners.append(listener)
+
     # -- hosts -----------------------------------------------------------------------------------------
     def add_host(self, name: str, capacity: Resources) -> None:
         if name in self._hosts:
             raise InvalidRequest("host", f"{name!r} is already in the slot table")
         capacity.validate(f"host {name}")
-        self._hosts[name] = self._timeline_type(name, capacity, self._shared)
+        self._hosts[name] = HostTimeline(name, capacity, self._shared)
         self._largest = None
-        for snapshot in self._snapshots:
-            snapshot.add_host(self._hosts[name])
+        for listener in self._listeners:
+            listener.host_added(self._hosts[name])
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
@@ -116,8 +127,8 @@ class SlotTable:
         del self._hosts[name]
         timeline.detach()
         self._largest = None
-        for snapshot in self._snapshots:
-            snapshot.remove_host(name)
+        for listener in self._listeners:
+            listener.host_removed(name)
 
     @property
     def hosts(self) -> list[str]:
@@ -173,10 +184,10 @@ class SlotTable:
         if end > start:
             ks, ke = time_key(start), time_key(end)
             hosts = self._hosts
-            self._timeline_type.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+            add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
                                              ks, ke, start, end)
-            for snapshot in self._snapshots:
-                snapshot.changed(rr.resources, ks, ke, True)
+            for listener in self._listeners:
+                listener.reservation_changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
         by_lease = self._by_lease
         held = by_lease.get(rr.lease_id)
@@ -197,10 +208,10 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            self._timeline_type.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+            remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
                                                 ks, ke)
-            for snapshot in self._snapshots:
-                snapshot.changed(rr.resources, ks, ke, False)
+            for listener in self._listeners:
+                listener.reservation_changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
         if not isinstance(held, dict):

@@ -38,7 +38,7 @@ _MIN_BLOCK = _LOAD // 4
 AT_START = object()
 
 
-#: what `HostTimeline.windows_at` answers per host at a key k: (the code of its usage at k, the number of
+#: what `timeline.windows_at` answers per host at a key k: (the code of its usage at k, the number of
 #: reservations in force, and the keys since and until which both hold: the breakpoints around k, or
 #: BEFORE_ALL / AFTER_ALL where there is none). A plain tuple, unpacked by name where it is read: one is
 #: built per host whenever the host states refresh, and a NamedTuple is built through a Python-level __new__.
@@ -227,34 +227,6 @@ class HostTimeline:
         b, i = self._split(ks, start)
         self._shift_until(b, i, ke, amount, True)
 
-    @staticmethod
-    def add_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int,
-                     start: datetime, end: datetime) -> None:
-        """`add_keys` of one reservation on each of its hosts (timeline, amount there), in one loop: a
-        reservation of a big lease holds a hundred hosts or more, most of them empty or of one block,
-        and these are changed without going through `add_keys` (an empty host's usage code is looked up
-        once per amount)."""
-        last_amount = entry = None
-        for tl, amount in held:
-            if tl._len:
-                if tl._k0 is not None:
-                    tl._add_in_one_block(ks, ke, amount, start, end)
-                else:
-                    tl.add_keys(ks, ke, amount, start, end)
-                continue
-            if amount is not last_amount:
-                shared = tl._shared
-                entry = (shared.transitions(amount, True).get(NOTHING_CODE)
-                         or shared.step(NOTHING_CODE, amount, True))
-                last_amount = amount
-            tl._hold_only(ks, ke, entry[0], entry[1], start, end)
-
-    @staticmethod
-    def remove_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
-        """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
-        for tl, amount in held:
-            tl.remove_keys(ks, ke, amount)
-
     def _shift_until(self, b: int, i: int, ke: int, amount: Resources, adding: bool) -> None:
         """`_shift` every breakpoint from position i of block b up to key ke (a breakpoint), block by block."""
         while True:
@@ -269,19 +241,20 @@ class HostTimeline:
     def _shift(self, b: int, i: int, j: int, amount: Resources, adding: bool) -> None:
         """Add `amount` to (or take it off) the usage from breakpoints i to j - 1 of block b: each code
         becomes the code of its usage plus or minus the amount, as remembered (`SharedUsage`)."""
-        block, usage, count = self._blocks[b], self._usage[b], self._count[b]
+        codes, usage, counts = self._blocks[b], self._usage[b], self._count[b]   # (compiled: typed views)
         shared = self._shared
         memo = shared.transitions(amount, adding)
         one = 1 if adding else -1
-        last = len(block) - 1            # breakpoint m's code is at last - m (blocks.py: codes run backwards)
+        last = len(codes) - 1            # breakpoint m's code is at last - m (blocks.py: codes run backwards)
         for m in range(i, j):
             at = last - m
-            entry = memo.get(block[at])
+            entry = memo.get(codes[at])
             if entry is None:
-                entry = shared.step(block[at], amount, adding)
+                entry = shared.step(codes[at], amount, adding)
                 memo = shared.transitions(amount, adding)
-            usage[m], block[at] = entry
-            count[m] += one
+            usage[m] = entry[0]
+            codes[at] = entry[1]
+            counts[m] += one
 
     # A host with one block (up to 2 x _LOAD breakpoints: every host of a small site, most of a big one)
     # is changed in place by the two methods below: no block-level search, one pass. They do what
@@ -386,42 +359,8 @@ class HostTimeline:
     def window_key(self, k: int) -> tuple[Resources, int, int, int]:
         """(usage, reservation count) at key k and the keys [since, until) of the breakpoints around k
         between which they hold (BEFORE_ALL / AFTER_ALL where there is none)."""
-        [(code, count, since, until)] = HostTimeline.windows_at([self], [0], k)
+        [(code, count, since, until)] = windows_at([self], [0], k)
         return self._vectors[code], count, since, until
-
-    @staticmethod
-    def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[Window]:
-        """`window_key` for many hosts at once (timelines[row] for each of `rows`), with the usage as its
-        code: the host states refresh their rows with one call for all of them, and key their memos by
-        the integer codes."""
-        out: list[Window] = []
-        append = out.append
-        strided_read_above, keys_per_line = block_ops.STRIDED_READ_ABOVE, block_ops.KEYS_PER_LINE
-        for r in rows:
-            tl = timelines[r]
-            block = tl._k0
-            if block is not None:   # (one block: the usual small host)
-                counts = tl._c0
-                after_block = AFTER_ALL
-            else:
-                mins = tl._mins
-                b = bisect_right(mins, k) - 1
-                if b < 0:
-                    append((NOTHING_CODE, 0, BEFORE_ALL, mins[0] if mins else AFTER_ALL))
-                    continue
-                block, counts = tl._blocks[b], tl._count[b]
-                after_block = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
-            # bisect_keys(block, k), inline: this loop runs once per host
-            n = len(block) >> 1
-            if n > strided_read_above:
-                block[:n:keys_per_line]
-            i = bisect_right(block, k)
-            following = block[i] if i < n else after_block
-            if i:
-                append((block[-i], counts[i - 1], block[i - 1], following))
-            else:
-                append((NOTHING_CODE, 0, BEFORE_ALL, following))
-        return out
 
     def scan(self, k1: int, k2: int | None, request: Resources,
              relevant: list[Excluded] | None = None) -> datetime | object | None:
@@ -447,22 +386,19 @@ class HostTimeline:
         if relevant:
             used = sub(used, excluded_amount(relevant, k1))
         # exactly resources.fits(used, request, cap), with the capacity sums hoisted out of the loop
-        if not (used[0] + r0 <= c0 and used[1] + r1 <= c1 and used[2] + r2 <= c2
-                and used[3] + r3 <= c3 and used[4] + r4 <= c4):
+        if not _fits(used, r0, r1, r2, r3, r4, c0, c1, c2, c3, c4):
             return AT_START
-        if k2 is None:
-            k2 = AFTER_ALL
+        end = AFTER_ALL if k2 is None else k2
         while b < nb:
-            block, usage = blocks[b], usage_[b]
+            keys, usage = blocks[b], usage_[b]   # (compiled: the keys as a typed view)
             for j in range(i, len(usage)):
-                k = block[j]
-                if k >= k2:
+                k = keys[j]
+                if k >= end:
                     return None
                 used = usage[j]
                 if relevant:
                     used = sub(used, excluded_amount(relevant, k))
-                if not (used[0] + r0 <= c0 and used[1] + r1 <= c1 and used[2] + r2 <= c2
-                        and used[3] + r3 <= c3 and used[4] + r4 <= c4):
+                if not _fits(used, r0, r1, r2, r3, r4, c0, c1, c2, c3, c4):
                     return self._times[b][j]
             b += 1
             i = 0
@@ -550,3 +486,72 @@ class HostTimeline:
     def __len__(self) -> int:
         return self._len
 
+
+def add_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int,
+                 start: datetime, end: datetime) -> None:
+    """`add_keys` of one reservation on each of its hosts (timeline, amount there), in one loop: a
+    reservation of a big lease holds a hundred hosts or more, most of them empty or of one block,
+    and these are changed without going through `add_keys` (an empty host's usage code is looked up
+    once per amount)."""
+    last_amount = entry = None
+    for tl, amount in held:
+        if tl._len:
+            if tl._k0 is not None:
+                tl._add_in_one_block(ks, ke, amount, start, end)
+            else:
+                tl.add_keys(ks, ke, amount, start, end)
+            continue
+        if amount is not last_amount:
+            shared = tl._shared
+            entry = (shared.transitions(amount, True).get(NOTHING_CODE)
+                     or shared.step(NOTHING_CODE, amount, True))
+            last_amount = amount
+        tl._hold_only(ks, ke, entry[0], entry[1], start, end)
+
+
+def remove_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
+    """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
+    for tl, amount in held:
+        tl.remove_keys(ks, ke, amount)
+
+
+def _fits(used: Resources, r0: float, r1: float, r2: float, r3: float, r4: float,
+          c0: float, c1: float, c2: float, c3: float, c4: float) -> bool:
+    """`resources.fits(used, request, capacity)`, given the request's fields and the capacity's plus EPSILON."""
+    u0, u1, u2, u3, u4 = used
+    return u0 + r0 <= c0 and u1 + r1 <= c1 and u2 + r2 <= c2 and u3 + r3 <= c3 and u4 + r4 <= c4
+
+
+def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[Window]:
+    """`window_key` for many hosts at once (timelines[row] for each of `rows`), with the usage as its
+    code: the host states refresh their rows with one call for all of them, and key their memos by
+    the integer codes."""
+    out: list[Window] = []
+    append = out.append
+    strided_read_above, keys_per_line = block_ops.STRIDED_READ_ABOVE, block_ops.KEYS_PER_LINE
+    for r in rows:
+        tl = timelines[r]
+        block = tl._k0
+        if block is not None:   # (one block: the usual small host)
+            counts = tl._c0
+            after_block = AFTER_ALL
+        else:
+            mins = tl._mins
+            b = bisect_right(mins, k) - 1
+            if b < 0:
+                append((NOTHING_CODE, 0, BEFORE_ALL, mins[0] if mins else AFTER_ALL))
+                continue
+            block, counts = tl._blocks[b], tl._count[b]
+            after_block = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
+        # bisect_keys(block, k), inline: this loop runs once per host
+        keys = block   # (compiled: a typed view)
+        n = len(keys) >> 1
+        if n > strided_read_above:
+            block[:n:keys_per_line]
+        i = bisect_right(block, k)
+        following = keys[i] if i < n else after_block
+        if i:
+            append((keys[-i], counts[i - 1], keys[i - 1], following))
+        else:
+            append((NOTHING_CODE, 0, BEFORE_ALL, following))
+    return out
