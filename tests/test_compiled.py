@@ -1,5 +1,6 @@
-"""The scheduler's hot path compiled by mypyc (`orchestrator/compiled.py`): built by pip install, planning
-exactly as its Python sources do, and set aside for the sources when they are edited after the build."""
+"""The modules Cython compiles (`orchestrator/compiled.py`): built by pip install (or `python3 setup.py
+build_ext --inplace`), planning exactly as their Python sources do, set aside for the sources when one of
+their inputs (a `.py` or its `.pxd`) is edited after the build, and all run from source when asked."""
 
 from __future__ import annotations
 
@@ -25,55 +26,62 @@ from tests.support.times import EPOCH
 ROOT = Path(__file__).resolve().parents[1]
 KTH = ROOT / "benchmarks" / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
 CLI = "from orchestrator.cli import main; main()"
+#: which file each compiled module was loaded from, and whether the set is in use
+PROBE = ("import orchestrator.compiled as c, importlib, pathlib; cwd = str(pathlib.Path.cwd())\n"
+         "print(*[importlib.import_module(c.module_name(m)).__file__.removeprefix(cwd) for m in c.MODULES], "
+         "c.in_use())")
+
+needs_build = pytest.mark.skipif(not compiled.in_use(), reason="the compiled modules are not built here (a checkout "
+                                 "without `python3 setup.py build_ext --inplace`: everything runs from source)")
 
 
 def _python(code: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
+    environ = {k: v for k, v in os.environ.items() if k not in (compiled.PURE_ENV, "PYTHONPATH")}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env={**environ, **(env or {})},
                           capture_output=True, text=True, timeout=600)
 
 
-def test_the_compiled_group_is_built_from_the_current_sources():
-    """pip install builds it (deploy/install.sh checks that it did); after an edit to one of its sources,
-    `pip install -e .` builds it again."""
-    import importlib
-
-    assert compiled.stale_modules() == [], "run `pip install -e .` again: the compiled group is older than its sources"
+@needs_build
+def test_every_compiled_module_is_built_from_its_current_inputs():
+    """Each module and its .pxd have the digests recorded at the build; `import` gives the extensions."""
+    assert compiled.stale_modules() == [], "run `python3 setup.py build_ext --inplace` again: the build is older"
+    recorded = json.loads((ROOT / "orchestrator" / compiled.MANIFEST).read_text())
+    assert recorded == compiled.digests()
+    assert any(path.endswith(".pxd") for path in recorded)   # (the C types are inputs too)
     for module in compiled.MODULES:
-        importlib.import_module(module.removesuffix(".py").replace("/", "."))
-    assert compiled.in_use(), "the compiled group was not built (pip install builds it with mypy and a C compiler)"
-    for module in compiled.MODULES:
-        assert not sys.modules[module.removesuffix(".py").replace("/", ".")].__file__.endswith(".py"), module
+        assert compiled.built(module) is not None, module
+    assert compiled.in_use()
 
 
-def test_the_sources_are_used_when_asked_and_the_compiled_timeline_stays():
-    code = ("import orchestrator.compiled as c, orchestrator.planning.lease_scheduler as l, "
-            "orchestrator.planning.slottable.ctimeline as t; print(l.__file__, c.in_use(), t.__file__)")
-    pure = _python(code, cwd=ROOT, env={compiled.PURE_ENV: "1"})
-    source, in_use, timeline = pure.stdout.split()
-    assert source.endswith("lease_scheduler.py") and in_use == "False" and not timeline.endswith(".pyx")
+@needs_build
+def test_the_variable_runs_every_module_from_source():
+    pure = _python(PROBE, cwd=ROOT, env={compiled.PURE_ENV: "1"})
+    *files, in_use = pure.stdout.split()
+    assert in_use == "False" and all(f.endswith(".py") for f in files) and len(files) == len(compiled.MODULES)
     assert pure.stderr == ""   # (asked for: nothing to warn about)
-    assert _python(code, cwd=ROOT).stdout.split()[1] == "True"
+    *files, in_use = _python(PROBE, cwd=ROOT).stdout.split()
+    assert in_use == "True" and not any(f.endswith(".py") for f in files)
 
 
 def _simulate(workload: Path, config: str, tmp: Path, pure: bool) -> dict:
     (tmp / "config.toml").write_text(config)
     out = tmp / ("pure.json" if pure else "compiled.json")
     run = _python(CLI, "simulate", str(workload), "--config", str(tmp / "config.toml"), "--json", str(out),
-                  "--quiet", cwd=tmp, env={compiled.PURE_ENV: "1"} if pure else None)
+                  "--quiet", cwd=ROOT, env={compiled.PURE_ENV: "1"} if pure else None)
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     del result["metrics"]["wall_seconds"]
     return result
 
 
+@needs_build
 @pytest.mark.parametrize("workload, config", [
     (ROOT / "examples" / "preemption.lwf", '[simulation]\nstart = "2026-01-01T13:00:00Z"\n'),
     (ROOT / "examples" / "mixed.lwf", ""),
     (KTH, '[scheduling]\nbackfilling = "aggressive"\n[workload.swf]\nfirst = 4000\n'),
     (KTH, '[scheduling]\npreemption_mode = "migrate-first"\n[workload.swf]\nfirst = 1500\n'),
 ])
-def test_the_compiled_group_plans_exactly_as_its_sources(workload, config, tmp_path):
+def test_the_compiled_modules_plan_exactly_as_their_sources(workload, config, tmp_path):
     """Every lease's record (its reservations, hosts, times and states) and every metric but the wall time."""
     compiled_run = _simulate(workload, config, tmp_path, pure=False)
     pure_run = _simulate(workload, config, tmp_path, pure=True)
@@ -82,32 +90,34 @@ def test_the_compiled_group_plans_exactly_as_its_sources(workload, config, tmp_p
 
 def _copy_of_the_package(tmp: Path) -> Path:
     shutil.copytree(ROOT / "orchestrator", tmp / "orchestrator", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "drivers", tmp / "drivers", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp
 
 
-PROBE = ("import orchestrator.compiled as c, orchestrator.planning.lease_scheduler as l; "
-         "print(l.__file__.removeprefix(str(__import__('pathlib').Path.cwd())), c.in_use())")
-
-
-def test_an_edited_source_sets_the_stale_build_aside_with_one_line_saying_so(tmp_path):
-    """A copy of the installed package: compiled as it is; after an edit to one source of the group, the
-    whole group loads from source (a compiled module would call the others natively), and a simulation runs."""
+@needs_build
+@pytest.mark.parametrize("edited", [compiled.MODULES[-1], compiled.MODULES[0].replace(".py", ".pxd")])
+def test_an_edited_input_sets_the_stale_build_aside_with_one_line_saying_so(tmp_path, edited):
+    """A copy of the built package: compiled as it is; after an edit to one input (a source, or the .pxd
+    beside one), every compiled module loads from source, and a simulation runs."""
     root = _copy_of_the_package(tmp_path)
     before = _python(PROBE, cwd=root)
-    assert before.stdout.startswith("/orchestrator/planning/lease_scheduler.cpython")   # (the copy's own build)
-    assert before.stdout.split()[1] == "True" and before.stderr == ""
-
-    edited = root / "orchestrator" / "planning" / "overheads.py"
-    edited.write_text(edited.read_text() + "\n# an edit\n")
-    assert compiled.stale_modules(root) == [m for m in compiled.MODULES if m.endswith("overheads.py")]
+    assert before.stdout.split()[-1] == "True" and before.stderr == ""
+    path = root / edited
+    if not path.exists():
+        pytest.skip(f"{edited} has no .pxd")
+    path.write_text(path.read_text() + "\n# an edit\n")
+    module = edited.replace(".pxd", ".py")
+    assert compiled.stale_modules(root) == [module]
+    *files, in_use = _python(PROBE, cwd=root).stdout.split()
+    assert in_use == "False" and all(f.endswith(".py") for f in files)
     after = _python(PROBE, cwd=root)
-    assert after.stdout.split() == ["/orchestrator/planning/lease_scheduler.py", "False"]
-    assert after.stderr.count("\n") == 1 and "orchestrator/planning/overheads.py changed after it was compiled" in after.stderr
+    assert after.stderr.count("\n") == 1 and f"{module} changed after it was compiled" in after.stderr
     run = _python(CLI, "simulate", str(ROOT / "examples" / "mixed.lwf"), "--quiet", cwd=root)
     assert run.returncode == 0 and "leases done" in run.stdout
 
 
-def test_a_group_built_in_part_or_without_its_record_is_stale_whole(tmp_path):
+@needs_build
+def test_a_set_built_in_part_or_without_its_record_is_stale_whole(tmp_path):
     root = _copy_of_the_package(tmp_path)
     assert compiled.stale_modules(root) == []
     (root / "orchestrator" / compiled.MANIFEST).unlink()
@@ -115,12 +125,26 @@ def test_a_group_built_in_part_or_without_its_record_is_stale_whole(tmp_path):
     shutil.copy(ROOT / "orchestrator" / compiled.MANIFEST, root / "orchestrator" / compiled.MANIFEST)
     compiled.built(compiled.MODULES[0], root).unlink()
     assert compiled.stale_modules(root) == list(compiled.MODULES[1:])
-    assert _python(PROBE, cwd=root).stdout.split()[1] == "False"
+    assert _python(PROBE, cwd=root).stdout.split()[-1] == "False"
+
+
+def test_a_module_that_does_not_compile_fails_the_build(tmp_path):
+    """setup.py does not go on without a module it could not compile: the build (and so pip install, and
+    deploy/install.sh) fails, naming it."""
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    _copy_of_the_package(tmp_path)
+    broken = tmp_path / compiled.MODULES[0].replace(".py", ".pxd")
+    broken.write_text("cdef class \n")   # (not Cython)
+    build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode != 0
+    assert compiled.MODULES[0].replace(".py", ".pxd") in build.stdout + build.stderr
+    assert compiled.built(compiled.MODULES[0], tmp_path) is None
 
 
 def test_frozen_values_copy_as_themselves_and_pickle_by_value():
-    """Compiled, a frozen dataclass cannot have its fields set one by one, which copy and pickle do by
-    default: they are immutable, so a copy is the value itself, and a pickle its constructor's arguments."""
+    """Immutable values: a copy is the value itself, and a pickle its constructor's arguments."""
     image = VMImage(disk="debian12.qcow2", size_mib=2048, login_user="debian")
     request = LeaseRequest(LeaseType.BEST_EFFORT, (Resources.of(2, 4096),) * 3, timedelta(hours=1), EPOCH,
                            image=image, real_duration=timedelta(minutes=20))
@@ -131,9 +155,7 @@ def test_frozen_values_copy_as_themselves_and_pickle_by_value():
 
 
 def test_a_deep_copy_of_a_reservation_keeps_every_field_and_its_links_within_the_copy():
-    """Compiled, `Reservation` has a native `__init__` (no bare `__new__` to fill in), so copies and pickles
-    go through `__reduce__`; the intents' snapshots deep-copy a VM reservation with its overheads, which
-    point back at it."""
+    """The intents' snapshots deep-copy a VM reservation with its overheads, which point back at it."""
     vm = Reservation(7, ReservationKind.VM, EPOCH, EPOCH + timedelta(hours=1), {"h1": Resources.of(1, 512)},
                      nodes={0: "h1"}, id=3, premature_end=EPOCH + timedelta(minutes=30), extra={"k": [1]})
     vm.post.append(Reservation(7, ReservationKind.SUSPEND, vm.end, vm.end + timedelta(minutes=1),
@@ -148,17 +170,3 @@ def test_a_deep_copy_of_a_reservation_keeps_every_field_and_its_links_within_the
     fresh = Reservation(1, ReservationKind.VM, EPOCH, EPOCH, {})
     assert (fresh.nodes, fresh.pre, fresh.post, fresh.extra, fresh.id, fresh.vm) == ({}, [], [], {}, 0, None)
     assert fresh.nodes is not Reservation(1, ReservationKind.VM, EPOCH, EPOCH, {}).nodes
-
-
-def test_amounts_and_user_ids_keep_their_type_as_in_the_sources():
-    """A `float` annotation would make compiled code turn every int into a float (`2` written back as `2.0`)."""
-    code = ("from orchestrator.model.resources import Resources, add, scale\n"
-            "from orchestrator.workloads.swf import parse_swf\n"
-            "r = Resources.of(2, 4096)\n"
-            "w = parse_swf('1 0 0 60 1 -1 -1 1 120 -1 1 17 1 1 1 1 -1 -1\\n')\n"
-            "print(add(r, r), scale(r, 3), w.requests[0][1].user)")
-    compiled_run = _python(code, cwd=ROOT)
-    pure_run = _python(code, cwd=ROOT, env={compiled.PURE_ENV: "1"})
-    assert compiled_run.returncode == 0, compiled_run.stderr
-    assert compiled_run.stdout == pure_run.stdout and "cpu=400," in compiled_run.stdout
-    assert compiled_run.stdout.split()[-1] == "17"
