@@ -26,7 +26,7 @@ KTH_NODES = 100   # the trace's MaxProcs: 100 one-processor nodes, as leasewise'
 
 
 def _leasewise(n: int | None, out: mp.Queue) -> None:
-    from orchestrator.model.config import config_from_dict
+    from orchestrator.config import config_from_dict
     from orchestrator.runtime.simulator import Simulator
     from orchestrator.workloads import load_workload
 

@@ -32,7 +32,7 @@ from queue import Empty
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.model.config import config_from_dict  # noqa: E402
+from orchestrator.config import config_from_dict  # noqa: E402
 from orchestrator.model.resources import Resources  # noqa: E402
 from orchestrator.runtime.simulator import Simulator  # noqa: E402
 from orchestrator.workloads import load_workload  # noqa: E402

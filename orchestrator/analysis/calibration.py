@@ -1,7 +1,7 @@
 """Calibration: fit the scheduler's cost models to measured migrations, suspensions and resumptions.
 
-`leasewise calibrate migration|suspend` (orchestrator/cli/calibrate.py) measures; this module only fits,
-builds the records to store, with no I/O.
+The calibration campaign (orchestrator/runtime/calibration/, run by `leasewise calibrate migration|suspend`)
+measures the samples; this module only fits, builds the records to store, with no I/O.
 
 Live migration follows the pre-copy model (`orchestrator.planning.precopy.predict_precopy`), whose free parameters are
 the effective bandwidth (MiB/s), a fixed per-migration overhead (s), the switch-over cost (ms: the part of
@@ -44,11 +44,9 @@ import numpy as np
 
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.precopy import PrecopyResult, predict_precopy
+# the samples it fits (importable from here too, with the dirty rate's unit)
+from orchestrator.runtime.calibration.samples import MigrationSample, RateSample, pages_to_mib_s  # noqa: F401
 from orchestrator.state.calibrated import CalibrationError
-
-#: the lab guest's dirtier counts 4 KiB pages
-PAGE_BYTES = 4096
-MIB = 1024 * 1024
 
 #: the dirty factor is searched within [0, MAX_DIRTY_FACTOR]
 MAX_DIRTY_FACTOR = 20.0
@@ -58,35 +56,6 @@ DOWNTIME_WEIGHT = 0.1
 #: F(1, nu) 95% quantiles for nu = 1..30 degrees of freedom (then 3.84), for the factor's interval
 _F95 = (161.4, 18.51, 10.13, 7.71, 6.61, 5.99, 5.59, 5.32, 5.12, 4.96, 4.84, 4.75, 4.67, 4.60, 4.54, 4.49,
         4.45, 4.41, 4.38, 4.35, 4.32, 4.30, 4.28, 4.26, 4.24, 4.23, 4.21, 4.20, 4.18, 4.17)
-
-
-def pages_to_mib_s(pages_per_second: float) -> float:
-    """A dirty rate in 4 KiB pages/s as MiB/s (256 pages/s = 1 MiB/s)."""
-    return pages_per_second * PAGE_BYTES / MIB
-
-
-# -- measurements ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MigrationSample:
-    """One measured live migration of a guest with known memory and dirty rate."""
-
-    memory_mib: float
-    dirty_rate_mib_s: float
-    max_downtime_ms: float               # the limit the migration job was given
-    total_s: float                       # measured: start of the job to the guest running on the destination
-    downtime_ms: float                   # measured pause of the stop-and-copy, switch-over included
-    iterations: int = 0                  # measured passes over memory (libvirt's memory_iteration)
-    working_set_mib: float | None = None  # what the guest keeps dirtying (None: the model's 90% of memory)
-    timeout_s: float | None = None       # the completion timeout the migration ran with
-    guest_survived: bool | None = None   # the guest still ran after it (None: not known, e.g. simulated)
-
-
-@dataclass(frozen=True)
-class RateSample:
-    """One measured suspension (or resumption) of a guest of `memory_mib`."""
-
-    memory_mib: float
-    seconds: float
 
 
 # -- results ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from drivers.inventory import HostConfig
 from orchestrator.cli import common
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.timeutil import parse_time
 from orchestrator.service.identity import local_caller
 from orchestrator.service.operations import LeaseService

@@ -23,8 +23,11 @@ pages/s = 1 MiB/s) in it. A guest is measured once its console says the working
 set is touched (then `--settle` more seconds), and after each migration its console must go on printing:
 under TCG, QEMU 7.2 loses pages dirtied from the fourth pre-copy pass on and the guest dies on the
 destination, which the output says (its times are kept: the migration itself was measured). Every guest is
-named `lwcal-...`, and is stopped (destroyed) whatever happens: a failure or Ctrl-C mid-way leaves none
-behind.
+named `lwcal-...`, and is stopped (destroyed) whatever happens: a failure, Ctrl-C or SIGTERM mid-way leaves
+none behind.
+
+The campaign itself (the driver, the guests, the measuring) is orchestrator/runtime/calibration/; this
+module parses the options, runs it, and prints and stores the fit.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -32,26 +35,21 @@ behind.
 import dataclasses
 import os
 import posixpath
-import re
 import signal
-import uuid
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from drivers.base import Driver, VMSpec
-from drivers.clock import RealClock, SimulatedClock
+from drivers.base import MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from orchestrator.analysis.calibration import (
     MAX_DIRTY_FACTOR,
     MigrationFit,
-    MigrationSample,
     RateFit,
     RateSample,
     fit_migration,
@@ -66,42 +64,34 @@ from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.busy import call_waiting, parse_wait
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.planning.precopy import downtime_limit_ms
-from orchestrator.runtime.driver_factory import make_driver, simulated_config
+from orchestrator.runtime.calibration.campaign import (
+    CalibrationStopped,
+    GridPoint,
+    MigrationPlan,
+    MigrationRun,
+    SuspendPlan,
+    SuspendPoint,
+    measure_migrations,
+    measure_suspensions,
+    migration_grid,
+    store_fit,
+    suspend_points,
+)
+from orchestrator.runtime.calibration.guests import DEFAULT_GUEST_DIR, DEFAULT_SETTLE_S, MIN_GUEST_MIB, guest_prefix
+from orchestrator.runtime.calibration.testbed import Setup, open_setup
 from orchestrator.state.calibrated import (
     CALIBRATION_KEY,
     MIGRATION_SECTION,
     SUSPEND_SECTION,
     CalibrationError,
-    store_calibration,
 )
-from orchestrator.state.store import Store
 
 calibrate_app = command_group("calibrate", "Measure migrations and suspensions, fit the scheduler's cost models, store them.")
 
-DEFAULT_GUEST_DIR = "/var/lib/libvirt/images/leasewise-guest"
-VM_PREFIX = "lwcal-"
-#: seconds a guest gets, once its console says its working set is touched, before it is measured
-DEFAULT_SETTLE_S = 2.0
-#: the lab guest's dirtier: "ready" once its working set is touched, then a status line every second
-READY_LINE = r"dirtier: (ready|t=)"
-ALIVE_LINE = r"dirtier: t="
-#: the guest kernel's word that its OOM killer ended the dirtier: the guest is too small for its working set
-DIRTIER_KILLED_LINE = r"Killed process [0-9]+ \(dirtier\)"
-#: what the lab guest's own kernel and init keep out of its memory (Debian 12's cloud kernel leaves about
-#: 66 MiB of a 128 MiB guest free): the dirtier's working set stays clear of it
-GUEST_SYSTEM_MIB = 80
-#: the smallest guest measured: the working set then still has 48 MiB
-MIN_GUEST_MIB = 128
-#: how long a guest may take to boot and touch its working set (TCG on a loaded host), and to show that it
-#: still runs after a migration
-READY_TIMEOUT_S = 300.0
-ALIVE_TIMEOUT_S = 10.0
-#: capacity of hosts that a dry run names but the store does not know
-DRY_RUN_CAPACITY = (1024, 1 << 30)
 #: the longest --timeout / --settle (and --max-downtime, in ms) taken: a day
 DAY_S = 86400.0
 
@@ -161,129 +151,80 @@ def _refuse_server(server: str | None, config: Path | None) -> None:
                          "own and stores the fit); stop it to calibrate here, with --server '' for the local store")
 
 
-# -- the driver --------------------------------------------------------------------------------------------
-@dataclass
-class Setup:
-    driver: Driver
-    kind: str                                   # "simulated" | "libvirt"
-    sleep: Callable[[float], None]              # waits on the driver's clock
-    host_configs: dict = field(default_factory=dict)   # name -> HostConfig (libvirt)
-
-
+# -- running the campaign ----------------------------------------------------------------------------------
 def _setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None,
            state: Path | None, cfg: Config) -> Setup:
     """The driver the command runs on, after checking that it manages `hosts`."""
-    from drivers.inventory import load_inventory
+    return open_setup(hosts, sizes, dry_run, inventory, common.store_path(state, cfg), cfg, common.now())
 
-    use_libvirt = not dry_run and (inventory is not None or cfg.daemon.driver == "libvirt")
-    if not use_libvirt:
-        if dry_run and inventory is not None:
-            raise fail("--inventory: not with --dry-run (a dry run uses the simulated driver)")
-        path = common.store_path(state, cfg)
-        known = {}
-        if path.exists():
-            with Store.open(path) as store:
-                known = {h.name: (h.vcpus, h.memory_mib) for h in store.hosts()}
-        elif not dry_run:
-            raise fail(f"--state: no store at {path} (add hosts with `leasewise host add`, or use --dry-run)")
-        capacities = {}
-        for host in hosts:
-            if host in known:
-                capacities[host] = known[host]
-            elif dry_run:
-                capacities[host] = DRY_RUN_CAPACITY
-            else:
-                listed = ", ".join(known) or "none"
-                raise fail(f"--host: no host {host!r} in the store (hosts: {listed})")
-            if max(sizes) > capacities[host][1]:
-                raise fail(f"--sizes: {max(sizes)} MiB does not fit on host {host} ({capacities[host][1]} MiB)")
-        clock = SimulatedClock(common.now())
-        driver = make_driver("simulated", [], capacities=capacities, clock=clock,
-                             simulated=simulated_config(cfg.scheduling, shared_storage=()))
-        return Setup(driver, "simulated", lambda s: clock.sleep(timedelta(seconds=s)))
 
-    if inventory is not None or cfg.daemon.inventory:
-        configs = load_inventory(inventory if inventory is not None else Path(cfg.daemon.inventory))
-    else:
-        path = common.store_path(state, cfg)
-        if not path.exists():
-            raise fail(f"--state: no store at {path} (give --inventory FILE, or add hosts with `leasewise host add`)")
-        with Store.open(path) as store:
-            configs = [h.config for h in store.hosts()]
-    by_name = {c.name: c for c in configs}
-    for host in hosts:
-        if host not in by_name:
-            raise fail(f"--host: unknown host {host!r} (known: {', '.join(by_name) or 'none'})")
+def _measure(command: str, measure: Callable[[threading.Event], None]) -> None:
+    """Run one measuring part of the campaign, which SIGTERM stops as Ctrl-C does; a failure or an
+    interruption ends the command in one line (the campaign has removed its guests by then)."""
+    stop = threading.Event()
     try:
-        # One downtime step: the max downtime stays what the model is given for the whole migration.
-        driver = make_driver("libvirt", [by_name[h] for h in hosts], downtime_steps=1)
-    except (LeasewiseError, DriverError, ValueError) as exc:
-        raise fail(str(exc)) from None
-    clock = RealClock()
-    return Setup(driver, "libvirt", lambda s: clock.sleep(timedelta(seconds=s)), by_name)
-
-
-def guest_spec(name: str, memory_mib: int, pages_per_second: int, guest_dir: str) -> VMSpec:
-    """The lab guest: 1 vCPU, `memory_mib`, a dirtier working set of half of it (less in a small guest, so
-    that the guest's kernel keeps `GUEST_SYSTEM_MIB`), dirtied at the given rate."""
-    working_set = max(1, min(memory_mib // 2, memory_mib - GUEST_SYSTEM_MIB))
-    return VMSpec(
-        name=name,
-        vcpus=1,
-        memory_mib=memory_mib,
-        kernel=posixpath.join(guest_dir, "vmlinuz"),
-        initrd=posixpath.join(guest_dir, "initrd.img"),
-        cmdline=f"console=ttyS0 quiet dirtier.mib={working_set} dirtier.pps={pages_per_second} dirtier.report=1",
-        dirty_rate_mib_s=pages_to_mib_s(pages_per_second),
-        working_set_mib=float(working_set),
-    )
+        with _sigterm_stops(stop):
+            measure(stop)
+    except (KeyboardInterrupt, CalibrationStopped):
+        raise fail("interrupted; the calibration guests were removed", code=130) from None
+    except (DriverError, LeasewiseError) as exc:
+        raise fail(f"{command}: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
 
 
 @contextmanager
-def _guests(setup: Setup, console: Console) -> Iterator[list[str]]:
-    """The names of the guests started inside; every one still there afterwards is destroyed (also on an
-    error, Ctrl-C or SIGTERM)."""
-    started: list[str] = []
+def _sigterm_stops(stop: threading.Event) -> Iterator[None]:
+    """Inside the block, SIGTERM sets `stop` and interrupts the main thread as Ctrl-C does, so that a
+    migration or a console wait under way ends at once too (outside the main thread: no handler)."""
+    def terminate(_signum, _frame):
+        stop.set()
+        raise KeyboardInterrupt("SIGTERM")
+
     try:
-        previous = signal.signal(signal.SIGTERM, _terminate)
-        installed = True
-    except ValueError:  # not the main thread: no handler
-        previous, installed = None, False
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread
+        yield
+        return
     try:
-        yield started
+        yield
     finally:
-        try:
-            for name in list(started):
-                try:
-                    if setup.driver.locate(name) is not None:
-                        setup.driver.stop(name, graceful_timeout=0)
-                    started.remove(name)
-                except (DriverError, LeasewiseError) as exc:
-                    console.print(f"[yellow]warning:[/] could not remove guest {escape(name)}: {escape(str(exc))}",
-                                  soft_wrap=True)
-        finally:
-            if installed:
-                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _terminate(_signum, _frame):
-    raise KeyboardInterrupt("SIGTERM")
+class _ConsoleProgress:
+    """The campaign's `Progress`: a line for every run as it ends, and a warning for any guest or save
+    image left behind."""
+
+    def __init__(self, console: Console):
+        self._console = console
+
+    def migrated(self, run: MigrationRun, report: MigrationReport, survived: bool | None) -> None:
+        self._console.print(f"  {_label(run)}: {report.total_seconds:.2f} s, downtime {report.downtime_ms:.1f} ms, "
+                            f"{report.iterations} passes" + ("" if survived is not False else
+                                                             ", [yellow]the guest died[/] (TCG, see the note)"),
+                            soft_wrap=True)
+
+    def migration_failed(self, run: MigrationRun, outcome: str, error: MigrationFailed) -> None:
+        self._console.print(f"  {_label(run)}: [yellow]{escape(outcome)}[/] ({escape(str(error))})", soft_wrap=True)
+
+    def cycled(self, point: SuspendPoint, run: int, repeat: int, suspend_s: float, resume_s: float) -> None:
+        self._console.print(f"  {point.host}, {point.memory_mib} MiB, cycle {run}/{repeat}: suspend "
+                            f"{suspend_s:.2f} s, resume {resume_s:.2f} s", soft_wrap=True)
+
+    def warning(self, message: str) -> None:
+        self._console.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
 
 
-def _token() -> str:
-    return uuid.uuid4().hex[:6]
+def _label(run: MigrationRun) -> str:
+    point = run.point
+    return (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s, run {run.run}/{run.repeat}: "
+            f"{run.source} -> {run.destination}")
 
 
 def _store_result(state: Path | None, cfg: Config, section: str, record: dict, wait_s: float) -> Path:
     """Store the fit, trying again while the store is busy: only this write, never the measurements (the
     option is not named `wait`, so the app does not run the whole calibration again)."""
     path = common.store_path(state, cfg)
-
-    def write() -> None:
-        with Store.open(path) as store:
-            store_calibration(store, section, record)
-
-    call_waiting(write, wait_s)
+    call_waiting(lambda: store_fit(path, section, record), wait_s)
     return path
 
 
@@ -300,14 +241,6 @@ def _pct(predicted: float, measured: float) -> str:
 
 
 # -- calibrate migration -----------------------------------------------------------------------------------
-@dataclass
-class _Point:
-    memory_mib: int
-    pages_per_second: int
-    samples: list[MigrationSample] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-
-
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -320,7 +253,7 @@ MIGRATION_COLUMNS = (
 )
 
 
-def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list[str]]:
+def _migration_rows(points: list[GridPoint], fit: MigrationFit | None) -> list[list[str]]:
     """The predicted vs measured table: one row per grid point, MIGRATION_COLUMNS."""
     rows = []
     for p in points:
@@ -349,7 +282,7 @@ def _migration_rows(points: list[_Point], fit: MigrationFit | None) -> list[list
     return rows
 
 
-def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
+def _migration_json(points: list[GridPoint], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
                     max_downtime: float) -> dict:
     """What `--json` prints: every grid point measured and predicted, the fit and the configured values."""
     s = cfg.scheduling
@@ -364,7 +297,7 @@ def _migration_json(points: list[_Point], fit: MigrationFit | None, cfg: Config,
             "stored": None}
 
 
-def _points_json(points: list[_Point], fit: MigrationFit | None) -> list[dict]:
+def _points_json(points: list[GridPoint], fit: MigrationFit | None) -> list[dict]:
     """Every grid point measured, and predicted when there is a fit."""
     out = []
     for p in points:
@@ -386,7 +319,7 @@ def _points_json(points: list[_Point], fit: MigrationFit | None) -> list[dict]:
     return out
 
 
-def _fidelity(points: list[_Point], fit: MigrationFit, max_downtime: float) -> Fidelity | None:
+def _fidelity(points: list[GridPoint], fit: MigrationFit, max_downtime: float) -> Fidelity | None:
     """How the fit predicts every measured run of `points` (runs the model says would abort are left out:
     there is no predicted time to compare)."""
     comparisons = []
@@ -402,7 +335,7 @@ def _json_or_none(summary: Fidelity | None) -> dict | None:
     return None if summary is None else summary.to_json()
 
 
-def _died_note(points: list[_Point]) -> str | None:
+def _died_note(points: list[GridPoint]) -> str | None:
     """One line on the guests that died after a migration, or None."""
     died = [(p, s) for p in points for s in p.samples if s.guest_survived is False]
     if not died:
@@ -506,23 +439,24 @@ def migration_command(
     console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
                   f"{repeat} run(s) each, max downtime {max_downtime:g} ms", soft_wrap=True)
+    plan = MigrationPlan(a, b, repeat, max_downtime, timeout, settle, guest_dir)
     try:
-        _calibrate_migration(setup, hosts, sizes, dirty, validate, repeat, max_downtime, timeout, settle, guest_dir,
-                             cfg, state, wait_s, dry_run, no_store, json_out, console)
+        _calibrate_migration(setup, plan, sizes, dirty, validate, cfg, state, wait_s, dry_run, no_store, json_out,
+                             console)
     finally:
         setup.driver.close()
 
 
-def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty: list[int],
-                         validate: tuple[list[int], list[int]] | None, repeat: int, max_downtime: float,
-                         timeout: float, settle: float, guest_dir: str, cfg: Config, state: Path | None,
+def _calibrate_migration(setup: Setup, plan: MigrationPlan, sizes: list[int], dirty: list[int],
+                         validate: tuple[list[int], list[int]] | None, cfg: Config, state: Path | None,
                          wait_s: float, dry_run: bool, no_store: bool, json_out: bool, console: Console) -> None:
     """Measure the grid, fit, validate, store and print: the command once its options are checked."""
-    a, b = hosts
-    token = _token()
-    points = [_Point(m, p) for m in sizes for p in dirty]
-    _measure_grid(setup, points, a, b, repeat, max_downtime, timeout, settle, guest_dir, f"{VM_PREFIX}{token}-",
-                  console)
+    a, b = hosts = [plan.source, plan.destination]
+    max_downtime = plan.max_downtime_ms
+    prefix = guest_prefix()
+    points = migration_grid(sizes, dirty)
+    _measure("calibrate migration", lambda stop: measure_migrations(setup, plan, points, prefix,
+                                                                     _ConsoleProgress(console), stop))
     samples = [s for p in points for s in p.samples]
     title = f"Live migration {a} <-> {b}: predicted vs measured ({setup.kind} driver)"
     try:
@@ -544,8 +478,7 @@ def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty
         if note is not None:
             console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if validate is not None:
-        answer["validation"] = _validate(setup, validate, fit, hosts, repeat, max_downtime, timeout, settle,
-                                         guest_dir, f"{VM_PREFIX}{token}-v", console, json_out)
+        answer["validation"] = _validate(setup, validate, fit, plan, f"{prefix}v", console, json_out)
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
@@ -561,100 +494,24 @@ def _calibrate_migration(setup: Setup, hosts: list[str], sizes: list[int], dirty
         emit_json(answer)
 
 
-def _measure_grid(setup: Setup, points: list["_Point"], a: str, b: str, repeat: int, max_downtime: float,
-                  timeout: float, settle: float, guest_dir: str, prefix: str, console: Console) -> None:
-    """Every point's migrations; a failure or Ctrl-C removes the guests and ends the command in one line."""
-    try:
-        with _guests(setup, console) as started:
-            for point in points:
-                _measure_migrations(setup, point, a, b, repeat, max_downtime, timeout, settle, guest_dir,
-                                    f"{prefix}{point.memory_mib}m-{point.pages_per_second}p", started, console)
-    except KeyboardInterrupt:
-        raise fail("interrupted; the calibration guests were removed", code=130) from None
-    except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate migration: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
-
-
-def _measure_migrations(setup: Setup, point: _Point, a: str, b: str, repeat: int, max_downtime: float,
-                        timeout: float, settle: float, guest_dir: str, name: str, started: list[str],
-                        console: Console) -> None:
-    """Boot one guest on `a`, migrate it `repeat` times (alternating), record each run, stop it."""
-    spec = guest_spec(name, point.memory_mib, point.pages_per_second, guest_dir)
-    setup.driver.start(spec, a)
-    started.append(name)
-    _wait_ready(setup, name, settle)
-    here, there = a, b
-    for run in range(1, repeat + 1):
-        label = (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s, run {run}/{repeat}: "
-                 f"{here} -> {there}")
-        try:
-            report = setup.driver.migrate(name, there, max_downtime_ms=max_downtime, timeout_s=timeout,
-                                          on_timeout="abort")
-            survived = _still_alive(setup, name)
-        except MigrationFailed as exc:
-            outcome = exc.report.outcome if exc.report is not None else "failed"
-            point.failures.append(outcome)
-            console.print(f"  {label}: [yellow]{escape(outcome)}[/] ({escape(str(exc))})", soft_wrap=True)
-            if setup.driver.locate(name) is None:
-                break  # the guest is gone: nothing more to measure at this point
-            continue
-        point.samples.append(MigrationSample(
-            memory_mib=float(point.memory_mib),
-            dirty_rate_mib_s=spec.dirty_rate_mib_s,
-            max_downtime_ms=max_downtime,
-            total_s=report.total_seconds,
-            downtime_ms=report.downtime_ms,
-            iterations=report.iterations,
-            working_set_mib=spec.working_set_mib,
-            timeout_s=timeout,
-            guest_survived=survived,
-        ))
-        console.print(f"  {label}: {report.total_seconds:.2f} s, downtime {report.downtime_ms:.1f} ms, "
-                      f"{report.iterations} passes" + ("" if survived is not False else
-                                                      ", [yellow]the guest died[/] (TCG, see the note)"),
-                      soft_wrap=True)
-        if survived is False:
-            break   # a dead guest dirties nothing: later runs would not measure this grid point
-        here, there = there, here
-    setup.driver.stop(name, graceful_timeout=0)
-    started.remove(name)
-
-
-def _wait_ready(setup: Setup, name: str, settle: float) -> None:
-    """Until the guest's console says its working set is touched (real drivers), then `settle` seconds."""
-    if setup.kind == "libvirt":
-        line = setup.driver.wait_for_console(name, f"{READY_LINE}|{DIRTIER_KILLED_LINE}", READY_TIMEOUT_S)
-        if line is None:
-            raise DriverError(f"guest {name} did not say its working set was touched within "
-                              f"{READY_TIMEOUT_S:g} s (no '{READY_LINE}' on its console)")
-        if re.search(DIRTIER_KILLED_LINE, line):
-            raise DriverError(f"guest {name} ran out of memory: its kernel killed the dirtier ({line})")
-    setup.sleep(settle)
-
-
-def _still_alive(setup: Setup, name: str) -> bool | None:
-    """Whether the guest still prints its status lines after a migration (None: a simulated guest)."""
-    if setup.kind != "libvirt":
-        return None
-    return setup.driver.wait_for_console(name, ALIVE_LINE, ALIVE_TIMEOUT_S) is not None
-
-
-def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit, hosts: list[str], repeat: int,
-              max_downtime: float, timeout: float, settle: float, guest_dir: str, prefix: str, console: Console,
-              json_out: bool) -> dict:
+def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit, plan: MigrationPlan, prefix: str,
+              console: Console, json_out: bool) -> dict:
     """Migrate the validation grid with the limit the planner would give the job, print how the fit
     predicts it, and return that as JSON."""
+    max_downtime = plan.max_downtime_ms
     limit = downtime_limit_ms(max_downtime, fit.switchover_ms)
     if limit is None:
         raise fail(f"--validate: the fitted switch-over ({fit.switchover_ms:.0f} ms) takes all of the "
                    f"{max_downtime:g} ms maximum downtime: no migration can keep it", code=EXIT_FAILED)
-    a, b = hosts
+    a, b = plan.source, plan.destination
     sizes, dirty = grid
     console.print(f"validating on a grid it was not fitted to: sizes {', '.join(map(str, sizes))} MiB x dirty "
                   f"{', '.join(map(str, dirty))} pages/s, job limit {limit:.0f} ms ({max_downtime:g} ms less the "
                   f"{fit.switchover_ms:.0f} ms switch-over)", soft_wrap=True)
-    points = [_Point(m, p) for m in sizes for p in dirty]
-    _measure_grid(setup, points, a, b, repeat, limit, timeout, settle, guest_dir, prefix, console)
+    points = migration_grid(sizes, dirty)
+    at_limit = dataclasses.replace(plan, max_downtime_ms=limit)
+    _measure("calibrate migration", lambda stop: measure_migrations(setup, at_limit, points, prefix,
+                                                                     _ConsoleProgress(console), stop))
     summary = _fidelity(points, fit, max_downtime)
     if not json_out:
         print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit),
@@ -668,29 +525,6 @@ def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit
 
 
 # -- calibrate suspend -------------------------------------------------------------------------------------
-@dataclass
-class _SuspendPoint:
-    host: str
-    memory_mib: int
-    suspend: list[float] = field(default_factory=list)
-    resume: list[float] = field(default_factory=list)
-
-
-def _state_dir(setup: Setup, host: str, option: str | None, cfg: Config) -> str:
-    if option is not None:
-        return option
-    host_cfg = setup.host_configs.get(host)
-    return host_cfg.state_dir if host_cfg is not None else cfg.daemon.state_dir
-
-
-def _remove_image(setup: Setup, host: str, path: str, console: Console) -> None:
-    """Delete a calibration save image (best effort: a warning names any that stays)."""
-    try:
-        setup.driver.remove_state(path, host)
-    except DriverError as exc:
-        console.print(f"[yellow]warning:[/] {escape(str(exc))}", soft_wrap=True)
-
-
 SUSPEND_COLUMNS = (
     Column("host", "right", wraps=True), Column("size MiB", "right"), Column("runs", "right", drop=1),
     Column("suspend predicted s", "right"), Column("measured s", "right"), Column("error", "right"),
@@ -698,7 +532,7 @@ SUSPEND_COLUMNS = (
 )
 
 
-def _suspend_rows(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None) -> list[list[str]]:
+def _suspend_rows(points: list[SuspendPoint], suspend: RateFit | None, resume: RateFit | None) -> list[list[str]]:
     """The predicted vs measured table: one row per host and size, SUSPEND_COLUMNS."""
     rows = []
     for p in points:
@@ -718,7 +552,7 @@ def _suspend_rows(points: list[_SuspendPoint], suspend: RateFit | None, resume: 
     return rows
 
 
-def _suspend_json(points: list[_SuspendPoint], suspend: RateFit | None, resume: RateFit | None, cfg: Config,
+def _suspend_json(points: list[SuspendPoint], suspend: RateFit | None, resume: RateFit | None, cfg: Config,
                   hosts: list[str], driver: str) -> dict:
     """What `--json` prints: every host and size measured and predicted, the fits and the configured values."""
     out = []
@@ -793,21 +627,12 @@ def suspend_command(
     console = make_console(stderr=json_out)
     console.print(f"calibrating suspend/resume on {', '.join(hosts)} on the {setup.kind} driver: sizes "
                   f"{', '.join(map(str, sizes))} MiB, {repeat} cycle(s) each", soft_wrap=True)
-    token = _token()
-    points = [_SuspendPoint(h, m) for h in hosts for m in sizes]
+    plan = SuspendPlan(repeat, settle, guest_dir, state_dir, cfg.daemon.state_dir)
+    points = suspend_points(hosts, sizes)
+    prefix = guest_prefix()
     try:
-        with _guests(setup, console) as started:
-            for point in points:
-                name = f"{VM_PREFIX}{token}-{point.memory_mib}m"
-                path = posixpath.join(_state_dir(setup, point.host, state_dir, cfg), f"{name}.state")
-                try:
-                    _measure_suspend(setup, point, repeat, settle, guest_dir, name, path, started, console)
-                finally:
-                    _remove_image(setup, point.host, path, console)
-    except KeyboardInterrupt:
-        raise fail("interrupted; the calibration guests were removed", code=130) from None
-    except (DriverError, LeasewiseError) as exc:
-        raise fail(f"calibrate suspend: {exc} (the calibration guests were removed)", code=EXIT_FAILED) from None
+        _measure("calibrate suspend", lambda stop: measure_suspensions(setup, plan, points, prefix,
+                                                                        _ConsoleProgress(console), stop))
     finally:
         setup.driver.close()
 
@@ -836,20 +661,3 @@ def suspend_command(
                       "uses it in place of suspend_rate and resume_rate", soft_wrap=True)
     if json_out:
         emit_json(answer)
-
-
-def _measure_suspend(setup: Setup, point: _SuspendPoint, repeat: int, settle: float, guest_dir: str,
-                     name: str, path: str, started: list[str], console: Console) -> None:
-    spec = guest_spec(name, point.memory_mib, 0, guest_dir)
-    setup.driver.start(spec, point.host)
-    started.append(name)
-    _wait_ready(setup, name, settle)
-    for run in range(1, repeat + 1):
-        saved = setup.driver.suspend(name, path)
-        point.suspend.append(saved.wall_seconds)
-        restored = setup.driver.resume(name, path, point.host)
-        point.resume.append(restored.wall_seconds)
-        console.print(f"  {point.host}, {point.memory_mib} MiB, cycle {run}/{repeat}: suspend "
-                      f"{saved.wall_seconds:.2f} s, resume {restored.wall_seconds:.2f} s", soft_wrap=True)
-    setup.driver.stop(name, graceful_timeout=0)
-    started.remove(name)

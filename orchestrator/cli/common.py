@@ -18,7 +18,7 @@ import typer
 
 from orchestrator.cli.application import fail
 from orchestrator.cli.busy import DEFAULT_WAIT_S
-from orchestrator.model.config import Config, load_config
+from orchestrator.config import Config, load_config
 from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.cluster import Cluster

@@ -35,7 +35,7 @@ from orchestrator.cli.application import app, fail
 from orchestrator.cli.lease_records import JsonRecords
 from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.config import load_config
+from orchestrator.config import load_config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso

@@ -39,9 +39,9 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from orchestrator.model.config import config_from_dict, read_toml, value_kind
+from orchestrator.config import config_from_dict, read_toml, resolve_site, value_kind
 from orchestrator.model.errors import ConfigError, InvalidRequest
-from orchestrator.model.workload import Workload, resolve_site
+from orchestrator.model.workload import Workload
 from orchestrator.workloads import workload_from_bytes
 from orchestrator.workloads.files import decompressed
 from orchestrator.workloads.injected import inject

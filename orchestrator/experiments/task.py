@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.runtime.simulator import Simulator
 from orchestrator.workloads import workload_from_bytes
 from orchestrator.workloads.files import decompressed

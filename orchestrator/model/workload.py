@@ -1,22 +1,18 @@
 """A workload: lease requests in submit order, the site they were made for, and what was left out.
 
 The simulator runs a `Workload`; the readers in `orchestrator.workloads` make one from a file. The site a
-run uses is `resolve_site(workload, config)`: the configuration's `[simulation] site` when it names one,
-otherwise the workload's.
+run uses is `orchestrator.config.simulation.resolve_site(workload, config)`: the configuration's
+`[simulation] site` when it names one, otherwise the workload's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from orchestrator.model.errors import ConfigError, WorkloadError
+from orchestrator.model.errors import WorkloadError
 from orchestrator.model.lease import LeaseRequest
 from orchestrator.model.resources import Resources, within
 from orchestrator.model.tolerance import EPSILON
-
-if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
 
 
 @dataclass(frozen=True)
@@ -32,17 +28,6 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.requests)
-
-
-def resolve_site(workload: Workload, config: "Config | None") -> list[tuple[str, Resources]]:
-    """The hosts to simulate: the configuration's site if it names one, else the workload's."""
-    if config is not None and config.simulation.site is not None:
-        return config.simulation.hosts  # type: ignore[return-value]
-    if workload.site is not None:
-        return list(workload.site)
-    raise ConfigError("simulation.site",
-                      f"no site to simulate: the configuration names none and {workload.source or 'the workload'} describes none "
-                      '(set e.g. site = "4 CPU:100,Memory:1024" in [simulation])')
 
 
 _RES_UNIT = {"cpu": "% of a core", "memory": " MiB", "disk": " MiB", "net_in": " MB/s", "net_out": " MB/s"}

@@ -10,16 +10,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from orchestrator.model.errors import InconsistentSchedule, InvalidRequest, NotSchedulable
+from orchestrator.config import SchedulingConfig
+from orchestrator.model.errors import (
+    InconsistentSchedule,
+    InvalidRequest,
+    NotSchedulable,
+)
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import FOREVER, iso
+from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
+from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.planning.vm_scheduler import VMScheduler
 
-if TYPE_CHECKING:   # (the lease scheduler calls this module; it does not import the scheduler)
-    from orchestrator.planning.lease_scheduler import LeaseScheduler
+
+class Planner(Protocol):
+    """What a drain asks of the lease scheduler (`LeaseScheduler`, which calls this module)."""
+
+    table: SlotTable
+    config: SchedulingConfig
+    leases: dict[int, Lease]
+    blocks: dict[str, Reservation]
+    evacuation: EvacuationPlanner
+    vm: VMScheduler
+
+    def place(self, lease: Lease, nexttime: datetime, now: datetime) -> None: ...
+    def unplan(self, lease: Lease) -> None: ...
+    def replan(self, lease: Lease) -> None: ...
+    def requeue(self, lease: Lease, now: datetime) -> None: ...
+    def drop_plan(self, lease: Lease, now: datetime) -> None: ...
+    def commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None: ...
+    def set_state(self, lease: Lease, target: S, at: datetime) -> None: ...
+    def enqueue(self, lease: Lease) -> None: ...
+    def block_host(self, host: str, since: datetime) -> Reservation: ...
+    def unblock_host(self, host: str) -> Reservation | None: ...
 
 
 @dataclass
@@ -31,7 +58,7 @@ class DrainPlan:
     leases: dict[int, str]
 
 
-def plan_drain(scheduler: LeaseScheduler, host: str, by: datetime, now: datetime) -> DrainPlan:
+def plan_drain(scheduler: Planner, host: str, by: datetime, now: datetime) -> DrainPlan:
     """Plan to empty `host` by `by` and keep it empty: running VMs are live-migrated elsewhere (with
     `migrate-first`), else suspended, else requeued when preemptible; leases planned on it are
     re-planned elsewhere. What can do neither (a running advance reservation with nowhere to go, or
@@ -95,8 +122,7 @@ def plan_drain(scheduler: LeaseScheduler, host: str, by: datetime, now: datetime
             outcome[lease.id] = f"re-planned on {', '.join(_planned_vm(lease).hosts)}"
         except NotSchedulable:
             # no room elsewhere: it keeps its host, which is then unavailable only after it
-            scheduler.table.remove(block)
-            del scheduler.blocks[host]
+            scheduler.unblock_host(host)
             scheduler.place(lease, nexttime, now)
             kept_until = max(kept_until, _planned_vm(lease).final_end)
             block = scheduler.block_host(host, kept_until)

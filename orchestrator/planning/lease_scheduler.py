@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.errors import (
     InconsistentSchedule,
     InvalidRequest,
@@ -837,13 +837,18 @@ class LeaseScheduler:
         self.blocks[host] = block
         return block
 
+    def unblock_host(self, host: str) -> Reservation | None:
+        """Take a drained host's block out of the plan (the block, or None if the host had none)."""
+        block = self.blocks.pop(host, None)
+        if block is not None:
+            self.table.remove(block)
+        return block
+
     def undrain(self, host: str, now: datetime) -> None:
         """Make a drained host available again: leases planned in the future may move earlier onto it
         (leases that moved away and run elsewhere stay where they are)."""
-        block = self.blocks.pop(host, None)
-        if block is None:
+        if self.unblock_host(host) is None:
             raise InvalidRequest("host", f"{host} is not drained")
-        self.table.remove(block)
         self.reevaluate(now, FOREVER)
 
     # -- persistence and operations from outside ------------------------------------------------------

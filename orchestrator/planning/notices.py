@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from orchestrator.model.config import offset_label
+from orchestrator.config import offset_label
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from drivers.base import Driver
 from drivers.errors import DriverError, VMNotFound
 from drivers.clock import Clock, SimulatedClock
-from orchestrator.model.config import Config, SchedulingConfig
+from orchestrator.config import Config, SchedulingConfig
 from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState

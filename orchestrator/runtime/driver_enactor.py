@@ -37,7 +37,7 @@ from drivers.cloudinit import SeedSpec
 from drivers.domain_xml import disk_format
 from drivers.errors import DriverError, HostUnreachable, UnknownHost, VMAlreadyExists, VMNotFound
 from drivers.inventory import HostConfig
-from orchestrator.model.config import DaemonConfig
+from orchestrator.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.timeutil import iso, parse_time

@@ -20,7 +20,7 @@ from drivers.inventory import HostConfig
 from drivers.registry import DRIVER_NAMES, create_driver
 from drivers.base import VMSpec
 from drivers.simulated import SimulatedDriverConfig
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.precopy import predict_precopy
 

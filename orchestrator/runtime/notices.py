@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from orchestrator.model.config import NotifyConfig
+from orchestrator.config import NotifyConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import as_utc, iso, parse_time
 from orchestrator.planning.notices import ENDED_STATES, Notice, due_notices, next_notice_time

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from orchestrator.model.config import CommandConfig, EmailConfig, NotifyConfig
+from orchestrator.config import CommandConfig, EmailConfig, NotifyConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.notices import ENDED, Notice

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from drivers.clock import SimulatedClock
-from orchestrator.model.config import Config
+from orchestrator.config import Config, resolve_site
 from orchestrator.model.errors import InconsistentSchedule
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso
-from orchestrator.model.workload import Workload, resolve_site
+from orchestrator.model.workload import Workload
 from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.runtime.eventloop import EventLoop

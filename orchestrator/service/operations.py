@@ -20,7 +20,7 @@ from drivers.clock import Clock
 from drivers.base import MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import HostConfig
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState

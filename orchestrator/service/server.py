@@ -29,7 +29,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from drivers.base import Driver
 from drivers.clock import Clock, RealClock
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import ConfigError
 from orchestrator.runtime.daemon import Daemon, simulated_driver_for
 from orchestrator.runtime.eventloop import EventLoop

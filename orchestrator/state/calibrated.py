@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.model.errors import LeasewiseError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import SchedulingConfig
+    from orchestrator.config import SchedulingConfig
     from orchestrator.state.store import Store
 
 #: the store meta key holding every calibration result

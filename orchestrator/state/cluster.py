@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user

@@ -15,36 +15,47 @@ from drivers.base import MigrationReport
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, LeaseRequest
-from orchestrator.state import store as _store
-from orchestrator.state.store import Event, StoreError
+from orchestrator.state.store.errors import StoreError
+from orchestrator.state.store.events import Event
+from orchestrator.state.store.rows import (
+    REQUEST_COLUMNS,
+    decode_time,
+    encode_time,
+    history_rows,
+    lease_from_row,
+    lease_from_rows,
+    lease_row,
+    plan_rows,
+    request_row,
+)
 
 
 def lease_to_json(lease: Lease) -> dict[str, Any]:
-    return {"row": list(_store.lease_row(lease)), "history": [list(h) for h in _store.history_rows(lease)],
-            "plan": [list(r) for r in _store.plan_rows(lease)],
+    return {"row": list(lease_row(lease)), "history": [list(h) for h in history_rows(lease)],
+            "plan": [list(r) for r in plan_rows(lease)],
             "dirty_rates": {str(v): r for v, r in lease.measured_dirty_rates.items()}}
 
 
 def lease_from_json(data: Mapping[str, Any]) -> Lease:
     try:
-        return _store.lease_from_rows(data["row"], data["history"], data["plan"],
+        return lease_from_rows(data["row"], data["history"], data["plan"],
                                       {int(v): float(r) for v, r in (data.get("dirty_rates") or {}).items()})
     except (KeyError, TypeError, ValueError, StoreError) as exc:
         raise InvalidRequest("lease", f"not a lease as the server sends one ({exc})") from None
 
 
 def request_to_json(request: LeaseRequest) -> list:
-    return list(_store.request_row(request))
+    return list(request_row(request))
 
 
 def request_from_json(data: Any) -> LeaseRequest:
     """A request sent by a client; malformed data is one line naming `request`."""
-    columns = _store._REQUEST_COLUMNS
+    columns = REQUEST_COLUMNS
     if not isinstance(data, list) or len(data) != len(columns):
         raise InvalidRequest("request", f"must be a list of {len(columns)} values ({', '.join(columns)})")
     row = (0, None, *data, "pending", 0.0, "", 0, 0, 0, None, None)
     try:
-        return _store._lease_from_row(row).request
+        return lease_from_row(row).request
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InvalidRequest("request", f"cannot be read ({exc})") from None
     except InvalidRequest as exc:
@@ -52,24 +63,24 @@ def request_from_json(data: Any) -> LeaseRequest:
 
 
 def event_to_json(event: Event) -> dict[str, Any]:
-    return {"id": event.id, "time": _store._t(event.time), "kind": event.kind, "lease_id": event.lease_id,
+    return {"id": event.id, "time": encode_time(event.time), "kind": event.kind, "lease_id": event.lease_id,
             "detail": event.detail}
 
 
 def event_from_json(data: Mapping[str, Any]) -> Event:
-    return Event(id=data["id"], time=_store._dt(data["time"]), kind=data["kind"], lease_id=data["lease_id"],
+    return Event(id=data["id"], time=decode_time(data["time"]), kind=data["kind"], lease_id=data["lease_id"],
                  detail=dict(data.get("detail") or {}))
 
 
 def image_json(image: CatalogImage) -> dict[str, Any]:
     data = asdict(image)
-    data["added_at"] = None if image.added_at is None else _store._t(image.added_at)
+    data["added_at"] = None if image.added_at is None else encode_time(image.added_at)
     return data
 
 
 def image_from_json(data: Mapping[str, Any]) -> CatalogImage:
     values = {k: v for k, v in data.items() if k in {f.name for f in fields(CatalogImage)}}
-    values["added_at"] = _store._dt(values.get("added_at"))
+    values["added_at"] = decode_time(values.get("added_at"))
     return CatalogImage(**values)
 
 

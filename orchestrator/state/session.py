@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.planning.enactment import Enactor
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store

@@ -5,8 +5,9 @@
 from the content, and returns a `Workload`: the requests in submit order, each with
 the workload's own lease id, plus the site the file describes (if any).
 
-The `Workload` type and `resolve_site` live in `orchestrator.model.workload` (the simulator runs one
-without knowing the file formats); they are re-exported here for the readers and their callers.
+The `Workload` type lives in `orchestrator.model.workload` (the simulator runs one without knowing the
+file formats) and `resolve_site` in `orchestrator.config`; both are re-exported here for the readers and
+their callers.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.config import resolve_site
 from orchestrator.model.errors import WorkloadError
-from orchestrator.model.workload import Workload, check_fits_site, resolve_site
+from orchestrator.model.workload import Workload, check_fits_site
 from orchestrator.workloads.files import read_workload_file
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 __all__ = ["Workload", "load_workload", "workload_from_bytes", "resolve_site", "check_fits_site"]
 
@@ -32,7 +34,7 @@ def load_workload(path: str | Path, config: "Config | None" = None) -> Workload:
 
 def workload_from_bytes(data: bytes, name: str, config: "Config | None" = None, source: str | None = None) -> Workload:
     """Parse a workload file's (decompressed) bytes; `name` (the file's name) picks the format."""
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
     from orchestrator.workloads import injected, lwf, swf
 
     config = config or Config()

@@ -25,7 +25,7 @@ from orchestrator.model.resources import Resources
 from orchestrator.model.workload import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 FIELDS = ("submit", "start", "duration", "realduration", "numnodes", "cpu", "memory", "disk", "image",
           "image_size")
@@ -66,7 +66,7 @@ def looks_injected(data: bytes) -> bool:
 
 def parse_injected(data: bytes | str, config: "Config | None" = None, source: str = "<injected>") -> Workload:
     """Parse the whitespace format into a Workload; lease ids are the leases' numbers in the file (1, 2, ...)."""
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
     config = config or Config()
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data

@@ -41,11 +41,11 @@ from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
 from orchestrator.model.numbers import ascii_decimal, ascii_whole
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import MAX_DURATION, ZERO, duration_from_seconds, iso, parse_time
-from orchestrator.model.config import MAX_SITE_HOSTS
+from orchestrator.config import MAX_SITE_HOSTS
 from orchestrator.model.workload import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 _TIME = re.compile(r"^\s*(\+?)(?:(\d+):)?(\d+):(\d+):(\d+(?:\.\d*)?)\s*$", re.ASCII)
 
@@ -383,7 +383,7 @@ class _Reader:
 
 def parse_lwf(data: bytes | str, config: "Config | None" = None, source: str = "<lwf>") -> Workload:
     """Parse LWF text (bytes or str) into a Workload; `source` names the file in error messages."""
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
     return _Reader(_parse_xml(data, source), config or Config(), source).workload()
 

@@ -34,7 +34,7 @@ import math
 import os
 from typing import TYPE_CHECKING
 
-from orchestrator.model.config import MAX_SITE_HOSTS
+from orchestrator.config import MAX_SITE_HOSTS
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.numbers import ascii_decimal, ascii_whole
@@ -44,7 +44,7 @@ from orchestrator.model.timeutil import duration_from_seconds, end_of
 from orchestrator.model.workload import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
 NFIELDS = 18
 FIELD_NAMES = (
@@ -87,7 +87,7 @@ def _number(token: str, index: int, where: str) -> int | float:   # (an int stay
 
 def parse_swf(data: bytes | str, config: "Config | None" = None, source: str = "<swf>") -> Workload:
     """Parse SWF text into a Workload (see the module docstring for the mapping)."""
-    from orchestrator.model.config import Config
+    from orchestrator.config import Config
 
     config = config or Config()
     opts = config.swf

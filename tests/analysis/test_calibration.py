@@ -25,9 +25,9 @@ from orchestrator.analysis.calibration import (
     predict_sample,
 )
 from orchestrator.cli import app
-from orchestrator.cli.calibrate import GUEST_SYSTEM_MIB, MIN_GUEST_MIB, guest_spec
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.timeutil import UTC
+from orchestrator.runtime.calibration.guests import GUEST_SYSTEM_MIB, MIN_GUEST_MIB, guest_spec
 from orchestrator.state.calibrated import (
     CALIBRATION_KEY,
     CalibrationError,
@@ -396,7 +396,8 @@ def test_dry_run_and_no_store_store_nothing(site, store_path, tmp_path):
     assert not fresh.exists()
 
 
-def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
+def _drivers_of_calibrate(monkeypatch) -> list:
+    """The drivers `calibrate` runs on, as it makes them."""
     from orchestrator.cli import calibrate as calibrate_cli
 
     drivers = []
@@ -408,6 +409,28 @@ def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
         return setup
 
     monkeypatch.setattr(calibrate_cli, "_setup", spy)
+    return drivers
+
+
+def _before_the_fourth_migration(monkeypatch, act) -> dict:
+    """`act()` runs before the simulated driver's fourth migration; returns the count of migrations asked."""
+    from drivers.simulated import SimulatedDriver
+
+    calls = {"n": 0}
+    real_migrate = SimulatedDriver.migrate
+
+    def migrate(self, vm, dst, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            act()
+        return real_migrate(self, vm, dst, *a, **kw)
+
+    monkeypatch.setattr(SimulatedDriver, "migrate", migrate)
+    return calls
+
+
+def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
+    drivers = _drivers_of_calibrate(monkeypatch)
     assert site("calibrate", "migration", "--host", "sim1", "--host", "sim2", "--repeat", "2").exit_code == 0
     assert site("calibrate", "suspend", "--host", "sim1").exit_code == 0
     assert len(drivers) == 2
@@ -417,34 +440,37 @@ def test_the_simulated_hosts_are_left_empty(site, store_path, monkeypatch):
 
 def test_a_failure_mid_way_removes_the_guests(site, store_path, monkeypatch):
     from drivers.errors import OperationFailed
-    from drivers.simulated import SimulatedDriver
-    from orchestrator.cli import calibrate as calibrate_cli
 
-    drivers = []
-    real_setup = calibrate_cli._setup
+    def fail():
+        raise OperationFailed("the destination caught fire")
 
-    def spy(*args, **kwargs):
-        setup = real_setup(*args, **kwargs)
-        drivers.append(setup.driver)
-        return setup
-
-    calls = {"n": 0}
-    real_migrate = SimulatedDriver.migrate
-
-    def failing_migrate(self, vm, dst, *a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 4:
-            raise OperationFailed("the destination caught fire")
-        return real_migrate(self, vm, dst, *a, **kw)
-
-    monkeypatch.setattr(calibrate_cli, "_setup", spy)
-    monkeypatch.setattr(SimulatedDriver, "migrate", failing_migrate)
+    drivers = _drivers_of_calibrate(monkeypatch)
+    _before_the_fourth_migration(monkeypatch, fail)
     result = site("calibrate", "migration", "--host", "sim1", "--host", "sim2")
     assert result.exit_code == 1
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "caught fire" in lines[0] and "removed" in lines[0]
     assert drivers[0].list_vms("sim1") == [] and drivers[0].list_vms("sim2") == []
     assert stored(store_path) == {}
+
+
+def test_sigterm_mid_way_removes_the_guests_and_ends_as_ctrl_c_does(site, store_path, monkeypatch):
+    """The CLI's SIGTERM handler (the campaign installs none) interrupts a run under way; the campaign still
+    removes its guests, and the handler the process had before is back afterwards."""
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    drivers = _drivers_of_calibrate(monkeypatch)
+    calls = _before_the_fourth_migration(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    result = site("calibrate", "migration", "--host", "sim1", "--host", "sim2")
+    assert result.exit_code == 130
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        "error: interrupted; the calibration guests were removed"]
+    assert calls["n"] == 4
+    assert drivers[0].list_vms("sim1") == [] and drivers[0].list_vms("sim2") == []
+    assert stored(store_path) == {}
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_calibrate_migration_validates_on_a_grid_it_was_not_fitted_to(store_path, tmp_path):
@@ -559,10 +585,11 @@ def test_stored_value_is_plain_json(site, store_path):
 
 
 def test_a_grid_point_whose_guest_died_keeps_its_prediction_and_says_so():
-    from orchestrator.cli.calibrate import _Point, _migration_rows
+    from orchestrator.cli.calibrate import _migration_rows
+    from orchestrator.runtime.calibration.campaign import GridPoint
 
     [sample] = model_samples(114.0, 0.8, 1.3, sizes=(256,), pps=(2500,), switchover=150.0)
-    point = _Point(256, 2500, samples=[dataclasses.replace(sample, guest_survived=False)])
+    point = GridPoint(256, 2500, samples=[dataclasses.replace(sample, guest_survived=False)])
     fit = fit_migration(model_samples(114.0, 0.8, 1.3, switchover=150.0))
     [row] = _migration_rows([point], fit)
     assert row[3] == "1/1 died"

@@ -27,7 +27,7 @@ from orchestrator.analysis.timeline import (
     timeline_from_result,
 )
 from orchestrator.cli import app
-from orchestrator.model.config import Config, load_config
+from orchestrator.config import Config, load_config
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import (
     Reservation,

@@ -16,7 +16,7 @@ import pytest
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig, dump_inventory
 from drivers.simulated import SimulatedDriver
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon

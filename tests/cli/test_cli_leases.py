@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
 from orchestrator.cli import app
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.lease import LeaseType, VMImage
 from orchestrator.model.resources import Resources, add, fits
 from orchestrator.model.states import LeaseState

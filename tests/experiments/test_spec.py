@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.experiments.spec import load_sweep
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from drivers.errors import DriverError
-from orchestrator.cli.calibrate import VM_PREFIX, Setup, _wait_ready
+from orchestrator.runtime.calibration.guests import VM_PREFIX, wait_ready
+from orchestrator.runtime.calibration.testbed import Setup
 from orchestrator.state.calibrated import CALIBRATION_KEY
 from orchestrator.state.store import Store
 from tests.lab.labkit import GUEST_DIR, guest_spec
@@ -113,5 +114,5 @@ def test_a_guest_whose_dirtier_its_kernel_kills_for_memory_fails_at_once(lab, dr
     driver.start(guest_spec(vm_name, mib=80, memory_mib=128), host_a)
     began = time.monotonic()
     with pytest.raises(DriverError, match=r"ran out of memory: its kernel killed the dirtier \(.*Killed process"):
-        _wait_ready(Setup(driver, "libvirt", time.sleep), vm_name, settle=0)
+        wait_ready(Setup(driver, "libvirt", time.sleep), vm_name, settle=0)
     assert time.monotonic() - began < 120

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.model.config import (
+from orchestrator.config import (
     AuthConfig,
     ClientConfig,
     CommandConfig,
@@ -343,10 +343,12 @@ def test_example_config_loads_and_sets_what_it_says():
     assert config.simulation.start == Config().simulation.start
     assert config.notify == NotifyConfig()
     assert (config.auth, config.serve, config.client) == (AuthConfig(), ServeConfig(), ClientConfig())
+    assert config.daemon == type(config.daemon)()
 
 
 @pytest.mark.parametrize("table, cls", [("scheduling", SchedulingConfig), ("simulation", SimulationConfig),
-                                        ("workload.swf", SWFConfig), ("notify", NotifyConfig),
+                                        ("workload.swf", SWFConfig), ("daemon", type(Config().daemon)),
+                                        ("notify", NotifyConfig),
                                         ("notify.email", EmailConfig), ("notify.command", CommandConfig),
                                         ("auth", AuthConfig), ("serve", ServeConfig), ("client", ClientConfig)])
 def test_every_key_is_documented_and_in_the_example(table, cls):

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator.model.config import (
+from orchestrator.config import (
     CommandConfig,
     EmailConfig,
     NotifyConfig,

@@ -17,7 +17,7 @@ from datetime import datetime
 from orchestrator.model.errors import NotSchedulable
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind, ReservationState
-from orchestrator.model.resources import NOTHING, Resources, fits, sub
+from orchestrator.model.resources import NOTHING, fits, sub
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import parse_time
 from orchestrator.model.tolerance import EPSILON

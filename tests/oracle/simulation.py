@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.workload import Workload
 from orchestrator.planning.slottable.table import SlotTable

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from orchestrator.model.config import Config, SimulationConfig
+from orchestrator.config import Config, SimulationConfig
 from orchestrator.runtime.simulator import Simulator, check_invariants
 from tests.oracle import simulation as oracle
 from tests.support.random_workloads import random_scheduling, random_workload

@@ -13,7 +13,7 @@ from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver
 from orchestrator.cli import app, common
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.reservations import ReservationKind
 from orchestrator.planning.precopy import predict_precopy

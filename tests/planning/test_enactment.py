@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState

@@ -14,7 +14,7 @@ import pytest
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.enactment import EnactmentError, NullEnactor

@@ -287,7 +287,7 @@ def test_a_short_lease_backfills_past_larger_ones_that_cannot_start():
 def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     """The memo only skips attempts that would fail: with it switched off, every lease gets the same
     plan (random mixed workloads, with early ends, suspension on, for one-node leases only, and off)."""
-    from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+    from orchestrator.config import Config, SchedulingConfig, SimulationConfig
     from orchestrator.model.resources import Resources
     from orchestrator.planning import lease_scheduler  # noqa: F401
     from orchestrator.runtime.simulator import Simulator

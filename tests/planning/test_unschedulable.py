@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.errors import NotSchedulable, Unschedulable
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind

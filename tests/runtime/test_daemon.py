@@ -18,7 +18,7 @@ import pytest
 from drivers.clock import RealClock, SimulatedClock
 from drivers.inventory import DEFAULT_STATE_DIR, HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import iso

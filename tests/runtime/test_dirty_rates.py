@@ -12,7 +12,7 @@ from drivers.base import VMSpec
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.resources import Resources
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon

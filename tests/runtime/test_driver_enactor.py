@@ -17,7 +17,7 @@ from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.libvirt import LibvirtDriver
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
-from orchestrator.model.config import DaemonConfig
+from orchestrator.config import DaemonConfig
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources

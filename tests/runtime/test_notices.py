@@ -17,7 +17,7 @@ from aiosmtpd.controller import Controller
 
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
-from orchestrator.model.config import NOTIFIER_NAMES, config_from_dict
+from orchestrator.config import NOTIFIER_NAMES, config_from_dict
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.runtime.daemon import Daemon, fast_clock_start, simulated_driver_for

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from drivers.inventory import HostConfig
-from orchestrator.model.config import ClientConfig, Config, DaemonConfig, ServeConfig, config_from_dict
+from orchestrator.config import ClientConfig, Config, DaemonConfig, ServeConfig, config_from_dict
 from orchestrator.service.client import Client
 from orchestrator.service.server import Server
 from orchestrator.state.store import Store

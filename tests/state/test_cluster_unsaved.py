@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drivers.inventory import HostConfig
-from orchestrator.model.config import Config, config_from_dict
+from orchestrator.config import Config, config_from_dict
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from drivers.inventory import HostConfig
-from orchestrator.model.config import Config
+from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources

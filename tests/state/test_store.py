@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from drivers.inventory import HostConfig
-from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+from orchestrator.config import Config, SchedulingConfig, SimulationConfig
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.reservations import (
     Reservation,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from orchestrator.model.config import SchedulingConfig
+from orchestrator.config import SchedulingConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.workload import Workload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from orchestrator.model.config import Config, SchedulingConfig, SimulationConfig
+from orchestrator.config import Config, SchedulingConfig, SimulationConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.planning.lease_scheduler import LeaseScheduler

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.model.config import config_from_dict
+from orchestrator.config import config_from_dict
 from orchestrator.model.errors import WorkloadError
 from orchestrator.model.lease import LeaseType, VMImage
 from orchestrator.model.resources import Resources

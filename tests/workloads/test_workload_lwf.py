@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.model.config import Config, SimulationConfig, config_from_dict
+from orchestrator.config import Config, SimulationConfig, config_from_dict
 from orchestrator.model.errors import ConfigError, InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseType, VMImage
 from orchestrator.model.resources import Resources

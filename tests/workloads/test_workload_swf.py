@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.model.config import Config, config_from_dict
+from orchestrator.config import Config, config_from_dict
 from orchestrator.model.errors import WorkloadError
 from orchestrator.model.lease import LeaseType
 from orchestrator.model.resources import Resources
