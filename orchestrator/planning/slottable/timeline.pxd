@@ -1,6 +1,6 @@
 # The C types Cython compiles timeline.py with (orchestrator/compiled.py): the timeline's fields, and typed
-# locals in the loops that run once per breakpoint or once per host. A block is read through a typed view
-# (`long long[::1]`) only where it is not resized meanwhile (an array with a view on it cannot grow).
+# locals in the loops that run once per breakpoint or once per host. (Blocks are read as Python arrays: a
+# typed view costs more to take than it saves on the few breakpoints a call reads.)
 cimport cython
 
 from orchestrator.planning.slottable.shared_usage cimport SharedUsage
@@ -29,8 +29,8 @@ cdef class HostTimeline:
     cpdef add_keys(self, long long ks, long long ke, object amount, object start, object end)
     @cython.locals(n=Py_ssize_t, j=Py_ssize_t)
     cpdef _shift_until(self, Py_ssize_t b, Py_ssize_t i, long long ke, object amount, bint adding)
-    @cython.locals(codes="long long[::1]", counts="long long[::1]", last=Py_ssize_t, m=Py_ssize_t,
-                   at=Py_ssize_t, one="long long", memo=dict, usage=list, entry=tuple, shared=SharedUsage)
+    @cython.locals(last=Py_ssize_t, m=Py_ssize_t, at=Py_ssize_t, one="long long", memo=dict, usage=list,
+                   entry=tuple, shared=SharedUsage)
     cpdef _shift(self, Py_ssize_t b, Py_ssize_t i, Py_ssize_t j, object amount, bint adding)
     @cython.locals(n=Py_ssize_t, added=Py_ssize_t, j=Py_ssize_t, i=Py_ssize_t)
     cpdef _add_in_one_block(self, long long ks, long long ke, object amount, object start, object end)
@@ -44,7 +44,7 @@ cdef class HostTimeline:
     cpdef tuple state_key(self, long long k)
     @cython.locals(c0=double, c1=double, c2=double, c3=double, c4=double, r0=double, r1=double, r2=double,
                    r3=double, r4=double, nb=Py_ssize_t, b=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
-                   k="long long", end="long long", keys="long long[::1]", usage=list)
+                   k="long long", end="long long", usage=list)
     cpdef scan(self, long long k1, object k2, object request, object relevant=*)
 
 
@@ -54,7 +54,7 @@ cpdef add_on_hosts(object held, long long ks, long long ke, object start, object
 @cython.locals(tl=HostTimeline)
 cpdef remove_on_hosts(object held, long long ks, long long ke)
 
-@cython.locals(tl=HostTimeline, r=Py_ssize_t, b=Py_ssize_t, i=Py_ssize_t, n=Py_ssize_t, keys="long long[::1]",
+@cython.locals(tl=HostTimeline, r=Py_ssize_t, b=Py_ssize_t, i=Py_ssize_t, n=Py_ssize_t,
                after_block="long long", following="long long", strided_read_above=Py_ssize_t, out=list)
 cpdef list windows_at(list timelines, list rows, long long k)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
+from typing import Any
 from datetime import datetime
 
 from orchestrator.model.resources import NOTHING, Resources, sub
@@ -26,7 +27,7 @@ from orchestrator.planning.slottable import blocks as block_ops
 from orchestrator.planning.slottable.blocks import bisect_keys
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, NOTHING_CODE, time_key
-from orchestrator.planning.slottable.shared_usage import SharedUsage
+from orchestrator.planning.slottable.shared_usage import Entry, SharedUsage
 
 #: breakpoints per block: a block splits in two above 2 x _LOAD and merges with a neighbour below
 #: _LOAD / 4. A few hundred keys are a few cache lines of bisect, and an insertion moves a few KiB
@@ -165,7 +166,8 @@ class HostTimeline:
         """Split block b in two halves; returns the size of the first."""
         half = len(self._refs[b]) >> 1
         self._blocks.insert(b + 1, block_ops.split_off(self._blocks[b], half))
-        for column in (self._times, self._usage, self._count, self._refs):
+        columns: tuple[list[Any], ...] = (self._times, self._usage, self._count, self._refs)
+        for column in columns:
             block = column[b]
             column.insert(b + 1, block[half:])
             del block[half:]
@@ -177,7 +179,8 @@ class HostTimeline:
         """Append block a + 1 to block a (splitting the result again if it is too big)."""
         block_ops.append(self._blocks[a], self._blocks[a + 1])
         del self._blocks[a + 1]
-        for column in (self._times, self._usage, self._count, self._refs):
+        columns: tuple[list[Any], ...] = (self._times, self._usage, self._count, self._refs)
+        for column in columns:
             column[a] += column[a + 1]
             del column[a + 1]
         del self._mins[a + 1]
@@ -241,7 +244,7 @@ class HostTimeline:
     def _shift(self, b: int, i: int, j: int, amount: Resources, adding: bool) -> None:
         """Add `amount` to (or take it off) the usage from breakpoints i to j - 1 of block b: each code
         becomes the code of its usage plus or minus the amount, as remembered (`SharedUsage`)."""
-        codes, usage, counts = self._blocks[b], self._usage[b], self._count[b]   # (compiled: typed views)
+        codes, usage, counts = self._blocks[b], self._usage[b], self._count[b]
         shared = self._shared
         memo = shared.transitions(amount, adding)
         one = 1 if adding else -1
@@ -261,6 +264,7 @@ class HostTimeline:
     # `_split`, the walk and `_unsplit` do for any number of blocks.
     def _add_in_one_block(self, ks: int, ke: int, amount: Resources, start: datetime, end: datetime) -> None:
         block = self._k0
+        assert block is not None   # (called on a host of one block)
         refs = self._refs[0]
         n = len(refs)
         added = 0
@@ -287,6 +291,7 @@ class HostTimeline:
 
     def _remove_in_one_block(self, ks: int, ke: int, amount: Resources) -> None:
         block = self._k0
+        assert block is not None   # (called on a host of one block)
         times, usage, count, refs = self._times[0], self._usage[0], self._count[0], self._refs[0]
         i = bisect_left(block, ks, 0, len(refs))
         j = bisect_left(block, ke, i, len(refs))
@@ -345,16 +350,18 @@ class HostTimeline:
 
     def state_key(self, k: int) -> tuple[Resources, int]:
         """(usage, number of reservations) at key k."""
-        block = self._k0
-        if block is None:
+        one = self._k0
+        if one is None:
             b = bisect_right(self._mins, k)
             if not b:
                 return NOTHING, 0
-            block, count = self._blocks[b - 1], self._count[b - 1]
+            block, counts = self._blocks[b - 1], self._count[b - 1]
         else:
-            count = self._c0
+            c0 = self._c0
+            assert c0 is not None   # (a host of one block has its counts beside it)
+            block, counts = one, c0
         i = bisect_keys(block, k)
-        return (self._vectors[block[-i]], count[i - 1]) if i else (NOTHING, 0)
+        return (self._vectors[block[-i]], counts[i - 1]) if i else (NOTHING, 0)
 
     def window_key(self, k: int) -> tuple[Resources, int, int, int]:
         """(usage, reservation count) at key k and the keys [since, until) of the breakpoints around k
@@ -390,7 +397,7 @@ class HostTimeline:
             return AT_START
         end = AFTER_ALL if k2 is None else k2
         while b < nb:
-            keys, usage = blocks[b], usage_[b]   # (compiled: the keys as a typed view)
+            keys, usage = blocks[b], usage_[b]
             for j in range(i, len(usage)):
                 k = keys[j]
                 if k >= end:
@@ -493,7 +500,8 @@ def add_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: in
     reservation of a big lease holds a hundred hosts or more, most of them empty or of one block,
     and these are changed without going through `add_keys` (an empty host's usage code is looked up
     once per amount)."""
-    last_amount = entry = None
+    last_amount: Resources | None = None
+    entry: Entry = (NOTHING, NOTHING_CODE)
     for tl, amount in held:
         if tl._len:
             if tl._k0 is not None:
@@ -534,6 +542,7 @@ def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[W
         block = tl._k0
         if block is not None:   # (one block: the usual small host)
             counts = tl._c0
+            assert counts is not None
             after_block = AFTER_ALL
         else:
             mins = tl._mins
@@ -544,7 +553,7 @@ def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[W
             block, counts = tl._blocks[b], tl._count[b]
             after_block = mins[b + 1] if b + 1 < len(mins) else AFTER_ALL
         # bisect_keys(block, k), inline: this loop runs once per host
-        keys = block   # (compiled: a typed view)
+        keys = block
         n = len(keys) >> 1
         if n > strided_read_above:
             block[:n:keys_per_line]
