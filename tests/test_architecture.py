@@ -60,3 +60,20 @@ def test_no_module_imports_itself_back():
     behind TYPE_CHECKING is still two modules that need each other)."""
     graph = grimp.build_graph("orchestrator", "drivers", exclude_type_checking_imports=False)
     assert _cycles(graph) == []
+
+
+#: the command-line modules that may reach the store or the runtime themselves: the daemon (`run`), the
+#: simulator (`simulate`) and the calibration campaign (`calibrate`); every other command goes through a
+#: backend (`orchestrator.service.backend`: the server's client or the local store)
+MOST_CLI_MODULES_BELOW_THE_SERVICE = 4
+
+
+def test_commands_reach_the_store_and_the_runtime_through_the_service():
+    graph = grimp.build_graph("orchestrator", "drivers", exclude_type_checking_imports=False)
+    below = ("orchestrator.state", "orchestrator.runtime")
+    commands = graph.find_children("orchestrator.cli")
+    assert "orchestrator.cli.leases" in commands
+    reaching = sorted(module for module in commands
+                      if any(target == layer or target.startswith(layer + ".")
+                             for target in graph.find_modules_directly_imported_by(module) for layer in below))
+    assert len(reaching) <= MOST_CLI_MODULES_BELOW_THE_SERVICE, reaching

@@ -1,10 +1,14 @@
 """The one typer app of the `leasewise` command line, and how its commands fail.
 
 Command modules register on `app` (or on a group made with `command_group`) and raise `fail(...)` for bad
-input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code
-an error that carries an `exit_code` gets that one (over quota 3, not allowed 4); nothing prints a traceback for bad input. A command with a
-`--wait` option is run again while the store is busy (`orchestrator.cli.busy`), then exits 75. The command
-modules are imported (so registered) by `orchestrator.cli`, all of them or only the one a command line names.
+input. Errors that leasewise raises on purpose become one red line and exit code 2, or the code an error
+that carries an `exit_code` gets that one (over quota 3, not allowed 4); nothing prints a traceback for bad
+input. The command modules are imported (so registered) by `orchestrator.cli`, all of them or only the one
+a command line names.
+
+Help is shown as it is written: a docstring's or an option's words in brackets (`[serve] socket`) are
+words, not rich markup, and a paragraph is one paragraph however its source lines are broken; a flag
+shows no type.
 
 Exit codes, for scripts (the README's table): 0 done; 1 a check or measurement failed (`host check`,
 `calibrate`); 2 bad input, nothing written; 3 well-formed but refused by the scheduler, or over quota; 4 not
@@ -14,17 +18,16 @@ allowed (the server's answer to someone else's lease, an admin's command); 75 th
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
-import time
 
 import typer
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from drivers.errors import DriverError
-from orchestrator.cli.busy import WAIT_PARAMETER, call_waiting, parse_wait
 from orchestrator.cli.output import make_console
 from orchestrator.model.errors import LeasewiseError
-from orchestrator.state.store import StoreBusy
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -35,30 +38,62 @@ EXIT_NOT_ALLOWED = 4
 #: the store stayed busy with another writer for longer than --wait (EX_TEMPFAIL): try again
 EXIT_BUSY = 75
 
-#: kinds of leasewise error that are not bad input -> their exit code (any other: EXIT_BAD_INPUT)
 #: where error lines go (stdout stays the command's answer, e.g. its JSON)
 err_console = make_console(stderr=True)
 
 
+def plain(text: str | None) -> str | None:
+    """Help text as written: each paragraph on one line (rich keeps a docstring's line breaks), and its
+    brackets escaped (rich would take `[serve]` for a style and drop it)."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(escape(" ".join(line.strip() for line in p.splitlines())) for p in paragraphs)
+
+
+class _PlainHelp:
+    """Help texts shown as `plain` makes them; no type beside a flag or a named argument (typer would show
+`--json <bool>` and `ID <str>`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help = plain(self.help)
+        for param in self.params:
+            param.help = plain(getattr(param, "help", None))
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:   # (a flag takes no value; an argument's metavar says what it is)
+            if getattr(param, "is_flag", False) or (isinstance(param, TyperArgument) and param.metavar):
+                param.display_type_rich = _no_type
+        return params
+
+
+def _no_type(ctx) -> None:
+    return None
+
+
+class Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class Group(_PlainHelp, TyperGroup):
+    pass
+
+
 class ErrorLineTyper(typer.Typer):
-    """A Typer whose commands turn leasewise's own errors into one red line and exit code 2 (75 for a
-    store that stayed busy), both from the console script and under typer's test runner (which calls
-    commands without `main`); a command with a `--wait` option is run again while the store is busy."""
+    """A Typer whose commands turn leasewise's own errors into one red line and exit code 2 (or the
+    error's own), both from the console script and under typer's test runner (which calls commands
+    without `main`), and show their help as written (`Command`)."""
 
     def command(self, *args, **kwargs):
-        register = super().command(*args, **kwargs)
+        register = super().command(*args, **{"cls": Command, **kwargs})
 
         def decorator(func):
             @functools.wraps(func)
             def wrapper(*a, **kw):
-                began = time.monotonic()
                 try:
-                    wait = parse_wait(kw[WAIT_PARAMETER]) if WAIT_PARAMETER in kw else 0.0
-                    return call_waiting(functools.partial(func, *a, **kw), wait)
-                except StoreBusy as exc:
-                    raise fail(f"{exc.path}: busy: another process held the store's write lock for "
-                               f"{time.monotonic() - began:.0f} s (--wait {wait:g}); nothing was done, "
-                               "try again", EXIT_BUSY) from None
+                    return func(*a, **kw)
                 except (LeasewiseError, DriverError) as exc:
                     raise fail(str(exc), exit_code_of(exc)) from None
 
@@ -70,14 +105,25 @@ class ErrorLineTyper(typer.Typer):
 
 def _typer(name: str, help: str, **options) -> ErrorLineTyper:
     return ErrorLineTyper(name=name, help=help, no_args_is_help=True, pretty_exceptions_enable=False,
-                          add_completion=False, **options)
+                          add_completion=False, **{"cls": Group, **options})
 
 
 app = _typer("leasewise", "Plan and enact VM leases on lab KVM clusters.")
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version  # noqa: PLC0415
+
+        typer.echo(f"leasewise {version('leasewise')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _always_a_group() -> None:
+def _always_a_group(
+    show_version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                      help="Print leasewise's version and exit"),
+) -> None:
     # typer runs an app of one command as that command; `orchestrator.cli.main` may register only one
     pass
 

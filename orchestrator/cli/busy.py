@@ -1,13 +1,12 @@
 """A store busy with another writer: a command tries again on its own, for up to `--wait` seconds.
 
 SQLite makes a writer wait for the store's write lock up to the store's busy timeout
-(`orchestrator.state.store.BUSY_TIMEOUT_S`); past it the store raises `StoreBusy`. A command that declares
-the `--wait` option (a parameter named `WAIT_PARAMETER`, `common.WaitOption`) is then run again from its
-start, after random pauses that grow (tenacity's exponential jitter, so several waiting processes do not
-retry in step), until `--wait` seconds have passed since it first found the store busy; still busy, it
-says so in one line and exits 75 (`EX_TEMPFAIL`, sysexits.h: try again later). Running a command again is
-safe: it writes nothing until its one transaction commits, and a busy store refuses that transaction
-before it starts.
+(`orchestrator.state.store.BUSY_TIMEOUT_S`); past it the store raises `StoreBusy`. A command given the
+shared options (`orchestrator.cli.common.store_options`) is then run again from its start, after random
+pauses that grow (tenacity's exponential jitter, so several waiting processes do not retry in step), until
+`--wait` seconds have passed since it first found the store busy; still busy, it says so in one line and
+exits 75 (`EX_TEMPFAIL`, sysexits.h: try again later). Running a command again is safe: it writes nothing
+until its one transaction commits, and a busy store refuses that transaction before it starts.
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ from typing import TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
 
 from orchestrator.model.numbers import parse_decimal
-from orchestrator.state.store import StoreBusy
+from orchestrator.model.errors import StoreBusy
 
 T = TypeVar("T")
 
-#: the name of a command's `--wait` parameter: a command that has one is run again while the store is busy
-WAIT_PARAMETER = "wait"
 #: how long a command retries by default, and at most
 DEFAULT_WAIT_S = 30.0
 MAX_WAIT_S = 24 * 3600.0
@@ -31,7 +28,7 @@ MAX_WAIT_S = 24 * 3600.0
 
 def parse_wait(text: str | float) -> float:
     """`--wait`: seconds, 0 (do not retry) up to a day."""
-    return parse_decimal(text, "--" + WAIT_PARAMETER, maximum=MAX_WAIT_S, unit="seconds")
+    return parse_decimal(text, "--wait", maximum=MAX_WAIT_S, unit="seconds")
 
 
 class _Waited:

@@ -381,14 +381,16 @@ SettleOption = typer.Option(None, "--settle", metavar="S",
                             help=f"Wait after booting a guest before measuring, s (default {DEFAULT_SETTLE_S:g}; 0 on the simulated driver).")
 GuestDirOption = typer.Option(os.environ.get("LEASEWISE_GUEST_DIR", DEFAULT_GUEST_DIR), "--guest-dir", metavar="DIR",
                               help="The lab guest's vmlinuz and initrd.img (as the hosts see them).")
-InventoryOption = typer.Option(None, "--inventory", help="Host inventory TOML: use the libvirt driver on its hosts.")
+InventoryOption = typer.Option(None, "--inventory", metavar="FILE", help="Host inventory TOML: use the libvirt driver on its hosts.")
 DryRunOption = typer.Option(False, "--dry-run", help="Simulated driver (the model itself); stores nothing.")
 NoStoreOption = typer.Option(False, "--no-store", help="Print the fit, do not store it.")
 JsonOption = typer.Option(False, "--json", help="Print the measurements and the fit as JSON (progress goes to stderr).")
 
 
 @calibrate_app.command("migration")
+@common.store_options(rerun_when_busy=False)   # (a campaign is not run twice: it waits to store)
 def migration_command(
+    opts: common.StoreOptions,
     host: list[str] | None = typer.Option(None, "--host", metavar="HOST",
                                           help="Source, then destination (give it twice)."),
     sizes_text: str = SizesOption,
@@ -396,7 +398,7 @@ def migration_command(
                                    help="Dirty rates in 4 KiB pages/s (256 pages/s = 1 MiB/s); must include 0."),
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Migrations per grid point (alternating A->B, B->A)."),
     max_downtime_text: str | None = typer.Option(None, "--max-downtime", metavar="MS",
-                                                 help="Max downtime, ms (default: \\[scheduling] max_downtime_ms)."),
+                                                 help="Max downtime, ms (default: [scheduling] max_downtime_ms)."),
     timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
     validate_text: str | None = typer.Option(
         None, "--validate", metavar="SIZES x DIRTY",
@@ -408,12 +410,9 @@ def migration_command(
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
     json_out: bool = JsonOption,
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    store_wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Migrate guests of known memory and dirty rate between two hosts and fit the pre-copy model."""
+    state, config, store_wait, server = opts.state, opts.config_file, opts.wait, opts.server
     _refuse_server(server, config)
     hosts = _hosts(host, exactly=2)
     sizes = _int_list("--sizes", sizes_text, minimum=MIN_GUEST_MIB, what="memory sizes in MiB")
@@ -592,7 +591,9 @@ def _rates_fit_rows(suspend: RateFit, resume: RateFit, cfg: Config) -> list[list
 
 
 @calibrate_app.command("suspend")
+@common.store_options(rerun_when_busy=False)   # (a campaign is not run twice: it waits to store)
 def suspend_command(
+    opts: common.StoreOptions,
     host: list[str] | None = typer.Option(None, "--host", metavar="HOST", help="Host to measure on (repeatable)."),
     sizes_text: str = SizesOption,
     repeat_text: str = typer.Option("1", "--repeat", metavar="N", help="Suspend/resume cycles per guest."),
@@ -604,12 +605,9 @@ def suspend_command(
     dry_run: bool = DryRunOption,
     no_store: bool = NoStoreOption,
     json_out: bool = JsonOption,
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    store_wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Suspend and resume guests of each size on the hosts and fit the suspend and resume rates."""
+    state, config, store_wait, server = opts.state, opts.config_file, opts.wait, opts.server
     _refuse_server(server, config)
     hosts = _hosts(host)
     sizes = _int_list("--sizes", sizes_text, minimum=MIN_GUEST_MIB, what="memory sizes in MiB")

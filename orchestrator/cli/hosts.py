@@ -21,9 +21,9 @@ scheduler (`LeaseScheduler.requeue`), then re-plans them on the other hosts.
 It refuses, naming them, leases with VMs or memory images on the host (drain it first) and advance
 reservations / immediate leases planned there (their start is fixed: cancel them first).
 
-Every command but `list` makes one call on a backend: the configured server's client, else the local
-store (`orchestrator.cli.backend`); the steps themselves are `orchestrator.runtime.host_admin`'s, the same
-for both. Through a server, adding, importing, removing, checking and draining hosts are for admins, and a
+Every command makes one call on the backend its shared options select: the configured server's client,
+else the local store (`orchestrator.service.backend`); the steps themselves are
+`orchestrator.runtime.host_admin`'s, the same for both. Through a server, adding, importing, removing, checking and draining hosts are for admins, and a
 host added or imported there is planned on and reached by its daemon at once (the daemon's driver learns
 it), a removed one forgotten.
 """
@@ -41,13 +41,12 @@ from rich.table import Table
 from drivers.inventory import HostConfig, load_inventory, split_ssh_target
 from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_FAILED, command_group, fail
-from orchestrator.cli.backend import backend
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.common import StoreOptions, store_options
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
-from orchestrator.runtime.host_admin import host_config
-from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
+from orchestrator.service.inputs import host_config
 
 #: the longest `--timeout` for answers from hosts
 MAX_HOST_WAIT_S = 3600.0
@@ -89,10 +88,12 @@ def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str 
 
 # -- add / import ------------------------------------------------------------------------------------------
 @host_app.command("add")
+@store_options()
 def add(
+    opts: StoreOptions,
     name: str = typer.Argument(..., metavar="NAME", help="Host name (as leases and the daemon refer to it)"),
-    uri: str | None = typer.Option(None, "--uri", help="libvirt URI, e.g. qemu+tcp://10.77.0.11/system"),
-    domain_type: str = typer.Option("kvm", "--domain-type", help="kvm | qemu (TCG)"),
+    uri: str | None = typer.Option(None, "--uri", metavar="URI", help="libvirt URI, e.g. qemu+tcp://10.77.0.11/system"),
+    domain_type: str = typer.Option("kvm", "--domain-type", metavar="kvm|qemu", help="kvm, or qemu (TCG: no hardware virtualization)"),
     ssh: str | None = typer.Option(None, "--ssh", metavar="USER@ADDR[:PORT]", help="SSH target for save images"),
     ssh_key: str | None = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
     known_hosts: str | None = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
@@ -107,10 +108,6 @@ def add(
     cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
     vcpus_opt = _positive_int("--cpus", cpus)
@@ -118,23 +115,20 @@ def add(
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
                                shared_storage, network, network_type, disk_dir)
-    settings = common.load(config)
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
     make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "
                          f"({escape(added['source'])})", soft_wrap=True)
 
 
 @host_app.command("import")
+@store_options()
 def import_hosts(
+    opts: StoreOptions,
     file: Path = typer.Argument(..., metavar="FILE", help="Host inventory TOML ([[host]] tables)"),
     cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs of every new host (default: ask libvirt)"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory of every new host, MiB"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the hosts"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Add every host of an inventory in one transaction; hosts already there with the same settings are
     skipped, one with different settings is an error (nothing is added)."""
@@ -142,8 +136,7 @@ def import_hosts(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     configs = load_inventory(file)
-    settings = common.load(config)
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         done = hosts.host_import(configs, vcpus_opt, memory_opt, timeout, str(file))
     console = make_console()
     for added in done["added"]:
@@ -156,31 +149,17 @@ def import_hosts(
 
 # -- list -------------------------------------------------------------------------------------------------------
 @host_app.command("list")
+@store_options()
 def list_hosts(
+    opts: StoreOptions,
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     timeout_text: str = typer.Option("3", "--timeout", metavar="S", help="How long to wait for hosts (libvirt)"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Hosts with their capacity, the leases on them now and planned, and (libvirt) whether they answer."""
     timeout = _seconds("--timeout", timeout_text)
-    settings = common.load(config)
-    now = common.now()
-    remote = common.client(server, settings)
-    libvirt = settings.daemon.driver == "libvirt"
-    if remote is not None:
-        with remote:
-            rows = remote.hosts(timeout)
-        libvirt = any("reachable" in row for row in rows)
-    elif common.store_exists(state, settings):
-        with common.open_cluster(state, settings, write=False) as cluster:
-            records = cluster.store.hosts()
-            usage = leases_on_hosts(cluster, now)
-        rows = host_rows(records, usage, probe_hosts([r.config for r in records], timeout) if libvirt else None)
-    else:
-        rows = []
+    with opts.backend() as hosts:
+        rows = hosts.hosts(timeout)
+    libvirt = any("reachable" in row for row in rows)   # (the hosts were asked: the libvirt driver)
     if json_out:
         emit_json(rows)
         return
@@ -201,26 +180,21 @@ def list_hosts(
             line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
             line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")
         cells.append(line)
-    print_table(make_console(), columns, cells, title=f"{len(rows)} host{'s' if len(rows) != 1 else ''}")
+    print_table(make_console(), columns, cells, title=counted(len(rows), "host"))
 
 
 # -- check ------------------------------------------------------------------------------------------------------
 @host_app.command("check")
+@store_options()
 def check(
+    opts: StoreOptions,
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
-    settings = common.load(config)
-    if common.server_url(server, settings) is None and not common.store_exists(state, settings):
-        raise fail(f"no host named {name!r} (there is no store at {common.store_path(state, settings)})")
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         checked = hosts.host_check(name, timeout)
     rows = checked["checks"]
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
@@ -238,7 +212,7 @@ def check(
         console.print(table)
         skipped = sum(1 for r in rows if r["status"] == "SKIP")
         if failed:
-            summary = f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed: {', '.join(failed)}"
+            summary = f"{counted(len(failed), 'check')} failed: {', '.join(failed)}"
         elif all(r["status"] in ("simulated", "PASS") for r in rows) and any(r["status"] == "simulated" for r in rows):
             summary = "simulated driver: nothing to check"
         else:
@@ -250,17 +224,14 @@ def check(
 
 # -- remove -----------------------------------------------------------------------------------------------------
 @host_app.command("remove")
+@store_options()
 def remove(
+    opts: StoreOptions,
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     drain: bool = typer.Option(False, "--drain", help="First requeue the best-effort leases planned there"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Remove a host; refused while reservations are planned on it unless --drain can move them."""
-    settings = common.load(config)
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         done = hosts.host_remove(name, drain)
     console = make_console()
     for lease in done["requeued"]:
@@ -282,23 +253,20 @@ def _drain_time(text: str | None, current: datetime) -> datetime:
 
 
 @host_app.command("drain")
+@store_options()
 def drain(
+    opts: StoreOptions,
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
     by: str | None = typer.Option(None, "--by", metavar="TIME",
                                   help="Empty by then: `now` (default), +DURATION (e.g. +30m) or ISO 8601"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Move everything off a host (live migration, else suspension) and keep new leases off it."""
-    settings = common.load(config)
     now = common.now()
     deadline = _drain_time(by, now)
     if deadline < now:
         raise fail(f"--by: {iso(deadline)} is in the past (now {iso(now)})")
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         done = hosts.drain(name, iso(deadline))
     unavailable = parse_time(done["unavailable_from"], "unavailable_from")
     leases = {int(i): what for i, what in done["leases"].items()}
@@ -314,15 +282,12 @@ def drain(
 
 
 @host_app.command("undrain")
+@store_options()
 def undrain(
+    opts: StoreOptions,
     name: str = typer.Argument(..., metavar="NAME", help="Host name"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Make a drained host available to leases again."""
-    settings = common.load(config)
-    with backend(server, state, settings) as hosts:
+    with opts.backend() as hosts:
         hosts.undrain(name)
     make_console().print(f"host {escape(name)} is available again", soft_wrap=True)

@@ -1,8 +1,10 @@
-"""`leasewise lease ...`: submit, list, show, cancel and extend leases in the store.
+"""`leasewise lease ...`: submit, list, show, cancel and extend leases.
 
-Each writing command is one transaction on the store (`open_cluster`): the cluster is rebuilt, the
-operation applied and planned, and everything written back and committed, or nothing at all. The daemon
-enacts what the plan says at its next step; these commands never touch a host.
+Each command reads its input, makes one call on the backend its shared options select (the configured
+server, else the local store: `orchestrator.service.backend`) and prints the answer. A writing call is one
+transaction on the store: the cluster is rebuilt, the operation applied and planned, and everything
+written back and committed, or nothing at all. The daemon enacts what the plan says at its next step;
+these commands never touch a host.
 
 Exit codes: 0 done; 2 bad input (one red line naming the field or option, nothing written): a malformed
 request, an unknown lease id, a lease in a state that does not allow the operation, a request no host could
@@ -14,106 +16,29 @@ or an extension does not fit), so scripts can tell "fix your input" from "try ot
 
 import json
 import re
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
-from orchestrator.cli.application import EXIT_REJECTED, command_group, fail
-from orchestrator.cli.leasefile import (
-    KEYS,
-    flag_label,
-    load_lease_file,
-    request_from_fields,
-)
-from orchestrator.cli.output import emit_json, make_console, when
-from orchestrator.cli.tables import Column, print_table
-from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.lease import Lease, VMImage
-from orchestrator.model.reservations import Reservation
-from orchestrator.model.resources import Resources
-from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
+from orchestrator.cli.application import EXIT_REJECTED, command_group, exit_code_of, fail
+from orchestrator.cli.common import StoreOptions, store_options
+from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, request_from_fields
+from orchestrator.cli.output import counted, emit_json, make_console, when
+from orchestrator.cli.tables import Column, fits, print_table
+from orchestrator.cli.vms import print_vms
+from orchestrator.model.errors import InvalidRequest, LeasewiseError
+from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import iso, parse_duration
-from orchestrator.state.codec import image_from_json
-from orchestrator.state.answers import hosts_of
-from orchestrator.state.cluster import check_site_can_hold
-from orchestrator.state.store import Event
+from orchestrator.service.backend import Event
+from orchestrator.service.views import hosts_of, lease_summary, lease_window, plan_json, plan_rows, request_json
 
 lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
 
 
 # -- formatting -----------------------------------------------------------------------------------------------
-def lease_window(lease: Lease) -> tuple[datetime | None, datetime | None]:
-    """(start, end) to show: when it first ran (or is planned to), and when it ended (or is planned to)."""
-    first = lease.reservations[0] if lease.reservations else None
-    last = lease.last_vm
-    start = lease.start_time or (first.first_start if first is not None else lease.request.start)
-    if lease.is_final:
-        end = lease.end_time
-    elif last is not None:
-        end = last.end
-    else:
-        end = lease.request.end
-    return start, end
-
-
-def _num(value: float) -> "int | float":
-    return int(value) if float(value).is_integer() else value
-
-
-def lease_summary(lease: Lease) -> dict:
-    start, end = lease_window(lease)
-    node = lease.request.nodes[0]
-    return {
-        "id": lease.id,
-        "name": lease.request.name,
-        "user": lease.request.user,
-        "type": lease.type.value,
-        "state": lease.state.value,
-        "nodes": lease.numnodes,
-        "cpus": _num(node.vcpus),
-        "memory_mib": _num(node.memory),
-        "start": iso(start),
-        "end": iso(end),
-        "hosts": hosts_of(lease.last_vm),
-        "reason": lease.reason,
-    }
-
-
-def _request_json(lease: Lease) -> dict:
-    req = lease.request
-    image = None
-    if req.image is not None:
-        image = {k: v for k, v in (("disk", req.image.disk), ("kernel", req.image.kernel),
-                                   ("initrd", req.image.initrd), ("cmdline", req.image.cmdline)) if v is not None}
-    return {
-        "type": req.type.value,
-        "nodes": req.numnodes,
-        "cpus": _num(req.nodes[0].vcpus),
-        "memory_mib": _num(req.nodes[0].memory),
-        "duration_s": req.duration.total_seconds(),
-        "start": iso(req.start),
-        "preemptible": req.preemptible,
-        "image": image,
-        "user": req.user,
-        "name": req.name,
-        "dirty_rate_mib_s": req.dirty_rate_mib_s,
-        "submit_time": iso(req.submit_time),
-    }
-
-
-def _plan_rows(lease: Lease) -> list[Reservation]:
-    return [rr for vm in lease.reservations for rr in vm.all_parts()]
-
-
-def _rr_json(rr: Reservation) -> dict:
-    return {"id": rr.id, "kind": rr.kind.value, "state": rr.state.value, "start": iso(rr.start),
-            "end": iso(rr.end), "hosts": hosts_of(rr)}
-
-
 def _trim(text: str) -> str:
     """An ISO time from an event's detail, to the second."""
     return re.sub(r"\.\d+(?=Z$|[+-]\d\d:\d\d$)", "", text) if isinstance(text, str) else str(text)
@@ -143,9 +68,27 @@ def _duration_text(seconds: float) -> str:
     return text or "0s"
 
 
+def size_text(mib: float) -> str:
+    """Memory in a few characters: whole or tenths of GiB as `4G`, `1.5G`, else MiB as `900M`."""
+    gib = mib / 1024
+    if gib >= 1 and (gib * 10).is_integer():
+        return f"{gib:g}G"
+    return f"{mib:g}M"
+
+
+def resources_text(nodes: int, cpus: float, memory_mib: float, compact: bool = False) -> str:
+    """A lease's size: `4 × 2 vCPU / 4096 MiB` (4 VMs of 2 vCPUs and 4 GiB each), or where room is short
+    `4×2c/4G` (--json has the numbers)."""
+    if compact:
+        return f"{nodes}×{cpus:g}c/{size_text(memory_mib)}"
+    return f"{nodes} × {cpus:g} vCPU / {memory_mib:g} MiB"
+
+
 # -- submit ---------------------------------------------------------------------------------------------------
 @lease_app.command("submit")
+@store_options()
 def submit(
+    opts: StoreOptions,
     file: Path | None = typer.Argument(None, metavar="FILE.yaml", help="YAML lease file (or give the flags below)"),
     nodes: str | None = typer.Option(None, "--nodes", metavar="N", help="Number of VMs (default 1)"),
     cpus: str | None = typer.Option(None, "--cpus", metavar="C", help="vCPUs per VM"),
@@ -170,10 +113,6 @@ def submit(
     network: bool | None = typer.Option(None, "--network/--no-network", help="One NIC on the hosts' network (default: yes)"),
     keep_disks: bool | None = typer.Option(None, "--keep-disks", help="Keep the VMs' disks when the lease ends"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
@@ -182,123 +121,31 @@ def submit(
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
              "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
     given = [k for k in KEYS if flags.get(k) is not None]
-    cfg = common.load(config)
     now = common.now()
-    remote = common.client(server, cfg)
-    if remote is not None:   # the server checks the site and the image itself, and owns it to its caller
-        catalogue, site, owner = _remote_catalogue(remote), None, ""
-    else:
-        catalogue, site, owner = _catalogue(state, cfg), _site_check(state, cfg), None
-    if file is not None:
-        if given:
-            raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-        request = load_lease_file(file, now, images=catalogue, site=site, default_user=owner)
-    else:
-        if not given:
-            raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-        request = request_from_fields(flags, now, label=flag_label, images=catalogue, site=site,
-                                      default_user=owner)
-    if remote is not None:
-        with remote:
-            answer = remote.submit(request)
-        _answer(answer, json_out)
-        return
-    if request.image is not None and request.image.name is not None:
-        _check_image_on_hosts(state, cfg, request.image, "image" if file is not None else "--image")
-
-    with common.open_cluster(state, cfg) as cluster:
-        answer = cluster.admit(request, now)   # (the site checked again: hosts may have gone since)
-    _answer(answer, json_out)
-
-
-def _answer(answer: dict, json_out: bool) -> None:
+    with opts.backend() as backend:
+        checks = backend.request_checks()
+        if file is not None:
+            if given:
+                raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
+            request = load_lease_file(file, now, images=checks.images, site=checks.site,
+                                      default_user=checks.default_user)
+        else:
+            if not given:
+                raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
+            request = request_from_fields(flags, now, label=flag_label, images=checks.images, site=checks.site,
+                                          default_user=checks.default_user)
+        try:
+            answer = backend.submit(request)
+        except InvalidRequest as exc:   # (an image the hosts cannot read: named as the user gave it)
+            if file is not None or exc.field != "image":
+                raise
+            raise InvalidRequest(flag_label(exc.field), exc.problem) from None
     if json_out:
         emit_json(answer)
     else:
         _print_answer(answer)
     if answer["state"] == LeaseState.REJECTED.value:
         raise typer.Exit(EXIT_REJECTED)
-
-
-def _remote_catalogue(remote) -> "Callable[[str], VMImage]":
-    """Resolves an image name through the server's catalogue (asked when a name is given)."""
-
-    def resolve(name: str) -> VMImage:
-        known = remote.images()
-        for image in known:
-            if image["name"] == name:
-                return image_from_json(image).vm_image()
-        names = ", ".join(i["name"] for i in known) or "none; an admin adds them with `leasewise image add`"
-        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
-                                      f"(catalogued: {names})")
-
-    return resolve
-
-
-def _catalogue(state: Path | None, cfg) -> "Callable[[str], VMImage]":
-    """Resolves an image name through the store's catalogue (read when a name is given)."""
-
-    def resolve(name: str) -> VMImage:
-        known = []
-        if common.store_exists(state, cfg):
-            with common.open_store(state, cfg) as store:
-                known = store.images()
-        for image in known:
-            if image.name == name:
-                return image.vm_image()
-        names = ", ".join(i.name for i in known) or "none; add one with `leasewise image add`"
-        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
-                                      f"(catalogued: {names})")
-
-    return resolve
-
-
-def _site_check(state: Path | None, cfg) -> "Callable[[int, Resources], None]":
-    """Checks a request's size against the store's hosts (read when asked) before its nodes are made."""
-
-    def check(numnodes: int, node: Resources) -> None:
-        capacities = []
-        if common.store_path(state, cfg).exists():
-            with common.open_store(state, cfg) as store:
-                capacities = [h.capacity for h in store.hosts()]
-        check_site_can_hold(capacities, numnodes, node)
-
-    return check
-
-
-def _check_image_on_hosts(state: Path | None, cfg, image: VMImage, label: str) -> None:
-    """Refuse a lease whose image some available host cannot read, before anything is written: its VMs
-    would otherwise start on some hosts and fail on others."""
-    from orchestrator.cli.images import hosts_driver, read_on_hosts
-
-    with common.open_store(state, cfg) as store:
-        records = [r for r in store.hosts() if r.available]
-    if not records:
-        return
-    driver = hosts_driver(records, cfg.daemon.driver)
-    try:
-        seen = read_on_hosts(driver, [r.name for r in records], image.disk)
-    finally:
-        driver.close()
-    for host, what in seen.items():
-        if isinstance(what, str):
-            raise fail(f"{label}: {image.name} ({image.disk}) cannot be read on {host}: {what}")
-
-
-def _live_vms(lease: Lease, records, state: Path | None, cfg) -> list | None:
-    """Each VM of a lease whose VMs exist (running or suspended), as the hosts see it; None otherwise."""
-    if lease.state not in RUNNING_STATES and lease.state not in (
-            LeaseState.SUSPENDED_PENDING, LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED,
-            LeaseState.MIGRATING):
-        return None
-    from orchestrator.cli.images import hosts_driver
-    from orchestrator.cli.vms import lease_vms
-
-    driver = hosts_driver(records, cfg.daemon.driver, common.simulated_hosts_path(state, cfg))
-    try:
-        return lease_vms(lease, driver)
-    finally:
-        driver.close()
 
 
 def _print_answer(answer: dict) -> None:
@@ -325,18 +172,16 @@ def _print_answer(answer: dict) -> None:
 
 # -- list / show ----------------------------------------------------------------------------------------------
 @lease_app.command("list")
+@store_options()
 def list_leases(
+    opts: StoreOptions,
     state_filter: list[str] | None = typer.Option(None, "--status", metavar="S",
                                                   help="Only leases in this state (repeatable; 'live' = not final)"),
     user: str | None = typer.Option(None, "--user", metavar="U", help="Only leases of this user"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
-    """Leases in the store: id, name, type, state, nodes, start, end, hosts."""
-    states = None
+    """Leases in the store: id, name, type, state, nodes (count × vCPUs / memory), start, end, hosts."""
+    states: list[str] | None = None
     if state_filter:
         states = []
         for s in state_filter:
@@ -349,16 +194,9 @@ def list_leases(
             except ValueError:
                 raise fail(f"--status: {s!r} is not a lease state (one of live, "
                            f"{', '.join(x.value for x in LeaseState)})") from None
-    cfg = common.load(config)
-    leases = []
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            leases = remote.leases(states, user)
-    elif common.store_exists(state, cfg):
-        with common.open_store(state, cfg) as store:
-            leases = store.leases(state=states, user=user)
-    rows = [lease_summary(l) for l in leases]
+    with opts.backend() as backend:
+        leases = backend.leases(states, user)
+    rows = [lease_summary(lease) for lease in leases]
     if json_out:
         emit_json(rows)
         return
@@ -368,50 +206,39 @@ def list_leases(
     columns = [Column("id", "right"), Column("name", wraps=True, drop=3), Column("type", wraps=True, drop=1),
                Column("state"), Column("nodes", "right", wraps=True, drop=2), Column("start"), Column("end"),
                Column("hosts", wraps=True, drop=4)]
-    cells = []
-    for lease, row in zip(leases, rows):
-        start, end = lease_window(lease)
-        cells.append([str(row["id"]), escape(row["name"]), row["type"], row["state"],
-                      f"{row['nodes']} × {row['cpus']:g} vCPU / {row['memory_mib']:g} MiB",
-                      when(start), when(end), ", ".join(row["hosts"])])
-    print_table(make_console(), columns, cells, title=f"{len(rows)} lease{'s' if len(rows) != 1 else ''}")
+    windows = [lease_window(lease) for lease in leases]
+    console = make_console()
+
+    def cells(compact: bool) -> list[list[str]]:
+        return [[str(row["id"]), escape(row["name"]), row["type"], row["state"],
+                 resources_text(row["nodes"], row["cpus"], row["memory_mib"], compact), when(start), when(end),
+                 ", ".join(row["hosts"])] for row, (start, end) in zip(rows, windows)]
+
+    title = counted(len(rows), "lease")
+    full = cells(compact=False)
+    print_table(console, columns, full if fits(console, columns, full, title=title) else cells(compact=True),
+                title=title)
 
 
 @lease_app.command("show")
+@store_options()
 def show(
+    opts: StoreOptions,
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """One lease: its request, its plan (every reservation), its state history and its events."""
     number = common.parse_lease_id(lease_id)
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:
-        from orchestrator.runtime.vm_access import vm_access_from_json
-
-        with remote:
-            lease, events, found = remote.lease(number)
-        vms = None if found is None else [vm_access_from_json(v) for v in found]
-    else:
-        if not common.store_exists(state, cfg):
-            raise fail(f"lease: no lease with id {number} (there is no store at {common.store_path(state, cfg)})")
-        with common.open_store(state, cfg) as store:
-            lease = store.lease(number)
-            events = store.events(lease_id=number)
-            records = store.hosts()
-        vms = _live_vms(lease, records, state, cfg)
-    plan = _plan_rows(lease)
+    with opts.backend() as backend:
+        lease, events, vms = backend.lease(number)
+    plan = plan_rows(lease)
     if json_out:
         emit_json({
             "lease": lease_summary(lease),
-            "request": _request_json(lease),
+            "request": request_json(lease),
             "counters": {"suspensions": lease.suspensions, "migrations": lease.migrations, "requeues": lease.requeues,
                          "accumulated_s": lease.accumulated.total_seconds()},
-            "plan": [_rr_json(rr) for rr in plan],
+            "plan": [plan_json(rr) for rr in plan],
             "history": [{"time": iso(at), "state": s.value} for at, s in lease.history],
             "events": [{"id": e.id, "time": iso(e.time), "kind": e.kind, "detail": e.detail} for e in events],
             "vms": [vm.to_json() for vm in vms or ()],
@@ -444,8 +271,6 @@ def show(
                       + (", disks kept after the lease (in the hosts' leasewise-vms pool, lw-ID-N.qcow2)"
                          if g.keep_disks else ""), soft_wrap=True)
     if vms is not None:
-        from orchestrator.cli.vms import print_vms
-
         print_vms(console, vms)
 
     if plan:
@@ -463,46 +288,28 @@ def show(
 
 # -- cancel / extend ------------------------------------------------------------------------------------------
 @lease_app.command("cancel")
+@store_options()
 def cancel(
+    opts: StoreOptions,
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Cancel a lease: its reservations are freed now; the daemon stops running VMs at its next step."""
     number = common.parse_lease_id(lease_id)
-    cfg = common.load(config)
-    now = common.now()
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            done = remote.cancel(number)
-        _cancelled(number, done["was_running"], done["hosts"])
-        return
-    with common.open_cluster(state, cfg) as cluster:
-        lease = cluster.lease(number)
-        was_running = lease.state in RUNNING_STATES or lease.state is LeaseState.MIGRATING
-        hosts = hosts_of(lease.last_vm) if was_running else []
-        cluster.cancel(number, now)
-    _cancelled(number, was_running, hosts)
-
-
-def _cancelled(number: int, was_running: bool, hosts: list[str]) -> None:
+    with opts.backend() as backend:
+        done = backend.cancel(number)
     console = make_console()
     console.print(f"lease {number} cancelled", soft_wrap=True)
-    if was_running:
-        console.print(f"  its VMs on {', '.join(hosts)} are stopped by the daemon at its next step", soft_wrap=True)
+    if done["was_running"]:
+        console.print(f"  its VMs on {', '.join(done['hosts'])} are stopped by the daemon at its next step",
+                      soft_wrap=True)
 
 
 @lease_app.command("extend")
+@store_options()
 def extend(
+    opts: StoreOptions,
     lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
     by: str | None = typer.Option(None, "--by", metavar="DURATION", help="How much longer: 30m, 1h, ..."),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Lengthen a lease; refused (exit 3) with the reason when its hosts are reserved after it."""
     number = common.parse_lease_id(lease_id)
@@ -511,39 +318,18 @@ def extend(
     amount = parse_duration(by, "--by")
     if amount.total_seconds() <= 0:
         raise fail(f"--by: must be greater than zero (got {by!r})")
-    cfg = common.load(config)
-    now = common.now()
-    remote = common.client(server, cfg)
+    head = f"lease {number} not extended: "
     try:
-        if remote is not None:
-            from orchestrator.service.client import RemoteError
-
-            try:
-                with remote:
-                    done = remote.extend(number, by)
-            except RemoteError as exc:
-                head = f"lease {number} not extended: "
-                if exc.exit_code != EXIT_REJECTED or not str(exc).startswith(head):
-                    raise
-                make_console().print(f"[bold red]lease {number} not extended[/]: {escape(str(exc)[len(head):])}",
-                                     soft_wrap=True)
-                raise typer.Exit(EXIT_REJECTED) from None
-            end = None if done["end"] is None else datetime.fromisoformat(done["end"])
-            duration = timedelta(seconds=done["duration_s"])
-        else:
-            with common.open_cluster(state, cfg) as cluster:
-                lease = cluster.extend(number, amount, now)
-                vm = lease.last_vm
-                end = vm.end if vm is not None and vm in cluster.table else None
-                duration = lease.request.duration
-    except InvalidRequest as exc:
-        if exc.field == "duration":   # the lease would end after the year 9998: --by is absurd
-            raise fail(f"--by: {exc.problem}") from None
-        if exc.field != "by":
+        with opts.backend() as backend:
+            done = backend.extend(number, by)
+    except LeasewiseError as exc:
+        if exit_code_of(exc) != EXIT_REJECTED or not str(exc).startswith(head):
             raise
-        make_console().print(f"[bold red]lease {number} not extended[/]: {escape(exc.problem)}", soft_wrap=True)
+        make_console().print(f"[bold red]lease {number} not extended[/]: {escape(str(exc)[len(head):])}",
+                             soft_wrap=True)
         raise typer.Exit(EXIT_REJECTED) from None
-    message = f"lease {number} extended by {_duration_text(amount.total_seconds())} (now {_duration_text(duration.total_seconds())})"
-    if end is not None:
-        message += f"; planned end {when(end)}"
+    message = (f"lease {number} extended by {_duration_text(amount.total_seconds())} "
+               f"(now {_duration_text(done['duration_s'])})")
+    if done["end"] is not None:
+        message += f"; planned end {when(datetime.fromisoformat(done['end']))}"
     make_console().print(message, soft_wrap=True)

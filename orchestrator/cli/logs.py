@@ -7,6 +7,9 @@ because `journalctl -u leasewise | grep lease=7` and log shippers read it withou
 Fields a caller passes with `extra={"lease": 7}` follow the message. A traceback goes into one `exc=`
 field (newlines escaped), so one record stays one line.
 
+Each line carries the time of the clock the command runs on (`configure_logging(..., now=...)`): under
+`run --fast` the simulated time, the same as the events printed beside them, not the wall clock's.
+
 This sets up the process's root logger: it is called by the command's entry, and nowhere else.
 """
 
@@ -47,8 +50,14 @@ def quote(value: object, always: bool = False) -> str:
 
 
 class LogfmtFormatter(logging.Formatter):
+    def __init__(self, now: Callable[[], datetime] | None = None):
+        """`now`: the time a record is stamped with when it is written (None: when it was made, by the wall clock)."""
+        super().__init__()
+        self._now = now
+
     def format(self, record: logging.LogRecord) -> str:
-        stamp = datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = self._now() if self._now is not None else datetime.fromtimestamp(record.created, UTC)
+        stamp = when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         level = {"WARN": "warning", "CRITICAL": "error", "FATAL": "error"}.get(record.levelname,
                                                                             record.levelname.lower())
         parts = [stamp, f"level={level}", f"logger={quote(record.name)}", f"msg={quote(record.getMessage(), True)}"]
@@ -74,9 +83,10 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def configure_logging(level: str) -> Callable[[], None]:
+def configure_logging(level: str, now: Callable[[], datetime] | None = None) -> Callable[[], None]:
     """Send every record at `level` or above to stderr as logfmt lines (replacing the handler an earlier
-    call installed, so calling it again changes the level rather than doubling every line).
+    call installed, so calling it again changes the level rather than doubling every line), stamped with
+    `now()` (default: the wall clock).
 
     Returns what puts the loggers back as they were: a command run inside another program (a test
     runner, a server calling it) calls it when done; a process that logs until it exits need not."""
@@ -93,7 +103,7 @@ def configure_logging(level: str) -> Callable[[], None]:
     for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
         root.removeHandler(handler)
     handler = _StderrHandler()
-    handler.setFormatter(LogfmtFormatter())
+    handler.setFormatter(LogfmtFormatter(now))
     root.addHandler(handler)
     root.setLevel(number)
     for name in _CHATTY:

@@ -26,8 +26,8 @@ from rich.progress import (
 from drivers.base import MigrationProgress, MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import resolve_inventory_path
-from orchestrator.cli import common
 from orchestrator.cli.application import app, fail
+from orchestrator.cli.common import StoreOptions, client, store_options
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
@@ -66,8 +66,7 @@ def _read_options(texts: dict[str, str | None], on_timeout: str) -> dict[str, fl
 
 def _libvirt_driver(inventory: Path | None):
     """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
-    from drivers.inventory import load_inventory
-    from orchestrator.runtime.driver_factory import make_driver
+    from orchestrator.service.local import inventory_driver
 
     path = resolve_inventory_path(inventory)
     if path is None:
@@ -75,10 +74,7 @@ def _libvirt_driver(inventory: Path | None):
             "no inventory: give --inventory FILE or set LEASEWISE_INVENTORY "
             "(the lab writes deploy/lab/run/inventory.toml)"
         )
-    try:
-        return make_driver("libvirt", load_inventory(path))
-    except (LeasewiseError, DriverError, ValueError) as exc:
-        raise fail(str(exc)) from None
+    return inventory_driver(path)
 
 
 def _dry_run(
@@ -171,17 +167,19 @@ def _show_report(console: Console, report: MigrationReport, json_out: bool) -> N
 
 
 @app.command("migrate")
+@store_options("config", "server")
 def migrate_command(
-    vm: str = typer.Argument(..., help="The VM (libvirt domain name) to move."),
-    to: str = typer.Option(..., "--to", help="Destination host, as named in the inventory."),
+    opts: StoreOptions,
+    vm: str = typer.Argument(..., metavar="VM", help="The VM (libvirt domain name) to move."),
+    to: str = typer.Option(..., "--to", metavar="HOST", help="Destination host, as named in the inventory."),
     inventory: Path | None = typer.Option(
-        None, "--inventory", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
+        None, "--inventory", metavar="FILE", help="Host inventory TOML (default: $LEASEWISE_INVENTORY, else deploy/lab/run/inventory.toml)."
     ),
     max_downtime_text: str = typer.Option("300", "--max-downtime", metavar="MS", help="Longest pause the guest may see, ms."),
     bandwidth_text: str | None = typer.Option(None, "--bandwidth", metavar="MIB_S", help="Bandwidth cap for the migration, MiB/s."),
     timeout_text: str = typer.Option("600", "--timeout", metavar="S", help="Completion timeout, s."),
     on_timeout: str = typer.Option(
-        "abort", "--on-timeout", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
+        "abort", "--on-timeout", metavar="abort|force", help="abort: cancel, the VM stays on the source; force: pause the VM to finish."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only predict with the pre-copy model; changes nothing."),
     memory_text: str | None = typer.Option(None, "--memory", metavar="MIB", help="Dry run: guest memory, MiB (default: the VM's)."),
@@ -192,8 +190,6 @@ def migrate_command(
     overhead_text: str = typer.Option("0", "--overhead", metavar="S", help="Dry run: fixed setup cost per migration, s (calibrated)."),
     dirty_factor_text: str = typer.Option("1", "--dirty-factor", metavar="F", help="Dry run: calibrated dirty-rate factor."),
     json_out: bool = typer.Option(False, "--json", help="Print the report (or the prediction) as JSON; progress goes to stderr."),
-    config: Path | None = common.ConfigOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Live-migrate VM to another host (pre-copy), showing progress, then the measured report."""
     values = _read_options({"--max-downtime": max_downtime_text, "--timeout": timeout_text, "--bandwidth": bandwidth_text,
@@ -203,16 +199,15 @@ def migrate_command(
     bandwidth, memory, dirty_rate = values["--bandwidth"], values["--memory"], values["--dirty-rate"]
     overhead, dirty_factor = values["--overhead"], values["--dirty-factor"]
     console = make_console(stderr=json_out)
-    settings = common.load(config)
     if dry_run:
-        if common.server_url(server, settings) is not None and (memory is None or dirty_rate is None):
+        if opts.server_url is not None and (memory is None or dirty_rate is None):
             raise fail("--memory and --dirty-rate: needed for --dry-run with a server (it reads no VM for a "
                        "prediction)")
         _dry_run(vm, to, inventory, max_downtime, bandwidth, timeout, on_timeout, memory, dirty_rate,
                  overhead, dirty_factor, console, json_out)
         return
 
-    remote = common.client(server, settings)
+    remote = client(opts.server, opts.config)   # (the server migrates through its own driver)
     if remote is not None:
         if inventory is not None:
             raise fail("--inventory: not with a server (the server migrates on its own hosts)")

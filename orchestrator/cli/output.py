@@ -57,3 +57,8 @@ def when(value: datetime | None) -> str:
     if value is None:
         return "-"
     return iso(value.replace(microsecond=0))
+
+
+def counted(n: int, noun: str) -> str:
+    """`3 hosts`, `1 host`: a count and its noun."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

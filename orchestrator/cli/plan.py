@@ -1,6 +1,6 @@
 """`leasewise plan`: the plan in the store as a per-host timeline, in the terminal and optionally as a PNG.
 
-Read-only: the cluster is rebuilt from the store and nothing is written back. Without `--from` the timeline
+Read-only: the plan is read (by the server, or from the local store) and nothing is written back. Without `--from` the timeline
 starts at the earliest reservation not finished yet (so a VM running since this morning shows whole) and
 ends with the last reservation.
 """
@@ -20,20 +20,10 @@ from orchestrator.analysis.timeline import (
     require_plot,
 )
 from orchestrator.cli.application import app, fail
-from orchestrator.cli.common import (
-    ConfigOption,
-    ServerOption,
-    WaitOption,
-    StateOption,
-    client,
-    load,
-    now,
-    open_cluster,
-    store_path,
-    write_png,
-)
+from orchestrator.cli.common import StoreOptions, now, store_options, write_png
 from orchestrator.cli.output import emit_json, make_console, when
 from orchestrator.model.timeutil import iso, parse_time
+from orchestrator.service.backend import NoStore
 
 
 def parse_when(text: str | None, option: str, current: datetime) -> datetime | None:
@@ -46,7 +36,9 @@ def parse_when(text: str | None, option: str, current: datetime) -> datetime | N
 
 
 @app.command()
+@store_options()
 def plan(
+    opts: StoreOptions,
     from_: str | None = typer.Option(None, "--from", metavar="TIME",
                                      help="Start of the window: ISO 8601 with a timezone, or `now` "
                                           "(default: the earliest reservation not finished yet)"),
@@ -56,10 +48,6 @@ def plan(
     png: Path | None = typer.Option(None, "--png", metavar="OUT",
                                     help="Also draw the timeline into this PNG (needs matplotlib, the `plot` extra)"),
     json_out: bool = typer.Option(False, "--json", help="Print the timeline as JSON"),
-    state: Path | None = StateOption,
-    config: Path | None = ConfigOption,
-    wait: str = WaitOption,
-    server: str | None = ServerOption,
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns."""
     console = make_console(stderr=json_out)
@@ -70,27 +58,16 @@ def plan(
         raise fail(f"--to: {when(end)} is not after --from ({when(start)})")
     if png is not None:
         require_plot()
-    cfg = load(config)
-    path = store_path(state, cfg)
-    remote = client(server, cfg)
-    if remote is not None:
-        with remote:
-            pairs, hosts, labels = remote.plan(iso(start), iso(end))
-        _show(build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels), start, end,
-              json_out, png, console)
-        return
-    if not path.exists():
-        if state is not None:
-            raise fail(f"--state: {path} does not exist")
+    try:
+        with opts.backend() as backend:
+            pairs, hosts, labels = backend.plan(iso(start), iso(end))
+    except NoStore as missing:
         if json_out:
             emit_json({"start": iso(start), "end": iso(end), "now": iso(current), "hosts": [], "leases": []})
             return
-        console.print(f"Nothing planned yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
+        console.print(f"Nothing planned yet: there is no leasewise store at {missing.path}.", soft_wrap=True,
+                      markup=False)
         return
-    with open_cluster(state, cfg, write=False) as cluster:
-        pairs = cluster.plan(start, end)
-        hosts = list(cluster.hosts)
-        labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
     _show(build_timeline(pairs, hosts, start=start, end=end, now=current, labels=labels), start, end,
           json_out, png, console)
 

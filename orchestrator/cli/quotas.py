@@ -1,7 +1,7 @@
 """`leasewise quota ...`: set, list, show and remove the quotas of users (`alice`) and Unix groups (`@lab`).
 
-Each command parses its input, makes one call to `orchestrator.state.quotas` (the functions the server calls
-too) and prints the answer. A user quota limits what the user's live leases hold; a group quota limits the
+Each command parses its input, makes one call on the backend its shared options select (the server, or the
+local store: the same use cases) and prints the answer. A user quota limits what the user's live leases hold; a group quota limits the
 sum over the group's users (primary or supplementary group); `lease submit` and `lease extend` refuse a
 request over either with the figure, exit code 3.
 
@@ -11,20 +11,18 @@ Exit codes: 0 done; 2 bad input (one line naming the option, nothing written), o
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 from datetime import timedelta
-from pathlib import Path
 
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import common
 from orchestrator.cli.application import command_group, fail
+from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.leasefile import current_user
-from orchestrator.cli.output import emit_json, make_console
+from orchestrator.cli.output import counted, emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import ascii_whole, parse_whole
 from orchestrator.model.quota import check_subject, check_user, duration_text
 from orchestrator.model.timeutil import parse_duration
-from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 
 quota_app = command_group("quota", "Set, list, show and remove quotas of users and @groups.")
 
@@ -86,7 +84,9 @@ def _holding_text(holding: dict) -> str:
 
 # -- commands ----------------------------------------------------------------------------------------------------
 @quota_app.command("set")
+@store_options()
 def set_(
+    opts: StoreOptions,
     subject: str = typer.Argument(..., metavar="SUBJECT", help=_SUBJECT_HELP),
     vcpus: str | None = typer.Option(None, "--vcpus", metavar="N|none", help="vCPUs held at once"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB|none", help="Memory held at once, MiB"),
@@ -94,10 +94,6 @@ def set_(
     max_duration: str | None = typer.Option(None, "--max-duration", metavar="D|none", help="Longest lease: 24h, 7d"),
     max_ahead: str | None = typer.Option(None, "--max-ahead", metavar="D|none",
                                          help="Furthest start of an advance reservation from now: 14d"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Set the limits given (the others stay as they are; `none` removes a limit)."""
     name = _subject(subject)
@@ -110,35 +106,20 @@ def set_(
             changes[key] = parse(option, text)
     if not changes:
         raise fail("--vcpus, --memory, --vms, --max-duration, --max-ahead: give at least one limit to set")
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            answer = remote.quota_set(name, changes)
-    else:
-        with common.open_store(state, cfg) as store:
-            answer = set_quota(store, name, changes, common.now())
+    with opts.backend() as backend:
+        answer = backend.quota_set(name, changes)
     make_console().print(f"quota of {escape(name)} set: {_limits_text(answer['limits'])}", soft_wrap=True)
 
 
 @quota_app.command("list")
+@store_options()
 def list_(
+    opts: StoreOptions,
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Every quota with its limits and what its subject holds now (a group: its users together)."""
-    cfg = common.load(config)
-    rows = []
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            rows = remote.quota_list()
-    elif common.store_exists(state, cfg):
-        with common.open_store(state, cfg) as store:
-            rows = list_quotas(store)
+    with opts.backend() as backend:
+        rows = backend.quota_list()
     if json_out:
         emit_json(rows)
         return
@@ -152,32 +133,20 @@ def list_(
               _count(r["limits"]["vms"]), _time_limit(r["limits"]["max_duration_s"]),
               _time_limit(r["limits"]["max_ahead_s"]), _holding_text(r["holding"])] for r in rows]
     print_table(make_console(), columns, cells,
-                title=f"{len(rows)} quota{'s' if len(rows) != 1 else ''} (-: unlimited)")
+                title=f"{counted(len(rows), 'quota')} (-: unlimited)")
 
 
 @quota_app.command("show")
+@store_options()
 def show(
+    opts: StoreOptions,
     user: str | None = typer.Argument(None, metavar="USER", help="Whose quotas (default: you)"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """A user's own quota and each group quota that applies: limit, what is held, what is left."""
     name = check_user((user if user is not None else current_user()).strip(), "USER")
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            answer = remote.quota_show(name)
-    elif common.store_exists(state, cfg):
-        with common.open_store(state, cfg) as store:
-            answer = show_quota(store, name)
-    else:
-        answer = None
-    if answer is None:   # (no store yet: nothing is held and nothing limits anyone)
-        answer = {"user": name, "groups": [], "holding": {"vcpus": 0, "memory_mib": 0, "vms": 0}, "quotas": []}
+    with opts.backend() as backend:
+        answer = backend.quota_show(name)
     if json_out:
         emit_json(answer)
         return
@@ -204,23 +173,13 @@ def show(
 
 
 @quota_app.command("remove")
+@store_options()
 def remove(
+    opts: StoreOptions,
     subject: str = typer.Argument(..., metavar="SUBJECT", help=_SUBJECT_HELP),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Remove a quota: the user (or group) is unlimited again."""
     name = _subject(subject)
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            remote.quota_remove(name)
-    else:
-        if not common.store_exists(state, cfg):
-            raise fail(f"no quota for {name!r}")
-        with common.open_store(state, cfg) as store:
-            remove_quota(store, name)
+    with opts.backend() as backend:
+        backend.quota_remove(name)
     make_console().print(f"quota of {escape(name)} removed: unlimited now", soft_wrap=True)

@@ -1,8 +1,8 @@
 """`leasewise report`: planned and enacted times of every reservation side by side, from the event log.
 
-Read-only: one read transaction on the store, nothing written back. The computation is
-`orchestrator.analysis.report.build_report` (events in, rows and summary out); this module only reads the store,
-checks the options and prints or writes the result.
+Read-only: the event log is read in one snapshot (by the server, or from the local store), nothing written
+back. The computation is `orchestrator.analysis.report.build_report` (events in, rows and summary out); this
+module only checks the options, asks the backend for the events and prints or writes the result.
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.
@@ -25,75 +25,46 @@ from orchestrator.analysis.report import (
     signed_seconds,
 )
 from orchestrator.analysis.timeline import require_plot
-from orchestrator.cli import common
 from orchestrator.cli.application import app, fail
-from orchestrator.cli.common import (
-    ConfigOption,
-    WaitOption,
-    StateOption,
-    load,
-    parse_lease_id,
-    open_store,
-    store_path,
-    write_png,
-)
+from orchestrator.cli.common import StoreOptions, parse_lease_id, store_options, write_png
 from orchestrator.cli.output import make_console, write_json_file
 from orchestrator.cli.tables import Column, print_table
+from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.reservations import ReservationKind
 from orchestrator.model.timeutil import UTC
-from orchestrator.state.store import StoreError
+from orchestrator.service.backend import NoStore
 
 
 @app.command()
+@store_options()
 def report(
+    opts: StoreOptions,
     lease: str | None = typer.Option(None, "--lease", metavar="ID", help="Only this lease"),
     png: Path | None = typer.Option(None, "--png", metavar="OUT",
                                     help="Also draw planned vs enacted intervals into this PNG "
                                          "(needs matplotlib, the `plot` extra)"),
     json_out: Path | None = typer.Option(None, "--json", metavar="OUT",
                                          help="Also write the rows and summary as JSON"),
-    state: Path | None = StateOption,
-    config: Path | None = ConfigOption,
-    wait: str = WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Plan vs reality: planned and enacted start and end of every enacted reservation, with the delta per
     reservation and its mean and worst per kind, from the event log."""
     lease_id = parse_lease_id(lease, "--lease") if lease is not None else None
     if png is not None:
         require_plot()
-    cfg = load(config)
-    path = store_path(state, cfg)
     console = make_console()
-    remote = common.client(server, cfg)
-    if remote is not None:
-        from orchestrator.service.client import RemoteError
-
-        try:
-            with remote:
-                events = remote.events(lease_id)
-        except RemoteError as exc:
-            if lease_id is not None and str(exc) == f"lease: no lease with id {lease_id}":
-                raise fail(f"--lease: no lease with id {lease_id}") from None
-            raise
-        _show(build_report(events, lease_id), lease_id, json_out, png, console)
-        return
-    if not path.exists():
-        if state is not None:
-            raise fail(f"--state: {path} does not exist")
+    try:
+        with opts.backend() as backend:
+            events = backend.events(lease_id)
+    except NoStore as missing:
         if lease_id is not None:
-            raise fail(f"--lease: no lease with id {lease_id} (there is no leasewise store at {path})")
-        console.print(f"Nothing enacted yet: there is no leasewise store at {path}.", soft_wrap=True, markup=False)
+            raise fail(f"--lease: no lease with id {lease_id} (there is no leasewise store at {missing.path})") from None
+        console.print(f"Nothing enacted yet: there is no leasewise store at {missing.path}.", soft_wrap=True,
+                      markup=False)
         return
-    with open_store(state, cfg) as store, store.snapshot():
-        if lease_id is not None:
-            try:
-                store.lease(lease_id)
-            except StoreError as exc:
-                if str(exc) != f"no lease with id {lease_id}":
-                    raise
-                raise fail(f"--lease: no lease with id {lease_id}") from None
-        events = store.events(lease_id=lease_id)
+    except LeasewiseError as exc:
+        if lease_id is not None and str(exc) == f"lease: no lease with id {lease_id}":
+            raise fail(f"--lease: no lease with id {lease_id}") from None
+        raise
     _show(build_report(events, lease_id), lease_id, json_out, png, console)
 
 

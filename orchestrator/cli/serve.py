@@ -12,29 +12,30 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_FAILED, app, fail
+from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.logs import configure_logging
 from orchestrator.cli.output import emit_json, make_console
 
+
 @app.command()
+@store_options("state", "config")
 def serve(
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
+    opts: StoreOptions,
     log_level: str = typer.Option("info", "--log-level", metavar="LEVEL", help="debug, info, warning or error"),
     check: bool = typer.Option(False, "--check", help="Check the configuration, the store and every host, then exit"),
 ) -> None:
     """Run the shared service: the API on [serve] socket (and HTTPS on [serve] listen), enacting the plan."""
     restore = configure_logging(log_level)
     try:
-        _serve(state, config, check)
+        _serve(opts, check)
     finally:
         restore()
 
 
-def _serve(state: Path | None, config: Path | None, check: bool) -> None:
-    cfg = common.load(config)
-    path = common.store_path(state, cfg)
+def _serve(opts: StoreOptions, check: bool) -> None:
+    cfg = opts.config
+    path = opts.store_path
     if not path.exists():
         raise fail(f"--state: no store at {path} (add hosts with `leasewise host add` first)")
     if check:
@@ -52,57 +53,32 @@ def _serve(state: Path | None, config: Path | None, check: bool) -> None:
 
 def _check(path: Path, cfg) -> None:
     """The configuration was read; now the store, the socket's directory and group, and every host."""
-    import grp
-    import os
-
-    from orchestrator.runtime.host_admin import run_checks
-    from orchestrator.state.store import Store
+    from orchestrator.service.preflight import preflight
 
     console = make_console()
-    problems = []
-    with Store.open(path) as store:
-        records = store.hosts()
-        images = store.images()
-    console.print(f"store {path}: {len(records)} host(s), schema version ok", soft_wrap=True)
-    sock_dir = Path(cfg.serve.socket).parent
-    if not sock_dir.is_dir() or not os.access(sock_dir, os.W_OK):
-        problems.append(f"serve.socket: {sock_dir} is not a directory this user can write")
-    if cfg.serve.socket_group:
-        try:
-            grp.getgrnam(cfg.serve.socket_group)
-        except KeyError:
-            problems.append(f"serve.socket_group: no group named {cfg.serve.socket_group!r}")
-    for name in ("tls_cert", "tls_key"):
-        value = getattr(cfg.serve, name)
-        if value and not os.access(value, os.R_OK):
-            problems.append(f"serve.{name}: {value} cannot be read")
-    for record in records:
-        rows = run_checks(record, cfg.daemon.driver, 10.0, images)
-        failed = [r for r in rows if r["status"] == "FAIL"]
-        status = "FAIL" if failed else "ok"
-        console.print(f"host {escape(record.name)} ({escape(record.config.uri)}): {status}"
+    found = preflight(cfg, path)
+    console.print(f"store {path}: {found.hosts} host(s), schema version ok", soft_wrap=True)
+    for name, uri, failed in found.checked:
+        console.print(f"host {escape(name)} ({escape(uri)}): {'FAIL' if failed else 'ok'}"
                       + "".join(f"; {escape(r['check'])}: {escape(r['detail'])}" for r in failed), soft_wrap=True)
-        problems += [f"host {record.name}: {r['check']}" for r in failed]
-    for line in problems:
+    for line in found.problems:
         console.print(f"[bold red]problem:[/] {escape(line)}", soft_wrap=True)
-    if problems:
+    if found.problems:
         raise typer.Exit(EXIT_FAILED)
     console.print("ready to serve", soft_wrap=True)
 
 
 @app.command()
+@store_options("config", "server")
 def whoami(
+    opts: StoreOptions,
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    config: Path | None = common.ConfigOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Who the server takes you for (your Unix user on its socket, a token's holder on HTTPS), and whether you are an admin."""
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is None:
+    if opts.server_url is None:
         raise fail("--server: no server configured (give --server, $LEASEWISE_SERVER or [client] server)")
-    with remote:
-        me = remote.whoami()
+    with opts.backend() as backend:
+        me = backend.whoami()
     if json_out:
         emit_json(me)
         return

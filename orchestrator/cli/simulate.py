@@ -32,11 +32,10 @@ from orchestrator.analysis.timeline import (
     timeline_from_result,
 )
 from orchestrator.cli.application import app, fail
-from orchestrator.cli.lease_records import JsonRecords
+from orchestrator.runtime.lease_records import JsonRecords
 from orchestrator.cli.output import make_console, write_whole
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.config import load_config
-from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import iso
 from orchestrator.runtime.simulator import SimulationResult, Simulator
@@ -46,13 +45,13 @@ from orchestrator.workloads.injected import inject as inject_leases
 
 @app.command()
 def simulate(
-    workload: Path = typer.Argument(..., help="Workload file: Haizea LWF (.lwf/.xml) or SWF (.swf), optionally .gz"),
-    config: Path | None = typer.Option(None, "--config", "-c", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
+    workload: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload file: Haizea LWF (.lwf/.xml) or SWF (.swf), optionally .gz"),
+    config: Path | None = typer.Option(None, "--config", "-c", metavar="FILE", help="TOML configuration ([scheduling], [simulation], [workload.swf])"),
     inject: Path | None = typer.Option(None, "--inject", metavar="FILE",
                                        help="Merge these injected leases (e.g. advance reservations) into WORKLOAD"),
-    json_out: Path | None = typer.Option(None, "--json", help="Write leases, reservations and metrics as JSON"),
-    csv_out: Path | None = typer.Option(None, "--csv", help="Write one row per lease as CSV"),
-    png: Path | None = typer.Option(None, "--png", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
+    json_out: Path | None = typer.Option(None, "--json", metavar="FILE", help="Write leases, reservations and metrics as JSON"),
+    csv_out: Path | None = typer.Option(None, "--csv", metavar="FILE", help="Write one row per lease as CSV"),
+    png: Path | None = typer.Option(None, "--png", metavar="FILE", help="Draw the plan per host as a Gantt chart (needs matplotlib)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar"),
 ) -> None:
     """Run WORKLOAD on the simulated clock and print a summary of what happened."""

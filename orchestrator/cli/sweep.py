@@ -13,10 +13,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from typer.core import TyperGroup
 
 from orchestrator.analysis.timeline import require_plot
-from orchestrator.cli.application import command_group, fail
+from orchestrator.cli.application import Group, command_group, fail
 from orchestrator.cli.common import write_png
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
@@ -27,7 +26,7 @@ from orchestrator.experiments.spec import Run, Sweep, load_sweep
 from orchestrator.experiments.sweep import SweepOutcome, run_sweep
 
 
-class _RunByDefault(TyperGroup):
+class _RunByDefault(Group):
     """`sweep FILE ...` means `sweep run FILE ...`: anything that is not a subcommand's name is a sweep file."""
 
     def resolve_command(self, ctx, args):
@@ -52,7 +51,7 @@ def run(
                                     help="Results folder (default: SWEEP-results in the current directory)"),
     address: str | None = typer.Option(None, "--address", metavar="ADDR",
                                        help="A running Ray cluster (e.g. ray://head:10001); default: a local Ray of its own"),
-    workers: int | None = typer.Option(None, "--workers", "-w",
+    workers: int | None = typer.Option(None, "--workers", "-w", metavar="N",
                                        help="Runs at once (default: every CPU of the local machine or the cluster)"),
     resume: bool = typer.Option(False, "--resume", help="Finish the sweep in --out: skip the runs it finished"),
     leases: bool = typer.Option(False, "--leases", help="Also write each run's leases (simulate --json) to DIR/leases/"),
@@ -173,7 +172,11 @@ def plot(
     y: str = typer.Option(..., "--y", metavar="METRIC", help="The metric along the y axis"),
     hue: str | None = typer.Option(None, "--hue", metavar="KEY", help="One line per value of this column"),
     png: Path = typer.Option(..., "--png", metavar="OUT", help="The PNG to write"),
-    title: str | None = typer.Option(None, "--title", help="The plot's title"),
+    title: str | None = typer.Option(None, "--title", metavar="TEXT", help="The plot's title"),
+    x_label: str | None = typer.Option(None, "--x-label", metavar="TEXT",
+                                       help="What the x axis shows, in words (default: KEY's label, or KEY)"),
+    y_label: str | None = typer.Option(None, "--y-label", metavar="TEXT",
+                                       help="What the y axis shows, in words (default: METRIC's label, with its unit)"),
 ) -> None:
     """Draw METRIC against KEY from a sweep's table (one line per --hue value; runs that share a point are
     averaged, with their range as a band)."""
@@ -184,5 +187,6 @@ def plot(
     columns, rows = read_table(table)
     lines = summarise(columns, rows, x, y, hue)
     console = make_console(stderr=False)
-    write_png(lambda what, path: render_sweep_png(what, x, y, hue, path, title), lines, png, console)
+    write_png(lambda what, path: render_sweep_png(what, x, y, hue, path, title, x_label=x_label, y_label=y_label),
+              lines, png, console)
 

@@ -50,15 +50,19 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
                       style="dim", markup=False, soft_wrap=True)
 
 
+def fits(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]], **table_options: Any) -> bool:
+    """Whether the table fits the console's width as rich prints it (nothing wrapped or left out)."""
+    return _width(console, _table(columns, rows, range(len(columns)), table_options)) <= console.width
+
+
 def fit_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]],
               **table_options: Any) -> tuple[Table, list[str]]:
     """The table to print at the console's width, and the headers of the columns left out of it.
 
     `rows` hold rich markup, one string per column; `table_options` go to `rich.table.Table`."""
     shown = list(range(len(columns)))
-    table = _table(columns, rows, shown, table_options)
-    if _width(console, table) <= console.width:
-        return table, []
+    if fits(console, columns, rows, **table_options):
+        return _table(columns, rows, shown, table_options), []
     options = {**table_options, **COMPACT}
     texts = [[console.render_str(cell) for cell in row] for row in rows]
     while True:

@@ -2,8 +2,8 @@
 
 `token create` prints the token once, alone on stdout (so `TOKEN=$(leasewise token create)` works), and says
 on stderr that it cannot be shown again: the store keeps only a salted hash of it. Each command parses its
-input, makes one call to `orchestrator.state.tokens` (the functions the server calls too) and prints the
-answer.
+input, makes one call on the backend its shared options select (the server, or the local store: the same
+use cases) and prints the answer.
 
 Exit codes: 0 done; 2 bad input (one line naming the option, nothing written), or an unknown token id.
 """
@@ -11,20 +11,19 @@ Exit codes: 0 done; 2 bad input (one line naming the option, nothing written), o
 # No `from __future__ import annotations`: typer reads the option types at runtime.
 
 from datetime import timedelta
-from pathlib import Path
 
 import typer
 from rich.markup import escape
 
 from orchestrator.cli import common
 from orchestrator.cli.application import command_group, fail
+from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.leasefile import current_user
-from orchestrator.cli.output import emit_json, make_console, when
+from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import ascii_whole
 from orchestrator.model.quota import check_user, duration_text
 from orchestrator.model.timeutil import end_of, parse_duration, parse_time
-from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token
 
 token_app = command_group("token", "Create, list and revoke API tokens for the server.")
 
@@ -58,34 +57,22 @@ def _time(text: str | None) -> str:
 
 
 @token_app.command("create")
+@store_options()
 def create(
+    opts: StoreOptions,
     user: str | None = typer.Option(None, "--user", metavar="U", help="Whose token (default: you)"),
     expires: str = typer.Option(DEFAULT_EXPIRES, "--expires", metavar="D|never", help="How long it is valid: 90d, 12h, never"),
     admin: bool = typer.Option(False, "--admin", help="It may do what an admin may (hosts, images, quotas, tokens)"),
     note: str = typer.Option("", "--note", metavar="TEXT", help="What it is for (shown by token list)"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON (the token included)"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Make a token and print it once: only a salted hash of it is kept."""
     owner = _user(user)
-    given_user = user
     lifetime = _expires(expires)
-    check_note(note, "--note")
-    now = common.now()
     if lifetime is not None:
-        end_of(now, lifetime, "--expires")
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:   # (the server's caller is the owner unless --user names another)
-        with remote:
-            made = remote.token_create(None if given_user is None else owner, admin, lifetime, note)
-    else:
-        with common.open_store(state, cfg) as store:
-            text, record = create_token(store, owner, admin=admin, expires=lifetime, now=now, note=note)
-        made = {"token": text, **record.public()}
+        end_of(common.now(), lifetime, "--expires")
+    with opts.backend() as backend:   # (the caller is the owner unless --user names another)
+        made = backend.token_create(None if user is None else owner, admin, lifetime, note)
     if json_out:
         emit_json(made)
     else:
@@ -98,25 +85,16 @@ def create(
 
 
 @token_app.command("list")
+@store_options()
 def list_(
+    opts: StoreOptions,
     user: str | None = typer.Option(None, "--user", metavar="U", help="Only this user's tokens"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Tokens: id, user, admin, state, created, expires, revoked, last used, note (never the token)."""
     owner = None if user is None else _user(user)
-    cfg = common.load(config)
-    rows = []
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            rows = remote.token_list(owner)
-    elif common.store_exists(state, cfg):
-        with common.open_store(state, cfg) as store:
-            rows = list_tokens(store, owner, now=common.now())
+    with opts.backend() as backend:
+        rows = backend.token_list(owner)
     if json_out:
         emit_json(rows)
         return
@@ -129,29 +107,19 @@ def list_(
     cells = [[str(r["id"]), escape(r["user"]), "yes" if r["admin"] else "no", r["state"], _time(r["created_at"]),
               _time(r["expires_at"]) if r["expires_at"] else "never", _time(r["revoked_at"]),
               _time(r["last_used_at"]), escape(r["note"])] for r in rows]
-    print_table(make_console(), columns, cells, title=f"{len(rows)} token{'s' if len(rows) != 1 else ''}")
+    print_table(make_console(), columns, cells, title=counted(len(rows), "token"))
 
 
 @token_app.command("revoke")
+@store_options()
 def revoke(
+    opts: StoreOptions,
     token_id: str = typer.Argument(..., metavar="ID", help="Token id (token list)"),
-    state: Path | None = common.StateOption,
-    config: Path | None = common.ConfigOption,
-    wait: str = common.WaitOption,
-    server: str | None = common.ServerOption,
 ) -> None:
     """Revoke a token: refused from now on, by every process."""
     number = _token_id(token_id)
-    cfg = common.load(config)
-    remote = common.client(server, cfg)
-    if remote is not None:
-        with remote:
-            answer = remote.token_revoke(number)
-    else:
-        if not common.store_exists(state, cfg):
-            raise fail(f"no token with id {number}")
-        with common.open_store(state, cfg) as store:
-            answer = revoke_token(store, number, common.now())
+    with opts.backend() as backend:
+        answer = backend.token_revoke(number)
     if answer["already"]:
         make_console().print(f"token {number} ({escape(answer['user'])}) was already revoked at "
                              f"{_time(answer['revoked_at'])}", soft_wrap=True)

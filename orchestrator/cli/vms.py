@@ -1,4 +1,4 @@
-"""How `lease show` prints a lease's VMs (found by `orchestrator.runtime.vm_access`)."""
+"""How `lease show` prints a lease's VMs (as the backend found them: `orchestrator.service.backend.VMAccess`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shlex
 from rich.markup import escape
 
 from orchestrator.cli.tables import Column, print_table
-from orchestrator.runtime.vm_access import SSH_OPTIONS, VMAccess, lease_vms, vm_access_from_json  # noqa: F401
+from orchestrator.service.backend import VMAccess
 
 
 def print_vms(console, vms: list[VMAccess]) -> None:

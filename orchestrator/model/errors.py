@@ -1,7 +1,8 @@
-"""One exception hierarchy for the planning side, so the CLI can turn any of them into one clear line.
+"""One exception hierarchy, so the CLI can turn any of them into one clear line.
 
 Every error that comes from bad input names the field it is about; `str(exc)` is the one-line message
-shown to the user.
+shown to the user. The store's errors are here too (raised by `orchestrator.state.store`), so that what
+tells them apart (a busy store is worth trying again) is known to every layer above the model.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import date, datetime
+from pathlib import Path
 
 
 class LeasewiseError(Exception):
@@ -44,6 +46,23 @@ def shown(value: object) -> str:
     else:
         return f"a {type(value).__name__}"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class StoreError(LeasewiseError):
+    """The state database cannot be opened, is too new, or a write names a missing / duplicate thing."""
+
+
+class StoreCorrupt(StoreError):
+    """SQLite finds the database file damaged (PRAGMA quick_check, or "malformed" on the way there)."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the database's write lock for longer than the busy timeout: nothing was
+    written, and the same operation may succeed if tried again."""
+
+    def __init__(self, path: Path, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
 
 
 class ConfigError(InvalidRequest):

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from drivers.base import Driver, HostInfo, ImageInfo
-from drivers.errors import DriverConfigError, DriverError
+from drivers.errors import DriverError
 from drivers.inventory import HostConfig
-from orchestrator.model.errors import ConfigError, InvalidRequest, LeasewiseError
+from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.images import IMAGE_FORMATS, CatalogImage
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
@@ -29,16 +29,6 @@ COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_ur
 
 
 # -- add / import ------------------------------------------------------------------------------------------
-def host_config(values: dict[str, Any], option_of=lambda field: field) -> HostConfig:
-    """A host's settings as given (options or JSON); a bad one is one line naming `option_of(field)`."""
-    try:
-        return HostConfig(**values)
-    except (ConfigError, DriverConfigError) as exc:
-        raise InvalidRequest(option_of(exc.field), exc.problem) from None
-    except TypeError as exc:   # an unknown key (JSON from another client)
-        raise InvalidRequest("host", str(exc)) from None
-
-
 def capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory: int | None,
                timeout: float) -> dict[str, tuple[int, int, HostInfo | None]]:
     """name -> (vCPUs, memory MiB, what the driver said): explicit cpus/memory win; the simulated driver
@@ -216,25 +206,6 @@ def read_on_hosts(driver: Driver, hosts: list[str], path: str) -> dict[str, Imag
         except DriverError as exc:
             seen[host] = str(exc)
     return seen
-
-
-def image_option(field: str) -> str:
-    """The `image add` argument or option a field of the catalogue entry comes from."""
-    return {"name": "NAME", "path": "PATH", "os": "--os", "login_user": "--login-user", "format": "--format",
-            "kernel": "--kernel", "initrd": "--initrd", "size": "PATH"}.get(field, field)
-
-
-def check_image_request(values: dict[str, Any]) -> None:
-    """The catalogue entry's own checks, before any host is asked (one line naming the argument)."""
-    fmt = values.get("format")
-    if fmt is not None and fmt not in IMAGE_FORMATS:
-        raise InvalidRequest("--format", f"must be one of {', '.join(IMAGE_FORMATS)} (got {fmt!r})")
-    try:
-        CatalogImage(**{**values, "format": fmt or "qcow2"})
-    except InvalidRequest as exc:
-        raise InvalidRequest(image_option(exc.field), exc.problem) from None
-    except TypeError as exc:   # an unknown key (JSON from another client)
-        raise InvalidRequest("image", str(exc)) from None
 
 
 def refuse_image_taken(store: Store, name: str) -> None:

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from drivers.errors import DriverError
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.timeutil import parse_duration, parse_time
+from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.service.metrics import RequestMetrics, TimedApp
@@ -186,8 +187,12 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.get("/v1/plan")
     def plan(start: str | None = None, end: str | None = None, who: Caller = Who) -> JSONResponse:
-        return JSONResponse(service.plan(who, parse_time(start, "--from") if start else None,
-                                         parse_time(end, "--to") if end else None))
+        pairs, hosts, labels = service.plan(who, parse_time(start, "--from") if start else None,
+                                            parse_time(end, "--to") if end else None)
+        leases = {lease.id: lease for lease, _ in pairs}
+        return JSONResponse({"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
+                             "pairs": [[lease.id, rr.id] for lease, rr in pairs],
+                             "labels": {str(k): v for k, v in labels.items()}})
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
     @app.put("/v1/quotas/{subject}")
@@ -270,8 +275,6 @@ def _duration(value: Any, label: str) -> timedelta:
 
 def _host_config(value: Any):
     """A host's settings as JSON (HostConfig's fields), checked as `host add` checks its options."""
-    from orchestrator.runtime.host_admin import host_config
-
     if not isinstance(value, dict):
         raise InvalidRequest("config", "must be a host's settings (name, uri, ...)")
     return host_config(value)

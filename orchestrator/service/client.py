@@ -1,4 +1,5 @@
-"""The CLI's side of the API: one call per use case, errors raised as the CLI's own.
+"""The CLI's side of the API: one call per use case, errors raised as the CLI's own, answers in the shapes
+of the local store's (`backend.Backend`).
 
 A server is `unix:/run/leasewise/api.sock` (the caller is who the kernel says) or `https://head:8443`
 (the caller presents a token: `[client] token_file`, else $LEASEWISE_TOKEN; the server's certificate is
@@ -23,7 +24,15 @@ from drivers.base import MigrationReport
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
-from orchestrator.state.codec import event_from_json, lease_from_json, migration_report_from_json, request_to_json
+from orchestrator.runtime.vm_access import VMAccess, vm_access_from_json
+from orchestrator.service.backend import Access, RequestChecks, catalogue
+from orchestrator.state.codec import (
+    event_from_json,
+    image_from_json,
+    lease_from_json,
+    migration_report_from_json,
+    request_to_json,
+)
 from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
@@ -99,6 +108,11 @@ class Client:
     def whoami(self) -> dict[str, Any]:
         return self._call("GET", "/v1/whoami")
 
+    def request_checks(self) -> RequestChecks:
+        """The server's catalogue; the server checks the site, and owns a request to its caller."""
+        return RequestChecks(catalogue(lambda: [image_from_json(i) for i in self.images()],
+                                       "none; an admin adds them with `leasewise image add`"), None, "")
+
     def submit(self, request: LeaseRequest) -> dict[str, Any]:
         return self._call("POST", "/v1/leases", json={"request": request_to_json(request)})["answer"]
 
@@ -110,9 +124,10 @@ class Client:
             params["user"] = user
         return [lease_from_json(d) for d in self._call("GET", "/v1/leases", params=params)["leases"]]
 
-    def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[dict] | None]:
+    def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
         data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms})
-        return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], data["vms"]
+        found = None if data["vms"] is None else [vm_access_from_json(v) for v in data["vms"]]
+        return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], found
 
     def cancel(self, lease_id: int) -> dict[str, Any]:
         return self._call("POST", f"/v1/leases/{lease_id}/cancel")
@@ -120,8 +135,9 @@ class Client:
     def extend(self, lease_id: int, by: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/leases/{lease_id}/extend", json={"by": by})
 
-    def access(self, lease_id: int, node: int | None) -> dict[str, Any]:
-        return self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node})
+    def access(self, lease_id: int, node: int | None) -> Access:
+        data = self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node})
+        return Access(vm_access_from_json(data["vm"]), data["console"], data["console_error"])
 
     def hosts(self, timeout: float) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/hosts", params={"timeout": timeout})["hosts"]

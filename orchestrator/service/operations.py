@@ -10,7 +10,8 @@ they see the last commit and block no one).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -23,13 +24,11 @@ from drivers.inventory import HostConfig
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
-from orchestrator.model.states import FINAL_STATES, RUNNING_STATES, LeaseState
-from orchestrator.model.timeutil import parse_time
+from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.runtime.driver_enactor import parse_vm_name
 from orchestrator.runtime.host_admin import (
     capacities,
     capacity_source,
-    check_image_request,
     image_on_hosts,
     import_partition,
     refuse_image_taken,
@@ -40,9 +39,10 @@ from orchestrator.runtime.host_admin import (
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.identity import Caller, NotAllowed
+from orchestrator.service.inputs import check_image_request
 from orchestrator.state.answers import hosts_of
 from orchestrator.state.cluster import Cluster
-from orchestrator.state.codec import image_json, lease_to_json, migration_report_json
+from orchestrator.state.codec import image_json, migration_report_json
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
@@ -64,16 +64,21 @@ class Refused(LeasewiseError):
 
 class LeaseService:
     def __init__(self, store: Store, config: Config, session: ClusterSession, clock: Clock, driver: Driver | None,
-                 *, wake: Callable[[], None] = lambda: None):
+                 *, wake: Callable[[], None] = lambda: None, vms_driver: Callable[[], Driver] | None = None,
+                 one_connection: bool = False):
         """`store`: the writer (used under the session's lock only); `driver`: the daemon's (None: the CLI
-        on its own store, for the use cases that reach no VM); `wake`: tells the daemon's loop to step now
-        (a lease may start at once)."""
+        on its own store); `wake`: tells the daemon's loop to step now (a lease may start at once).
+        Without a driver, `vms_driver` makes one for a call that looks at a lease's VMs (closed after it).
+        `one_connection`: reads go through `store` too (one thread, a command of its own: opening the store
+        again would check the file again)."""
         self.store = store
         self.config = config
         self.session = session
         self.clock = clock
         self.driver = driver
         self.wake = wake
+        self._vms_driver = vms_driver
+        self._one_connection = one_connection
         self._local = threading.local()
         self._readers: list[Store] = []
         self._readers_lock = threading.Lock()
@@ -88,6 +93,8 @@ class LeaseService:
 
     def reader(self) -> Store:
         """This thread's read connection to the store."""
+        if self._one_connection:
+            return self.store
         store = getattr(self._local, "store", None)
         if store is None:
             store = Store.open(self.store.path)
@@ -115,6 +122,18 @@ class LeaseService:
     def _admin_check(caller: Caller, doing: str) -> None:
         if not caller.admin:
             raise NotAllowed(f"{doing} is for admins ({caller.user} is not one)")
+
+    @contextmanager
+    def _vm_lookup(self) -> Iterator[Driver]:
+        """The driver that finds a lease's VMs: the daemon's, else one made for this call."""
+        if self.driver is not None or self._vms_driver is None:
+            yield self.driver   # type: ignore[misc]
+            return
+        driver = self._vms_driver()
+        try:
+            yield driver
+        finally:
+            driver.close()
 
     def _stored(self, lease_id: int) -> Lease:
         try:
@@ -156,14 +175,13 @@ class LeaseService:
                 return image.vm_image()
         raise InvalidRequest("image", f"{name!r} is not a catalogued image")
 
+    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> list[Lease]:
+        """The leases (in these states, of this user), oldest first."""
+        return self.reader().leases(state=_lease_states(states), user=user)
+
     def leases_json(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> str:
         """The leases as the codec sends them, one JSON array encoded by the store (straight from their rows)."""
-        if states is not None:
-            states = list(states)
-            for state in states:
-                if state not in {s.value for s in LeaseState}:
-                    raise InvalidRequest("status", f"{state!r} is not a lease state")
-        return self.reader().lease_records_json(states, user)
+        return self.reader().lease_records_json(_lease_states(states), user)
 
     def listed(self, make: Callable[[], T]) -> T:
         """`make()` (a lease list read and encoded) while no other list is being made."""
@@ -178,7 +196,8 @@ class LeaseService:
             events = store.events(lease_id=lease_id)
         vms = None
         if with_vms and lease.state in _VMS_EXIST:
-            vms = lease_vms(lease, self.driver)
+            with self._vm_lookup() as driver:
+                vms = lease_vms(lease, driver)
         return lease, events, vms
 
     def cancel(self, caller: Caller, lease_id: int) -> dict[str, Any]:
@@ -227,14 +246,15 @@ class LeaseService:
         self._owner_check(caller, lease, "log into")
         if node is not None and not 0 <= node < lease.numnodes:
             raise InvalidRequest("NODE", f"lease {lease_id} has nodes 0..{lease.numnodes - 1} (got {node})")
-        vm = lease_vms(lease, self.driver)[node or 0]
-        if vm.host is None or vm.state in ("not running", "gone"):
-            raise InvalidRequest("lease", f"lease {lease_id}: {vm.name} does not run ({lease.state.value})")
-        try:
-            console = self.driver.console_command(vm.name)
-            console_error = None
-        except (DriverError, NotImplementedError) as exc:
-            console, console_error = None, str(exc)
+        with self._vm_lookup() as driver:
+            vm = lease_vms(lease, driver)[node or 0]
+            if vm.host is None or vm.state in ("not running", "gone"):
+                raise InvalidRequest("lease", f"lease {lease_id}: {vm.name} does not run ({lease.state.value})")
+            try:
+                console = driver.console_command(vm.name)
+                console_error = None
+            except (DriverError, NotImplementedError) as exc:
+                console, console_error = None, str(exc)
         return {"vm": vm.to_json(), "console": console, "console_error": console_error}
 
     # -- hosts -------------------------------------------------------------------------------------------------
@@ -264,7 +284,7 @@ class LeaseService:
     def hosts(self, caller: Caller, timeout: float) -> list[dict[str, Any]]:
         """`host list`'s rows; the hosts are asked (libvirt) after the lock is let go."""
         now = self.now()
-        with self.session.open() as cluster:
+        with self.session.read() as cluster:
             records = list(cluster.hosts.values())
             usage = leases_on_hosts(cluster, now)
         infos = probe_hosts([r.config for r in records], timeout) if self.config.daemon.driver == "libvirt" else None
@@ -413,18 +433,16 @@ class LeaseService:
                 self._stored(lease_id)
             return store.events(lease_id=lease_id)
 
-    def plan(self, caller: Caller, start: datetime | None, end: datetime | None) -> dict[str, Any]:
-        """The reservations meeting [start, end) with their leases, and the hosts (`plan`): read from the
-        store as `plan` on the head node reads it."""
+    def plan(self, caller: Caller, start: datetime | None, end: datetime | None) -> tuple[list, list[str], dict[int, str]]:
+        """The (lease, reservation) pairs meeting [start, end), the hosts, and each lease's label (`plan`):
+        read from the store as `plan` on the head node reads it."""
         store = self.reader()
         with store.snapshot():
             cluster = Cluster(store, self.config)
             pairs = cluster.plan(start, end)
             hosts = list(cluster.hosts)
             labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
-        leases = {lease.id: lease for lease, _ in pairs}
-        return {"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
-                "pairs": [[lease.id, rr.id] for lease, rr in pairs], "labels": {str(k): v for k, v in labels.items()}}
+        return pairs, hosts, labels
 
     # -- quotas (admins set them; a user may look at their own) -----------------------------------------------
     def quota_set(self, caller: Caller, subject: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -453,9 +471,10 @@ class LeaseService:
         owner = user or caller.user
         if (owner != caller.user or admin) and not caller.admin:
             raise NotAllowed(f"{caller.user} may make tokens for themselves only, and no admin tokens")
+        check_note(note, "--note")
         with self.session.open() as cluster:
             text, record = create_token(cluster.store, owner, admin=admin, expires=expires, now=self.now(),
-                                        note=check_note(note, "--note"))
+                                        note=note)
         return {"token": text, **record.public()}
 
     def token_list(self, caller: Caller, user: str | None) -> list[dict[str, Any]]:
@@ -469,15 +488,18 @@ class LeaseService:
         with self.session.open() as cluster:
             record = cluster.store.token(token_id)
             if record is None:
-                raise InvalidRequest("ID", f"no token with id {token_id}")
+                raise StoreError(f"no token with id {token_id}")
             if record.user != caller.user and not caller.admin:
                 raise NotAllowed(f"token {token_id} belongs to {record.user}: only they or an admin may revoke it")
             return revoke_token(cluster.store, token_id, self.now())
 
 
-def live_states() -> list[str]:
-    return [s.value for s in LeaseState if s not in FINAL_STATES]
-
-
-def parse_by(text: str | None) -> datetime | None:
-    return parse_time(text, "by") if text else None
+def _lease_states(states: Iterable[str] | None) -> list[str] | None:
+    """The states a lease list asks for, each one checked."""
+    if states is None:
+        return None
+    states = list(states)
+    for state in states:
+        if state not in {s.value for s in LeaseState}:
+            raise InvalidRequest("status", f"{state!r} is not a lease state")
+    return states

@@ -29,6 +29,8 @@ class ClusterSession(Protocol):
 
     def run(self, work: Callable[[Cluster], T]) -> T: ...     # work(cluster) in a write transaction
 
+    def read(self) -> AbstractContextManager[Cluster]: ...   # the cluster to look at, nothing written
+
     def invalidate(self) -> None: ...
 
 
@@ -49,6 +51,12 @@ class FreshCluster:
     def run(self, work: Callable[[Cluster], T]) -> T:
         with self.open() as cluster:
             return work(cluster)
+
+    @contextmanager
+    def read(self) -> Iterator[Cluster]:
+        """The cluster rebuilt in a read transaction: one snapshot, and writers go on."""
+        with self.store.snapshot():
+            yield self._make(self.store, self.config, self.enactor, live_only=self.live_only)
 
     def invalidate(self) -> None:
         pass
@@ -129,6 +137,10 @@ class SharedCluster:
         finally:
             for item in batch:
                 item.finished = True
+
+    def read(self) -> AbstractContextManager[Cluster]:
+        """The scheduler in memory (under the lock: it is the same object the writers change)."""
+        return self.open()
 
     def invalidate(self) -> None:
         """Rebuild at the next use (hosts added or removed, the calibration changed...)."""

@@ -8,7 +8,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -315,28 +314,45 @@ def test_malformed_input_gives_one_line_naming_the_field_and_writes_nothing(site
 
 # -- concurrency --------------------------------------------------------------------------------------------------
 RACER = """
-import os, sys, time
-go = sys.argv.pop(1)
-from orchestrator.cli import main
-deadline = time.time() + 30
-while not os.path.exists(go) and time.time() < deadline:
-    time.sleep(0.001)
+import os, sys
+ready, gate = int(sys.argv.pop(1)), int(sys.argv.pop(1))
+from orchestrator.cli import load, main
+import orchestrator.service.local
+load([sys.argv[1]])          # everything the command imports, before the race
+os.write(ready, b".")
+os.close(ready)
+os.read(gate, 1)             # (blocks until the test closes the gate's other end: every racer at once)
 main()
 """
 
 
-def test_concurrent_submissions_never_double_book(site, store_path, tmp_path):
+def test_concurrent_submissions_never_double_book(site, store_path):
     """Four processes ask at the same instant for a whole host each, on a site of two hosts: two get one
-    host each, the others are rejected (or told the store is busy); no host is ever over capacity."""
+    host each, the others are rejected (or told the store is busy); no host is ever over capacity. The
+    racers import everything, say they are ready, and all wait on one gate (a pipe) that the test opens
+    for all of them at once."""
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(microsecond=0)
-    go = tmp_path / "go"
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    ready_read, ready_write = os.pipe()
+    gate_read, gate_write = os.pipe()
     procs = [subprocess.Popen(
-        [sys.executable, "-c", RACER, str(go), "lease", "submit", "--cpus", "8", "--memory", "8192",
-         "--duration", "1h", "--start", start.isoformat(), "--json", "--state", str(store_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
-    time.sleep(1.0)   # let them all import and wait at the line
-    go.write_text("go")
+        [sys.executable, "-c", RACER, str(ready_write), str(gate_read), "lease", "submit", "--cpus", "8",
+         "--memory", "8192", "--duration", "1h", "--start", start.isoformat(), "--json", "--state", str(store_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=(ready_write, gate_read))
+        for _ in range(4)]
+    os.close(ready_write)
+    os.close(gate_read)
+    arrived = b""
+    try:
+        while len(arrived) < len(procs):
+            got = os.read(ready_read, 16)
+            if not got:   # (every racer has closed its end: one died before the line)
+                break
+            arrived += got
+    finally:
+        os.close(ready_read)
+        os.close(gate_write)   # the gate opens: every racer's read returns at once
+    assert len(arrived) == len(procs), [p.communicate(timeout=60) for p in procs]
     outcomes = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read()) for p in procs]
     codes = sorted(code for code, _, _ in outcomes)
     for code, out, err in outcomes:

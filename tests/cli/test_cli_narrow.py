@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app, common
+from orchestrator.cli.leases import size_text
 from tests.support.times import CLI_NOW
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +72,34 @@ def test_lease_list_at_80_columns(site):
     readable(text, *[str(lease["id"]) for lease in leases], *[lease[k] for lease in leases for k in ("start", "end")])
     assert text.splitlines()[-1] == "(type, nodes: left out to fit 80 columns; --json has every column)"
     assert "exp-7-with-a" in text   # the name is kept (wrapped)
+
+
+def test_lease_list_at_80_columns_shows_each_leases_size_in_a_few_characters(store):
+    """The demo's site and leases (examples/demo.sh): at 80 columns the sizes read `4×2c/2G` (they took four
+    lines a lease); a terminal wide enough for the whole table gets them in full; --json has the numbers."""
+    for i in range(1, 5):
+        run(store, "host", "add", f"sim{i}", "--uri", f"sim://sim{i}", "--cpus", "2", "--memory", "4096")
+    run(store, "lease", "submit", "--nodes", "4", "--cpus", "2", "--memory", "2048", "--duration", "2h",
+        "--name", "batch-job")
+    run(store, "lease", "submit", "--nodes", "4", "--cpus", "2", "--memory", "4096", "--duration", "1h",
+        "--start", "2027-03-01T10:00:00Z", "--no-preemptible", "--name", "class-lab")
+    CliRunner().invoke(app, ["lease", "submit", "--cpus", "1", "--memory", "1024", "--duration", "20m", "--start",
+                             "now", "--name", "quick-check", "--state", str(store)])   # (rejected: no room now)
+    text = run(store, "lease", "list").stdout
+    sizes = {row.split()[0]: row.split()[3] for row in text.splitlines()[3:] if row[:2].strip() in ("1", "2", "3")}
+    assert sizes == {"1": "4×2c/2G", "2": "4×2c/4G", "3": "1×1c/1G"}, text
+    assert "nodes" not in text.splitlines()[-1], text
+    leases = json.loads(run(store, "lease", "list", "--json").stdout)
+    assert [(lease["nodes"], lease["cpus"], lease["memory_mib"]) for lease in leases] == [(4, 2, 2048), (4, 2, 4096),
+                                                                                        (1, 1, 1024)]
+    wide = run(store, "lease", "list", width=250).stdout
+    assert "4 × 2 vCPU / 2048 MiB" in wide and "1 × 1 vCPU / 1024 MiB" in wide and "×2c" not in wide
+
+
+@pytest.mark.parametrize(("mib", "text"), [(512, "512M"), (1024, "1G"), (1536, "1.5G"), (1100, "1100M"),
+                                           (4096, "4G"), (262144, "256G"), (0.5, "0.5M")])
+def test_sizes_are_exact_in_few_characters(mib, text):
+    assert size_text(mib) == text
 
 
 def test_lease_show_at_80_columns(site):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli.logs import LogfmtFormatter, configure_logging, parse_level, quote
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.timeutil import UTC, iso
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r'^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ level=(debug|info|warning|error) logger=\S+ msg="(?:[^"\\]|\\.)*"'
@@ -129,3 +132,27 @@ def test_run_in_process_leaves_no_handler_behind(tmp_path, root_logger):
     result = CliRunner().invoke(app, ["run", "--state", str(tmp_path / "none.sqlite"), "--log-level", "debug"])
     assert result.exit_code == 2 and "--state: no store" in result.output
     assert root_logger.handlers == handlers
+
+
+def test_a_formatter_given_a_clock_stamps_its_time():
+    simulated = datetime(2031, 5, 4, 3, 2, 1, 999000, tzinfo=UTC)
+    line = LogfmtFormatter(now=lambda: simulated).format(record("lease %d: started", 7))
+    assert line.startswith("2031-05-04T03:02:01Z level=info ")
+
+
+def test_run_fast_logs_at_the_simulated_time_of_the_events_beside_them(tmp_path):
+    """Under --fast the clock jumps to an advance reservation two days ahead: the log lines of its start and
+    stop carry those simulated times (the times of the events the store records), not the wall clock's."""
+    state = str(tmp_path / "state.sqlite")
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(second=0, microsecond=0)
+    assert leasewise("host", "add", "sim1", "--uri", "sim://sim1", "--cpus", "2", "--memory", "2048",
+                     "--state", state, cwd=tmp_path).returncode == 0
+    assert leasewise("lease", "submit", "--cpus", "1", "--memory", "512", "--duration", "10m", "--start",
+                     start.isoformat(), "--state", state, cwd=tmp_path).returncode == 0
+    ran = leasewise("run", "--fast", "--until-idle", "--state", state, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    stamps = {line.split(" ")[0] for line in ran.stderr.splitlines() if "lease 1:" in line}
+    shown = json.loads(leasewise("lease", "show", "1", "--json", "--state", state, cwd=tmp_path).stdout)
+    enacted = {event["time"] for event in shown["events"] if event["kind"] == "enacted"}
+    expected = {iso(start), iso(start + timedelta(minutes=10))}
+    assert stamps == enacted == expected, (ran.stderr, shown["events"])

@@ -3,11 +3,17 @@
 The server runs in a thread of the test process (its daemon on the wall clock, simulated hosts). Users
 are made with useradd for the session and removed after; calls "as" a user run in a forked child that
 has dropped root for that user's uid, gid and groups, so the server sees that user in the socket's peer
-credentials, as it would for a person's shell.
+credentials, as it would for a person's shell. Making users needs root: the tests that call as them
+(every test using `unix_users`, `running` or a server of their own with users) are skipped, saying so,
+when not run as root (CI runs them as root).
+
+Several test sessions may run at once on one machine: each holds a shared lock on `USERS_LOCK` while it
+uses the users, and the last one to finish removes them.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pickle
 import pwd
@@ -33,34 +39,49 @@ from orchestrator.state.store import Store
 GROUP = "lwtest"            # may connect to the socket
 ADMINS = "lwtest-admin"     # [auth] admin_group
 USERS = {"lwalice": [GROUP], "lwbob": [GROUP], "lwcarol": [], "lwadm": [GROUP, ADMINS]}
+#: held (shared) by each test session that uses the users
+USERS_LOCK = Path("/run/lock" if Path("/run/lock").is_dir() else tempfile.gettempdir()) / "leasewise-test-users.lock"
+#: why the tests that call as the users are skipped when not root
+NEEDS_ROOT = "needs root: makes Unix users and groups (useradd, groupadd) and calls the server as them"
 
 
-def _run(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
+def _make(database: str, name: str, *argv: str) -> None:
+    """`name` in `database` (passwd, group), made with `argv` unless there (another session may make it
+    at the same moment)."""
+    def there() -> bool:
+        return subprocess.run(["getent", database, name], capture_output=True).returncode == 0
+
+    if not there():
+        made = subprocess.run(argv, capture_output=True, text=True)
+        if made.returncode != 0 and not there():
+            raise RuntimeError(f"{' '.join(argv)}: {made.stderr.strip()}")
 
 
 @pytest.fixture(scope="session")
 def unix_users() -> Iterator[dict[str, int]]:
     """name -> uid of the test's users (created, then removed)."""
     if os.geteuid() != 0:
-        pytest.fail("the service tests make Unix users: run them as root (CI does)")
-    made_groups = []
+        pytest.skip(NEEDS_ROOT)
+    lock = USERS_LOCK.open("a")
+    fcntl.flock(lock, fcntl.LOCK_SH)
     for group in (GROUP, ADMINS):
-        if subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
-            _run("groupadd", group)
-            made_groups.append(group)
-    made_users = []
+        _make("group", group, "groupadd", group)
     for user, groups in USERS.items():
-        if subprocess.run(["getent", "passwd", user], capture_output=True).returncode != 0:
-            _run("useradd", "-M", "-N", "-s", "/usr/sbin/nologin", *(["-G", ",".join(groups)] if groups else []), user)
-            made_users.append(user)
+        _make("passwd", user, "useradd", "-M", "-N", "-s", "/usr/sbin/nologin",
+              *(["-G", ",".join(groups)] if groups else []), user)
     try:
         yield {u: pwd.getpwnam(u).pw_uid for u in USERS}
     finally:
-        for user in made_users:
-            subprocess.run(["userdel", user], capture_output=True)
-        for group in made_groups:
-            subprocess.run(["groupdel", group], capture_output=True)
+        try:   # the last session out removes them (whichever made them); the others leave them be
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            for user in USERS:
+                subprocess.run(["userdel", user], capture_output=True)
+            for group in (GROUP, ADMINS):
+                subprocess.run(["groupdel", group], capture_output=True)
+        lock.close()
 
 
 def as_user(user: str, call: Callable[[], Any], timeout: float = 60.0) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,7 +14,8 @@ from orchestrator.cli import app
 from orchestrator.cli.leasefile import request_from_fields
 from orchestrator.model.timeutil import UTC
 from orchestrator.service.client import Client, RemoteError
-from tests.service.conftest import as_user, start_server
+from tests.service.conftest import ADMINS, as_user, start_server
+from tests.support.times import MovableClock
 
 
 def _free_port() -> int:
@@ -33,11 +33,13 @@ def tls_server(tmp_path, unix_users):
     port = _free_port()
     from orchestrator.service.identity import token_checker
 
+    clock = MovableClock()   # (the server's: tokens are made and checked by it)
     running = start_server(tmp_path, config={"serve": {"listen": f"127.0.0.1:{port}", "tls_cert": str(cert),
                                                         "tls_key": str(key)}},
-                           token_check=lambda store: token_checker(store, "lwtest-admin"))
+                           clock=clock, token_check=lambda store: token_checker(store, ADMINS, now=clock.now))
     running.https = f"https://127.0.0.1:{port}"
     running.cert = str(cert)
+    running.clock = clock
     try:
         yield running
     finally:
@@ -79,7 +81,7 @@ def test_tokens_expire_and_are_revoked(tls_server):
     long = as_user("lwbob", lambda: Client(url).token_create(None, False, timedelta(days=1), ""))
     with Client(tls_server.https, token=long["token"], ca=tls_server.cert) as remote:
         assert remote.whoami()["user"] == "lwbob"
-    time.sleep(1.5)
+    tls_server.clock.advance(timedelta(seconds=2))   # (the short token's second is over, the long one's day is not)
     with pytest.raises(RemoteError) as caught, Client(tls_server.https, token=short["token"], ca=tls_server.cert) as c:
         c.whoami()
     assert caught.value.exit_code == 4 and f"token {short['id']} has expired" in str(caught.value)

@@ -1,24 +1,11 @@
-"""The store's errors, each one line naming the database file or the thing a write names."""
+"""The store's errors, each one line naming the database file or the thing a write names.
+
+They are defined with the rest of leasewise's errors (`orchestrator.model.errors`), so that the layers above
+tell a busy store from the others (and try again) without importing the store; here they are the store's.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+from orchestrator.model.errors import StoreBusy, StoreCorrupt, StoreError
 
-from orchestrator.model.errors import LeasewiseError
-
-
-class StoreError(LeasewiseError):
-    """The state database cannot be opened, is too new, or a write names a missing / duplicate thing."""
-
-
-class StoreCorrupt(StoreError):
-    """SQLite finds the database file damaged (PRAGMA quick_check, or "malformed" on the way there)."""
-
-
-class StoreBusy(StoreError):
-    """Another process held the database's write lock for longer than the busy timeout: nothing was
-    written, and the same operation may succeed if tried again."""
-
-    def __init__(self, path: Path, message: str):
-        super().__init__(f"{path}: {message}")
-        self.path = path
+__all__ = ["StoreBusy", "StoreCorrupt", "StoreError"]

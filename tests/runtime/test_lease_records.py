@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.cli.lease_records import JsonRecords
 from orchestrator.config import config_from_dict
+from orchestrator.runtime.lease_records import JsonRecords
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources

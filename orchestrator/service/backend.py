@@ -1,0 +1,145 @@
+"""What a command of the CLI works on: one interface, answered by a server (`client.Client`) or by the
+store at hand (`local.LocalBackend`).
+
+Both run the same use cases (`operations.LeaseService`) and answer in the same shapes, so a command is
+parse, one call on a backend, render, whichever answers it: leases as `Lease`s, a lease's VMs as
+`VMAccess`es, events as `Event`s, hosts, images, quotas and tokens as the JSON data the API sends. What
+a client checks before it sends a request (the catalogue its image names, whether the site could ever
+hold it) comes from the backend too (`request_checks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+from drivers.inventory import HostConfig
+from orchestrator.model.errors import InvalidRequest, LeasewiseError
+from orchestrator.model.images import CatalogImage
+from orchestrator.model.lease import Lease, LeaseRequest, VMImage
+from orchestrator.model.resources import Resources
+from orchestrator.runtime.vm_access import VMAccess
+from orchestrator.state.store import Event
+
+__all__ = ["Access", "Backend", "Event", "NoStore", "RequestChecks", "VMAccess", "catalogue"]
+
+#: a catalogued image's name -> what a lease naming it boots (`InvalidRequest` for an unknown name)
+ImageResolver = Callable[[str], VMImage]
+#: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
+SiteCheck = Callable[[int, Resources], None]
+
+
+@dataclass(frozen=True)
+class RequestChecks:
+    """What a lease request is checked against while it is read, before it is sent: the catalogue that
+    resolves an image's name, the site's hosts (None: the server checks), and its owner when it names
+    none (None: the user running the command; "": whoever the server takes the caller for)."""
+
+    images: ImageResolver
+    site: SiteCheck | None
+    default_user: str | None
+
+
+@dataclass(frozen=True)
+class Access:
+    """How to reach one VM of a lease: the VM, and the command that attaches to its console (or why
+    there is none)."""
+
+    vm: VMAccess
+    console: list[str] | None
+    console_error: str | None
+
+
+class NoStore(LeasewiseError):
+    """The CLI's own store does not exist yet (and no `--state` named it): nothing is stored, planned or
+    enacted. `path` is where it would be; the message says what was looked for."""
+
+    def __init__(self, path: Path, what: str):
+        super().__init__(f"{what} (there is no store at {path})")
+        self.path = path
+
+
+def catalogue(images: Callable[[], list[CatalogImage]], none_yet: str) -> ImageResolver:
+    """Resolves an image's name through `images()` (asked when a name is given); `none_yet` says what to
+    do when there is none."""
+
+    def resolve(name: str) -> VMImage:
+        known = images()
+        for image in known:
+            if image.name == name:
+                return image.vm_image()
+        names = ", ".join(i.name for i in known) or none_yet
+        raise InvalidRequest("image", f"{name!r} is neither a catalogued image nor an absolute path "
+                                      f"(catalogued: {names})")
+
+    return resolve
+
+
+class Backend(Protocol):
+    """The use cases a command calls, with the caller bound in (the server knows who calls; the local
+    store trusts whoever can write it). Used as `with backend as b:`."""
+
+    def __enter__(self) -> Backend: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def whoami(self) -> dict[str, Any]: ...
+
+    # -- leases
+    def request_checks(self) -> RequestChecks: ...
+
+    def submit(self, request: LeaseRequest) -> dict[str, Any]: ...
+
+    def leases(self, states: list[str] | None = None, user: str | None = None) -> list[Lease]: ...
+
+    def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]: ...
+
+    def cancel(self, lease_id: int) -> dict[str, Any]: ...
+
+    def extend(self, lease_id: int, by: str) -> dict[str, Any]: ...
+
+    def access(self, lease_id: int, node: int | None) -> Access: ...
+
+    def events(self, lease_id: int | None) -> list[Event]: ...
+
+    def plan(self, start: str | None, end: str | None) -> tuple[list, list[str], dict[int, str]]: ...
+
+    # -- hosts and images
+    def hosts(self, timeout: float) -> list[dict[str, Any]]: ...
+
+    def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]: ...
+
+    def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
+                    source: str) -> dict[str, Any]: ...
+
+    def host_remove(self, host: str, drain: bool) -> dict[str, Any]: ...
+
+    def host_check(self, host: str, timeout: float) -> dict[str, Any]: ...
+
+    def drain(self, host: str, by: str | None) -> dict[str, Any]: ...
+
+    def undrain(self, host: str) -> dict[str, Any]: ...
+
+    def images(self) -> list[dict[str, Any]]: ...
+
+    def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def image_remove(self, name: str) -> None: ...
+
+    # -- quotas and tokens
+    def quota_set(self, subject: str, changes: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def quota_remove(self, subject: str) -> None: ...
+
+    def quota_list(self) -> list[dict[str, Any]]: ...
+
+    def quota_show(self, user: str) -> dict[str, Any]: ...
+
+    def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]: ...
+
+    def token_list(self, user: str | None) -> list[dict[str, Any]]: ...
+
+    def token_revoke(self, token_id: int) -> dict[str, Any]: ...

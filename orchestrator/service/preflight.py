@@ -1,0 +1,52 @@
+"""What `leasewise serve --check` looks at before a server is started: the store, the socket's directory
+and group, the TLS files, and every host's pre-flight checks (`runtime.host_admin.run_checks`)."""
+
+from __future__ import annotations
+
+import grp
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Config
+from orchestrator.runtime.host_admin import run_checks
+from orchestrator.state.store import Store
+
+#: how long each host contact may take
+HOST_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Preflight:
+    """The store's hosts, each host's failed checks (name, uri, rows), and every problem in one line each."""
+
+    hosts: int = 0
+    checked: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def preflight(config: Config, path: Path) -> Preflight:
+    """The configuration was read; now the store, the socket's directory and group, and every host."""
+    found = Preflight()
+    with Store.open(path) as store:
+        records = store.hosts()
+        images = store.images()
+    found.hosts = len(records)
+    sock_dir = Path(config.serve.socket).parent
+    if not sock_dir.is_dir() or not os.access(sock_dir, os.W_OK):
+        found.problems.append(f"serve.socket: {sock_dir} is not a directory this user can write")
+    if config.serve.socket_group:
+        try:
+            grp.getgrnam(config.serve.socket_group)
+        except KeyError:
+            found.problems.append(f"serve.socket_group: no group named {config.serve.socket_group!r}")
+    for name in ("tls_cert", "tls_key"):
+        value = getattr(config.serve, name)
+        if value and not os.access(value, os.R_OK):
+            found.problems.append(f"serve.{name}: {value} cannot be read")
+    for record in records:
+        failed = [r for r in run_checks(record, config.daemon.driver, HOST_TIMEOUT_S, images) if r["status"] == "FAIL"]
+        found.checked.append((record.name, record.config.uri, failed))
+        found.problems += [f"host {record.name}: {r['check']}" for r in failed]
+    return found
