@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from drivers.errors import DriverError
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.timeutil import parse_duration, parse_time
+from orchestrator.service.backend import MAX_PAGE, PAGE
 from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -93,12 +94,15 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return JSONResponse({"answer": service.submit(who, request)}, status_code=201)
 
     @app.get("/v1/leases")
-    def list_leases(status: list[str] | None = Query(None), user: str | None = None,
+    def list_leases(status: list[str] | None = Query(None), user: str | None = None, everyone: bool = Query(False, alias="all"),
+                    after: int | None = Query(None, ge=0), limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
                     who: Caller = Who) -> Response:
+        """A page of leases by id (the caller's own unless `user` or `all`), and `next`: the id to ask for
+        the next page `after`, or null when this page is the last."""
         # (encoded by the store, under the service's listing gate: sent as it is, without FastAPI's
         # validation of every value)
-        body = service.listed(lambda: service.leases_json(who, status, user))
-        return Response(f'{{"leases":{body}}}', media_type="application/json")
+        body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/leases/{lease_id}")
     def show(lease_id: int, vms: bool = True, who: Caller = Who) -> JSONResponse:
