@@ -9,6 +9,8 @@ every host looked at, every lease of the queue tried at every step. It is laid o
 migration as a planning move), `lease_scheduler` (the queue, preemption, events, re-planning), and
 `simulation` (the clock and the records compared).
 
-What it leaves out: drains, cancellation and the operations a daemon asks for (none of them are in a
-simulated workload), and enactment (a simulation enacts nothing).
+It shares with the fast scheduler only what is plain arithmetic and data: the model (leases, reservations,
+states), the slot table it asks, the policies' rules, the overheads' sums and layouts (`Overheads`) and
+the pre-copy model. What it leaves out: drains, cancellation and the operations a daemon asks for (none of
+them are in a simulated workload), and enactment (a simulation enacts nothing).
 """

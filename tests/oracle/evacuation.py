@@ -13,7 +13,7 @@ from datetime import datetime
 
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation, ReservationKind, ReservationState
-from orchestrator.model.resources import NOTHING, Resources, add, fits
+from orchestrator.model.resources import NOTHING, Resources, add
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.precopy import downtime_limit_ms, predict_precopy
 from tests.oracle.vm_scheduler import ZERO, metered, whole_seconds
@@ -75,7 +75,7 @@ class EvacuationPlanner:
             if remaining <= ZERO:
                 return None
             end = m_end + remaining + self.vm.shutdown_time(lease)
-            nodes = self.destinations(lease, vm, moving, avoid, m_start, end)
+            nodes = destinations(self.table, self.vm.mapper.host_order(m_start), lease, vm, moving, avoid, m_start, end)
             if nodes is None:
                 return None
             hosts = {vm.nodes[v] for v in moving} | {nodes[v] for v in moving}
@@ -86,27 +86,6 @@ class EvacuationPlanner:
                 return self.build(lease, vm, nodes, moving, predicted, m_start, m_end, end, needed_by)
             m_end = min(clash)
         return None
-
-    def destinations(self, lease, vm, moving, avoid, start, end) -> dict[int, str] | None:
-        requests = lease.request.nodes
-        nodes = dict(vm.nodes)
-        held: dict[str, Resources] = {}
-        for v, h in vm.nodes.items():
-            if v not in moving:
-                held[h] = add(held.get(h, NOTHING), requests[v])
-        order = self.vm.mapper.host_order(start)
-        for v in sorted(moving, key=lambda v: requests[v], reverse=True):
-            for host in order:
-                if host in avoid or not fits(self.table.usage_at(host, start), requests[v], self.table.capacity(host)):
-                    continue
-                trial = add(held.get(host, NOTHING), requests[v])
-                if self.table.fits(host, trial, start, end):
-                    held[host] = trial
-                    nodes[v] = host
-                    break
-            else:
-                return None
-        return nodes
 
     def build(self, lease, vm, nodes, moving, predicted, m_start, m_end, end, needed_by) -> Evacuation:
         c = self.config
@@ -138,3 +117,26 @@ class EvacuationPlanner:
         vm.end = m_end
         vm.post = []
         return Evacuation(migration, continuation)
+
+
+def destinations(table, order: list[str], lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
+                 start: datetime, end: datetime) -> dict[int, str] | None:
+    """vnode -> host for the whole lease over [start, end): staying VMs keep their hosts; each moving one,
+    largest first, goes to the first host of `order` (hosts best first at `start`) not in `avoid` that can
+    hold it, with the lease's VMs already there, over the whole interval. None when one fits nowhere."""
+    requests = lease.request.nodes
+    nodes = dict(vm.nodes)
+    held: dict[str, Resources] = {}
+    for v, host in vm.nodes.items():
+        if v not in moving:
+            held[host] = add(held.get(host, NOTHING), requests[v])
+    for v in sorted(moving, key=lambda v: requests[v], reverse=True):
+        for host in order:
+            trial = add(held.get(host, NOTHING), requests[v])
+            if host not in avoid and table.fits(host, trial, start, end):
+                held[host] = trial
+                nodes[v] = host
+                break
+        else:
+            return None
+    return nodes

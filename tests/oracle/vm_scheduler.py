@@ -19,6 +19,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add
 from orchestrator.model.states import SUSPENDED_STATES
 from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.overheads import Overheads
 from tests.oracle.mapper import GreedyMapper, free_at, nodes_that_fit
 
 ZERO = timedelta(0)
@@ -38,42 +39,15 @@ class VMScheduler:
         self.config = config
         self.lease_of = lease_of
         self.mapper = GreedyMapper(table, config.policy_host_selection, preemption)
+        self.overheads = Overheads(config)
         self.future_leases: set[int] = set()
 
-    # -- overheads -------------------------------------------------------------------------------------------
-    def suspend_time(self, memory: float) -> timedelta:
-        c = self.config
-        return c.override_suspend_time if c.override_suspend_time is not None else whole_seconds(memory / c.suspend_rate)
-
-    def resume_time(self, memory: float) -> timedelta:
-        c = self.config
-        return c.override_resume_time if c.override_resume_time is not None else whole_seconds(memory / c.resume_rate)
+    # -- overheads (their arithmetic is `Overheads`': plain sums and layouts, no state) -----------------------
+    def shutdown_time(self, lease: Lease) -> timedelta:
+        return self.overheads.shutdown_time(lease)
 
     def estimate_suspend(self, lease: Lease) -> timedelta:
-        return sum((self.suspend_time(n.memory) + self.config.enactment_overhead for n in lease.request.nodes), ZERO)
-
-    def estimate_resume(self, lease: Lease) -> timedelta:
-        return sum((self.resume_time(n.memory) + self.config.enactment_overhead for n in lease.request.nodes), ZERO)
-
-    def shutdown_time(self, lease: Lease) -> timedelta:
-        return self.config.shutdown_time + self.config.enactment_overhead * lease.numnodes
-
-    def threshold(self, lease: Lease, resuming: bool) -> timedelta:
-        if self.config.force_scheduling_threshold is not None:
-            return self.config.force_scheduling_threshold
-        safe = self.estimate_suspend(lease) + (self.estimate_resume(lease) if resuming else ZERO)
-        return safe + safe * self.config.scheduling_threshold_factor
-
-    def transfer_time(self, memory: float) -> timedelta:
-        return whole_seconds(memory / self.config.migration_bandwidth)
-
-    def estimate_migration(self, lease: Lease, images: dict[int, str]) -> timedelta:
-        if self.config.migration != "yes":
-            return ZERO
-        per_host: dict[str, float] = {}
-        for vnode, host in images.items():
-            per_host[host] = per_host.get(host, 0) + lease.request.nodes[vnode].memory
-        return self.transfer_time(max(per_host.values()))
+        return self.overheads.estimate_suspend(lease)
 
     def may_suspend(self, lease: Lease) -> bool:
         s = self.config.suspension
@@ -107,17 +81,17 @@ class VMScheduler:
         images = lease.image_hosts()
         if self.config.migration == "no":
             return nexttime, set(images.values())
-        return nexttime + self.estimate_migration(lease, images), None
+        return nexttime + self.overheads.estimate_migration(lease, images), None
 
     def _schedule_asap(self, lease: Lease, nexttime: datetime, allow_future: bool, earliest):
         resuming = lease.state in SUSPENDED_STATES
         remaining = lease.remaining
         shutdown = self.shutdown_time(lease)
-        min_duration = self.threshold(lease, resuming)
+        min_duration = self.overheads.scheduling_threshold(lease, resuming)
         first, only_hosts = self.first_chance(lease, nexttime)
         if earliest is not None:
             first = earliest
-        duration = remaining + shutdown + (self.estimate_resume(lease) if resuming else ZERO)
+        duration = remaining + shutdown + (self.overheads.estimate_resume(lease) if resuming else ZERO)
         strict_end = not self.may_suspend(lease)
         found = self._fit_at(lease, [first], duration, min_duration, strict_end, only_hosts)
         in_future = False
@@ -180,9 +154,9 @@ class VMScheduler:
         return False
 
     def can_suspend_by(self, lease: Lease, vm: Reservation, by: datetime, now: datetime) -> bool:
-        if by - vm.start < self.threshold(lease, resuming=False):
+        if by - vm.start < self.overheads.scheduling_threshold(lease, resuming=False):
             return False
-        first = self.layout(lease, vm.nodes, by, backward=True, per_vm=self.suspend_time)[0][0]
+        first = self.overheads.suspend_layout(lease, vm.nodes, by)[0][0]
         return first >= now and first >= vm.start
 
     # -- reservations ----------------------------------------------------------------------------------------
@@ -209,7 +183,7 @@ class VMScheduler:
     def plan_suspension(self, lease: Lease, vm: Reservation, by: datetime) -> None:
         if by < vm.start or by > vm.final_end:
             raise InconsistentSchedule("suspension outside the VM reservation")
-        steps = self.layout(lease, vm.nodes, by, backward=True, per_vm=self.suspend_time)
+        steps = self.overheads.suspend_layout(lease, vm.nodes, by)
         vm.post = [Reservation(lease_id=lease.id, kind=ReservationKind.SUSPEND, start=s, end=e,
                                resources=self._held(lease, hosts, with_image=True),
                                nodes={v: h for h, vs in hosts.items() for v in vs}, vm=vm)
@@ -217,64 +191,12 @@ class VMScheduler:
         vm.end = vm.post[0].start
 
     def _plan_resumption(self, lease: Lease, vm: Reservation, at: datetime) -> None:
-        steps = self.layout(lease, vm.nodes, at, backward=False, per_vm=self.resume_time)
+        steps = self.overheads.resume_layout(lease, vm.nodes, at)
         vm.pre = [Reservation(lease_id=lease.id, kind=ReservationKind.RESUME, start=s, end=e,
                               resources=self._held(lease, hosts, with_image=False),
                               nodes={v: h for h, vs in hosts.items() for v in vs}, vm=vm)
                   for s, e, hosts in steps]
         vm.start = vm.pre[-1].end
-
-    def layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool, per_vm):
-        """Suspension steps ending by `time` (backward) or resumption steps from `time`, earliest first.
-        Global exclusion: one VM at a time across the lease. Local: one VM at a time per host, hosts at
-        once; the enactment overhead of a step is paid once per VM in it, and steps never overlap."""
-        overhead = self.config.enactment_overhead
-        requests = lease.request.nodes
-        steps = []
-        if self.config.suspendresume_exclusion == "global":
-            t = time
-            for vnode in sorted(nodes):
-                op = per_vm(requests[vnode].memory) + overhead
-                if backward:
-                    steps.append([t - op, t, {nodes[vnode]: [vnode]}])
-                    t -= op
-                else:
-                    steps.append([t, t + op, {nodes[vnode]: [vnode]}])
-                    t += op
-            return sorted((tuple(s) for s in steps), key=lambda s: s[0])
-        by_host: dict[str, list[int]] = {}
-        for vnode in sorted(nodes):
-            by_host.setdefault(nodes[vnode], []).append(vnode)
-        spans: dict[tuple, dict[str, list[int]]] = {}
-        for host, vnodes in by_host.items():
-            t = time
-            for vnode in vnodes:
-                op = per_vm(requests[vnode].memory)
-                span = (t - op, t) if backward else (t, t + op)
-                t = span[0] if backward else span[1]
-                spans.setdefault(span, {}).setdefault(host, []).append(vnode)
-        for (start, end), hosts in spans.items():
-            count = sum(len(v) for v in hosts.values())
-            if backward:
-                start -= overhead * count
-            else:
-                end += overhead * count
-            steps.append([start, end, hosts])
-        if backward:
-            steps.sort(key=lambda s: s[1], reverse=True)
-            for previous, step in zip(steps, steps[1:]):
-                if step[1] > previous[0]:
-                    shift = step[1] - previous[0]
-                    step[0] -= shift
-                    step[1] -= shift
-        else:
-            steps.sort(key=lambda s: s[0])
-            for previous, step in zip(steps, steps[1:]):
-                if step[0] < previous[1]:
-                    shift = previous[1] - step[0]
-                    step[0] += shift
-                    step[1] += shift
-        return sorted((tuple(s) for s in steps), key=lambda s: s[0])
 
     def plan_migration(self, lease: Lease, vm: Reservation, nexttime: datetime) -> list[Reservation]:
         """Memory-image transfers from where the images are to the hosts `vm` resumes on, in rounds in
@@ -288,18 +210,9 @@ class VMScheduler:
             return [Reservation(lease_id=lease.id, kind=ReservationKind.MIGRATE, start=start, end=start,
                                 resources={}, transfers=moves, vm=vm)]
         bandwidth = self.config.migration_bandwidth
-        pending = dict(sorted(moves.items()))
         transfers = []
-        while pending:
-            busy: set[str] = set()
-            round_ = {}
-            for vnode, (src, dst) in pending.items():
-                if src not in busy and dst not in busy:
-                    round_[vnode] = (src, dst)
-                    busy.update((src, dst))
-            for vnode in round_:
-                del pending[vnode]
-            length = self.transfer_time(max(lease.request.nodes[v].memory for v in round_))
+        for round_ in self.overheads.migration_rounds(lease, moves):
+            length = self.overheads.transfer_time(max(lease.request.nodes[v].memory for v in round_))
             held: dict[str, Resources] = {}
             for src, dst in round_.values():
                 held[src] = add(held.get(src, NOTHING), metered(Resources(0, 0, 0, 0, bandwidth),
