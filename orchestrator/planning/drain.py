@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
-from orchestrator.config import SchedulingConfig
 from orchestrator.model.errors import (
     InconsistentSchedule,
     InvalidRequest,
@@ -22,31 +20,7 @@ from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import FOREVER, iso
-from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
-from orchestrator.planning.slottable.table import SlotTable
-from orchestrator.planning.vm_scheduler import VMScheduler
-
-
-class Planner(Protocol):
-    """What a drain asks of the lease scheduler (`LeaseScheduler`, which calls this module)."""
-
-    table: SlotTable
-    config: SchedulingConfig
-    leases: dict[int, Lease]
-    blocks: dict[str, Reservation]
-    evacuation: EvacuationPlanner
-    vm: VMScheduler
-
-    def place(self, lease: Lease, nexttime: datetime, now: datetime) -> None: ...
-    def unplan(self, lease: Lease) -> None: ...
-    def replan(self, lease: Lease) -> None: ...
-    def requeue(self, lease: Lease, now: datetime) -> None: ...
-    def drop_plan(self, lease: Lease, now: datetime) -> None: ...
-    def commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None: ...
-    def set_state(self, lease: Lease, target: S, at: datetime) -> None: ...
-    def enqueue(self, lease: Lease) -> None: ...
-    def block_host(self, host: str, since: datetime) -> Reservation: ...
-    def unblock_host(self, host: str) -> Reservation | None: ...
+from orchestrator.planning.planner import Planner
 
 
 @dataclass

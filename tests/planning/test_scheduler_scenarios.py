@@ -289,7 +289,7 @@ def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     plan (random mixed workloads, with early ends, suspension on, for one-node leases only, and off)."""
     from orchestrator.config import Config, SchedulingConfig, SimulationConfig
     from orchestrator.model.resources import Resources
-    from orchestrator.planning import lease_scheduler  # noqa: F401
+    from orchestrator.planning import queue
     from orchestrator.runtime.simulator import Simulator
     from orchestrator.workloads.synthetic import synthetic_workload
 
@@ -301,7 +301,7 @@ def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
         return [(l["id"], l["state"], l["start"], l["end"], l["reservations"]) for l in data["leases"]]
 
     with_memo = outcome()
-    monkeypatch.setattr(lease_scheduler._FailureMemo, "rules_out", lambda self, lease: False)
+    monkeypatch.setattr(queue.FailureMemo, "rules_out", lambda self, lease: False)
     assert outcome() == with_memo
 
 

@@ -29,6 +29,7 @@ from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
 from orchestrator.model.timeutil import FOREVER
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.blocks import bisect_keys
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
@@ -83,6 +84,8 @@ class SlotTable:
         self._by_end: SortedKeyList = SortedKeyList(key=_end_order)
         self._next_id = 1
         self._largest: Resources | None = None
+        #: nodes of a request -> why they could not run even on the empty table (None: they could)
+        self._misfits: dict[tuple[Resources, ...], str | None] = {}
         self._single = self._shared.single
         self._vectors = self._shared.vectors
         #: what hears of every change (`listen`): the two host-state snapshots below first
@@ -117,6 +120,7 @@ class SlotTable:
         capacity.validate(f"host {name}")
         self._hosts[name] = HostTimeline(name, capacity, self._shared)
         self._largest = None
+        self._misfits.clear()
         for listener in self._listeners:
             listener.host_added(self._hosts[name])
 
@@ -127,6 +131,7 @@ class SlotTable:
         del self._hosts[name]
         timeline.detach()
         self._largest = None
+        self._misfits.clear()
         for listener in self._listeners:
             listener.host_removed(name)
 
@@ -152,6 +157,31 @@ class SlotTable:
             caps = [t.capacity for t in self._hosts.values()]
             self._largest = Resources(*(max(c[i] for c in caps) for i in range(5))) if caps else NOTHING
         return self._largest
+
+    def misfit(self, nodes: tuple[Resources, ...]) -> str | None:
+        """Why these nodes could not all run even with nothing else planned (a node larger than any host,
+        or no room for all of them, first fit, hosts in order), naming the field; None when they could."""
+        if nodes not in self._misfits:
+            self._misfits[nodes] = self._misfit(nodes)
+        return self._misfits[nodes]
+
+    def _misfit(self, nodes: tuple[Resources, ...]) -> str | None:
+        largest = self.largest_capacity()
+        for i, node in enumerate(nodes):
+            for field, asked, most in zip(Resources._fields, node, largest):
+                if asked > most + EPSILON:
+                    return f"nodes[{i}].{field}: {asked:g} is more than any host has ({most:g})"
+        placed = 0
+        for timeline in self._hosts.values():
+            free = timeline.capacity
+            for node in nodes[placed:]:
+                if not fits(NOTHING, node, free):
+                    break
+                free = sub(free, node)
+                placed += 1
+            if placed == len(nodes):
+                return None
+        return f"nodes: {len(nodes)} nodes do not fit on the site even when it is empty"
 
     # -- reservations ------------------------------------------------------------------------------------
     def skip_ids(self, upto: int) -> None:
