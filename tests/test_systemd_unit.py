@@ -57,6 +57,20 @@ def test_the_unit_is_hardened_without_losing_libvirt_or_ssh():
     assert service["CapabilityBoundingSet"] == ""                 # a plain user: no capability at all
 
 
+def test_the_unit_gives_the_server_the_files_its_connections_need():
+    """LimitNOFILE holds every connection the default caps let in and the files the server needs besides,
+    with room to raise the caps (the server refuses to start if its caps do not fit the limit)."""
+    from orchestrator.config import ServeConfig
+    from orchestrator.service.connections import FILES_BESIDES_CONNECTIONS
+
+    service = unit()["Service"]
+    limit = service["LimitNOFILE"]
+    assert limit.isdigit(), limit   # (one number: soft and hard alike)
+    defaults = ServeConfig()
+    needed = defaults.socket_max_connections + defaults.listen_max_connections + FILES_BESIDES_CONNECTIONS
+    assert int(limit) >= 16 * needed
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 def test_systemd_accepts_the_unit(tmp_path):
     # verify checks that ExecStart's program exists: point it at this Python's leasewise, all else as shipped

@@ -13,6 +13,7 @@ from orchestrator.config.values import (
     read_integer,
     read_name,
     read_path,
+    read_timeout,
     set_field,
     value_kind,
 )
@@ -33,11 +34,6 @@ def offset_label(offset: timedelta) -> str:
     return "".join(parts) or "0s"
 
 
-def _read_timeout(key: str, value: object) -> timedelta:
-    result = read_duration(key, value)
-    if not timedelta(0) < result <= timedelta(minutes=10):
-        raise ConfigError(key, f"must be more than 0 s and at most 10 minutes (got {value!r})")
-    return result
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ class EmailConfig:
             if "@" in domain or any(c.isspace() for c in domain):
                 raise ConfigError(p + "domain", f"must be a mail domain such as example.org (got {domain!r})")
             set_field(self, "domain", domain)
-        set_field(self, "timeout", _read_timeout(p + "timeout", self.timeout))
+        set_field(self, "timeout", read_timeout(p + "timeout", self.timeout))
 
     def address_of(self, user: str) -> str | None:
         """The mail address of a lease's owner (None for a lease that names no user)."""
@@ -103,7 +99,7 @@ class CommandConfig:
             raise ConfigError(p + "argv", "must hold non-empty strings only")
         read_path(p + "argv", argv[0])   # a service's PATH is not the user's shell's: name the program fully
         set_field(self, "argv", tuple(argv))
-        set_field(self, "timeout", _read_timeout(p + "timeout", self.timeout))
+        set_field(self, "timeout", read_timeout(p + "timeout", self.timeout))
 
 
 @dataclass(frozen=True)

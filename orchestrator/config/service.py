@@ -4,8 +4,16 @@ its commands."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from orchestrator.config.values import read_name, read_optional_path, set_field, value_kind
+from orchestrator.config.values import (
+    read_integer,
+    read_name,
+    read_optional_path,
+    read_timeout,
+    set_field,
+    value_kind,
+)
 from orchestrator.model.errors import ConfigError
 from orchestrator.model.numbers import ascii_whole
 
@@ -32,9 +40,30 @@ class ServeConfig:
     listen: str = ""                         # host:port for HTTPS, e.g. "0.0.0.0:8443"; "" = Unix socket only
     tls_cert: str | None = None              # PEM certificate (chain) for `listen`
     tls_key: str | None = None               # its PEM private key
+    # what one client may cost (docs/security.md): each listener's connections (and one peer's: a Unix user,
+    # an address), a request's time and size, a user's lease submissions (a bucket of submit_burst
+    # refilled at submits_per_minute; 0: no limit)
+    socket_max_connections: int = 1024
+    listen_max_connections: int = 512
+    peer_max_connections: int = 32
+    header_timeout: timedelta = timedelta(seconds=10)     # TLS handshake and a request's headers
+    body_timeout: timedelta = timedelta(seconds=30)       # a request's body, and a stalled reader of an answer
+    keepalive_timeout: timedelta = timedelta(seconds=5)   # an idle connection between requests
+    max_request_body: int = 1024 * 1024      # bytes
+    submit_burst: int = 20
+    submits_per_minute: int = 60
 
     def __post_init__(self) -> None:
         p = "serve."
+        for name, most in (("socket_max_connections", 65536), ("listen_max_connections", 65536),
+                           ("peer_max_connections", 65536),
+                           ("max_request_body", 1 << 30), ("submit_burst", 100_000), ("submits_per_minute", 100_000)):
+            number = read_integer(p + name, getattr(self, name), minimum=0 if name == "submits_per_minute" else 1)
+            if number > most:
+                raise ConfigError(p + name, f"must be at most {most} (got {number})")
+            set_field(self, name, number)
+        for name in ("header_timeout", "body_timeout", "keepalive_timeout"):
+            set_field(self, name, read_timeout(p + name, getattr(self, name)))
         set_field(self, "socket", read_optional_path(p + "socket", self.socket) or "")
         if not self.socket:
             raise ConfigError(p + "socket", "must be an absolute file path")

@@ -115,6 +115,14 @@ def read_duration(key: str, value: object) -> timedelta:
     return result
 
 
+def read_timeout(key: str, value: object) -> timedelta:
+    """A duration more than 0 s and at most 10 minutes (how long something may take before it is given up)."""
+    result = read_duration(key, value)
+    if not timedelta(0) < result <= timedelta(minutes=10):
+        raise ConfigError(key, f"must be more than 0 s and at most 10 minutes (got {value!r})")
+    return result
+
+
 def read_optional_duration(key: str, value: object) -> timedelta | None:
     return None if value is None else read_duration(key, value)
 

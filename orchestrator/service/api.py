@@ -22,6 +22,7 @@ from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.service.backend import MAX_PAGE, PAGE
 from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
+from orchestrator.service.limits import RateLimited, SubmissionRate
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.service.metrics import RequestMetrics, TimedApp
 from orchestrator.service.operations import LeaseService
@@ -53,12 +54,18 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
-def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None) -> FastAPI:
+def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None,
+             submissions: SubmissionRate | None = None) -> FastAPI:
+    """`submissions`: each user's rate of lease submissions (admins are not limited); None: no limit."""
     app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters")
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:
         code = exit_code_of(exc)
+        if isinstance(exc, RateLimited):
+            response = error_response(code, str(exc), 429)
+            response.headers["Retry-After"] = str(exc.retry_after_s)
+            return response
         return error_response(code, str(exc), 401 if isinstance(exc, NotAuthenticated) else None)
 
     @app.exception_handler(DriverError)
@@ -90,6 +97,8 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     # -- leases ---------------------------------------------------------------------------------------------
     @app.post("/v1/leases", status_code=201)
     def submit(body: dict[str, Any] = Body(...), who: Caller = Who) -> JSONResponse:
+        if submissions is not None and not who.admin:
+            submissions.take(who.user)
         request = request_from_json(body.get("request"))
         return JSONResponse({"answer": service.submit(who, request)}, status_code=201)
 

@@ -37,6 +37,9 @@ from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
 EXIT_BUSY = 75
+#: the exit code of an answer that lacks the API's error body (a proxy's, say): "try again" for a request
+#: timed out, too many requests, a server unavailable; else bad input
+_EXIT_FOR_STATUS = {408: EXIT_BUSY, 429: EXIT_BUSY, 502: EXIT_BUSY, 503: EXIT_BUSY, 504: EXIT_BUSY}
 
 
 class RemoteError(LeasewiseError):
@@ -102,7 +105,10 @@ class Client:
             first = data["detail"][0]
             where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "request"
             raise RemoteError(f"{where}: {first.get('msg', 'is not valid')}", 2)
-        raise RemoteError(f"server {self.server}: HTTP {response.status_code}", 2)
+        retry = response.headers.get("retry-after", "")
+        raise RemoteError(f"server {self.server}: HTTP {response.status_code}"
+                          + (f": try again in {retry} s" if retry.isdigit() else ""),
+                          _EXIT_FOR_STATUS.get(response.status_code, 2))
 
     # -- use cases ---------------------------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:

@@ -3,14 +3,17 @@
 The daemon's event loop runs on a thread of its own, over the scheduler kept in memory (`SharedCluster`);
 the API (uvicorn) runs on the main thread's asyncio loop, on a Unix socket made here (so its group and
 mode are set before anyone can connect) and, when configured, on HTTPS. A Unix-socket connection's peer
-credentials are read once when it is accepted and put on every request's ASGI scope. SIGTERM or SIGINT
-stops the API, then the daemon after its step and the operations under way.
+credentials are read once when it is accepted and put on every request's ASGI scope. Each listener takes
+at most its cap of connections, each slow client has a deadline (`connections`), and a request's body is
+capped before the API reads it (`limits`): no client on TCP can keep the socket's users out. SIGTERM or
+SIGINT stops the API, then the daemon after its step and the operations under way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import grp
 import logging
@@ -25,17 +28,27 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from drivers.base import Driver
 from drivers.clock import Clock, RealClock
-from orchestrator.config import Config
+from orchestrator.config import Config, ServeConfig
 from orchestrator.model.errors import ConfigError
 from orchestrator.runtime.daemon import Daemon, simulated_driver_for
 from orchestrator.runtime.eventloop import EventLoop
 from orchestrator.runtime.intents import IntentCollector
 from orchestrator.service.api import PEER_KEY, TokenCheck, make_app
+from orchestrator.service.connections import (
+    FILES_BESIDES_CONNECTIONS,
+    CappedListener,
+    Deadlines,
+    GuardedH11Protocol,
+    PeerOf,
+    ThrottledLog,
+    address_of,
+    open_files_for,
+)
 from orchestrator.service.identity import peer_credentials
+from orchestrator.service.limits import RequestBodyLimit, SubmissionRate
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.session import SharedCluster
 from orchestrator.state.store import Store
@@ -62,8 +75,8 @@ class _WithPeer:
         return await self.app(scope, receive, send)
 
 
-class _PeerCredentialsProtocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, reading SO_PEERCRED when a Unix-socket connection is made."""
+class _PeerCredentialsProtocol(GuardedH11Protocol):
+    """The HTTP/1.1 protocol, reading SO_PEERCRED when a Unix-socket connection is made."""
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -76,11 +89,37 @@ class _PeerCredentialsProtocol(H11Protocol):
 
 
 class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves the process's signals to `Server` (two of them share one loop)."""
+    """A uvicorn server that leaves the process's signals to `Server` (two of them share one loop), and
+    accepts through a `CappedListener` rather than asyncio's `create_server`."""
+
+    def __init__(self, config: uvicorn.Config, *, listen: Callable[..., CappedListener], deadlines: Deadlines):
+        """`listen(sock, make_protocol, tls=...)`: the listener on a socket, its caps set."""
+        super().__init__(config)
+        self.listen = listen
+        self.deadlines = deadlines
+        self.quiet = ThrottledLog(logging.getLogger("uvicorn.error"))
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+
+        def make_protocol(release: Callable[[], None]) -> GuardedH11Protocol:
+            return config.http_protocol_class(config=config, server_state=self.server_state,
+                                              app_state=self.lifespan.state, deadlines=self.deadlines,
+                                              release=release, quiet=self.quiet)
+
+        self.servers = [self.listen(sock, make_protocol, tls=config.ssl) for sock in sockets or ()]
+        for listener in self.servers:
+            listener.start()
+        self.started = True
+
+
+def _unix_user(conn: socket.socket, address: object) -> str:
+    """A Unix-socket peer: its user."""
+    return f"uid {peer_credentials(conn)[1]}"
 
 
 def unix_listener(path: str, group: str, mode: int) -> socket.socket:
@@ -164,7 +203,8 @@ class Server:
                              collector=collector)
         self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set)
         checker = token_check(self.store) if token_check is not None else None
-        self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None)
+        self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None,
+                            SubmissionRate(config.serve.submit_burst, config.serve.submits_per_minute))
         # (a burst of submissions makes one step: an immediate lease starts within WAKE_COALESCE_S)
         self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup,
                               coalesce_s=WAKE_COALESCE_S)
@@ -194,21 +234,40 @@ class Server:
             server.should_exit = True
         self.loop.stop()
 
-    async def _serve(self) -> int:
+    def _listeners(self) -> list[tuple[socket.socket, _QuietServer]]:
+        """The Unix socket and, when configured, HTTPS: each socket with the uvicorn server that answers on it."""
         cfg = self.config.serve
-        sockets: list[tuple[socket.socket, uvicorn.Config]] = []
+        _enough_open_files(cfg)
+        deadlines = Deadlines(cfg.header_timeout.total_seconds(), cfg.body_timeout.total_seconds(),
+                              cfg.keepalive_timeout.total_seconds())
+        app = RequestBodyLimit(self.app, cfg.max_request_body, deadlines.body_s)
+
+        def answering(name: str, limit: int, peer_of: PeerOf, **options: Any) -> _QuietServer:
+            listen = functools.partial(CappedListener, name=name, limit=limit, per_peer=cfg.peer_max_connections,
+                                       peer_of=peer_of, handshake_s=deadlines.header_s,
+                                       tls_shutdown_s=deadlines.keepalive_s)
+            config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
+                                    timeout_keep_alive=deadlines.keepalive_s, **options)
+            return _QuietServer(config, listen=listen, deadlines=deadlines)
+
         unix = unix_listener(cfg.socket, cfg.socket_group, cfg.socket_mode)
-        sockets.append((unix, uvicorn.Config(self.app, http=_PeerCredentialsProtocol, log_config=None,
-                                             access_log=False, lifespan="off")))
-        tcp_address = None
+        made = [(unix, answering(f"unix:{cfg.socket}", cfg.socket_max_connections, _unix_user,
+                                 http=_PeerCredentialsProtocol))]
         if cfg.listen:
             tcp = tcp_listener(cfg.listen)
-            tcp_address = tcp.getsockname()[:2]
-            sockets.append((tcp, uvicorn.Config(self.app, http="h11", log_config=None, access_log=False, lifespan="off",
-                                                ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
-                                                ssl_version=ssl.PROTOCOL_TLS_SERVER)))
-        self._servers = [_QuietServer(c) for _, c in sockets]
+            made.append((tcp, answering(f"https://{cfg.listen}", cfg.listen_max_connections, address_of,
+                                        http=GuardedH11Protocol, ssl_certfile=cfg.tls_cert, ssl_keyfile=cfg.tls_key,
+                                        ssl_version=ssl.PROTOCOL_TLS_SERVER)))
+        return made
+
+    async def _serve(self) -> int:
+        cfg = self.config.serve
+        listeners = self._listeners()
+        tcp_address = listeners[1][0].getsockname()[:2] if len(listeners) > 1 else None
+        self._servers = [server for _, server in listeners]
         loop = asyncio.get_running_loop()
+        # (what asyncio reports on its own, a client may cause as often as it likes)
+        loop.set_exception_handler(ThrottledLog(logging.getLogger("asyncio")).loop_exception)
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(ValueError, RuntimeError):   # (not the main thread: tests stop it)
                 loop.add_signal_handler(sig, self.stop)
@@ -222,13 +281,13 @@ class Server:
         self.listening = Listening(cfg.socket, tcp_address)
         self.say(f"serving on unix:{cfg.socket}" + (f" and https://{cfg.listen}" if cfg.listen else ""))
         try:
-            tasks = [asyncio.create_task(server.serve(sockets=[sock])) for server, (sock, _) in zip(self._servers, sockets)]
+            tasks = [asyncio.create_task(server.serve(sockets=[sock])) for sock, server in listeners]
             self.started.set()
             await asyncio.gather(*tasks)
         finally:
             self.loop.stop()
             await asyncio.to_thread(thread.join)
-            for sock, _ in sockets:
+            for sock, _ in listeners:
                 sock.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(cfg.socket)
@@ -241,6 +300,19 @@ class Server:
     def _stop_api(self) -> None:
         for server in self._servers:
             server.should_exit = True
+
+
+def _enough_open_files(cfg: ServeConfig) -> None:
+    """Room for every connection the listeners take, and the files the server needs besides (the soft
+    limit raised to it when the hard one allows); else one line naming the caps."""
+    connections = cfg.socket_max_connections + (cfg.listen_max_connections if cfg.listen else 0)
+    needed = connections + FILES_BESIDES_CONNECTIONS
+    allowed = open_files_for(needed)
+    if allowed < needed:
+        key = "serve.listen_max_connections" if cfg.listen else "serve.socket_max_connections"
+        raise ConfigError(key, f"{connections} connections and {FILES_BESIDES_CONNECTIONS} other files need "
+                               f"{needed} open files, and this process may open {allowed} (systemd: LimitNOFILE); "
+                               "lower the caps or raise the limit")
 
 
 def _freeze_startup_objects() -> None:

@@ -142,6 +142,15 @@ class Running:
         assert not self.thread.is_alive(), "the server did not stop"
 
 
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (openssl), for a server's HTTPS listener."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
 def make_store(path: Path, hosts: int = 2, vcpus: int = 8, memory: int = 16384) -> Path:
     with Store.open(path) as store:
         for i in range(1, hosts + 1):

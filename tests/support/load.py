@@ -92,7 +92,9 @@ def make_site(workdir: Path, hosts: int) -> tuple[Path, Path, Path]:
         '[daemon]\ndriver = "simulated"\npoll_interval = "1s"\n'
         # operations that take real time on the simulated hosts: the server must not wait for them
         '[scheduling]\nshutdown_time = "4s"\nsuspend_rate = 256.0\nresume_rate = 256.0\n'
-        f'[serve]\nsocket = "{socket}"\nsocket_group = ""\n')
+        f'[serve]\nsocket = "{socket}"\nsocket_group = ""\n'
+        # (every client stands for a user of its own, and all are root here)
+        f'peer_max_connections = 1024\n')
     return store_path, config, socket
 
 
@@ -264,6 +266,21 @@ def _run_client_processes(url: str, clients: int, processes: int, seconds: float
     return took
 
 
+def wait_until_serving(url: str, server: subprocess.Popen, log: Path, timeout_s: float = 60.0) -> None:
+    """Until the `leasewise serve` process `server` answers at `url` (its log in the error, should it stop
+    or stay silent)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with Client(url) as probe:
+                probe.whoami()
+            return
+        except RemoteError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"the server did not start: {log.read_text()}") from None
+            time.sleep(0.2)
+
+
 def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
              think: tuple[float, float] = (0.3, 1.2), processes: int = 1, burst: int = 0, leases: int = 0,
              list_all: bool = False) -> LoadResult:
@@ -281,16 +298,7 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
     result = LoadResult()
     try:
         url = f"unix:{socket}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(url) as probe:
-                    probe.whoami()
-                break
-            except RemoteError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"the server did not start: {(workdir / 'serve.log').read_text()}")
-                time.sleep(0.05)
+        wait_until_serving(url, server, workdir / "serve.log")
         result.startup_s = time.monotonic() - started
         if processes <= 1:
             began = time.monotonic()
