@@ -2,7 +2,7 @@
 1,000 hosts, and an HPC-class trace (122,055 jobs of 32-1,024 one-CPU VMs on 1,024 nodes) through the CLI.
 
 Run: `python benchmarks/simulate.py [--only kth|kth-cli|synthetic|hpc-cli] [--leases N] [--profile]`
-(`LEASEWISE_PURE_PYTHON=1` in front: every module from its Python source, none compiled).
+(the compiled core must be built: `python3 setup.py build_ext --inplace` in a checkout).
 Prints wall and CPU seconds, leases per second and peak RSS per run. Each run is a process of its own
 (in-process runs in a forked child, CLI runs as `leasewise simulate ... --json OUT --quiet`), so the peak
 RSS is that run's own; a CLI run's figures cover the whole process (start-up, parsing, writing --json),

@@ -4,8 +4,8 @@
 #     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
 #     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run), which compiles
-#     the modules of orchestrator/compiled.py from their Python sources with Cython (fetched by pip; gcc and
-#     the Python headers from Debian): a build that fails ends this script with pip's error
+#     the slot table's core (orchestrator/compiled.py: core.pyx) with Cython (fetched by pip; gcc and the
+#     Python headers from Debian): a build that fails ends this script with pip's error
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -33,7 +33,7 @@ PACKAGES=(
     qemu-system-x86 qemu-utils
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
-    python3-dev    # Python.h: pip install compiles the modules of orchestrator/compiled.py (Cython)
+    python3-dev    # Python.h: pip install compiles the core of orchestrator/compiled.py (Cython)
     mmdebstrap e2fsprogs
     iproute2 util-linux procps
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
@@ -80,21 +80,21 @@ for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
     if root not in path.parents:
         sys.exit(1)
-import orchestrator.compiled as compiled   # (every compiled module built, from these sources: else build)
-if any(compiled.built(m, root) is None for m in compiled.MODULES) or compiled.stale_modules(root):
+import orchestrator.compiled as compiled   # (the core built, from these sources: else build)
+if compiled.problem(root) is not None:
     sys.exit(1)
 EOF
 ); then
     say "pip install -e '.[test,libvirt,sweep]' in $ROOT"
     if ! out=$(cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt,sweep]' 2>&1); then
         printf '%s\n' "$out" | grep -v -e "Running pip as the 'root' user" | tail -40 >&2
-        die "pip install failed (its last lines above): the compiled modules (orchestrator/compiled.py) must build"
+        die "pip install failed (its last lines above): the compiled core (orchestrator/compiled.py) must build"
     fi
     printf '%s\n' "$out" | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" \
         -e '^$' || true
     (cd / && "$PY" -c "import libvirt, pytest, ray, orchestrator, drivers") || die "pip install did not give importable packages"
-    (cd / && "$PY" -c "import orchestrator.compiled as c, sys; sys.exit(0 if c.in_use() else 1)") \
-        || die "pip install did not build the compiled modules of orchestrator/compiled.py (Cython, gcc, Python.h)"
+    (cd / && "$PY" -c "import orchestrator.compiled as c; c.check()") \
+        || die "pip install did not build the compiled core of orchestrator/compiled.py (Cython, gcc, Python.h)"
 fi
 
 if [[ $BUILD_GUEST == 1 ]]; then

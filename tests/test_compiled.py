@@ -1,6 +1,6 @@
-"""The modules Cython compiles (`orchestrator/compiled.py`): built by pip install (or `python3 setup.py
-build_ext --inplace`), planning exactly as their Python sources do, set aside for the sources when one of
-their inputs (a `.py` or its `.pxd`) is edited after the build, and all run from source when asked."""
+"""The compiled core (`orchestrator/compiled.py`: the slot table's `core.pyx`, Cython): built by pip install
+(or `python3 setup.py build_ext --inplace`), planning exactly as the plain reference under tests/reference/
+does, refused at import when it is missing or older than its source, and a build that fails fails loudly."""
 
 from __future__ import annotations
 
@@ -26,66 +26,49 @@ from tests.support.times import EPOCH
 ROOT = Path(__file__).resolve().parents[1]
 KTH = ROOT / "benchmarks" / "data" / "KTH-SP2-1996-2.1-cln.swf.gz"
 CLI = "from orchestrator.cli import main; main()"
-#: which file each compiled module was loaded from, and whether the set is in use
-PROBE = ("import orchestrator.compiled as c, importlib, pathlib; cwd = str(pathlib.Path.cwd())\n"
-         "print(*[importlib.import_module(c.module_name(m)).__file__.removeprefix(cwd) for m in c.MODULES], "
-         "c.in_use())")
-
-needs_build = pytest.mark.skipif(not compiled.in_use(), reason="the compiled modules are not built here (a checkout "
-                                 "without `python3 setup.py build_ext --inplace`: everything runs from source)")
+#: the CLI with every slot table on the plain reference core
+CLI_ON_REFERENCE = ("import orchestrator.planning.slottable.table as table, tests.reference.core as core; "
+                    "table.DEFAULT_CORE = core; from orchestrator.cli import main; main()")
+IMPORT = "import orchestrator.planning.slottable.table"
 
 
-def _python(code: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if k not in (compiled.PURE_ENV, "PYTHONPATH")}
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env={**environ, **(env or {})},
-                          capture_output=True, text=True, timeout=600)
+def _python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=900)
 
 
-@needs_build
-def test_every_compiled_module_is_built_from_its_current_inputs():
-    """Each module and its .pxd have the digests recorded at the build; `import` gives the extensions."""
-    assert compiled.stale_modules() == [], "run `python3 setup.py build_ext --inplace` again: the build is older"
+def test_the_core_is_built_from_its_current_inputs():
+    """Its inputs have the digests recorded at the build, and `import` gives the extension."""
+    from orchestrator.planning.slottable import core
+    assert compiled.problem() is None
     recorded = json.loads((ROOT / "orchestrator" / compiled.MANIFEST).read_text())
-    assert recorded == compiled.digests()
-    assert any(path.endswith(".pxd") for path in recorded)   # (the C types are inputs too)
-    for module in compiled.MODULES:
-        assert compiled.built(module) is not None, module
-    assert compiled.in_use()
+    assert recorded == compiled.digests() and sorted(recorded) == sorted(compiled.SOURCES)
+    assert core.__name__ == compiled.EXTENSION and Path(core.__file__) == compiled.built()
 
 
-@needs_build
-def test_the_variable_runs_every_module_from_source():
-    pure = _python(PROBE, cwd=ROOT, env={compiled.PURE_ENV: "1"})
-    *files, in_use = pure.stdout.split()
-    assert in_use == "False" and all(f.endswith(".py") for f in files) and len(files) == len(compiled.MODULES)
-    assert pure.stderr == ""   # (asked for: nothing to warn about)
-    *files, in_use = _python(PROBE, cwd=ROOT).stdout.split()
-    assert in_use == "True" and not any(f.endswith(".py") for f in files)
-
-
-def _simulate(workload: Path, config: str, tmp: Path, pure: bool) -> dict:
+def _simulate(workload: Path, config: str, tmp: Path, code: str, name: str) -> dict:
     (tmp / "config.toml").write_text(config)
-    out = tmp / ("pure.json" if pure else "compiled.json")
-    run = _python(CLI, "simulate", str(workload), "--config", str(tmp / "config.toml"), "--json", str(out),
-                  "--quiet", cwd=ROOT, env={compiled.PURE_ENV: "1"} if pure else None)
+    out = tmp / f"{name}.json"
+    run = _python(code, "simulate", str(workload), "--config", str(tmp / "config.toml"), "--json", str(out),
+                  "--quiet", cwd=ROOT)
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     del result["metrics"]["wall_seconds"]
     return result
 
 
-@needs_build
 @pytest.mark.parametrize("workload, config", [
     (ROOT / "examples" / "preemption.lwf", '[simulation]\nstart = "2026-01-01T13:00:00Z"\n'),
     (ROOT / "examples" / "mixed.lwf", ""),
     (KTH, '[scheduling]\nbackfilling = "aggressive"\n[workload.swf]\nfirst = 4000\n'),
     (KTH, '[scheduling]\npreemption_mode = "migrate-first"\n[workload.swf]\nfirst = 1500\n'),
 ])
-def test_the_compiled_modules_plan_exactly_as_their_sources(workload, config, tmp_path):
+def test_the_compiled_core_plans_exactly_as_the_plain_reference(workload, config, tmp_path):
     """Every lease's record (its reservations, hosts, times and states) and every metric but the wall time."""
-    compiled_run = _simulate(workload, config, tmp_path, pure=False)
-    pure_run = _simulate(workload, config, tmp_path, pure=True)
-    assert compiled_run["leases"] and compiled_run == pure_run
+    compiled_run = _simulate(workload, config, tmp_path, CLI, "compiled")
+    reference_run = _simulate(workload, config, tmp_path, CLI_ON_REFERENCE, "reference")
+    assert compiled_run["leases"] and compiled_run == reference_run
 
 
 def _copy_of_the_package(tmp: Path, built: bool = True) -> Path:
@@ -96,52 +79,48 @@ def _copy_of_the_package(tmp: Path, built: bool = True) -> Path:
     return tmp
 
 
-@needs_build
-@pytest.mark.parametrize("edited", [compiled.MODULES[-1], next(
-    p.replace(".py", ".pxd") for p in compiled.MODULES if (ROOT / p.replace(".py", ".pxd")).exists())])
-def test_an_edited_input_sets_the_stale_build_aside_with_one_line_saying_so(tmp_path, edited):
-    """A copy of the built package: compiled as it is; after an edit to one input (a source, or the .pxd
-    beside one), every compiled module loads from source, and a simulation runs."""
+def test_an_edited_source_stops_the_import_with_one_line_saying_what_to_run(tmp_path):
+    """A copy of the built package imports; after an edit to core.pyx, importing the slot table (and so
+    any command that plans) fails, naming the file and the build command; rebuilt, it runs again."""
     root = _copy_of_the_package(tmp_path)
-    before = _python(PROBE, cwd=root)
-    assert before.stdout.split()[-1] == "True" and before.stderr == ""
-    path = root / edited
-    path.write_text(path.read_text() + "\n# an edit\n")
-    module = edited.replace(".pxd", ".py")
-    assert compiled.stale_modules(root) == [module]
-    *files, in_use = _python(PROBE, cwd=root).stdout.split()
-    assert in_use == "False" and all(f.endswith(".py") for f in files)
-    after = _python(PROBE, cwd=root)
-    assert after.stderr.count("\n") == 1 and f"{module} changed after it was compiled" in after.stderr
+    assert _python(IMPORT, cwd=root).returncode == 0
+    source = root / compiled.SOURCES[0]
+    source.write_text(source.read_text() + "\n# an edit\n")
+    assert compiled.problem(root) is not None
+    failed = _python(IMPORT, cwd=root)
+    assert failed.returncode != 0
+    last = failed.stderr.strip().splitlines()[-1]
+    assert f"{compiled.SOURCES[0]} changed after the compiled core was built" in last and compiled.BUILD in last
     run = _python(CLI, "simulate", str(ROOT / "examples" / "mixed.lwf"), "--quiet", cwd=root)
-    assert run.returncode == 0 and "leases done" in run.stdout
+    assert run.returncode != 0 and compiled.BUILD in run.stderr
+    (root / "orchestrator" / compiled.MANIFEST).write_text(json.dumps(compiled.digests(root)))   # (as a build)
+    assert _python(IMPORT, cwd=root).returncode == 0
 
 
-@needs_build
-def test_a_set_built_in_part_or_without_its_record_is_stale_whole(tmp_path):
+def test_a_core_not_built_or_without_its_record_is_refused(tmp_path):
     root = _copy_of_the_package(tmp_path)
-    assert compiled.stale_modules(root) == []
+    assert compiled.problem(root) is None
     (root / "orchestrator" / compiled.MANIFEST).unlink()
-    assert compiled.stale_modules(root) == list(compiled.MODULES)
-    shutil.copy(ROOT / "orchestrator" / compiled.MANIFEST, root / "orchestrator" / compiled.MANIFEST)
-    compiled.built(compiled.MODULES[0], root).unlink()
-    assert compiled.stale_modules(root) == list(compiled.MODULES[1:])
-    assert _python(PROBE, cwd=root).stdout.split()[-1] == "False"
+    assert "changed after the compiled core was built" in compiled.problem(root)
+    compiled.built(root).unlink()
+    assert "is not built" in compiled.problem(root)
+    failed = _python(IMPORT, cwd=root)
+    assert failed.returncode != 0 and "is not built" in failed.stderr and compiled.BUILD in failed.stderr
 
 
-def test_a_module_that_does_not_compile_fails_the_build(tmp_path):
-    """setup.py does not go on without a module it could not compile: the build (and so pip install, and
-    deploy/install.sh) fails, naming it."""
+def test_a_core_that_does_not_compile_fails_the_build(tmp_path):
+    """setup.py does not go on without the core: the build (and so pip install, and deploy/install.sh)
+    fails, naming the file; the copy is left without a core, which its import refuses."""
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     _copy_of_the_package(tmp_path, built=False)
-    broken = tmp_path / compiled.MODULES[0].replace(".py", ".pxd")
-    broken.write_text("cdef class \n")   # (not Cython)
+    broken = tmp_path / compiled.SOURCES[0]
+    broken.write_text(broken.read_text() + "\ncdef class \n")   # (not Cython)
     build = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=600)
     assert build.returncode != 0
-    assert compiled.MODULES[0].replace(".py", ".pxd") in build.stdout + build.stderr
-    assert compiled.built(compiled.MODULES[0], tmp_path) is None
+    assert compiled.SOURCES[0] in build.stdout + build.stderr
+    assert compiled.built(tmp_path) is None
 
 
 def test_frozen_values_copy_as_themselves_and_pickle_by_value():

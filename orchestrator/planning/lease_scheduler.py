@@ -54,7 +54,7 @@ from orchestrator.planning.corrections import enactment_error
 from orchestrator.planning.events import EARLY_END, END, PlanEvents
 from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
-from orchestrator.planning.slottable.timeline import HostTimeline
+from orchestrator.planning.slottable.core import HostTimeline
 from orchestrator.planning.victims import evacuation_instead_of_suspension, hold, preempt
 from orchestrator.planning.vm_scheduler import VMScheduler
 

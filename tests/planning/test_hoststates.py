@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import shared_usage
+from tests.reference import CORES
 from orchestrator.planning.slottable.hoststates import nodes_that_fit
 from orchestrator.planning.slottable.table import AFTER_ALL, SlotTable, time_key
 
@@ -33,31 +35,35 @@ operations = st.lists(st.one_of(
 ), min_size=1, max_size=60)
 
 
+#: each test runs on each core (`tests.reference.CORES`): the compiled one and the plain reference
+kinds = pytest.mark.parametrize("kind", sorted(CORES))
 
 
+@kinds
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=operations)
-def test_states_match_a_fresh_look(ops):
-    _check(ops)
+def test_states_match_a_fresh_look(kind, ops):
+    _check(ops, kind)
 
 
+@kinds
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=operations)
-def test_states_match_a_fresh_look_with_sweeps(ops):
+def test_states_match_a_fresh_look_with_sweeps(kind, ops):
     """The same, with the table's usage codes swept whenever their number doubles and its memo of usage
     transitions restarting after two amounts: a row may then hold a code swept since (its usage is
     still known to it)."""
     saved = shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS
     shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = 2, 2
     try:
-        _check(ops)
+        _check(ops, kind)
     finally:
         shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = saved
 
 
-def _check(ops):
+def _check(ops, kind):
     capacities = {f"h{i}": Resources.of(2 + i % 3, 4096) for i in range(6)}
-    table = SlotTable(capacities)
+    table = SlotTable(capacities, core=CORES[kind])
     held: list[Reservation] = []
     for op in ops:
         if op[0] == "add":

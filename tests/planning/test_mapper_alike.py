@@ -23,6 +23,7 @@ from orchestrator.model.resources import Resources, fits, scale
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.policies import HOST_SELECTION, PREEMPTION
+from tests.reference import CORES
 from orchestrator.planning.slottable.table import SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,12 +87,14 @@ CAPACITIES = (Resources.of(1, 1024), Resources.of(2, 4096), Resources.of(4, 8192
 NODES = (Resources.of(1, 1024), Resources.of(1, 512), Resources.of(2, 2048))
 
 
+#: each test runs on each core of the slot table (`tests.reference.CORES`): each brings its own walk
+cores = pytest.mark.parametrize("kind", sorted(CORES))
 
 
 @st.composite
-def tables(draw):
+def tables(draw, kind):
     n_hosts = draw(st.integers(1, 12))
-    table = SlotTable({f"h{i:02d}": draw(st.sampled_from(CAPACITIES)) for i in range(n_hosts)})
+    table = SlotTable({f"h{i:02d}": draw(st.sampled_from(CAPACITIES)) for i in range(n_hosts)}, core=CORES[kind])
     for _ in range(draw(st.integers(0, 30))):
         host = f"h{draw(st.integers(0, n_hosts - 1)):02d}"
         start = draw(st.integers(0, 240))
@@ -102,13 +105,14 @@ def tables(draw):
     return table
 
 
+@cores
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), policy=st.sampled_from(("greedy", "pack")), node=st.sampled_from(NODES),
        count=st.integers(1, 10), start=st.integers(0, 240), duration=st.integers(1, 180),
        strict_end=st.booleans(), present=st.booleans(), shortest=st.one_of(st.none(), st.integers(0, 200)))
-def test_alike_nodes_packed_as_node_by_node_greedy(data, policy, node, count, start, duration, strict_end,
+def test_alike_nodes_packed_as_node_by_node_greedy(kind, data, policy, node, count, start, duration, strict_end,
                                                     present, shortest):
-    table = data.draw(tables())
+    table = data.draw(tables(kind))
     if present:
         table.present = T(start)   # (the host states the scheduler keeps at its present time)
     m = Mapper(table, HOST_SELECTION.create(policy), PREEMPTION.create("no-preemption"))
@@ -123,9 +127,10 @@ def test_alike_nodes_packed_as_node_by_node_greedy(data, policy, node, count, st
         assert table.overcommitted() == []
 
 
-def test_a_ranking_longer_than_one_slice():
+@cores
+def test_a_ranking_longer_than_one_slice(kind):
     """300 one-CPU hosts, a 250-node lease: the ranking is read in several slices; each host once."""
-    table = SlotTable({f"n{i:03d}": Resources.of(1, 1024) for i in range(300)})
+    table = SlotTable({f"n{i:03d}": Resources.of(1, 1024) for i in range(300)}, core=CORES[kind])
     for i in range(0, 300, 7):   # some hosts busy later on: not steady, walked along their timelines
         table.add(Reservation(9, ReservationKind.VM, T(30 + i % 50), T(200), {f"n{i:03d}": Resources.of(1, 1024)}))
     node = Resources.of(1, 1024)
@@ -138,8 +143,9 @@ def test_a_ranking_longer_than_one_slice():
         assert got is not None and len(set(got.nodes.values())) == 250
 
 
+@cores
 @pytest.mark.parametrize("policy", ["greedy", "pack", "spread"])
-def test_hosts_alike_but_for_their_reservations_or_capacity_are_still_ranked(policy):
+def test_hosts_alike_but_for_their_reservations_or_capacity_are_still_ranked(kind, policy):
     """The mapper skips ranking candidates whose usage, count of reservations and capacity are all the
     same. Hosts that differ in only one of them must still be ranked: two with the same usage, from two
     reservations against one (greedy puts fewer reservations first; the others see a tie), and two empty
@@ -152,7 +158,7 @@ def test_hosts_alike_but_for_their_reservations_or_capacity_are_still_ranked(pol
         ({"a": Resources.of(4, 4096), "b": Resources.of(8, 8192)}, [], {"greedy": "b", "pack": "a", "spread": "b"}),
     )
     for capacities, held, first in cases:
-        table = SlotTable(capacities)
+        table = SlotTable(capacities, core=CORES[kind])
         for host, amount in held:
             table.add(Reservation(9, ReservationKind.VM, T(0), T(100), {host: amount}))
         table.present = T(10)   # (the host states, as the scheduler keeps them at its present)

@@ -23,15 +23,16 @@ the palette those copies are gathered from (`_Palette`: converting tuples row by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from math import floor
+from types import ModuleType
 
 import numpy as np
 
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
-from orchestrator.planning.slottable.timeline import HostTimeline, windows_at
+from orchestrator.planning.slottable.core import HostTimeline
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
@@ -80,38 +81,6 @@ def fits_rows(used: np.ndarray, request: Resources, capacity: np.ndarray) -> np.
     """Per row, whether `request` fits next to the row's usage (vectorised `resources.fits`: the same
     sums and comparisons, so the same answer as the slot table's walks give at that time)."""
     return np.all(used + np.array(request) <= capacity + EPSILON, axis=1)
-
-
-def refresh_rows(timelines: list[HostTimeline], rows: list[int], k: int, vectors: dict[int, Resources],
-                 used: list[Resources], code: list[int], count: list[int], ids: list[int], by_code: dict[int, int],
-                 new_code: Callable[[int, Resources], int], capacities: list[Resources], cpu_free: list[bool],
-                 since: np.ndarray, until: np.ndarray) -> tuple[int, int, int]:
-    """Read each of `rows` afresh from its timeline at key k into the rows' values (`_RowValues`'s lists:
-    usage, code, count, palette id (`by_code`, else `new_code`), whether some CPU is free) and windows
-    (`since`, `until`). Returns (the change in the number of rows with free CPU, the latest `since`
-    and the earliest `until` written)."""
-    found = windows_at(timelines, rows, k)
-    freed = 0
-    for i, (c, n, _, _) in zip(rows, found):
-        v = used[i] = vectors[c]
-        code[i] = c
-        count[i] = n
-        vid = by_code.get(c)
-        ids[i] = vid if vid is not None else new_code(c, v)
-        free = capacities[i][0] - v[0] > EPSILON
-        if free is not cpu_free[i]:
-            freed += 1 if free else -1
-            cpu_free[i] = free
-    lows = [lo for _, _, lo, _ in found]
-    highs = [hi for _, _, _, hi in found]
-    if len(rows) <= _FEW_ROWS:
-        for i, lo, hi in zip(rows, lows, highs):
-            since[i] = lo
-            until[i] = hi
-    else:
-        since[rows] = lows
-        until[rows] = highs
-    return freed, max(lows), min(highs)
 
 
 class _Room:
@@ -228,10 +197,13 @@ class _Palette:
 class HostStates:
     """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
-    exists, so the memos here are keyed by it, an integer)."""
+    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `windows_at` and
+    `refresh_rows` read the rows from the hosts' timelines."""
 
-    def __init__(self, vectors: dict[int, Resources]) -> None:
+    def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
+        self._windows_at = core.windows_at
+        self._refresh_rows = core.refresh_rows
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -452,7 +424,7 @@ class HostStates:
         self.version += 1
         values, windows = self._values, self._windows
         self._arrays.pending.update(rows)
-        freed, most, least = refresh_rows(
+        freed, most, least = self._refresh_rows(
             self._timelines, rows, k, self._vectors, values.used, values.code, values.count, values.vector_id,
             self._palette.by_code, self._new_code, self._capacities, values.cpu_free, windows.since, windows.until)
         values.cpu_free_rows += freed
@@ -501,7 +473,7 @@ class HostStates:
             changed = [i for i in rows if until[i] <= k]
         if changed:
             vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, (code, _, _, _) in zip(changed, windows_at(self._timelines, changed, k)):
+            for i, (code, _, _, _) in zip(changed, self._windows_at(self._timelines, changed, k)):
                 fit = known[groups[i]].get(code)
                 if fit is None:
                     fit = room.learn(groups[i], code, vectors[code], capacities[i])

@@ -1,15 +1,13 @@
 """The slot table: per host, capacity and the reservations over time, answering the scheduler's queries.
 
-Each host's usage is a step function (`timeline.HostTimeline`, kept in blocks of integer arrays: `blocks`):
-times become integer keys at this module's boundary (`keys.time_key`), datetimes go in and come out. Usage vectors
-are shared by value across the table (`shared_usage.SharedUsage`, which gives each an integer code): a
-plan has a few hundred distinct ones, so they stay in the CPU caches. Every host's state at the
-scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
+Each host's usage is a step function (`HostTimeline`, from the table's core: the compiled `core.pyx`,
+or for tests the naive reference under tests/reference/): times become integer keys at this module's
+boundary (`keys.time_key`), datetimes go in and come out. Usage vectors are shared by value across the
+table (`shared_usage.SharedUsage`, which gives each an integer code): a plan has a few hundred distinct
+ones. Every host's state at the scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
 
 Nothing is rebuilt from scratch per query (the reference rebuilt an availability window over
-reservations x changepoints x nodes on every call). Per-host numpy arrays were the alternative: O(n)
-inserts and a microsecond of call overhead per query; blocks of plain arrays keep inserts bounded and
-every bisect in C.
+reservations x changepoints x nodes on every call).
 
 Every query takes `excluding`: reservations to treat as gone (`excluding`), which answers "what if these
 leases were preempted" without touching the table.
@@ -20,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
+from types import ModuleType
 from typing import Protocol, cast
 
 import numpy as np
@@ -30,12 +29,12 @@ from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
 from orchestrator.model.timeutil import FOREVER
 from orchestrator.model.tolerance import EPSILON
-from orchestrator.planning.slottable.blocks import bisect_keys
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
-from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, time_key
+from orchestrator.planning.slottable import core as compiled_core
+from orchestrator.planning.slottable.core import HostTimeline
+from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL, time_key
 from orchestrator.planning.slottable.shared_usage import SharedUsage
-from orchestrator.planning.slottable.timeline import AT_START, HostTimeline, add_on_hosts, remove_on_hosts
 
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
 # `latest_fit` answers for a request that fits for ever; `time_key`, `BEFORE_ALL` and `AFTER_ALL` are the
@@ -55,6 +54,9 @@ class TableListener(Protocol):
     def host_removed(self, name: str) -> None: ...
 
 
+#: the core a table runs on unless told otherwise: the compiled one (tests/reference/ holds a plain one)
+DEFAULT_CORE: ModuleType = compiled_core
+
 #: reservation ids stay below this (the table hands them out one by one)
 _ID_SPAN = 1 << 40
 
@@ -73,7 +75,12 @@ def _after_ends_at(t: datetime) -> int:
 class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
-    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = ()):
+    def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
+                 core: ModuleType | None = None):
+        #: what the table runs on: the module of its host timelines (`HostTimeline`), of the loops over
+        #: many of them (`add_on_hosts`, `remove_on_hosts`, `windows_at`, `refresh_rows`) and of the
+        #: mapper's walk of alike nodes (`alike_walk`): `DEFAULT_CORE` unless a test gives another
+        self.core = core = core if core is not None else DEFAULT_CORE
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
@@ -86,13 +93,12 @@ class SlotTable:
         self._largest: Resources | None = None
         #: nodes of a request -> why they could not run even on the empty table (None: they could)
         self._misfits: dict[tuple[Resources, ...], str | None] = {}
-        self._single = self._shared.single
         self._vectors = self._shared.vectors
         #: what hears of every change (`listen`): the two host-state snapshots below first
         self._listeners: list[TableListener] = []
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors), HostStates(self._vectors))
+        self._snapshots = (HostStates(self._vectors, core), HostStates(self._vectors, core))
         for snapshot in self._snapshots:
             self.listen(snapshot)
         self._states_key: tuple[datetime | None, int] = (None, 0)
@@ -118,7 +124,7 @@ class SlotTable:
         if name in self._hosts:
             raise InvalidRequest("host", f"{name!r} is already in the slot table")
         capacity.validate(f"host {name}")
-        self._hosts[name] = HostTimeline(name, capacity, self._shared)
+        self._hosts[name] = self.core.HostTimeline(name, capacity, self._shared)
         self._largest = None
         self._misfits.clear()
         for listener in self._listeners:
@@ -214,8 +220,8 @@ class SlotTable:
         if end > start:
             ks, ke = time_key(start), time_key(end)
             hosts = self._hosts
-            add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                             ks, ke, start, end)
+            self.core.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                   ks, ke, start, end)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
@@ -238,8 +244,8 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                                ks, ke)
+            self.core.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                      ks, ke)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
@@ -305,15 +311,11 @@ class SlotTable:
     # -- point and interval queries -------------------------------------------------------------------------
     def usage_at(self, host: str, t: datetime, excluding: Collection[Reservation] = ()) -> Resources:
         try:
-            block = self._single[host]
+            timeline = self._hosts[host]
         except KeyError:
             raise InvalidRequest("host", f"unknown host {host!r}") from None
         k = time_key(t)
-        if block is not None:            # HostTimeline.usage_key, inline: one object fewer to reach
-            i = bisect_keys(block, k)
-            used = self._vectors[block[-i]] if i else NOTHING   # (block[-i]: the code in force, blocks.py)
-        else:
-            used = self._hosts[host].usage_key(k)
+        used = timeline.usage_key(k)
         if excluding:
             relevant = relevant_exclusions(excluding, host, t, None, self._reservations)
             if relevant:

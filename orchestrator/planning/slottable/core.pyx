@@ -1,0 +1,532 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
+"""The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
+`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call; `refresh_rows`,
+the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
+nodes over them.
+
+This file is their only source. A deliberately naive reference with the same interface, in plain Python
+(`tests/reference/core.py`), says what each answers; the slot-table, host-state and mapper tests run
+against both (`SlotTable(core=...)`), and the property tests compare them on random edits.
+
+A timeline keeps, per host, four C arrays of one entry per breakpoint, in key order: the key, the usage
+code from there on (`SharedUsage`), the reservations in force from there and the reservations starting or
+ending there; beside them a Python list of the datetimes as first given. A breakpoint exists while at
+least one reservation starts or ends there. A host holds few breakpoints (two per reservation at most,
+and a host's capacity keeps its reservations few at any time), so one sorted run per host, moved up or
+down by `memmove` on an insertion or deletion, is enough.
+
+Why compiled: a big lease holds a hundred hosts or more, and each of its reservations is put on and taken
+off every one of them, each candidate host's timeline is scanned, and each host's state is read whenever
+the table's snapshots move. In Python, those per-host steps are the bulk of a large simulation; here they
+are loops over machine integers. Usage vectors are read only through their codes (`SharedUsage.vectors`),
+so answers are the shared objects themselves.
+"""
+
+from libc.stdlib cimport free, realloc
+from libc.string cimport memmove
+from cpython.list cimport PyList_GET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM
+
+from orchestrator.model.resources import NOTHING
+from orchestrator.model.resources import scale as _scale
+from orchestrator.model.resources import sub as _sub
+from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.slottable.excluding import excluded_amount
+from orchestrator.planning.slottable.keys import AT_START
+from orchestrator.planning.slottable.keys import NOTHING_CODE as _NOTHING_CODE
+from orchestrator.planning.slottable.keys import time_key
+from orchestrator.planning.slottable.shared_usage import SharedUsage
+
+ctypedef long long key_t
+
+cdef key_t BEFORE_ALL = -(1 << 63)
+cdef key_t AFTER_ALL = (1 << 63) - 1
+cdef key_t NOTHING_CODE = _NOTHING_CODE
+
+
+cdef inline Py_ssize_t _upper(const key_t *keys, Py_ssize_t lo, Py_ssize_t hi, key_t k) noexcept nogil:
+    """How many of keys[lo:hi] are at or before k, plus lo (`bisect_right`)."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] <= k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline Py_ssize_t _lower(const key_t *keys, Py_ssize_t lo, Py_ssize_t hi, key_t k) noexcept nogil:
+    """The first position in keys[lo:hi] whose key is at or after k (`bisect_left`)."""
+    cdef Py_ssize_t mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if keys[mid] < k:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
+    cdef void *p = realloc(column, room * sizeof(key_t))
+    if p == NULL:
+        raise MemoryError()
+    return <key_t *>p
+
+
+cdef class HostTimeline:
+    """Usage of one host as a step function over time (see the module's docstring for the layout)."""
+
+    cdef public str name
+    cdef public object capacity
+    cdef object _shared
+    cdef dict _vectors
+    cdef list _times
+    cdef key_t *_keys
+    cdef key_t *_codes
+    cdef key_t *_count
+    cdef key_t *_refs
+    cdef Py_ssize_t _n, _room
+    # the capacity `scan` compares with, each field plus EPSILON, for the capacity object `_limits_of`
+    cdef object _limits_of
+    cdef double _limits[5]
+
+    def __init__(self, str name, capacity, shared=None):
+        self.name = name
+        self.capacity = capacity
+        self._shared = shared if shared is not None else SharedUsage()
+        self._shared.timelines.append(self)
+        self._vectors = self._shared.vectors
+        self._times = []
+        self._limits_of = None
+
+    def __dealloc__(self):
+        free(self._keys)
+        free(self._codes)
+        free(self._count)
+        free(self._refs)
+
+    def detach(self):
+        """Leave the table's shared registries (the host is gone from the table)."""
+        self._shared.timelines.remove(self)
+
+    # -- structure ------------------------------------------------------------------------------------
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        cdef Py_ssize_t room
+        if n <= self._room:
+            return 0
+        room = max(8, 2 * self._room, n)
+        self._keys = _grown(self._keys, room)
+        self._codes = _grown(self._codes, room)
+        self._count = _grown(self._count, room)
+        self._refs = _grown(self._refs, room)
+        self._room = room
+        return 0
+
+    cdef int _insert(self, Py_ssize_t i, key_t k, object t) except -1:
+        """Make key k (time t) breakpoint i, its usage and count those of the breakpoint before it
+        (none before the first)."""
+        cdef Py_ssize_t moved
+        self._reserve(self._n + 1)
+        moved = (self._n - i) * sizeof(key_t)
+        if moved:
+            memmove(self._keys + i + 1, self._keys + i, moved)
+            memmove(self._codes + i + 1, self._codes + i, moved)
+            memmove(self._count + i + 1, self._count + i, moved)
+            memmove(self._refs + i + 1, self._refs + i, moved)
+        self._keys[i] = k
+        if i:
+            self._codes[i] = self._codes[i - 1]
+            self._count[i] = self._count[i - 1]
+        else:
+            self._codes[i] = NOTHING_CODE
+            self._count[i] = 0
+        self._refs[i] = 1
+        self._times.insert(i, t)
+        self._n += 1
+        return 0
+
+    cdef int _delete(self, Py_ssize_t i) except -1:
+        cdef Py_ssize_t moved = (self._n - i - 1) * sizeof(key_t)
+        if moved:
+            memmove(self._keys + i, self._keys + i + 1, moved)
+            memmove(self._codes + i, self._codes + i + 1, moved)
+            memmove(self._count + i, self._count + i + 1, moved)
+            memmove(self._refs + i, self._refs + i + 1, moved)
+        del self._times[i]
+        self._n -= 1
+        return 0
+
+    cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
+        """Add `amount` to (or take it off) the usage of breakpoints i to j - 1: each code becomes the
+        code of its usage plus or minus the amount, as remembered in `memo` (`SharedUsage.transitions`
+        of the amount, or None to look it up). Returns the memo, for the reservation's next host."""
+        cdef Py_ssize_t m
+        cdef key_t one = 1 if adding else -1
+        cdef object entry
+        if i >= j:
+            return memo
+        shared = self._shared
+        if memo is None:
+            memo = shared.transitions(amount, adding)
+        for m in range(i, j):
+            entry = memo.get(self._codes[m])
+            if entry is None:
+                entry = shared.step(self._codes[m], amount, adding)
+                memo = shared.transitions(amount, adding)   # (a sweep in `step` starts a new one)
+            self._codes[m] = (<tuple>entry)[1]
+            self._count[m] += one
+        return memo
+
+    # -- changes ----------------------------------------------------------------------------------------
+    # A reservation of a big lease holds a hundred hosts or more: `add_on_hosts` and `remove_on_hosts`
+    # change all of them in one loop, looking up the amount's transitions once (each host's amount is
+    # usually the same object).
+    def add(self, start, end, amount):
+        self._add(time_key(start), time_key(end), amount, start, end, None)
+
+    def add_keys(self, key_t ks, key_t ke, amount, start, end):
+        """`add` for times already converted to keys (ks < ke)."""
+        self._add(ks, ke, amount, start, end, None)
+
+    cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
+        cdef Py_ssize_t i, j, n = self._n
+        cdef key_t *keys
+        j = _lower(self._keys, 0, n, ke)
+        if j < n and self._keys[j] == ke:
+            self._refs[j] += 1
+        else:
+            self._insert(j, ke, end)
+        keys = self._keys   # (after `_insert`, which may move the arrays)
+        i = _lower(keys, 0, j, ks)
+        if keys[i] == ks:   # (i <= j < n: keys[j] is ke)
+            self._refs[i] += 1
+        else:
+            self._insert(i, ks, start)
+            j += 1
+        return self._shift(i, j, amount, True, memo)
+
+    def remove(self, start, end, amount):
+        self._remove(time_key(start), time_key(end), amount, None)
+
+    def remove_keys(self, key_t ks, key_t ke, amount):
+        """`remove` for times already converted to keys (ks < ke)."""
+        self._remove(ks, ke, amount, None)
+
+    cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo):
+        cdef Py_ssize_t i, j, n = self._n
+        if n == 2 and self._refs[0] == 1 and self._refs[1] == 1:   # this reservation alone
+            self._n = 0
+            del self._times[:]
+            return memo
+        i = _lower(self._keys, 0, n, ks)
+        j = _lower(self._keys, i, n, ke)
+        if j >= n or self._keys[i] != ks or self._keys[j] != ke:
+            raise ValueError(f"no reservation from key {ks} to {ke} on {self.name}")
+        memo = self._shift(i, j, amount, False, memo)
+        self._refs[j] -= 1
+        if not self._refs[j]:
+            self._delete(j)
+        self._refs[i] -= 1
+        if not self._refs[i]:
+            self._delete(i)
+        return memo
+
+    def collect_codes(self, set into):
+        """Add the usage code of every breakpoint to `into` (`SharedUsage`'s sweep keeps those)."""
+        cdef Py_ssize_t m
+        for m in range(self._n):
+            into.add(self._codes[m])
+
+    # -- queries (by key) -------------------------------------------------------------------------------
+    cdef inline object _vector(self, Py_ssize_t i):
+        """The usage from breakpoint i - 1 on (NOTHING before the first)."""
+        return self._vectors[self._codes[i - 1]] if i else NOTHING
+
+    def usage_key(self, key_t k):
+        return self._vector(_upper(self._keys, 0, self._n, k))
+
+    def state_key(self, key_t k):
+        """(usage, number of reservations) at key k."""
+        cdef Py_ssize_t i = _upper(self._keys, 0, self._n, k)
+        return (self._vectors[self._codes[i - 1]], self._count[i - 1]) if i else (NOTHING, 0)
+
+    def window_key(self, key_t k):
+        """(usage, reservation count) at key k and the keys [since, until) of the breakpoints around k
+        between which they hold (BEFORE_ALL / AFTER_ALL where there is none)."""
+        code, count, since, until = self._window(k)
+        return self._vectors[code], count, since, until
+
+    cdef inline tuple _window(self, key_t k):
+        cdef Py_ssize_t n = self._n
+        cdef Py_ssize_t i = _upper(self._keys, 0, n, k)
+        cdef key_t following = self._keys[i] if i < n else AFTER_ALL
+        if i:
+            return (self._codes[i - 1], self._count[i - 1], self._keys[i - 1], following)
+        return (NOTHING_CODE, 0, BEFORE_ALL, following)
+
+    def scan(self, key_t k1, k2, request, relevant=None):
+        """Walk the segments meeting [k1, k2) (k2 None: to the end) until `request` stops fitting:
+        None if it fits in all, `AT_START` if not even at k1, else the time of the breakpoint where
+        it first does not. `relevant`: (start key, end key, amount) of reservations to treat as gone."""
+        cdef double r[5]
+        cdef Py_ssize_t f, j, n = self._n
+        cdef key_t end = AFTER_ALL if k2 is None else <key_t>k2
+        cdef key_t k
+        if self._limits_of is not self.capacity:
+            cap = self.capacity
+            for f in range(5):
+                self._limits[f] = cap[f] + EPSILON
+            self._limits_of = cap
+        for f in range(5):
+            r[f] = request[f]
+        j = _upper(self._keys, 0, n, k1)
+        used = self._vector(j)
+        if relevant:
+            used = _sub(used, excluded_amount(relevant, k1))
+        if not self._fits(used, r):
+            return AT_START
+        while j < n:
+            k = self._keys[j]
+            if k >= end:
+                return None
+            used = self._vectors[self._codes[j]]
+            if relevant:
+                used = _sub(used, excluded_amount(relevant, k))
+            if not self._fits(used, r):
+                return self._times[j]
+            j += 1
+        return None
+
+    cdef inline bint _fits(self, object used, double *r) except -1:
+        """resources.fits(used, request, capacity), with the capacity's sums worked out once."""
+        cdef int f
+        cdef double u
+        for f in range(5):
+            u = <object>PyTuple_GET_ITEM(used, f)
+            if not u + r[f] <= self._limits[f]:
+                return False
+        return True
+
+    cdef inline Py_ssize_t _after(self, key_t k1) noexcept:
+        return _upper(self._keys, 0, self._n, k1)
+
+    cdef inline Py_ssize_t _before(self, k2) except -1:
+        return self._n if k2 is None else _lower(self._keys, 0, self._n, <key_t>k2)
+
+    def breakpoint_list(self, key_t k1, k2):
+        """The breakpoints strictly inside (k1, k2), in order."""
+        cdef Py_ssize_t i = self._after(k1), j = self._before(k2)
+        return self._times[i:j] if i < j else []
+
+    def collect(self, key_t k1, k2, dict into):
+        """Add (key: time) of every breakpoint strictly inside (k1, k2) to `into`."""
+        cdef Py_ssize_t m, i = self._after(k1), j = self._before(k2)
+        for m in range(i, j):
+            into[self._keys[m]] = <object>PyList_GET_ITEM(self._times, m)
+
+    # -- queries (by datetime) --------------------------------------------------------------------------
+    def window(self, t):
+        """(usage, reservation count) at t and the breakpoints around t between which they hold."""
+        cdef Py_ssize_t n = self._n
+        cdef Py_ssize_t i = _upper(self._keys, 0, n, time_key(t))
+        return (self._vector(i), self._count[i - 1] if i else 0,
+                self._times[i - 1] if i else None, self._times[i] if i < n else None)
+
+    def usage_at(self, t):
+        return self.usage_key(time_key(t))
+
+    def state_at(self, t):
+        """(usage, number of reservations) at t, with one lookup."""
+        return self.state_key(time_key(t))
+
+    def count_at(self, t):
+        return self.state_key(time_key(t))[1]
+
+    def last_breakpoint(self):
+        """After this time the host is empty."""
+        return self._times[self._n - 1] if self._n else None
+
+    def segments(self, t1, t2):
+        """(segment start, usage) for every segment meeting [t1, t2); the first starts at t1."""
+        cdef Py_ssize_t m, i, j
+        k1 = time_key(t1)
+        out = [(t1, self.usage_key(k1))]
+        i, j = self._after(k1), self._before(None if t2 is None else time_key(t2))
+        for m in range(i, j):
+            out.append((self._times[m], self._vectors[self._codes[m]]))
+        return iter(out)
+
+    def breakpoints(self, t1, t2=None):
+        """Breakpoints strictly inside (t1, t2), in order."""
+        return iter(self.breakpoint_list(time_key(t1), None if t2 is None else time_key(t2)))
+
+    def items(self):
+        """Every (breakpoint, usage from there), in order."""
+        cdef Py_ssize_t m
+        return iter([(self._times[m], self._vectors[self._codes[m]]) for m in range(self._n)])
+
+    def __len__(self):
+        return self._n
+
+
+def add_on_hosts(held, key_t ks, key_t ke, start, end):
+    """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
+    _on_hosts(held, ks, ke, start, end, True)
+
+
+def remove_on_hosts(held, key_t ks, key_t ke):
+    """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
+    _on_hosts(held, ks, ke, None, None, False)
+
+
+def windows_at(list timelines, list rows, key_t k):
+    """`window_key` for many hosts at once (timelines[row] for each of `rows`), the usage as its code:
+    (code, reservations in force, since, until) per row."""
+    cdef list out = []
+    cdef Py_ssize_t r
+    cdef HostTimeline tl
+    for r in rows:
+        tl = <HostTimeline>timelines[r]
+        out.append(tl._window(k))
+    return out
+
+
+cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
+    """One reservation put on (or taken off) each of its hosts: (timeline, amount there) pairs, the
+    amount's transitions looked up once for a run of hosts given the same amount object."""
+    cdef HostTimeline tl
+    cdef dict memo = None
+    last = None
+    for tl, amount in held:
+        if amount is not last:
+            memo, last = None, amount
+        memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)
+    return 0
+
+
+def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, list code, list count, list ids,
+                 dict by_code, new_code, list capacities, list cpu_free, key_t[::1] since, key_t[::1] until):
+    """Read each of `rows` afresh from its timeline at key k into the host states' rows (`_RowValues`'s
+    lists: usage, code, count, palette id (`by_code`, else `new_code(code, usage)`), whether some CPU is
+    free) and windows (`since`, `until`: the breakpoints around k). Returns (the change in the number of
+    rows with free CPU, the latest `since` and the earliest `until` written)."""
+    cdef Py_ssize_t i, j, n
+    cdef HostTimeline tl
+    cdef key_t c, lo, hi, most = BEFORE_ALL, least = AFTER_ALL
+    cdef Py_ssize_t freed = 0
+    cdef bint free
+    cdef double epsilon = EPSILON
+    for i in rows:
+        tl = <HostTimeline>timelines[i]
+        n = tl._n
+        j = _upper(tl._keys, 0, n, k)
+        hi = tl._keys[j] if j < n else AFTER_ALL
+        if j:
+            c, lo = tl._codes[j - 1], tl._keys[j - 1]
+            count[i] = tl._count[j - 1]
+        else:
+            c, lo = NOTHING_CODE, BEFORE_ALL
+            count[i] = 0
+        v = vectors[c]
+        used[i] = v
+        code[i] = c
+        vid = by_code.get(c)
+        ids[i] = vid if vid is not None else new_code(c, v)
+        free = <double>(<tuple>capacities[i])[0] - <double>(<tuple>v)[0] > epsilon
+        if free != <bint>cpu_free[i]:
+            freed += 1 if free else -1
+            cpu_free[i] = free
+        since[i] = lo
+        until[i] = hi
+        if lo > most:
+            most = lo
+        if hi < least:
+            least = hi
+    return freed, most, least
+
+
+def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
+    """The mapper's reserve stage for alike nodes on a packing policy (`mapper._AlikePacking` says what
+    its two packings are): host by host along the ranking (the filter stage kept hosts with room for one
+    node at least), each taking as many nodes as fit in each packing still being built; the strict packing
+    is given up as soon as the hosts left cannot make up the difference. `held`: what the steady head
+    took; `potential`: the nodes the hosts not walked yet could take at the start. `packing` is the
+    `_AlikePacking` (its ask, node, timelines and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
+    for the steps taken rarely). Returns the mapping, or None."""
+    ask = packing.ask
+    names, node, timelines = hosts.names, packing.node, packing.timelines
+    start, end, excluding = ask.start, ask.end, ask.excluding
+    floor = start if ask.floor is None else ask.floor
+    latest_fit, most_that_fit = packing._latest_fit, packing._most_that_fit
+    cdef Py_ssize_t n = len(ask.vnodes)
+    cdef key_t start_key = packing.start_key, end_key = packing.end_key
+    cdef bint strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
+    cdef bint loose = not ask.strict_end                     # building the one that may end early
+    cdef bint steady_row, has_steady = packing.steady is not None
+    cdef const double[:] room = hosts.room
+    cdef const key_t[:] steady
+    if has_steady:
+        steady = packing.steady
+    early = list(held)
+    early_end = end if held else None
+    cdef Py_ssize_t row, k, take, early_take, early_count = len(held), held_count = len(held)
+    fit_end = None
+    for row in ranked:
+        k = <Py_ssize_t>room[row]
+        steady_row = has_steady and steady[row] >= end_key
+        host = names[row]
+        potential -= k
+        early_take = -1   # (not tried on this host)
+        if loose and early_count < n:
+            take = k if k < n - early_count else n - early_count
+            if steady_row:
+                fit_end = end
+            else:
+                if take == 1 and not excluding:
+                    fit_end = (<HostTimeline>timelines[host]).scan(start_key, end_key, node)
+                    if fit_end is None:
+                        fit_end = end
+                    elif fit_end is AT_START:
+                        fit_end = None
+                else:
+                    fit_end = latest_fit(host, node if take == 1 else _scale(node, take))
+                while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
+                    take -= 1
+                    fit_end = latest_fit(host, _scale(node, take))
+                if fit_end is None or fit_end <= start or fit_end < floor:
+                    take = 0
+            early_take = take
+            if take:
+                early.extend([host] * take)
+                early_count += take
+                if early_end is None or fit_end < early_end:
+                    early_end = fit_end
+        if strict:
+            take = k if k < n - held_count else n - held_count
+            if steady_row:
+                pass
+            elif early_take == 0:
+                take = 0
+            elif early_take == take:
+                if fit_end < end:
+                    take = 0 if take == 1 else most_that_fit(host, take - 1)
+            elif not excluding and take == 1:
+                take = 1 if (<HostTimeline>timelines[host]).scan(start_key, end_key, node) is None else 0
+            else:
+                take = most_that_fit(host, take)
+            if take:
+                held.extend([host] * take)
+                held_count += take
+                if held_count == n:
+                    return packing._mapping(held, end)
+            if held_count + potential < n:
+                if not loose:
+                    return None
+                strict = False
+        if loose and early_count == n and not strict:
+            break
+    if loose and early_count == n:
+        return packing._mapping(early, early_end)
+    return None
