@@ -158,6 +158,56 @@ cdef class HostTimeline:
         self._n -= 1
         return 0
 
+    # A reservation puts in or takes out its two breakpoints together: one pass over the arrays' tail
+    # for both (the part between them, usually a few entries, moves by one; the tail after them by two).
+    cdef int _insert_two(self, Py_ssize_t i, Py_ssize_t j, key_t ks, key_t ke, object start,
+                         object end) except -1:
+        """Make ks (time start) breakpoint i and ke (time end) breakpoint j + 1, where i <= j are the
+        positions `_lower` gave them among the present breakpoints; each takes the usage and count of
+        the breakpoint before it."""
+        cdef key_t *column
+        cdef key_t *columns[4]
+        cdef Py_ssize_t c, inner = (j - i) * sizeof(key_t), tail = (self._n - j) * sizeof(key_t)
+        self._reserve(self._n + 2)
+        columns[0], columns[1], columns[2], columns[3] = self._keys, self._codes, self._count, self._refs
+        for c in range(4):
+            column = columns[c]
+            if tail:
+                memmove(column + j + 2, column + j, tail)
+            if inner:
+                memmove(column + i + 1, column + i, inner)
+        # ke: the usage in force just before it (breakpoint j - 1, now at j; or ks's when i == j)
+        self._keys[j + 1] = ke
+        self._keys[i] = ks
+        if i:
+            self._codes[i] = self._codes[i - 1]
+            self._count[i] = self._count[i - 1]
+        else:
+            self._codes[i] = NOTHING_CODE
+            self._count[i] = 0
+        self._codes[j + 1] = self._codes[j]
+        self._count[j + 1] = self._count[j]
+        self._refs[i] = self._refs[j + 1] = 1
+        self._times[i:j] = [start, *self._times[i:j], end]
+        self._n += 2
+        return 0
+
+    cdef int _delete_two(self, Py_ssize_t i, Py_ssize_t j) except -1:
+        """Take breakpoints i < j out."""
+        cdef key_t *column
+        cdef key_t *columns[4]
+        cdef Py_ssize_t c, inner = (j - i - 1) * sizeof(key_t), tail = (self._n - j - 1) * sizeof(key_t)
+        columns[0], columns[1], columns[2], columns[3] = self._keys, self._codes, self._count, self._refs
+        for c in range(4):
+            column = columns[c]
+            if inner:
+                memmove(column + i, column + i + 1, inner)
+            if tail:
+                memmove(column + j - 1, column + j + 1, tail)
+        self._times[i:j + 1] = self._times[i + 1:j]
+        self._n -= 2
+        return 0
+
     cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
         """Add `amount` to (or take it off) the usage of breakpoints i to j - 1: each code becomes the
         code of its usage plus or minus the amount, as remembered in `memo` (`SharedUsage.transitions`
@@ -192,19 +242,24 @@ cdef class HostTimeline:
 
     cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
         cdef Py_ssize_t i, j, n = self._n
-        cdef key_t *keys
+        cdef bint new_end, new_start
         j = _lower(self._keys, 0, n, ke)
-        if j < n and self._keys[j] == ke:
-            self._refs[j] += 1
-        else:
-            self._insert(j, ke, end)
-        keys = self._keys   # (after `_insert`, which may move the arrays)
-        i = _lower(keys, 0, j, ks)
-        if keys[i] == ks:   # (i <= j < n: keys[j] is ke)
-            self._refs[i] += 1
-        else:
-            self._insert(i, ks, start)
+        new_end = j == n or self._keys[j] != ke
+        i = _lower(self._keys, 0, j, ks)
+        new_start = i == n or self._keys[i] != ks   # (i <= j; i == j < n: keys[i] is after ks)
+        if new_start and new_end:
+            self._insert_two(i, j, ks, ke, start, end)
             j += 1
+        elif new_end:
+            self._refs[i] += 1
+            self._insert(j, ke, end)
+        else:
+            self._refs[j] += 1
+            if new_start:
+                self._insert(i, ks, start)
+                j += 1
+            else:
+                self._refs[i] += 1
         return self._shift(i, j, amount, True, memo)
 
     def remove(self, start, end, amount):
@@ -226,10 +281,12 @@ cdef class HostTimeline:
             raise ValueError(f"no reservation from key {ks} to {ke} on {self.name}")
         memo = self._shift(i, j, amount, False, memo)
         self._refs[j] -= 1
-        if not self._refs[j]:
-            self._delete(j)
         self._refs[i] -= 1
-        if not self._refs[i]:
+        if not self._refs[i] and not self._refs[j]:
+            self._delete_two(i, j)
+        elif not self._refs[j]:
+            self._delete(j)
+        elif not self._refs[i]:
             self._delete(i)
         return memo
 
