@@ -140,7 +140,7 @@ class LeaseScheduler:
         if not added:   # (capacity freed: a lease that did not fit may fit now)
             self._queue_dirty = True
 
-    def host_added(self, timeline: HostTimeline) -> None:
+    def hosts_added(self, timelines: list[HostTimeline]) -> None:
         self._queue_dirty = True
 
     def host_removed(self, name: str) -> None:

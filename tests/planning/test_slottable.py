@@ -434,6 +434,22 @@ def test_hosts_and_capacities():
     assert table.hosts == ["a"]
 
 
+def test_hosts_added_together_are_all_or_nothing_and_ranked_at_once():
+    """`add_hosts` checks every host first (a name twice, a bad capacity: nothing added), then the host
+    states see all of them in one step."""
+    table = SlotTable([("a", CAP)])
+    for bad in ([("b", CAP), ("b", CAP)], [("b", CAP), ("a", CAP)], [("b", CAP), ("c", Resources.of(0, 1024))]):
+        with pytest.raises(InvalidRequest):
+            table.add_hosts(bad)
+        assert table.hosts == ["a"]
+    table.add(rr(1, 0, 10, {"a": R(8)}))
+    table.add_hosts([("b", CAP), ("c", Resources.of(4, 4096))])
+    assert table.hosts == ["a", "b", "c"]
+    states = table.states_at(T(5))
+    assert states.names == ["a", "b", "c"] and states.used.tolist()[0][0] == R(8).cpu
+    assert states.capacity.tolist()[2][:2] == [Resources.of(4, 4096).cpu, 4096]
+
+
 def test_a_reservation_taken_out_and_put_back_keeps_its_id(base):
     table, r1, r2, r3 = base
     table.remove(r2)

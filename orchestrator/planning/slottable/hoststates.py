@@ -221,12 +221,13 @@ class HostStates:
         self._changed()
 
     # -- what the slot table tells (`table.TableListener`) -------------------------------------------------------
-    def host_added(self, timeline: HostTimeline) -> None:
-        self._index[timeline.name] = len(self.names)
-        self.names.append(timeline.name)
-        self._timelines.append(timeline)
-        self._capacities.append(timeline.capacity)
-        self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
+    def hosts_added(self, timelines: list[HostTimeline]) -> None:
+        for timeline in timelines:
+            self._index[timeline.name] = len(self.names)
+            self.names.append(timeline.name)
+            self._timelines.append(timeline)
+            self._capacities.append(timeline.capacity)
+        self.capacity = np.vstack([self.capacity, np.array([t.capacity for t in timelines], dtype=float)])
         self._changed()
 
     def host_removed(self, name: str) -> None:

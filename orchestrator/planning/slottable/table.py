@@ -49,7 +49,7 @@ class TableListener(Protocol):
     def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts (`added`) or taken off them."""
 
-    def host_added(self, timeline: HostTimeline) -> None: ...
+    def hosts_added(self, timelines: list[HostTimeline]) -> None: ...
 
     def host_removed(self, name: str) -> None: ...
 
@@ -110,9 +110,7 @@ class SlotTable:
         #: ids of the leases whose reservations went in or out since the owner last emptied it (None: not
         #: kept); a store that writes back only what changed reads it instead of comparing every lease
         self.changed_leases: set[int] | None = None
-        items = hosts.items() if isinstance(hosts, Mapping) else hosts
-        for name, capacity in items:
-            self.add_host(name, capacity)
+        self.add_hosts(hosts.items() if isinstance(hosts, Mapping) else hosts)
 
     def listen(self, listener: TableListener) -> None:
         """Tell `listener` of every change from now on (hosts added or removed, reservations put in or
@@ -121,14 +119,26 @@ class SlotTable:
 
     # -- hosts -----------------------------------------------------------------------------------------
     def add_host(self, name: str, capacity: Resources) -> None:
-        if name in self._hosts:
-            raise InvalidRequest("host", f"{name!r} is already in the slot table")
-        capacity.validate(f"host {name}")
-        self._hosts[name] = self.core.HostTimeline(name, capacity, self._shared)
+        self.add_hosts([(name, capacity)])
+
+    def add_hosts(self, hosts: Iterable[tuple[str, Resources]]) -> None:
+        """Add hosts (name, capacity) all at once: what is derived from the hosts is rebuilt once."""
+        items = list(hosts)
+        seen: set[str] = set()
+        for name, capacity in items:
+            if name in self._hosts or name in seen:
+                raise InvalidRequest("host", f"{name!r} is already in the slot table")
+            seen.add(name)
+            capacity.validate(f"host {name}")
+        added = [self.core.HostTimeline(name, capacity, self._shared) for name, capacity in items]
+        if not added:
+            return
+        for timeline in added:
+            self._hosts[timeline.name] = timeline
         self._largest = None
         self._misfits.clear()
         for listener in self._listeners:
-            listener.host_added(self._hosts[name])
+            listener.hosts_added(added)
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
