@@ -31,6 +31,7 @@ from drivers.cloudinit import SeedSpec, build_seed_iso  # noqa: E402
 from drivers.domain_xml import render_domain_xml  # noqa: E402
 from drivers.inventory import load_inventory  # noqa: E402
 from drivers.libvirt.storage import VM_POOL, pool_xml, overlay_xml, seed_xml  # noqa: E402
+from drivers.libvirt.transport import link_uri  # noqa: E402
 
 LAB = ROOT / "deploy" / "lab" / "lab"
 INVENTORY = ROOT / "deploy" / "lab" / "run" / "inventory.toml"
@@ -99,7 +100,7 @@ def raw_libvirt(image: dict, key: Path) -> float:
 
     libvirt.registerErrorHandler(lambda _ctx, _err: None, None)   # (a pool not found yet is expected)
     hosts = {h.name: h for h in load_inventory(INVENTORY) if h.name in ("lab1", "lab2")}
-    conns = {name: libvirt.open(h.uri) for name, h in hosts.items()}
+    conns = {name: libvirt.open(link_uri(h)) for name, h in hosts.items()}
     seeds = {n: build_seed_iso(SeedSpec(instance_id=f"raw-{n}", hostname=f"raw-{n}",
                                         ssh_keys=(Path(f"{key}.pub").read_text().strip(),))) for n in range(NODES)}
     for name, conn in conns.items():   # (set-up, not timed: the pool leasewise's first start defines)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install everything leasewise's tests need on a fresh Debian 12 machine (run as root from anywhere):
 #   * Debian packages: libvirt + QEMU (the lab tier), dnsmasq (the lab's DHCP for VMs), the tools to build the
-#     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo
+#     lab guest and the VM images (mmdebstrap, e2fsprogs), sshd, ping, isoinfo, chromium and chromium-driver
+#     (the web pages' browser tests)
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
-#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run), which compiles
-#     the slot table's core (orchestrator/compiled.py: core.pyx) with Cython (fetched by pip; gcc and the
-#     Python headers from Debian): a build that fails ends this script with pip's error
+#     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run, selenium,
+#     ruff and mypy: the lab program's lint and type check), which compiles the slot table's core
+#     (orchestrator/compiled.py: core.pyx) with Cython (fetched by pip; gcc and the Python headers from
+#     Debian): a build that fails ends this script with pip's error
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -40,6 +42,7 @@ PACKAGES=(
     genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
     dnsmasq-base
     openssl        # the service tests make a self-signed certificate for the HTTPS API
+    chromium chromium-driver   # the web pages' tests drive a headless Chromium (tests/service/test_web_browser.py)
 )
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -74,7 +77,8 @@ import sys, pathlib, importlib
 root = pathlib.Path(sys.argv[1]).resolve()
 for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "paramiko", "sortedcontainers", "yaml",
             "numpy", "matplotlib", "importlinter", "grimp", "pycdlib", "ray", "aiosmtpd",
-            "fastapi", "uvicorn", "httpx"):
+            "fastapi", "uvicorn", "httpx", "jinja2", "selenium", "pydantic", "cryptography", "schemathesis",
+            "ruff", "mypy"):
     importlib.import_module(mod)
 for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()

@@ -70,8 +70,12 @@ class VMSpec:
     working_set_mib: float | None = None
 
 
-#: the pre-flight checks of a host, in the order `Driver.check_host` answers them
-HOST_CHECKS = ("connect", "versions", "domain type", "image directory", "ssh", "clock skew")
+#: the pre-flight checks of a host, in the order `Driver.check_host` answers them: the libvirt link's transport
+#: and (over SSH) its host key first, then what is asked through it, then leasewise's own SSH
+HOST_CHECKS = ("transport", "host key", "connect", "versions", "domain type", "image directory", "ssh",
+               "clock skew")
+#: the checks of an ordered pair of hosts (source -> destination), in the order `Driver.check_pair` answers them
+PAIR_CHECKS = ("peer link", "migration port", "cpu")
 #: clock skew above this fails the check (suspend/resume and reservations are planned to the second)
 MAX_CLOCK_SKEW_S = 2.0
 
@@ -104,6 +108,19 @@ class HostCheck:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    """Whether a live migration from `source` to `destination` can run: one item per check of PAIR_CHECKS."""
+
+    source: str
+    destination: str
+    items: tuple[CheckItem, ...]
+
+    @property
+    def failed(self) -> list[str]:
+        return [item.check for item in self.items if item.status == "FAIL"]
 
 
 @dataclass(frozen=True)
@@ -317,6 +334,12 @@ class Driver(ABC):
         """The pre-flight checks of HOST_CHECKS; a check that cannot be made is an item, never an exception
         (only `UnknownHost` is raised). `timeout_s` bounds each contact with the host."""
 
+    def check_pair(self, source: str, destination: str, timeout_s: float = 30.0) -> PairCheck:
+        """The checks of PAIR_CHECKS for a live migration from `source` to `destination`; like `check_host`,
+        a check that cannot be made is an item, never an exception (only `UnknownHost` is raised)."""
+        return PairCheck(source, destination, tuple(CheckItem(name, "SKIP", f"the {self.name} driver checks no "
+                                                                           "host pairs") for name in PAIR_CHECKS))
+
     @abstractmethod
     def remove_state(self, state_path: str, host: str) -> None:
         """Delete a save image on `host` (e.g. a calibration's); nothing to do when it is not there."""
@@ -348,6 +371,12 @@ class Driver(ABC):
         """The first line the VM prints on its serial console from now on that matches the regular
         expression `pattern`, or None after `timeout_s` (a guest that printed nothing)."""
         raise NotImplementedError(f"{self.name} driver has no console")
+
+    def discard(self, vm: str, host: str) -> bool:
+        """Destroy (if it runs) and undefine `vm` on `host`, leaving its storage alone: a VM a lost host
+        kept (shut off by a power cut, or run on through a network cut) after its lease moved on; a copy
+        started elsewhere since may use the same shared disk. False when `host` has no such VM."""
+        raise NotImplementedError(f"{self.name} driver cannot discard VMs")
 
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         """Delete what a VM left on `host`'s storage (its overlay unless `keep_disk`, its seed); returns the

@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 
 import pycdlib
 import yaml
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
 from .iso_dates import pin_iso_dates
 
@@ -158,9 +160,9 @@ def parse_user_data(text: str, source: str = "user-data") -> str:
         raise ValueError(f"{source}: must be text (got {type(text).__name__})")
     body = text.removeprefix("\ufeff")
     first = body.split("\n", 1)[0].rstrip(" \t\r")
-    if first != CLOUD_CONFIG_HEADER:
-        raise ValueError(f"{source}: the first line must be {CLOUD_CONFIG_HEADER!r} (got {first[:40]!r}); "
-                         "leasewise takes cloud-config only")
+    if first != CLOUD_CONFIG_HEADER:   # (what the line holds is not quoted: the file may be anyone's secret)
+        raise ValueError(f"{source}: the first line must be {CLOUD_CONFIG_HEADER!r}; leasewise takes cloud-config "
+                         "only")
     try:
         document = yaml.load(body, Loader=NoDuplicateKeysLoader)
     except yaml.MarkedYAMLError as exc:
@@ -205,7 +207,7 @@ def read_ssh_public_key(text: str, source: str) -> str:
         raise ValueError(f"{source}: the key body is not valid base64") from None
     if base64.b64encode(blob).decode("ascii") != body:
         raise ValueError(f"{source}: the key body is not valid base64 (not in canonical form)")
-    problem = _key_blob_problem(key_type, blob)
+    problem = _key_blob_problem(key_type, blob) or _key_value_problem(key_type, body)
     if problem:
         raise ValueError(f"{source}: {problem}")
     comment = parts[2] if len(parts) == 3 else ""
@@ -245,6 +247,19 @@ def _key_blob_problem(key_type: str, blob: bytes) -> str | None:
     return None
 
 
+def _key_value_problem(key_type: str, body: str) -> str | None:
+    """Why the key's numbers are no public key (an RSA modulus too small, an ECDSA point off its curve),
+    as cryptography's OpenSSH key loader finds them; None for a key it loads, or a security key's (`sk-`),
+    which it does not read."""
+    if key_type.startswith("sk-"):
+        return None
+    try:
+        load_ssh_public_key(f"{key_type} {body}".encode("ascii"))
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        return f"not a valid {key_type} public key ({str(exc).rstrip('.') or type(exc).__name__})"
+    return None
+
+
 def seed_volume_name(vm: str) -> str:
     """The libvirt volume holding `vm`'s cloud-init seed."""
     return f"{vm}-seed.iso"
@@ -263,8 +278,9 @@ def _check_instance_id(value: object) -> None:
 
 
 def _one_line(text: str) -> bool:
-    """No control characters and no line or paragraph separators (which Python and YAML take as line breaks)."""
-    return not any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text)
+    """No control characters, no line or paragraph separators (which Python and YAML take as line breaks),
+    no format characters (bidi overrides) and no lone surrogates."""
+    return text.isprintable() or not any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in text)
 
 
 def _check_hostname(value: object) -> None:

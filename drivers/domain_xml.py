@@ -58,6 +58,10 @@ def render_domain_xml(spec: VMSpec, domain_type: str, uuid: str | None = None) -
         ET.SubElement(os_el, "boot", {"dev": "hd"})
     features = ET.SubElement(domain, "features")
     ET.SubElement(features, "acpi")  # graceful shutdown is an ACPI power-button press
+    if domain_type == "kvm":
+        # the source host's CPU model as libvirt names it, fixed when the VM starts: a live migration goes to
+        # any host whose CPU offers as much (`host check`'s cpu row); TCG guests run QEMU's emulated CPU
+        ET.SubElement(domain, "cpu", {"mode": "host-model"})
 
     devices = ET.SubElement(domain, "devices")
     if spec.disk_image is not None:

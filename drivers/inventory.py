@@ -2,7 +2,8 @@
 
 The lab writes one (`deploy/lab/run/inventory.toml`); the CLI and the daemon read it. Mistakes are
 reported as one `DriverConfigError` line naming the file, the host and the key, because an operator edits
-this file by hand.
+this file by hand. docs/cluster.md says what each transport needs (`uri`, `peer_uri`, `ssh_key`,
+`known_hosts`, `migration_uri`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 from .domain_xml import DOMAIN_TYPES, NETWORK_TYPES
 from .errors import DriverConfigError
+from .files import UserFileError, read_user_file
 
 INVENTORY_ENV = "LEASEWISE_INVENTORY"
 LAB_INVENTORY = Path("deploy/lab/run/inventory.toml")
@@ -26,6 +28,8 @@ DEFAULT_STATE_DIR = "/var/lib/libvirt/qemu/save"
 #: (under the first shared-storage prefix, so a live migration finds the disk where it left it)
 DISK_DIR_NAME = "leasewise-vms"
 FALLBACK_DISK_PARENT = "/var/lib/libvirt/images"
+#: the largest inventory read (a few hundred hosts take some tens of KiB)
+MAX_INVENTORY_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -44,13 +48,14 @@ class HostConfig:
     network: str | None = None               # the bridge (or libvirt network) VMs attach to; None = no NIC
     network_type: str = "bridge"             # bridge | network
     disk_dir: str | None = None              # the libvirt pool directory for overlays and seeds
+    peer_uri: str | None = None              # how the other hosts' libvirtd reach this one (peer-to-peer migration)
 
     def __post_init__(self) -> None:
         for key in ("name", "uri"):
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
                 raise DriverConfigError(key, "must be a non-empty string")
-        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir"):
+        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir", "peer_uri"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise DriverConfigError(key, "must be a non-empty string when given")
@@ -58,6 +63,9 @@ class HostConfig:
             raise DriverConfigError("domain_type", f"must be one of {', '.join(DOMAIN_TYPES)} (got {self.domain_type!r})")
         if not urlsplit(self.uri).scheme:
             raise DriverConfigError("uri", f"{self.uri!r} is not a libvirt URI (e.g. qemu+tcp://10.77.0.11/system)")
+        if self.peer_uri is not None and not urlsplit(self.peer_uri).hostname:
+            raise DriverConfigError("peer_uri", f"{self.peer_uri!r} is not a libvirt URI naming a host "
+                                                "(e.g. qemu+tls://10.77.0.11/system)")
         if not isinstance(self.state_dir, str) or not posixpath.isabs(self.state_dir):
             raise DriverConfigError("state_dir", f"must be an absolute path (got {self.state_dir!r})")
         if isinstance(self.shared_storage, str) or not isinstance(self.shared_storage, Iterable):
@@ -133,12 +141,16 @@ def load_inventory(path: str | os.PathLike[str]) -> list[HostConfig]:
     """Read and validate an inventory file; raises `DriverConfigError` naming the file, host and key."""
     where = str(path)
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise DriverConfigError("inventory", "file not found", where=where) from None
-    except OSError as exc:
-        raise DriverConfigError("inventory", f"cannot be read ({exc.strerror or exc})", where=where) from None
+        raw = read_user_file(path, MAX_INVENTORY_BYTES)
+    except UserFileError as exc:
+        raise DriverConfigError("inventory", "file not found" if exc.problem == "no such file" else exc.problem,
+                                where=where) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise DriverConfigError("inventory", "is not UTF-8 text", where=where) from None
+    except RecursionError:
+        raise DriverConfigError("inventory", "is not valid TOML (nested too deeply)", where=where) from None
     except tomllib.TOMLDecodeError as exc:
         raise DriverConfigError("inventory", f"is not valid TOML ({exc})", where=where) from None
     unknown = sorted(set(data) - {"host"})

@@ -40,6 +40,8 @@ from drivers.errors import (
 )
 from drivers.inventory import HostConfig
 
+from .transport import link_uri
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -198,7 +200,7 @@ class Connections:
         lv = self.libvirt
         if cfg.is_remote:
             ensure_event_loop(lv)
-        conn = lv.open(cfg.uri)
+        conn = lv.open(link_uri(cfg))
         try:
             conn.setKeepAlive(*self._keepalive)
         except lv.libvirtError as exc:

@@ -15,6 +15,7 @@ from drivers.base import (
     MigrationReport,
     OnTimeout,
     OperationReport,
+    PairCheck,
     ProgressCallback,
     VMInfo,
     VMAddress,
@@ -31,8 +32,10 @@ from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
 from .lifecycle import Lifecycle
 from .migration import Migrations
+from .pair_check import check_pair
 from .state_transfer import StateTransfer
 from .storage import Storage
+from .transport import link_uri
 
 
 class LibvirtDriver(Driver):
@@ -91,6 +94,9 @@ class LibvirtDriver(Driver):
     def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:
         return run_host_checks(self._connections, host, timeout_s)
 
+    def check_pair(self, source: str, destination: str, timeout_s: float = 30.0) -> PairCheck:
+        return check_pair(self._connections, source, destination, timeout_s)
+
     def close(self) -> None:
         self._connections.close()
 
@@ -125,6 +131,9 @@ class LibvirtDriver(Driver):
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
 
+    def discard(self, vm: str, host: str) -> bool:
+        return self._lifecycle.discard(host, vm)
+
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         return self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
 
@@ -133,7 +142,7 @@ class LibvirtDriver(Driver):
 
     def console_command(self, vm: str) -> list[str]:
         host = self._lifecycle.find(vm)
-        return ["virsh", "-c", self._connections.host_config(host).uri, "console", vm]
+        return ["virsh", "-c", link_uri(self._connections.host_config(host)), "console", vm]
 
     def wait_for_console(self, vm: str, pattern: str, timeout_s: float) -> str | None:
         return wait_for_console_line(self._connections, self._lifecycle.find(vm), vm, pattern, timeout_s)

@@ -23,6 +23,8 @@ from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 
 from .connection import Connections, error_text
+from .link_check import link_checks
+from .transport import what_is_missing
 from .ssh import open_ssh
 
 #: what the domain-capabilities question is asked about (the lab's guests are x86_64)
@@ -57,7 +59,10 @@ def read_host_info(connections: Connections, host: str) -> HostInfo:
 def run_host_checks(connections: Connections, host: str, timeout_s: float) -> HostCheck:
     """The checks of HOST_CHECKS, in that order, each contact with the host bounded by `timeout_s`."""
     cfg = connections.host_config(host)
-    items = [*_libvirt_checks(connections, cfg, timeout_s), *_ssh_checks(cfg, timeout_s)]
+    answer = answer_within(lambda: link_checks(cfg, timeout_s), timeout_s * 3)
+    link = answer.value or (CheckItem("transport", "FAIL", f"{cfg.uri}: {_unanswered(answer, timeout_s * 3)}"),
+                            CheckItem("host key", "FAIL", "not checked"))
+    items = [*link, *_libvirt_checks(connections, cfg, timeout_s), *_ssh_checks(cfg, timeout_s)]
     by_check = {item.check: item for item in items}
     return HostCheck(host, tuple(by_check[name] for name in HOST_CHECKS))
 
@@ -79,7 +84,8 @@ def _libvirt_checks(connections: Connections, cfg: HostConfig, timeout_s: float)
     info = answer.value
     problem = _unanswered(answer, timeout_s) or (info.error if info is not None and not info.reachable else None)
     if problem is not None or info is None:
-        return [CheckItem("connect", "FAIL", f"{cfg.uri}: {problem}"),
+        missing = what_is_missing(problem or "")
+        return [CheckItem("connect", "FAIL", f"{cfg.uri}: {problem}" + (f" ({missing})" if missing else "")),
                 CheckItem("versions", "FAIL", "not connected"),
                 CheckItem("domain type", "FAIL", "not connected")]
     items = [CheckItem("connect", "PASS", f"{cfg.uri}: {info.vcpus} vCPUs, {info.memory_mib} MiB"),

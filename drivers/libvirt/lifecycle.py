@@ -225,7 +225,11 @@ class Lifecycle:
                 dom = conn.lookupByName(vm)
                 if dom.isActive():
                     log.info("%s did not shut down within %g s; destroying it", vm, graceful_timeout)
-                    dom.destroy()
+                    try:
+                        dom.destroy()
+                    except self._connections.libvirt.libvirtError:
+                        if dom.isActive():   # (else it shut down by itself between the two calls: done)
+                            raise
 
             call(host, f"destroy {vm}", destroy, vm)
 
@@ -241,6 +245,22 @@ class Lifecycle:
         except DriverError as exc:   # the VM is stopped; the daemon's cleanup of its lease tries again
             log.warning("%s stopped, but its volumes on %s could not be deleted: %s", vm, host, exc)
         return OperationReport("stop", vm, host, time.perf_counter() - began)
+
+    def discard(self, host: str, vm: str) -> bool:
+        """Destroy (if active) and undefine `vm` on `host`; its volumes stay. False if there is none."""
+
+        def discard(conn: Any) -> bool:
+            dom = self._connections.domain_or_none(conn, vm)
+            if dom is None:
+                return False
+            log.info("discarding %s, which %s kept", vm, host)
+            if dom.isActive():
+                dom.destroy()
+            if dom.isPersistent():
+                dom.undefine()
+            return True
+
+        return self._connections.call(host, f"discard {vm}", discard, vm)
 
     def undefine_stale(self, host: str, vm: str) -> None:
         """Drop the saved definition a VM leaves on the host it was suspended on (it now runs elsewhere)."""

@@ -33,6 +33,7 @@ from drivers.inventory import HostConfig
 
 from .connection import Connections, error_text
 from .lifecycle import Lifecycle
+from .transport import peer_uri
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +185,9 @@ class Migrations:
             try:
                 if flags & lv.VIR_MIGRATE_PEER2PEER:
                     # virDomainMigrate3 refuses PEER2PEER; the peer-to-peer form of the same call takes
-                    # the destination's libvirt URI, which the source libvirtd connects to itself.
-                    dom.migrateToURI3(dst_cfg.uri, params, flags)
+                    # the destination's libvirt URI, which the source libvirtd connects to itself (over
+                    # the same transport, with the source host's own key or certificate: `peer_uri`)
+                    dom.migrateToURI3(peer_uri(dst_cfg), params, flags)
                 else:
                     dom.migrate3(dst_conn, params, flags)
                 outcome["returned"] = True

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
+from orchestrator.analysis.host_losses import HostLossRow, host_losses
 from orchestrator.analysis.timeline import (
     KIND_COLOURS,
     KIND_ORDER,
@@ -237,10 +238,11 @@ class Report:
     unattributed: int = 0              # "enacted" events naming no reservation: not compared
     lease_id: int | None = None        # the lease the report is limited to, if any
     skipped: int = 0                   # "enactment-skipped" events (idempotent no-ops)
+    host_losses: list[HostLossRow] = field(default_factory=list)   # what each lost host cost
 
     @property
     def empty(self) -> bool:
-        return not self.rows
+        return not self.rows and not self.host_losses
 
     @property
     def failed(self) -> list[ReportRow]:
@@ -271,6 +273,7 @@ class Report:
             "unattributed": self.unattributed,
             "skipped": self.skipped,
             "live_migration_fidelity": None if self.live_fidelity is None else self.live_fidelity.to_json(),
+            "host_losses": [row.to_json() for row in self.host_losses],
         }
 
 
@@ -495,9 +498,10 @@ def _summary(kind: str, rows: list[ReportRow]) -> KindSummary:
 
 def build_report(events: Iterable[EventLike], lease_id: int | None = None) -> Report:
     """The plan-vs-enacted report of an event log (of one lease when `lease_id` is given)."""
+    events = list(events)
     rows, unattributed, skipped = build_rows(events, lease_id)
     return Report(rows=rows, summary=summarize(rows), unattributed=unattributed, lease_id=lease_id,
-                  skipped=skipped)
+                  skipped=skipped, host_losses=host_losses(events))
 
 
 # -- text for people (the CLI's tables) ----------------------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ from drivers.errors import DriverError
 from orchestrator.cli.output import make_console
 from orchestrator.model.errors import LeasewiseError
 
+#: the click that typer runs on (typer >= 0.20 carries its own): its usage errors' base class
+_UsageError = typer.BadParameter.__mro__[1]
+
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 #: a well-formed request the scheduler refused (a rejected lease, an extension that does not fit)
@@ -60,6 +63,17 @@ class _PlainHelp:
         self.help = plain(self.help)
         for param in self.params:
             param.help = plain(getattr(param, "help", None))
+
+    def parse_args(self, ctx, args):
+        """A command line click cannot read (an unknown option such as `-1`, a bad choice) is one error line
+        naming the command, and exit code 2, like any other bad input (not click's usage box)."""
+        try:
+            return super().parse_args(ctx, args)
+        except _UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":   # (typer shows the help instead)
+                raise
+            hint = " (an argument that starts with '-' goes after `--`)" if type(exc).__name__ == "NoSuchOption" else ""
+            raise fail(f"{ctx.command_path}: {exc.format_message()}{hint}", exc.exit_code) from None
 
     def get_params(self, ctx):
         params = super().get_params(ctx)

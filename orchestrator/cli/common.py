@@ -43,7 +43,8 @@ StateOption = typer.Option(None, "--state", metavar="FILE",
 ConfigOption = typer.Option(None, "--config", "-c", metavar="FILE", help="TOML configuration")
 WaitOption = typer.Option(f"{DEFAULT_WAIT_S:g}", "--wait", metavar="SECONDS",
                           help="While another process holds the store's write lock, retry for up to this "
-                               "long (0: no retry), then exit 75")
+                               "long (0: no retry), then exit 75; through a server, retry a refused or reset "
+                               "connection (a restart) as long, then exit 1")
 
 #: each shared option: its parameter's type and its typer option
 _SHARED: dict[str, tuple[Any, Any]] = {"state": (Path | None, StateOption), "config": (Path | None, ConfigOption),
@@ -83,7 +84,7 @@ class StoreOptions:
 
     def backend(self) -> Backend:
         """The configured server's client, else the local store: used as `with opts.backend() as b`."""
-        remote = client(self.server, self.config)
+        remote = client(self.server, self.config, wait=parse_wait(self.wait))
         if remote is not None:
             return remote
         from orchestrator.service.local import LocalBackend  # noqa: PLC0415
@@ -162,15 +163,16 @@ def refuse_server(server: str | None, config: Config, why: str) -> None:
         raise fail(why.format(url=url))
 
 
-def client(server: str | None, config: Config):
-    """A client of the configured server, or None (work on the local store)."""
+def client(server: str | None, config: Config, wait: float = 0.0):
+    """A client of the configured server, or None (work on the local store); `wait`: for how long a
+    refused connection (a server restarting) is tried again."""
     url = server_url(server, config)
     if url is None:
         return None
     from orchestrator.service.client import Client, token_for  # noqa: PLC0415
 
     token = token_for(config.client.token_file) if not url.startswith("unix:") else None
-    return Client(url, token=token, ca=config.client.ca)
+    return Client(url, token=token, ca=config.client.ca, wait=wait)
 
 
 def load(config_path: Path | None) -> Config:

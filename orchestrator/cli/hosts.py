@@ -67,13 +67,14 @@ def _seconds(option: str, text: str) -> float:
 def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str | None,
                          ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
                          state_dir: str | None, shared_storage: list[str] | None, network: str | None = None,
-                         network_type: str = "bridge", disk_dir: str | None = None) -> HostConfig:
+                         network_type: str = "bridge", disk_dir: str | None = None,
+                         peer_uri: str | None = None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
     values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
                               "shared_storage": tuple(shared_storage or ()), "network": network,
-                              "network_type": network_type, "disk_dir": disk_dir}
+                              "network_type": network_type, "disk_dir": disk_dir, "peer_uri": peer_uri}
     if state_dir is not None:
         values["state_dir"] = state_dir
     if ssh is not None:
@@ -98,6 +99,8 @@ def add(
     ssh_key: str | None = typer.Option(None, "--ssh-key", metavar="F", help="SSH private key"),
     known_hosts: str | None = typer.Option(None, "--known-hosts", metavar="F", help="known_hosts file for --ssh"),
     migration_uri: str | None = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
+    peer_uri: str | None = typer.Option(None, "--peer-uri", metavar="URI",
+                                        help="How the other hosts' libvirtd reach this one (default: --uri)"),
     state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
     shared_storage: list[str] | None = typer.Option(None, "--shared-storage", metavar="PATH",
                                                     help="Path prefix every host sees (repeatable)"),
@@ -114,7 +117,7 @@ def add(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
-                               shared_storage, network, network_type, disk_dir)
+                               shared_storage, network, network_type, disk_dir, peer_uri)
     with opts.backend() as hosts:
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
     make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "
@@ -192,34 +195,51 @@ def check(
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
     timeout_text: str = typer.Option("10", "--timeout", metavar="S", help="How long to wait for each contact"),
 ) -> None:
-    """Pre-flight checks of one host, PASS/FAIL per row; exit code 1 if any fails."""
+    """Pre-flight checks of one host and of every pair of hosts with it (both ways), PASS/FAIL per row; exit code 1 if any fails."""
     timeout = _seconds("--timeout", timeout_text)
     with opts.backend() as hosts:
         checked = hosts.host_check(name, timeout)
-    rows = checked["checks"]
+    rows, pairs = checked["checks"], checked.get("pairs", [])
     failed = [r["check"] for r in rows if r["status"] == "FAIL"]
+    failed += [f"{p['check']} {p['source']} -> {p['destination']}" for p in pairs if p["status"] == "FAIL"]
     if json_out:
-        emit_json({"host": name, "ok": not failed, "checks": rows})
+        emit_json({"host": name, "ok": not failed, "checks": rows, "pairs": pairs})
     else:
-        table = Table(title=f"host check {escape(name)} ({escape(checked['uri'])})")
-        table.add_column("check")
-        table.add_column("result")
-        table.add_column("detail", overflow="fold")
-        style = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
-        for r in rows:
-            table.add_row(r["check"], f"[{style.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
-        console = make_console()
-        console.print(table)
-        skipped = sum(1 for r in rows if r["status"] == "SKIP")
-        if failed:
-            summary = f"{counted(len(failed), 'check')} failed: {', '.join(failed)}"
-        elif all(r["status"] in ("simulated", "PASS") for r in rows) and any(r["status"] == "simulated" for r in rows):
-            summary = "simulated driver: nothing to check"
-        else:
-            summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
-        console.print(summary, soft_wrap=True)
+        _print_checks(name, checked["uri"], rows, pairs, failed)
     if failed:
         raise typer.Exit(EXIT_FAILED)
+
+
+_CHECK_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "dim", "simulated": "cyan"}
+
+
+def _print_checks(name: str, uri: str, rows: list[dict], pairs: list[dict], failed: list[str]) -> None:
+    """The host's table, the pairs' table (each pair's rows one after the other), and a one-line verdict."""
+    console = make_console()
+    table = Table(title=f"host check {escape(name)} ({escape(uri)})")
+    for column, overflow in (("check", None), ("result", None), ("detail", "fold")):
+        table.add_column(column, overflow=overflow)
+    for r in rows:
+        table.add_row(r["check"], f"[{_CHECK_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
+    console.print(table)
+    if pairs:
+        between = Table(title=f"host pairs with {escape(name)} (a live migration from the first to the second)")
+        for column, overflow in (("pair", None), ("check", None), ("result", None), ("detail", "fold")):
+            between.add_column(column, overflow=overflow)
+        for p in pairs:
+            between.add_row(escape(f"{p['source']} -> {p['destination']}"), p["check"],
+                            f"[{_CHECK_STYLE.get(p['status'], '')}]{p['status']}[/]", escape(p["detail"]))
+        console.print(between)
+    everything = rows + pairs
+    skipped = sum(1 for r in everything if r["status"] == "SKIP")
+    if failed:
+        summary = f"{counted(len(failed), 'check')} failed: {', '.join(failed)}"
+    elif all(r["status"] in ("simulated", "PASS") for r in everything) and any(r["status"] == "simulated"
+                                                                                 for r in everything):
+        summary = "simulated driver: nothing to check"
+    else:
+        summary = "all checks passed" + (f" ({skipped} skipped)" if skipped else "")
+    console.print(summary, soft_wrap=True)
 
 
 # -- remove -----------------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Lease requests from a YAML lease file or from `leasewise lease submit` flags.
 
-Both go through `request_from_fields`, so a file and the equivalent flags give the same `LeaseRequest` and
-the same errors: each names the key (`nodes`, `start`, ...) or the flag (`--nodes`, `--start`, ...) it is
-about, as one `InvalidRequest` line. Nothing here touches the store.
+Both become the API's `LeaseSubmission` (`orchestrator.service.models`), which the service checks as it
+checks every client's (`LeaseService.submit`: the API's, the web form's), so a file and the equivalent
+flags give the same request and the same errors: each names the key (`nodes`, `start`, ...) or the flag
+(`--nodes`, `--start`, ...) it is about, as one `InvalidRequest` line. What is the CLI's own: public keys
+and cloud-config are files on the user's machine (`GuestFiles`, read with `read_user_file`), relative to the
+lease file, and the keys default to `~/.ssh/id_*.pub`. Nothing here touches the store.
 
 A lease file is one YAML mapping, read with `yaml.safe_load` (no tags, no objects), e.g.::
 
@@ -29,276 +32,79 @@ A lease file is one YAML mapping, read with `yaml.safe_load` (no tags, no object
 
 from __future__ import annotations
 
-import difflib
 import getpass
 import glob
-import math
 import os
-import posixpath
-import re
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from drivers.cloudinit import DuplicateKey, NoDuplicateKeysLoader, parse_user_data, read_ssh_public_key
+from drivers.cloudinit import DuplicateKey, NoDuplicateKeysLoader
+from drivers.files import UserFileError, read_user_file
 from orchestrator.model.errors import InvalidRequest, shown
-from orchestrator.model.guest import GuestSetup
-from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S, LeaseRequest, LeaseType, VMImage
-from orchestrator.model.resources import Resources
-from orchestrator.model.numbers import parse_decimal, parse_whole
-from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, parse_duration, parse_time
+from orchestrator.model.lease_fields import (
+    GUEST_KEYS,
+    KEYS,
+    MAX_INLINE_KEYS,
+    MAX_KEY_BYTES,
+    MAX_USER_DATA_BYTES,
+    Fields,
+    flag_label,
+)
+from orchestrator.service.models import LeaseSubmission, submission_of
 
-#: every key a lease file may have, in the order they are documented
-KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
-        "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
-        "keep_disks")
-#: the keys that make up a lease's guest setup (they need an image with a disk)
-GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
-MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[KMGT])?", re.IGNORECASE | re.ASCII)
-_SIZE_MIB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+__all__ = ["GUEST_KEYS", "KEYS", "MAX_USER_DATA_BYTES", "GuestFiles", "current_user", "flag_label", "load_lease_file",
+           "submission_from_fields"]
+
 MAX_FILE_BYTES = 1 << 20
-MAX_DISK_MIB = 64 * 1024 * 1024   # a VM's disk: 64 TiB
-
-_TYPES = {
-    "advance-reservation": LeaseType.ADVANCE_RESERVATION, "ar": LeaseType.ADVANCE_RESERVATION,
-    "best-effort": LeaseType.BEST_EFFORT, "be": LeaseType.BEST_EFFORT,
-    "immediate": LeaseType.IMMEDIATE, "im": LeaseType.IMMEDIATE,
-}
 
 
-def flag_label(key: str) -> str:
-    """The `lease submit` flag that sets `key` (`dirty_rate` -> `--dirty-rate`)."""
-    return "--" + key.replace("_", "-")
+def submission_from_fields(values: Mapping[str, Any], *, label: Callable[[str], str] = str,
+                           where: str | None = None, base_dir: Path | None = None) -> LeaseSubmission:
+    """The API's submission from a lease file's keys or `lease submit`'s flags, the keys and cloud-config
+    read from the user's files (relative to `base_dir`); checked as the service checks it, errors naming
+    `label(key)` (and `where`, the lease file)."""
+    f = Fields(values, label, where)
+    given = {k: v for k, v in values.items() if v is not None}
+    guest = [k for k in GUEST_KEYS if k in given]
+    if guest and "image" not in given:   # (said before any file is read for it)
+        raise f.error(guest[0], f"needs an image with a disk ({label('image')})")
+    files = GuestFiles(base_dir)
+    if "ssh_key" in given or "image" in given:   # (the default keys go to a lease with an image: it has a disk)
+        given["ssh_key"] = list(files.ssh_keys(f)) or None
+    if "user_data" in given:
+        given["user_data"] = files.user_data(f)
+    return submission_of(given, label, where)
 
 
-class _Fields:
-    """Reads one value at a time out of the raw mapping, raising InvalidRequest with the right label."""
+class GuestFiles:
+    """Keys and cloud-config read from files on the user's machine (`ssh_key`: a file or a list of them,
+    default `~/.ssh/id_*.pub`; `user_data`: a #cloud-config file), relative to `base_dir` when given: the
+    texts the service then checks."""
 
-    def __init__(self, values: Mapping[str, Any], label: Callable[[str], str], where: str | None):
-        self.values = values
-        self.label = label
-        self.where = where
+    def __init__(self, base_dir: Path | None = None):
+        self.base_dir = base_dir
 
-    def error(self, key: str, problem: str) -> InvalidRequest:
-        return InvalidRequest(self.label(key), problem, where=self.where)
+    def ssh_keys(self, f: Fields) -> tuple[str, ...]:
+        key_files = f.get("ssh_key")
+        if isinstance(key_files, str):
+            key_files = [key_files]
+        if key_files is not None and (not isinstance(key_files, (list, tuple)) or not key_files
+                                      or not all(isinstance(k, str) and k.strip() for k in key_files)):
+            raise f.error("ssh_key", f"must be a public key file or a list of them (got {shown(key_files)})")
+        if key_files is None:
+            key_files = sorted(glob.glob(os.path.expanduser("~/.ssh/id_*.pub")))
+        if len(key_files) > MAX_INLINE_KEYS:
+            raise f.error("ssh_key", f"at most {MAX_INLINE_KEYS} keys (got {len(key_files)})")
+        return tuple(_read_key(f, _resolve(path, self.base_dir)) for path in key_files)
 
-    def get(self, key: str) -> Any:
-        return self.values.get(key)
-
-    def present(self, key: str) -> bool:
-        return self.values.get(key) is not None
-
-    def parsed(self, parse: Callable[..., Any], key: str, **bounds: Any) -> Any:
-        """`parse(value, label, **bounds)` (one of the model's parsers), its error naming this file."""
-        try:
-            return parse(self.get(key), self.label(key), **bounds)
-        except InvalidRequest as exc:
-            raise InvalidRequest(exc.field, exc.problem, where=self.where) from None
-
-    def whole(self, key: str, default: int | None = None) -> int:
-        if self.get(key) is None:
-            if default is None:
-                raise self.error(key, "is required")
-            return default
-        return self.parsed(parse_whole, key)
-
-    def number(self, key: str, maximum: float) -> float | None:
-        return None if self.get(key) is None else self.parsed(parse_decimal, key, maximum=maximum)
-
-    def duration(self, key: str) -> timedelta:
-        value = self.get(key)
-        if value is None:
-            raise self.error(key, "is required")
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise self.error(key, f"must be a duration such as 90s, 15m, 2h or 01:30:00 (got {shown(value)})")
-        # a YAML number is seconds (YAML reads 1:30:00 as 5400)
-        result = self.parsed(parse_duration if isinstance(value, str) else duration_from_seconds, key)
-        if result <= timedelta(0):
-            raise self.error(key, f"must be greater than zero (got {shown(value)})")
-        return result
-
-    def boolean(self, key: str) -> bool | None:
-        value = self.get(key)
-        if value is None or isinstance(value, bool):
-            return value
-        raise self.error(key, f"must be true or false (got {shown(value)})")
-
-    def text(self, key: str) -> str | None:
-        value = self.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.error(key, f"must be a non-empty string (got {shown(value)})")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-            raise self.error(key, "must not contain control characters (newlines, tabs, ...)")
-        if len(value) > 4096:
-            raise self.error(key, "is too long (more than 4096 characters)")
-        return value
-
-    def path(self, key: str) -> str | None:
-        value = self.text(key)
-        if value is not None and not posixpath.isabs(value):
-            raise self.error(key, f"must be an absolute path on the hosts (got {shown(value)})")
-        return value
-
-    def start(self, key: str, now: datetime) -> datetime | str | None:
-        """None (no start), the string "now", or an aware UTC time."""
-        value = self.get(key)
-        if value is None:
-            return None
-        if isinstance(value, str) and value.strip().lower() == "now":
-            return "now"
-        if isinstance(value, datetime):   # (a request built by a program)
-            return self.parsed(in_range, key)
-        if not isinstance(value, str):
-            raise self.error(key, f"must be an ISO 8601 time or 'now' (got {shown(value)})")
-        return self.parsed(parse_time, key)
-
-
-#: a catalogued image's name -> what a lease naming it boots (`InvalidRequest` for an unknown name)
-ImageResolver = Callable[[str], VMImage]
-#: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
-SiteCheck = Callable[[int, Resources], None]
-
-
-def request_from_fields(values: Mapping[str, Any], now: datetime, *, label: Callable[[str], str] = str,
-                        where: str | None = None, default_user: str | None = None,
-                        images: ImageResolver | None = None, base_dir: Path | None = None,
-                        site: SiteCheck | None = None) -> LeaseRequest:
-    """Build and validate a request from raw values keyed by `KEYS` (None = not given).
-
-    `label` turns a key into the name used in errors (the key itself for files, the flag for the CLI);
-    `where` (a file name) prefixes them. The start decides the type: none = best-effort, "now" =
-    immediate, a time = advance reservation (which must not be in the past). `site` checks the size
-    against the hosts before the request's list of nodes is made (a million VMs is refused at once)."""
-    f = _Fields(values, label, where)
-    unknown = sorted(k for k in values if k not in KEYS)
-    if unknown:
-        hint = difflib.get_close_matches(unknown[0], KEYS, n=1, cutoff=0.6)
-        others = f" (also unknown: {', '.join(map(str, unknown[1:]))})" if len(unknown) > 1 else ""
-        raise f.error(unknown[0], "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "") + others
-                      + f"; known keys: {', '.join(KEYS)}")
-
-    nodes = f.whole("nodes", default=1)
-    cpus = f.whole("cpus")
-    memory = f.whole("memory")
-    duration = f.duration("duration")
-    start = f.start("start", now)
-
-    declared = values.get("type")
-    if declared is None:
-        kind = (LeaseType.BEST_EFFORT if start is None
-                else LeaseType.IMMEDIATE if start == "now" else LeaseType.ADVANCE_RESERVATION)
-    else:
-        if not isinstance(declared, str) or declared.strip().lower() not in _TYPES:
-            raise f.error("type", f"must be advance-reservation, best-effort or immediate (got {shown(declared)})")
-        kind = _TYPES[declared.strip().lower()]
-        if kind is LeaseType.ADVANCE_RESERVATION and (start is None or start == "now"):
-            raise f.error("start", "an advance reservation needs a start time (ISO 8601, e.g. 2026-05-04T14:00:00Z)")
-        if kind is LeaseType.BEST_EFFORT and start is not None:
-            raise f.error("start", "a best-effort lease has no start time (omit it, or make it an advance reservation)")
-        if kind is LeaseType.IMMEDIATE and start not in (None, "now"):
-            raise f.error("start", "an immediate lease starts now (omit start or give 'now')")
-    start_time = start if isinstance(start, datetime) else None
-    if start_time is not None and start_time < now:
-        raise f.error("start", f"{iso(start_time)} is in the past (now {iso(now.replace(microsecond=0))})")
-
-    image_text = f.text("image")
-    image_path = image_text if image_text is None or posixpath.isabs(image_text) else None
-    kernel = f.path("kernel")
-    initrd = f.path("initrd")
-    cmdline = f.text("cmdline")
-    if image_path is not None and (kernel or initrd or cmdline):
-        other = "kernel" if kernel else "initrd" if initrd else "cmdline"
-        raise f.error("image", f"give either {label('image')} or {label('kernel')}/{label('initrd')}/"
-                               f"{label('cmdline')}, not both ({label(other)} is set too)")
-    if kernel is None and (initrd or cmdline):
-        raise f.error("kernel", f"is required with {label('initrd') if initrd else label('cmdline')}")
-    image = None
-    if image_text is not None and image_path is None:   # a name: the catalogue's image
-        if kernel or initrd or cmdline:
-            raise f.error("image", f"a catalogued image brings its own boot; drop {label('kernel')}/"
-                                   f"{label('initrd')}/{label('cmdline')}")
-        if images is None:
-            raise f.error("image", f"must be an absolute path here (got {shown(image_text)})")
-        try:
-            image = images(image_text)
-        except InvalidRequest as exc:
-            raise f.error("image", exc.problem) from None
-    elif image_path is not None:
-        image = VMImage(disk=image_path)
-    elif kernel is not None:
-        image = VMImage(kernel=kernel, initrd=initrd, cmdline=cmdline)
-    guest = _guest_setup(f, image, base_dir)
-
-    preemptible = f.boolean("preemptible")
-    user = f.text("user")
-    if user is None:
-        user = default_user if default_user is not None else current_user()
-    name = f.text("name") or ""
-    dirty_rate = f.number("dirty_rate", MAX_DIRTY_RATE_MIB_S)
-
-    node = Resources.of(cpus, memory)
-    try:
-        if site is not None:
-            site(nodes, node)
-        return LeaseRequest(
-            type=kind,
-            nodes=(node,) * nodes,
-            duration=duration,
-            submit_time=now,
-            start=start_time,
-            preemptible=True if preemptible is None else preemptible,
-            image=image,
-            user=user,
-            name=name,
-            dirty_rate_mib_s=dirty_rate,
-            guest=guest,
-        )
-    except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
-        raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
-            exc.field, exc.problem, where=where) from None
-
-
-def _guest_setup(f: _Fields, image: VMImage | None, base_dir: Path | None) -> GuestSetup | None:
-    """The guest side of the request: what each VM's own disk, cloud-init seed and NIC get. A lease whose
-    image has a disk always has one (its VMs get a NIC and the submitter's keys by default)."""
-    given = [k for k in GUEST_KEYS if f.present(k)]
-    if image is None or image.disk is None:
-        if given:
-            raise f.error(given[0], f"needs an image with a disk ({f.label('image')})")
-        return None
-    disk_size = _size_mib(f, "disk_size")
-    if disk_size is not None and image.size_mib and disk_size < image.size_mib:
-        raise f.error("disk_size", f"{disk_size} MiB is smaller than the image ({image.size_mib:.0f} MiB)")
-    key_files = f.get("ssh_key")
-    if isinstance(key_files, str):
-        key_files = [key_files]
-    if key_files is not None and (not isinstance(key_files, (list, tuple)) or not key_files
-                                  or not all(isinstance(k, str) and k.strip() for k in key_files)):
-        raise f.error("ssh_key", f"must be a public key file or a list of them (got {shown(key_files)})")
-    if key_files is None:
-        key_files = sorted(glob.glob(os.path.expanduser("~/.ssh/id_*.pub")))
-    keys = tuple(_read_key(f, _resolve(path, base_dir)) for path in key_files)
-    user_data = None
-    if f.present("user_data"):
+    def user_data(self, f: Fields) -> str:
         source = f.get("user_data")
         if not isinstance(source, str) or not source.strip():
             raise f.error("user_data", f"must be a #cloud-config file (got {shown(source)})")
-        user_data = _read_user_data(f, _resolve(source, base_dir))
-    prefix = f.text("hostname_prefix")
-    network = f.boolean("network")
-    keep = f.boolean("keep_disks")
-    try:
-        return GuestSetup(ssh_keys=keys, user_data=user_data, hostname_prefix=prefix,
-                          network=True if network is None else network, disk_size_mib=disk_size,
-                          keep_disks=bool(keep))
-    except InvalidRequest as exc:
-        raise f.error(exc.field, exc.problem) from None
+        return _read_small(f, "user_data", _resolve(source, self.base_dir), MAX_USER_DATA_BYTES)
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:
@@ -307,59 +113,22 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
     return expanded if expanded.is_absolute() or base_dir is None else base_dir / expanded
 
 
-def _read_small(f: _Fields, key: str, path: Path, limit: int) -> str:
+def _read_small(f: Fields, key: str, path: Path, limit: int) -> str:
+    """A small text file of the user's (`read_user_file`: a regular file, at most `limit` bytes, UTF-8)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise f.error(key, f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise f.error(key, f"{path}: is a directory") from None
-    except OSError as exc:
-        raise f.error(key, f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(raw) > limit:
-        raise f.error(key, f"{path}: is larger than {limit // 1024} KiB")
-    try:
-        return raw.decode("utf-8")
+        return read_user_file(path, limit).decode("utf-8")
+    except UserFileError as exc:
+        raise f.error(key, f"{path}: {exc.problem}") from None
     except UnicodeDecodeError:
         raise f.error(key, f"{path}: is not UTF-8 text") from None
 
 
-def _read_key(f: _Fields, path: Path) -> str:
-    text = _read_small(f, "ssh_key", path, 16 * 1024)
-    try:
-        return read_ssh_public_key(text, str(path))
-    except ValueError as exc:
-        raise f.error("ssh_key", str(exc)) from None
-
-
-def _read_user_data(f: _Fields, path: Path) -> str:
-    text = _read_small(f, "user_data", path, MAX_USER_DATA_BYTES)
-    try:
-        return parse_user_data(text, str(path))
-    except ValueError as exc:
-        raise f.error("user_data", str(exc)) from None
-
-
-def _size_mib(f: _Fields, key: str) -> int | None:
-    """A size as 20G, 512M, 2048 (MiB), 1.5GiB... in whole MiB."""
-    value = f.get(key)
-    if value is None:
-        return None
-    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-    match = _SIZE.fullmatch(text) if text else None
-    if match is None:
-        raise f.error(key, f"must be a size such as 20G, 512M or 2048 (MiB) (got {shown(value)})")
-    unit = (match.group(2) or "")[:1].lower()
-    number = float(match.group(1)) * _SIZE_MIB[unit]
-    if not math.isfinite(number) or number > MAX_DISK_MIB:
-        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
-    mib = math.ceil(number)
-    if mib <= 0:
-        raise f.error(key, f"must be greater than zero (got {shown(value)})")
-    if mib > MAX_DISK_MIB:
-        raise f.error(key, f"is larger than 64 TiB (got {shown(value)})")
-    return mib
+def _read_key(f: Fields, path: Path) -> str:
+    """A public key file's line (the service checks the key itself)."""
+    text = _read_small(f, "ssh_key", path, MAX_KEY_BYTES)
+    if "PRIVATE KEY" in text:
+        raise f.error("ssh_key", f"{path}: this is a private key; give the public one (the .pub file next to it)")
+    return text.strip()
 
 
 def current_user() -> str:
@@ -377,21 +146,13 @@ class _LeaseFileLoader(NoDuplicateKeysLoader):
 _LeaseFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _LeaseFileLoader.construct_yaml_str)
 
 
-def load_lease_file(path: str | Path, now: datetime, default_user: str | None = None,
-                    images: ImageResolver | None = None, site: SiteCheck | None = None) -> LeaseRequest:
-    """Read a YAML lease file (safe_load only) into a validated request; errors name the file and key."""
+def load_lease_file(path: str | Path) -> LeaseSubmission:
+    """Read a YAML lease file (safe_load only) into the API's submission; errors name the file and key."""
     where = str(path)
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        raise InvalidRequest("file", "not found", where=where) from None
-    except IsADirectoryError:
-        raise InvalidRequest("file", "is a directory", where=where) from None
-    except OSError as exc:
-        raise InvalidRequest("file", f"cannot be read ({exc.strerror or exc})", where=where) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise InvalidRequest("file", f"is larger than {MAX_FILE_BYTES // 1024} KiB: not a lease file", where=where)
+        raw = read_user_file(Path(path), MAX_FILE_BYTES)
+    except UserFileError as exc:
+        raise InvalidRequest("file", exc.problem, where=where) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -408,6 +169,8 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         field = f"line {mark.line + 1}" if mark is not None else "yaml"
         raise InvalidRequest(field, f"not valid YAML ({problem})", where=where) from None
+    except RecursionError:   # (a document nested thousands deep: no lease file is)
+        raise InvalidRequest("file", "is nested too deeply to be a lease file", where=where) from None
     if data is None:
         raise InvalidRequest("file", "is empty (a lease file is a YAML mapping: nodes, cpus, memory, duration, ...)",
                              where=where)
@@ -418,5 +181,4 @@ def load_lease_file(path: str | Path, now: datetime, default_user: str | None = 
     if bad_keys:
         raise InvalidRequest(shown(bad_keys[0]), "unknown key (keys are names such as nodes, cpus, memory)",
                              where=where)
-    return request_from_fields(data, now, where=where, default_user=default_user, images=images,
-                               base_dir=Path(path).parent, site=site)
+    return submission_from_fields(data, where=where, base_dir=Path(path).parent)

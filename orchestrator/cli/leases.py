@@ -25,12 +25,13 @@ from rich.markup import escape
 from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_REJECTED, command_group, exit_code_of, fail
 from orchestrator.cli.common import StoreOptions, store_options
-from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, request_from_fields
+from orchestrator.cli.leasefile import KEYS, flag_label, load_lease_file, submission_from_fields
 from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, fits, print_table
 from orchestrator.cli.vms import print_vms
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.states import FINAL_STATES, LeaseState
+from orchestrator.model.text import printable
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.service.backend import MAX_PAGE, PAGE, Event
 from orchestrator.service.views import hosts_of, lease_summary, lease_window, plan_json, plan_rows, request_json
@@ -121,25 +122,23 @@ def submit(
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
              "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
     given = [k for k in KEYS if flags.get(k) is not None]
-    now = common.now()
-    with opts.backend() as backend:
-        checks = backend.request_checks()
-        if file is not None:
-            if given:
-                raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
-            request = load_lease_file(file, now, images=checks.images, site=checks.site,
-                                      default_user=checks.default_user)
-        else:
-            if not given:
-                raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
-            request = request_from_fields(flags, now, label=flag_label, images=checks.images, site=checks.site,
-                                          default_user=checks.default_user)
-        try:
-            answer = backend.submit(request)
-        except InvalidRequest as exc:   # (an image the hosts cannot read: named as the user gave it)
-            if file is not None or exc.field != "image":
-                raise
-            raise InvalidRequest(flag_label(exc.field), exc.problem) from None
+    if file is not None:
+        if given:
+            raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
+        submission = load_lease_file(file)
+        label, where = str, str(file)
+    else:
+        if not given:
+            raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
+        submission = submission_from_fields(flags, label=flag_label)
+        label, where = flag_label, None
+    try:
+        with opts.backend() as backend:
+            answer = backend.submit(submission)
+    except InvalidRequest as exc:   # (the service's check, naming the key: named as the user gave it)
+        if exc.field not in KEYS or exc.where is not None:
+            raise
+        raise InvalidRequest(label(exc.field), exc.problem, where=where) from None
     if json_out:
         emit_json(answer)
     else:
@@ -153,7 +152,7 @@ def _print_answer(answer: dict) -> None:
     head = f"lease {answer['id']}"
     kind = answer["type"]
     if answer["state"] == LeaseState.REJECTED.value:
-        console.print(f"[bold red]{head} rejected[/] ({kind}): {escape(answer['reason'])}", soft_wrap=True)
+        console.print(f"[bold red]{head} rejected[/] ({kind}): {escape(printable(answer['reason']))}", soft_wrap=True)
         return
     if answer["state"] == LeaseState.QUEUED.value:
         console.print(f"[bold yellow]{head} queued[/] ({kind}): no room to plan it now; it is planned when "
@@ -257,20 +256,21 @@ def show(
     console = make_console()
     req = lease.request
     node = req.nodes[0]
-    title = f"lease {lease.id}" + (f" ({escape(req.name)})" if req.name else "")
+    # (stored text through `printable`, newlines too: a name is one line however it was written)
+    title = f"lease {lease.id}" + (f" ({escape(printable(req.name))})" if req.name else "")
     console.print(f"[bold]{title}[/]: {lease.type.value}, {lease.state.value}"
-                  + (f" — {escape(lease.reason)}" if lease.reason else ""), soft_wrap=True)
+                  + (f" — {escape(printable(lease.reason))}" if lease.reason else ""), soft_wrap=True)
     console.print(f"  request: {req.numnodes} × {node.vcpus:g} vCPU / {node.memory:g} MiB for "
                   f"{_duration_text(req.duration.total_seconds())}"
                   + (f", start {when(req.start)}" if req.start is not None else "")
                   + f", {'preemptible' if req.preemptible else 'not preemptible'}"
-                  + (f", user {escape(req.user)}" if req.user else "")
+                  + (f", user {escape(printable(req.user))}" if req.user else "")
                   + f", submitted {when(req.submit_time)}", soft_wrap=True)
     if req.image is not None:
         boot = (f"disk {req.image.disk}" if req.image.disk else
                 f"kernel {req.image.kernel}" + (f" initrd {req.image.initrd}" if req.image.initrd else "")
                 + (f" cmdline {req.image.cmdline!r}" if req.image.cmdline else ""))
-        console.print(f"  boots: {escape(boot)}", soft_wrap=True)
+        console.print(f"  boots: {escape(printable(boot))}", soft_wrap=True)
     console.print(f"  run so far {_duration_text(lease.accumulated.total_seconds())}, suspensions "
                   f"{lease.suspensions}, migrations {lease.migrations}, requeues {lease.requeues}", soft_wrap=True)
     if req.guest is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.text import printable
 from orchestrator.model.timeutil import UTC
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -46,7 +47,7 @@ def quote(value: object, always: bool = False) -> str:
         return text
     escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
                .replace("\t", "\\t"))
-    return '"' + "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in escaped) + '"'
+    return '"' + printable(escaped) + '"'
 
 
 class LogfmtFormatter(logging.Formatter):

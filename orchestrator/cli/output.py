@@ -1,7 +1,8 @@
 """How the commands write: consoles for people, JSON documents for programs, and times for people.
 
 One console factory, so every command gets the same console: no highlighting of numbers, the width of
-the terminal (or $COLUMNS; 80 in a pipe), read when it prints. A command given `--json` writes its JSON
+the terminal (or $COLUMNS; 80 in a pipe), read when it prints, and every text it prints made `printable`
+(stored text never sends its control or bidi characters to a terminal). A command given `--json` writes its JSON
 document alone on stdout and says anything else (progress, notes) on stderr, so the document stays
 parseable while a person still sees what happens.
 """
@@ -18,12 +19,23 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.text import printable_lines
 from orchestrator.model.timeutil import iso
+
+
+class SafeConsole(Console):
+    """A console that prints every text through `printable` (line by line): what the store holds, a name
+    someone chose, reaches the terminal with its escape codes and bidi overrides spelled out, never obeyed.
+    Tables get the same from `orchestrator.cli.tables`."""
+
+    def print(self, *objects: Any, **options: Any) -> None:   # type: ignore[override]
+        super().print(*(printable_lines(o) if isinstance(o, str) else o for o in objects), **options)
 
 
 def make_console(*, stderr: bool = False) -> Console:
     """A console for people, on stdout (or stderr: errors, and what a `--json` command says besides)."""
-    return Console(stderr=stderr, highlight=False)
+    return SafeConsole(stderr=stderr, highlight=False)
+
 
 
 def emit_json(data: Any) -> None:

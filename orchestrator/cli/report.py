@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.analysis.host_losses import HostLossRow
 from orchestrator.analysis.report import (
     ALL,
     Report,
@@ -31,7 +32,7 @@ from orchestrator.cli.output import make_console, write_json_file
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.reservations import ReservationKind
-from orchestrator.model.timeutil import UTC
+from orchestrator.model.timeutil import UTC, iso
 from orchestrator.service.backend import NoStore
 
 
@@ -76,11 +77,27 @@ def _show(result: Report, lease_id: int | None, json_out: Path | None, png: Path
         if png is not None:
             console.print(f"no PNG written to {png}: nothing to draw", soft_wrap=True, markup=False)
         return
-    print_report(result, console)
+    if result.rows:
+        print_report(result, console)
+    print_host_losses(result.host_losses, console)
     if png is not None:
         write_png(render_png, result, png, console)
     if json_out is not None:
         console.print(f"wrote {json_out}", markup=False)
+
+
+def print_host_losses(losses: list[HostLossRow], console: Console) -> None:
+    """What each host the daemon gave up cost: the leases requeued, failed or re-planned, the work lost."""
+    if not losses:
+        return
+    columns = [Column("host"), Column("silent since"), Column("lost at"), Column("back at"),
+               Column("requeued", "right"), Column("failed", "right"), Column("re-planned", "right", drop=1),
+               Column("work lost", "right")]
+    cells = [[escape(r.host), iso(r.silent_since) or "-", iso(r.lost_at), iso(r.back_at) or "not yet",
+              str(r.count("requeued")), str(r.count("failed")), str(r.count("re-planned")),
+              f"{r.lost_work_s / 60:.1f} min"] for r in losses]
+    print_table(console, columns, cells, title_justify="left",
+                title="hosts lost (given up after [daemon] host_timeout): what it cost")
 
 
 def print_report(report: Report, console: Console) -> None:

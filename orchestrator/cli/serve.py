@@ -58,9 +58,15 @@ def _check(path: Path, cfg) -> None:
     console = make_console()
     found = preflight(cfg, path)
     console.print(f"store {path}: {found.hosts} host(s), schema version ok", soft_wrap=True)
-    for name, uri, failed in found.checked:
+    for name, uri, failed, transport in found.checked:
         console.print(f"host {escape(name)} ({escape(uri)}): {'FAIL' if failed else 'ok'}"
+                      + (f"; transport: {escape(transport)}" if transport and not failed else "")
                       + "".join(f"; {escape(r['check'])}: {escape(r['detail'])}" for r in failed), soft_wrap=True)
+    for row in found.failed_pairs:
+        console.print(f"hosts {escape(row['source'])} -> {escape(row['destination'])}: FAIL; {escape(row['check'])}: "
+                      f"{escape(row['detail'])}", soft_wrap=True)
+    if found.pairs:
+        console.print(f"host pairs: {found.pairs} checked both ways (peer link, migration port, cpu)", soft_wrap=True)
     for line in found.problems:
         console.print(f"[bold red]problem:[/] {escape(line)}", soft_wrap=True)
     if found.problems:

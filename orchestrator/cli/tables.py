@@ -6,7 +6,8 @@ cutting every column short with "…", numbers included; in a pipe (80 columns) 
 times, states) or text that may wrap (names, hosts, details), and how soon it may be left out. A table
 that fits is printed as rich prints it. One that does not first loses its box lines (as `leasewise
 report` does when narrow), then wraps its text and its headers; and when even that is too wide, its
-least important columns are left out and a footnote names them (`--json` has every column).
+least important columns are left out and a footnote names them (`--json` has every column). Every cell
+is shown as `printable` makes it: a name holding escape codes or a bidi override prints them spelled out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from rich.cells import cell_len
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
+
+from orchestrator.model.text import printable
 
 #: a text column is not made narrower than this (or than its longest word, if shorter) before a column
 #: is left out: words up to this long, numbers among them, stay whole
@@ -64,7 +67,7 @@ def fit_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequen
     if fits(console, columns, rows, **table_options):
         return _table(columns, rows, shown, table_options), []
     options = {**table_options, **COMPACT}
-    texts = [[console.render_str(cell) for cell in row] for row in rows]
+    texts = [[console.render_str(printable(cell)) for cell in row] for row in rows]
     while True:
         table = _table(columns, rows, shown, options)
         if _width(console, table) <= console.width:
@@ -84,13 +87,15 @@ def fit_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequen
 
 def _table(columns: Sequence[Column], rows: Sequence[Sequence[str]], shown: Sequence[int],
            options: dict[str, Any], widths: Sequence[int] | None = None) -> Table:
+    if isinstance(options.get("title"), str):
+        options = {**options, "title": printable(options["title"])}
     table = Table(**options)
     for n, i in enumerate(shown):
         c = columns[i]
         table.add_column(c.header, justify=c.justify, style=c.style, overflow="fold",
                          width=None if widths is None else widths[n])
     for row in rows:
-        table.add_row(*(row[i] for i in shown))
+        table.add_row(*(printable(row[i]) for i in shown))   # (stored text: its control codes spelled out)
     return table
 
 

@@ -8,6 +8,8 @@ import dataclasses
 import difflib
 import re
 import tomllib
+
+from drivers.files import UserFileError, read_user_file
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -53,6 +55,9 @@ _GROUPS = {"workload": ("swf",)}
 # tables with keys of their own and tables inside them: name -> member -> dataclass (the member's field)
 _SUBTABLES: dict[str, dict[str, type]] = {"notify": {"email": EmailConfig, "command": CommandConfig}}
 
+
+#: the largest configuration (or sweep) file read: a few KiB in practice
+MAX_CONFIG_BYTES = 1 << 20
 
 def _keys(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init]
@@ -158,9 +163,9 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     """A TOML file parsed, or one `ConfigError` naming the file (and the line of a syntax error)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(str(path), f"cannot read the configuration file ({exc.strerror or exc})") from None
+        raw = read_user_file(path, MAX_CONFIG_BYTES)
+    except UserFileError as exc:
+        raise ConfigError(str(path), f"cannot read the configuration file ({exc.problem})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -168,6 +173,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}:{line}", "not valid UTF-8") from None
     try:
         data = tomllib.loads(text)
+    except RecursionError:   # (arrays nested thousands deep: no configuration is)
+        raise ConfigError(str(path), "not valid TOML (nested too deeply)") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = _TOML_LINE.search(message)

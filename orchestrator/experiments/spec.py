@@ -39,6 +39,8 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from drivers.files import UserFileError, read_user_file
+from orchestrator.workloads.files import MAX_PACKED
 from orchestrator.config import config_from_dict, read_toml, resolve_site, value_kind
 from orchestrator.model.errors import ConfigError, InvalidRequest
 from orchestrator.model.workload import Workload
@@ -268,9 +270,9 @@ class _Reader:
         result = []
         for path in matched:
             try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                raise ConfigError(key, f"cannot read {path} ({exc.strerror or exc})") from None
+                raw = read_user_file(path, MAX_PACKED)
+            except UserFileError as exc:
+                raise ConfigError(key, f"cannot read {path} ({exc.problem})") from None
             name = str(path.relative_to(self.folder)) if not Path(pattern).is_absolute() else str(path)
             result.append(WorkloadFile(name=name, path=path, raw=raw))
         return result

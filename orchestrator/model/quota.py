@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
-from orchestrator.model.errors import InvalidRequest, LeasewiseError
+from orchestrator.model.errors import InvalidRequest, LeasewiseError, shown
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.numbers import MAX_WHOLE
 from orchestrator.model.resources import Resources
+from orchestrator.model.text import unprintable_at
 from orchestrator.model.timeutil import ZERO, as_utc, iso
 from orchestrator.model.tolerance import EPSILON
 
@@ -91,16 +92,17 @@ def is_group(subject: str) -> bool:
 
 def check_subject(subject: str, field: str = "subject") -> str:
     """`alice` or `@lab`, else `InvalidRequest` naming `field`."""
-    if not isinstance(subject, str) or not _NAME.fullmatch(subject[1:] if subject.startswith("@") else subject):
-        raise InvalidRequest(field, f"{subject!r} is neither a user name nor @GROUP")
+    if (not isinstance(subject, str) or not _NAME.fullmatch(subject[1:] if subject.startswith("@") else subject)
+            or unprintable_at(subject) is not None):
+        raise InvalidRequest(field, f"{shown(subject)} is neither a user name nor @GROUP")
     return subject
 
 
 def check_user(user: str, field: str = "user") -> str:
     """A user name (not a group), else `InvalidRequest` naming `field`."""
-    if not isinstance(user, str) or not _NAME.fullmatch(user):
+    if not isinstance(user, str) or not _NAME.fullmatch(user) or unprintable_at(user) is not None:
         hint = " (a group: give a user)" if str(user).startswith("@") else ""
-        raise InvalidRequest(field, f"{user!r} is not a user name{hint}")
+        raise InvalidRequest(field, f"{shown(user)} is not a user name{hint}")
     return user
 
 

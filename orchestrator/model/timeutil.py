@@ -93,6 +93,8 @@ _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _UNITS_TEXT = re.compile(rf"(?:{_NUMBER}[dhms])*{_NUMBER}?")
 _PART = re.compile(rf"({_NUMBER})([dhms]?)")
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1, "": 1}
+#: the parts of `DD:HH:MM:SS` after the first: their bounds and names
+_CLOCK_LIMITS = ((24, "hours"), (60, "minutes"), (60, "seconds"))
 
 
 def duration_from_seconds(seconds: int | float, field: str = "duration") -> timedelta:
@@ -110,8 +112,9 @@ def duration_from_seconds(seconds: int | float, field: str = "duration") -> time
 
 
 def parse_duration(text: str | int | float, field: str = "duration") -> timedelta:
-    """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta (ASCII
-    digits only; a leading `-` makes it negative, for the caller to refuse)."""
+    """Parse `90`, `90s`, `15m`, `2h`, `1d`, `1h30m`, `MM:SS`, `HH:MM:SS` or `DD:HH:MM:SS` into a timedelta
+    (ASCII digits only; each part after the first within its unit; a leading `-` makes it negative, for
+    the caller to refuse)."""
     raw = str(text).strip().lower()
     if not raw:
         raise InvalidRequest(field, "is empty")
@@ -122,6 +125,11 @@ def parse_duration(text: str | int | float, field: str = "duration") -> timedelt
         if not 2 <= len(parts) <= 4 or not all(_DIGITS.fullmatch(p) for p in parts):
             raise InvalidRequest(field, f"{text!r} is not a duration (use e.g. 01:30:00 or 90m)")
         nums = [int(p) for p in parts]
+        # the first part is as large as it likes; each after it within its unit (99:99:99 is no duration)
+        for number, (limit, unit) in zip(nums[1:], _CLOCK_LIMITS[-(len(nums) - 1):]):
+            if number >= limit:
+                raise InvalidRequest(field, f"{text!r} is not a duration ({unit} run from 0 to {limit - 1}; "
+                                            "use e.g. 01:30:00 or 90m)")
         while len(nums) < 4:
             nums.insert(0, 0)
         days, hours, minutes, seconds = nums

@@ -10,11 +10,9 @@ holds up neither the other hosts nor anyone submitting a lease. An operation tha
 to the scheduler at the next step (the lease fails, or a live migration falls back) as if it had failed
 in its own step. On a fast-forwarded clock a step waits for its operations, so runs are reproducible.
 
-Recovery: on start, before the first step, the operations of the intent log that never ended are run
-again (every operation accepts its own outcome as done: a start finds the VM running, a stop finds none),
-then the store is reconciled with what the hosts really run: a VM the store thinks is running but is gone
-fails or requeues its lease (`[daemon] on_lost_vm`); a VM that runs and belongs to a lease is adopted; a
-`lw-*` domain no lease accounts for is reported, never touched.
+Recovery, on start before the first step (the intent log's unfinished operations run again, then the store
+reconciled with the hosts), is orchestrator/runtime/recovery.py's; watching what the hosts run and which of
+them are silent is orchestrator/runtime/host_watch.py's.
 
 The hosts are the store's and the driver's as they are at each step: a server adds and removes hosts while
 its daemon runs (its driver learns and forgets them), so the daemon keeps no list of its own.
@@ -40,15 +38,18 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.planning.enactment import EnactmentError, Operation, operations_of
+from orchestrator.runtime import recovery
 from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from orchestrator.runtime.intents import Intent, IntentCollector, reservation_hosts, snapshot
+from orchestrator.runtime.host_watch import HostWatch, Listings, minutes_text
+from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts
 from orchestrator.runtime.netprobe import PingProbe
 from orchestrator.runtime.notices import NoticeSender
 from orchestrator.runtime.notifiers import make_notifiers
 from orchestrator.runtime.operation_runner import Job, OperationRunner, Outcome
+from orchestrator.runtime.recovery import LIVE
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.session import ClusterSession, FreshCluster
@@ -56,19 +57,11 @@ from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
 
-#: a lease whose VMs exist on hosts
-_LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
-#: the intent log's name for cleaning up after a finished lease
-RELEASE = "release"
-#: ... and for stopping a VM found running where its lease has none (a host that answers again)
-STRAY = "stop-stray"
 #: an operation of the plan -> the name its per-VM events give it
 _ENACTOR_NAMES = {"start_vms": "start", "stop_vms": "stop", "kill_vms": "kill", "suspend_vms": "suspend",
                   "resume_vms": "resume", "migrate_images": "move_state"}
 #: the longest pause between two tries of an operation a silent host holds up
 _RETRY_PAUSE_MAX = timedelta(minutes=1)
-#: the store's record of the hosts that do not answer, and since when
-SILENT_HOSTS = "silent_hosts"
 #: leases in these states have no VM running anywhere
 _NOT_RUNNING = (LeaseState.PENDING, LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.SUSPENDED_PENDING,
                 LeaseState.SUSPENDED_QUEUED, LeaseState.SUSPENDED_SCHEDULED)
@@ -80,18 +73,6 @@ class StepReport:
     next_event: datetime | None
     idle: bool
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Tag:
-    """What a runner job is, to take its outcome: an intent-log entry of a lease (and its reservation)."""
-
-    record: int
-    operation: str
-    lease_id: int
-    reservation_id: int | None = None
-    where: tuple[str, str] | None = None   # a stray's (host, VM)
-    due: datetime | None = None              # when the step asked for it (a silent host has until then + timeout)
 
 
 class Daemon:
@@ -110,10 +91,6 @@ class Daemon:
         self._reconciled_at: datetime | None = None
         self._release_failures: dict[int, tuple[datetime, int]] = {}   # lease -> next try, tries so far
         self._releasing: set[int] = set()
-        # host -> when it was first found not answering (kept in the store: a restart does not reset it)
-        self._silent_since: dict[str, datetime] = {
-            h: parse_time(t, f"{SILENT_HOSTS}.{h}") for h, t in (store.get_meta(SILENT_HOSTS) or {}).items()}
-        self._silent_saved = dict(self._silent_since)
         # intent-log record -> its operation held up by a silent host, and when to try it next (while it
         # runs again it is the runner's); and how many times each such operation was tried
         self._waiting: dict[int, tuple[Job, datetime]] = {}
@@ -128,7 +105,8 @@ class Daemon:
         probe = None if driver.name == "simulated" else PingProbe
         self.enactor = DriverEnactor(driver, hosts, config.daemon, record=self._record, now=clock.now, probe=probe,
                                      dirty_rate=config.scheduling.dirty_rate)
-        self._operations = {op.value: call for op, call in operations_of(self.enactor).items()}
+        self.operations = {op.value: call for op, call in operations_of(self.enactor).items()}
+        self.watch = HostWatch(store, driver, self.enactor, config.daemon)
         self.collector = collector if collector is not None else IntentCollector()
         self.session = session if session is not None else FreshCluster(store, config, self.collector)
         if workers is None:
@@ -167,31 +145,31 @@ class Daemon:
             self._notes.append(f"{kind} lease {lease_id}: {what}")
 
     # -- operations off the lock ----------------------------------------------------------------------------
-    def _jobs(self, intents: list[Intent], now: datetime) -> list[Job]:
+    def make_jobs(self, intents: list[Intent], now: datetime) -> list[Job]:
         """Each intent written to the intent log (inside the step's transaction) and made a runner job."""
         jobs = []
         for intent in intents:
             rr = intent.reservation
             hosts = intent.hosts
             record = self.store.add_operation(now, intent.operation.value, intent.lease.id, rr.id, hosts)
-            call = partial(self._operations[intent.operation.value], intent.lease, rr)
+            call = partial(self.operations[intent.operation.value], intent.lease, rr)
             jobs.append(Job(call, hosts, intent.lease.id,
-                            _Tag(record, intent.operation.value, intent.lease.id, rr.id, due=now)))
+                            IntentTag(record, intent.operation.value, intent.lease.id, rr.id, due=now)))
         return jobs
 
     def _release_jobs(self, now: datetime) -> list[Job]:
         """Clean up after leases that finished (ended, cancelled, failed): what they left on the hosts goes;
         a host that cannot be reached keeps it until a later step."""
         later = {i for i, (due, _) in self._release_failures.items() if due > now}
-        return [self._release_job(lease, now) for lease in self.store.unreleased_leases(skip=self._releasing | later)]
+        return [self.release_job(lease, now) for lease in self.store.unreleased_leases(skip=self._releasing | later)]
 
-    def _release_job(self, lease: Lease, now: datetime, record: int | None = None) -> Job:
+    def release_job(self, lease: Lease, now: datetime, record: int | None = None) -> Job:
         """A finished lease's cleanup as a job on every host it used (`record`: its intent log entry, if any)."""
         hosts = frozenset(h for vm in lease.reservations for rr in vm.all_parts() for h in reservation_hosts(rr))
         if record is None:
             record = self.store.add_operation(now, RELEASE, lease.id, None, hosts)
         self._releasing.add(lease.id)
-        return Job(partial(self.enactor.release, lease), hosts, lease.id, _Tag(record, RELEASE, lease.id))
+        return Job(partial(self.enactor.release, lease), hosts, lease.id, IntentTag(record, RELEASE, lease.id))
 
     def _take_outcomes(self, cluster: Cluster, now: datetime) -> bool:
         """Write what finished since the last look; failures go back to the scheduler. True if the plan
@@ -204,7 +182,7 @@ class Daemon:
         return changed
 
     def _take_outcome(self, cluster: Cluster, outcome: Outcome, now: datetime) -> bool:
-        tag: _Tag = outcome.job.tag
+        tag: IntentTag = outcome.job.tag
         error = outcome.error
         if error is not None and not isinstance(error, EnactmentError):
             log.error("lease %s: %s failed unexpectedly: %r", tag.lease_id, tag.operation, error, exc_info=error)
@@ -252,7 +230,7 @@ class Daemon:
                 self._waiting[tag.record] = (outcome.job, now + self._pause(tries))
                 return False
             silent = error.hosts
-            error = EnactmentError(f"{error} (no answer for {_minutes(now - since)})")
+            error = EnactmentError(f"{error} (no answer for {minutes_text(now - since)})")
             # (its attempts were logged as "enactment-waits": the outcome is a failure `report` shows)
             self.store.append_event(now, "enactment-failed", tag.lease_id,
                                     operation=_ENACTOR_NAMES.get(tag.operation, tag.operation),
@@ -264,96 +242,10 @@ class Daemon:
                                                   error, now)
 
     # -- recovery -------------------------------------------------------------------------------------------
-    def _resume_operations(self, cluster: Cluster, now: datetime, notes: list[str], known: set[str]) -> list[Job]:
-        """Jobs running again the operations of the intent log that never ended, in their order: each
-        host sees them as it would have (a VM stopped before the next one starts in its place). The VMs
-        of the leases cleaned up go into `known`."""
-        again: list[Job] = []
-        unreleased: dict[int, Lease] | None = None
-        for record in self.store.unfinished_operations():
-            lease = cluster.scheduler.leases.get(record.lease_id) if record.lease_id is not None else None
-            if record.operation == RELEASE or lease is None or lease.is_final:
-                # a finished lease's unfinished stops are its cleanup's, run at this point of the order
-                if unreleased is None:
-                    unreleased = {l.id: l for l in self.store.unreleased_leases()}
-                finished = unreleased.pop(record.lease_id, None)
-                if record.operation != RELEASE or finished is None:
-                    self.store.finish_operation(record.id, now, "abandoned")
-                if finished is not None:
-                    if finished.last_vm is not None:
-                        known.update(self.enactor.vm_name(finished.id, v) for v in finished.last_vm.nodes)
-                    again.append(self._release_job(finished, now, record.id if record.operation == RELEASE else None))
-                    notes.append(f"lease {finished.id}: its cleanup was under way when the daemon stopped: run again")
-                continue
-            rr = cluster.scheduler.find_part(lease.id, record.reservation_id) if record.reservation_id is not None else None
-            if rr is None:
-                # a plan that moved on has its own operations
-                self.store.finish_operation(record.id, now, "abandoned")
-                continue
-            lease_copy, rr_copy = snapshot(lease, rr)
-            again.append(Job(partial(self._operations[record.operation], lease_copy, rr_copy),
-                             frozenset(record.hosts), lease.id,
-                             _Tag(record.id, record.operation, lease.id, rr.id, due=record.created_at)))
-            notes.append(f"lease {lease.id}: {record.operation} was under way when the daemon stopped: run again")
-        return again
-
     def reconcile(self) -> list[str]:
-        """Compare the store with the hosts once, at start."""
+        """Compare the store with the hosts once, at start (orchestrator/runtime/recovery.py)."""
         now = self.clock.now()
-        notes: list[str] = []
-        with self.session.open() as cluster:
-            known: set[str] = set()
-            again = self._resume_operations(cluster, now, notes, known)
-            resumed = {job.lease_id for job in again}
-            # a daemon killed mid-step may have enacted that step's stops and suspensions without
-            # committing them: VMs whose stop was due by then are not lost, the first step redoes it.
-            # Restarted on a real clock, that step was due by now; resumed on a fast clock (from the time
-            # of the last committed step), it was the next event's step.
-            horizon = now
-            listings: dict[str, object] | None = None   # (every host's VMs, asked once if needed)
-            saved = self.store.get_meta("daemon_clock")
-            following = cluster.scheduler.next_event_time()
-            if saved and parse_time(saved, "daemon_clock") == now and following is not None:
-                horizon = max(now, following)
-            for lease in list(cluster.scheduler.leases.values()):
-                vm = lease.last_vm
-                if vm is None:
-                    continue
-                for vnode in vm.nodes:
-                    known.add(self.enactor.vm_name(lease.id, vnode))
-                if lease.state not in _LIVE or lease.id in resumed:
-                    continue
-                try:
-                    running = self.enactor.running_vms(lease)
-                except UnreachableHosts as exc:
-                    notes.append(f"lease {lease.id}: cannot check its VMs now ({exc}); looked at again later")
-                    continue
-                missing = sorted(v for v, host in running.items() if host is None)
-                if missing and _stop_due(lease, horizon):
-                    notes.append(f"lease {lease.id}: VMs already stopped or saved for the step due at "
-                                 f"{iso(horizon)}: it will be completed")
-                    continue
-                if not missing:
-                    notes.append(f"lease {lease.id}: adopted its {len(running)} running VM(s)")
-                    self.store.append_event(now, "reconciled", lease.id, outcome="adopted")
-                    continue
-                if listings is None:
-                    listings = self._list_hosts()
-                if self._follow_moved(cluster, lease, missing, listings, now, notes):
-                    continue
-                requeue = self.config.daemon.on_lost_vm == "requeue"
-                reason = f"VM(s) {', '.join(self.enactor.vm_name(lease.id, v) for v in missing)} gone from their hosts"
-                cluster.scheduler.lose(lease.id, now, requeue=requeue, reason=reason)
-                notes.append(f"lease {lease.id}: {reason}: {'requeued' if requeue else 'failed'}")
-                self.store.append_event(now, "reconciled", lease.id, outcome="requeued" if requeue else "failed",
-                                        reason=reason)
-            for host, name in self.enactor.unknown_domains(known):
-                notes.append(f"unknown domain {name} on {host}: left alone")
-                self.store.append_event(now, "reconciled", None, outcome="unknown-domain", host=host, vm=name)
-            # no scheduling here: the first step handles the events due now first, then schedules
-            cluster.save(now)
-            again += self._jobs(self.collector.take(), now)   # (a requeued lease's VMs are killed)
-        self.runner.submit_all(again)
+        notes = recovery.reconcile(self, now)
         self._reconciled_at = now
         for line in notes:
             self.say(line)
@@ -375,9 +267,11 @@ class Daemon:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
                 self._follow_hosts(cluster)
+                if first and looking:
+                    self.watch.apply_losses(cluster, now, self._notes)
                 changed = self._take_outcomes(cluster, now)
                 if first and looking:
-                    self._notice_ended_vms(cluster, now, busy, listings)
+                    self.watch.notice_ended_vms(cluster, now, busy, listings, self._notes)
                 if first or changed:
                     for _ in range(10_000):
                         handled = sched.process_events(now)
@@ -387,7 +281,7 @@ class Daemon:
                     else:
                         raise InconsistentSchedule(f"no progress at {now}")
                 cluster.save(now)
-                jobs = self._jobs(self.collector.take(), now)
+                jobs = self.make_jobs(self.collector.take(), now)
                 if first:   # (a cleanup that failed, or an operation a silent host held up, is tried again
                     # at the next step, not at once; the latter before this step's, in their order)
                     # (strays judged by the plan as this step leaves it: a lease this step or a request
@@ -396,9 +290,7 @@ class Daemon:
                                               | {job.lease_id for job in jobs}, listings) if looking else []
                     jobs = self._waiting_jobs(cluster, now) + jobs + self._release_jobs(now) + strays
                 self.store.set_meta("daemon_clock", iso(now))
-                if self._silent_since != self._silent_saved:
-                    self.store.set_meta(SILENT_HOSTS, {h: iso(t) for h, t in self._silent_since.items()})
-                    self._silent_saved = dict(self._silent_since)
+                self.watch.save()
                 following = sched.next_event_time()
                 idle = following is None and not sched.queue and not sched.pending and not self._waiting
                 if self._waiting:   # (a step when the first of them is to be tried again)
@@ -435,25 +327,13 @@ class Daemon:
         with self.session.open():
             self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
 
-    def _look_at_hosts(self, now: datetime) -> tuple[set[int], dict[str, object]]:
+    def _look_at_hosts(self, now: datetime) -> tuple[set[int], Listings]:
         """Before the lock: the leases with an operation under way, then what each host runs (its list of
         VMs, or the error it gave), each host asked once. A lease busy now is left alone in the step; one
         not busy now cannot get an operation before the step (only the step hands them out). Also keeps
         when each host that does not answer went silent."""
         busy = self.runner.busy_leases()
-        listings = self._list_hosts()
-        for host in [h for h in self._silent_since if h not in listings]:   # removed: not silent, gone
-            del self._silent_since[host]
-        for host, listed in listings.items():
-            if isinstance(listed, Exception):
-                if host not in self._silent_since:
-                    self._silent_since[host] = now
-                    self._notes.append(f"host {host} does not answer: {listed}")
-                continue
-            since = self._silent_since.pop(host, None)
-            if since is not None:
-                self._notes.append(f"host {host} answers again (silent for {_minutes(now - since)})")
-        return busy, listings
+        return busy, self.watch.look(now, self._notes)
 
     def _follow_hosts(self, cluster: Cluster) -> None:
         """The enactor's settings of each host (where its save images go) as the store has them now. The
@@ -461,34 +341,6 @@ class Daemon:
         configs = {name: record.config for name, record in cluster.hosts.items()}
         if configs != self.enactor.hosts:
             self.enactor.hosts = configs
-
-    def _list_hosts(self) -> dict[str, object]:
-        """What each host runs: its list of VMs, or the error it gave."""
-        listings: dict[str, object] = {}
-        for host in self.driver.hosts():
-            try:
-                listings[host] = self.driver.list_vms(host)
-            except DriverError as exc:
-                listings[host] = exc
-        return listings
-
-    def _follow_moved(self, cluster: Cluster, lease: Lease, missing: list[int], listings: dict[str, object],
-                      now: datetime, notes: list[str]) -> bool:
-        """The lease's `missing` VMs (not on their planned hosts) all found running on other hosts: the plan
-        follows them there when those hosts have the room (`LeaseScheduler.relocate`). True if it did."""
-        found: dict[int, str] = {}
-        for vnode in missing:
-            name = self.enactor.vm_name(lease.id, vnode)
-            for host, listed in listings.items():
-                if not isinstance(listed, Exception) and any(i.name == name and i.state in ACTIVE_STATES
-                                                             for i in listed):
-                    found[vnode] = host
-        if len(found) < len(missing) or not cluster.scheduler.relocate(lease.id, found, now):
-            return False
-        where = ", ".join(f"{self.enactor.vm_name(lease.id, v)} on {h}" for v, h in sorted(found.items()))
-        notes.append(f"lease {lease.id}: found {where}, not where the plan had them: the plan follows")
-        self.store.append_event(now, "reconciled", lease.id, outcome="adopted", moved={str(v): h for v, h in found.items()})
-        return True
 
     def _pause(self, tries: int) -> timedelta:
         """How long after its `tries`-th failed try an operation is tried again: a poll interval, then
@@ -500,7 +352,7 @@ class Daemon:
         """The operations silent hosts held up, handed in again while their lease still needs them."""
         jobs = []
         for record, (job, due) in list(self._waiting.items()):
-            tag: _Tag = job.tag
+            tag: IntentTag = job.tag
             lease = cluster.scheduler.leases.get(tag.lease_id)
             if lease is None or lease.is_final or cluster.scheduler.find_part(tag.lease_id, tag.reservation_id) is None:
                 # (a finished lease's VMs are its cleanup's; a plan that moved on has its own operations)
@@ -513,7 +365,7 @@ class Daemon:
                 jobs.append(Job(job.run, job.hosts, job.lease_id, tag))
         return jobs
 
-    def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> list[Job]:
+    def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], listings: Listings) -> list[Job]:
         """Stop what runs where its lease has nothing running: a host that answers again after its lease was
         given up, ended or requeued; a copy beside the one the plan runs. A domain whose lease is not known
         is reported once at start (`reconcile`); a VM found on another host than the plan's (and only
@@ -540,7 +392,7 @@ class Daemon:
                 strays = copies
             elif lease.state in _NOT_RUNNING:
                 strays = copies
-            elif lease.state in _LIVE:
+            elif lease.state in LIVE:
                 planned = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
                 strays = [(h, name) for h, name in copies
                           if h not in planned and any(o != h and o in planned for o, n in copies if n == name)]
@@ -550,7 +402,7 @@ class Daemon:
                 self._strays.add((host, name))
                 record = self.store.add_operation(now, STRAY, lease_id, None, [host])
                 jobs.append(Job(partial(self._stop_stray, name, host), frozenset({host}), lease_id,
-                                _Tag(record, STRAY, lease_id, where=(host, name))))
+                                IntentTag(record, STRAY, lease_id, where=(host, name))))
         return jobs
 
     def _stop_stray(self, name: str, host: str) -> bool:
@@ -562,56 +414,6 @@ class Daemon:
         except DriverError as exc:
             raise EnactmentError(f"stop {name} on {host}: {exc}") from exc
         return True
-
-    def _notice_ended_vms(self, cluster: Cluster, now: datetime, busy: set[int], listings: dict[str, object]) -> None:
-        """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
-        with an operation under way is left alone: its VMs may be on their way."""
-        sched = cluster.scheduler
-        for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
-            vm = lease.last_vm
-            if vm is None or vm.start > now or _stop_due(lease, now) or lease.id in busy:
-                continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
-            try:
-                running = self.enactor.running_vms(lease, listings)
-            except UnreachableHosts as exc:
-                # a host that does not answer says nothing about its VMs: decide when it has been silent too long
-                timeout = self.config.daemon.host_timeout
-                silent = [h for h in exc.hosts if h in self._silent_since and now - self._silent_since[h] >= timeout]
-                if silent:
-                    requeue = self.config.daemon.on_lost_vm == "requeue"
-                    reason = (f"host {', '.join(silent)} has not answered for "
-                              f"{_minutes(now - min(self._silent_since[h] for h in silent))}")
-                    sched.lose(lease.id, now, requeue=requeue, reason=reason)
-                    self._notes.append(f"lease {lease.id}: {reason}: {'requeued' if requeue else 'failed'}")
-                continue
-            missing = sorted(v for v, host in running.items() if host is None)
-            if missing and self._follow_moved(cluster, lease, missing, listings, now, self._notes):
-                continue
-            if any(host is not None for host in running.values()):
-                continue
-            states = self._vm_states(lease, listings)
-            if states and all(state == "shutoff" for state in states.values()):
-                sched.end_early(lease.id, now)
-                self._notes.append(f"lease {lease.id}: its VMs shut down by themselves: done early")
-            else:
-                requeue = self.config.daemon.on_lost_vm == "requeue"
-                sched.lose(lease.id, now, requeue=requeue, reason="its VMs are gone from their hosts")
-                self._notes.append(f"lease {lease.id}: VMs gone: {'requeued' if requeue else 'failed'}")
-
-    def _vm_states(self, lease: Lease, listings: dict[str, object]) -> dict[str, str]:
-        """VM name -> its state on its planned host, for the lease's VMs that are still defined there."""
-        vm = lease.last_vm
-        names = {self.enactor.vm_name(lease.id, v): h for v, h in vm.nodes.items()} if vm else {}
-        states: dict[str, str] = {}
-        for host in set(names.values()):
-            listed = listings.get(host)
-            if listed is None or isinstance(listed, Exception):   # unreachable: nothing known, decide nothing
-                log.warning("cannot list VMs on %s: %s", host, listed)
-                return {}
-            for info in listed:
-                if names.get(info.name) == host:
-                    states[info.name] = info.state
-        return states
 
     # -- what the event loop steps -------------------------------------------------------------------------
     def start(self) -> datetime | None:
@@ -661,19 +463,6 @@ class Daemon:
             return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
         finally:
             self.close()
-
-
-def _minutes(span: timedelta) -> str:
-    minutes, seconds = divmod(round(span.total_seconds()), 60)
-    if not minutes:
-        return f"{seconds} s"
-    return f"{minutes} min {seconds} s" if seconds else f"{minutes} min"
-
-
-def _stop_due(lease: Lease, by: datetime) -> bool:
-    """Whether the lease's plan stops or saves its VMs at or before `by`."""
-    vm = lease.last_vm
-    return vm is not None and any(rr.start <= by for rr in vm.post)
 
 
 def fast_clock_start(store: Store, default: datetime) -> datetime:

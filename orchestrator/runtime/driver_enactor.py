@@ -29,7 +29,7 @@ import posixpath
 import re
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from drivers.base import DiskSpec, Driver, OperationReport, VMInfo, VMSpec
@@ -156,6 +156,9 @@ class DriverEnactor:
         planned start of the migration stands for now). `dirty_rate`: a VM's when its lease gives none."""
         self.driver = driver
         self.hosts = dict(hosts) if hosts else {}
+        #: the hosts the daemon found lost (replaced whole by the daemon's step; read by the runner's threads):
+        #: a VM planned on one is gone with it, and stopping it is done
+        self.lost_hosts: frozenset[str] = frozenset()
         self.config = config
         self._record = record
         self._now = now
@@ -358,6 +361,10 @@ class DriverEnactor:
         for vnode in range(lease.numnodes):
             name = vm_name(lease.id, vnode)
             planned = rr.nodes.get(vnode) or (rr.vm.nodes.get(vnode) if rr.vm is not None else None)
+            if planned is not None and planned in self.lost_hosts:
+                self._skipped(lease.id, operation, name, vnode, planned, f"{planned} is lost: the VM went with it",
+                              rr=rr)
+                continue
             try:
                 report = self.driver.stop(name, graceful_timeout=graceful_timeout)
             except VMNotFound:

@@ -12,7 +12,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from drivers.base import Driver, HostInfo, ImageInfo
+from drivers.base import PAIR_CHECKS, Driver, HostInfo, ImageInfo
+from drivers.deadline import answers_within
 from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
@@ -25,7 +26,8 @@ from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import HostRecord, Store
 
 #: the settings `host import` compares with a host already in the store
-COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir", "shared_storage")
+COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir", "shared_storage",
+            "peer_uri")
 
 
 # -- add / import ------------------------------------------------------------------------------------------
@@ -181,6 +183,34 @@ def run_checks(record: HostRecord, driver: str, timeout: float,
     return rows + image_rows
 
 
+def run_pair_checks(records: list[HostRecord], driver: str, timeout: float,
+                    host: str | None = None) -> list[dict[str, str]]:
+    """The rows of every ordered pair of hosts (source, destination), or of those with `host` on either side:
+    source, destination, check (peer link, migration port, cpu), status, detail. The pairs are checked side
+    by side, each within a few times `timeout` (a probe migration is several contacts)."""
+    names = [r.name for r in records]
+    pairs = [(s, d) for s in names for d in names if s != d and host in (None, s, d)]
+    if not pairs:
+        return []
+    checker = hosts_driver(records, driver)
+    limit = 3 * timeout
+    try:
+        answers = answers_within({f"{s}\0{d}": (lambda s=s, d=d: checker.check_pair(s, d, limit)) for s, d in pairs},
+                                 limit + timeout)
+    finally:
+        checker.close()
+    rows = []
+    for (source, destination), answer in zip(pairs, answers.values()):
+        pair = {"source": source, "destination": destination}
+        if answer.value is None:
+            why = f"no answer within {limit + timeout:g} s" if answer.timed_out else str(answer.error)
+            rows += [{**pair, "check": name, "status": "FAIL", "detail": why} for name in PAIR_CHECKS]
+            continue
+        rows += [{**pair, "check": item.check, "status": item.status, "detail": item.detail}
+                 for item in answer.value.items]
+    return rows
+
+
 # -- images -----------------------------------------------------------------------------------------------
 def hosts_driver(records: list[HostRecord], driver: str, simulated_hosts: Path | None = None) -> Driver:
     """The configured driver over the store's hosts (one connection attempt each: a host that does not
@@ -238,5 +268,7 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
         raise InvalidRequest("--format", f"the hosts read {path} as {found}, not {fmt}")
     if found not in IMAGE_FORMATS:
         raise InvalidRequest("PATH", f"is a {found} image; leasewise boots {' or '.join(IMAGE_FORMATS)} images")
+    if max(i.virtual_size for i in infos) <= 0:   # (/dev/null, an empty file: read as a raw image of 0 bytes)
+        raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
     return CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
                         added_by=added_by)

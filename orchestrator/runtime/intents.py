@@ -11,10 +11,30 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation
 from orchestrator.planning.enactment import Operation
+
+
+#: the intent log's name for cleaning up after a finished lease
+RELEASE = "release"
+#: ... and for stopping a VM found running where its lease has none (a host that answers again)
+STRAY = "stop-stray"
+
+
+@dataclass(frozen=True)
+class IntentTag:
+    """What an operation runner's job is, to take its outcome: an intent-log entry of a lease (and its
+    reservation)."""
+
+    record: int
+    operation: str
+    lease_id: int
+    reservation_id: int | None = None
+    where: tuple[str, str] | None = None   # a stray's (host, VM)
+    due: datetime | None = None              # when the step asked for it (a silent host has until then + timeout)
 
 
 @dataclass(frozen=True)

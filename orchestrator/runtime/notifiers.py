@@ -26,7 +26,9 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from orchestrator.config import CommandConfig, EmailConfig, NotifyConfig
+from drivers.files import UserFileError, read_user_file
 from orchestrator.model.lease import Lease
+from orchestrator.model.text import printable
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.notices import ENDED, Notice
 
@@ -64,17 +66,19 @@ def _hosts(lease: Lease) -> list[str]:
 
 
 def _title(lease: Lease) -> str:
-    return f"lease {lease.id}" + (f" ({lease.request.name})" if lease.request.name else "")
+    return f"lease {lease.id}" + (f" ({printable(lease.request.name)})" if lease.request.name else "")
 
 
 def notice_text(notice: Notice, lease: Lease, now: datetime) -> tuple[str, str]:
     """The subject and the plain-text body of a notice sent at `now` (the time left is measured then,
     so a reminder sent late says how long is really left)."""
-    hosts = ", ".join(_hosts(lease)) or "none"
-    owner = f" of {lease.request.user}" if lease.request.user else ""
+    # (what a user gave, shown as `printable` makes it: a mail client or a command's terminal obeys no code
+    # of theirs)
+    hosts = printable(", ".join(_hosts(lease)) or "none")
+    owner = f" of {printable(lease.request.user)}" if lease.request.user else ""
     if notice.key == ENDED:
         subject = f"leasewise: {_title(lease)} ended ({lease.state.value})"
-        lines = [f"{_title(lease).capitalize()}{owner} ended at {iso(notice.end)}: {notice.reason}.",
+        lines = [f"{_title(lease).capitalize()}{owner} ended at {iso(notice.end)}: {printable(notice.reason)}.",
                  f"Hosts: {hosts}",
                  "Its VMs are stopped; anything not kept on shared storage is gone."]
     else:
@@ -82,7 +86,7 @@ def notice_text(notice: Notice, lease: Lease, now: datetime) -> tuple[str, str]:
         subject = f"leasewise: {_title(lease)} ends in {left}"
         lines = [f"{_title(lease).capitalize()}{owner} ends at {iso(notice.end)}, in {left}.",
                  f"Hosts: {hosts}",
-                 f"Its VMs are stopped then. To keep it longer, if the hosts are free after it:",
+                 "Its VMs are stopped then. To keep it longer, if the hosts are free after it:",
                  f"    leasewise lease extend {lease.id} --by 1h"]
     lines += ["", f"(notice {notice.key} from leasewise)"]
     return subject, "\n".join(lines) + "\n"
@@ -141,9 +145,11 @@ class EmailNotifier:
         if self.config.password_file is None:
             return ""
         try:
-            return Path(self.config.password_file).read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise NotifyFailed(f"cannot read {self.config.password_file}: {exc.strerror or exc}") from None
+            return read_user_file(Path(self.config.password_file), 4096).decode("utf-8").rstrip("\r\n")
+        except UserFileError as exc:
+            raise NotifyFailed(f"cannot read {self.config.password_file}: {exc.problem}") from None
+        except UnicodeDecodeError:
+            raise NotifyFailed(f"cannot read {self.config.password_file}: not UTF-8 text") from None
 
 
 # -- command ------------------------------------------------------------------------------------------------

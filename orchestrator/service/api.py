@@ -1,5 +1,6 @@
 """The HTTP/JSON API of `leasewise serve` (FastAPI; its OpenAPI schema is served at /openapi.json, its
-requests' times in Prometheus' format at /metrics).
+requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
+(`orchestrator.service.web`).
 
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
@@ -13,20 +14,50 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from fastapi import Body, Depends, FastAPI, Query, Request
+from enum import Enum
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
+from fastapi.dependencies.utils import field_annotation_is_sequence
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import JSONResponse, Response
 
 from drivers.errors import DriverError
-from orchestrator.model.errors import InvalidRequest, LeasewiseError
-from orchestrator.model.timeutil import parse_duration, parse_time
+from orchestrator.model.errors import InvalidRequest, LeasewiseError, shown
+from orchestrator.model.numbers import MAX_WHOLE
+from orchestrator.model.states import LeaseState
+from orchestrator.model.text import printable
+from orchestrator.model.timeutil import duration_from_seconds, parse_duration, parse_time
 from orchestrator.service.backend import MAX_PAGE, PAGE
 from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
-from orchestrator.service.limits import RateLimited, SubmissionRate
+from orchestrator.service.limits import RateLimited
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.service.metrics import RequestMetrics, TimedApp
+from orchestrator.service.models import (
+    IDEMPOTENCY_KEY,
+    MAX_LEASE_ID,
+    MAX_PATH,
+    PRINTABLE,
+    TIME,
+    USER_NAME,
+    Drain,
+    ErrorBody,
+    Extension,
+    HostAddition,
+    HostImport,
+    ImageAddition,
+    LeaseSubmission,
+    Migration,
+    QuotaChange,
+    SubmitAnswer,
+    TokenRequest,
+    Whoami,
+    error_line,
+)
 from orchestrator.service.operations import LeaseService
-from orchestrator.state.codec import event_to_json, lease_to_json, request_from_json
+from orchestrator.state.codec import event_to_json, lease_to_json
 from orchestrator.state.store import StoreBusy
 
 #: where the server puts a Unix-socket connection's (pid, uid, gid) on the ASGI scope
@@ -39,8 +70,19 @@ _STATUS = {EXIT_BAD_INPUT: 400, EXIT_REJECTED: 409, EXIT_NOT_ALLOWED: 403, EXIT_
 TokenCheck = Callable[[str], Caller]
 
 
-def error_response(code: int, message: str, status: int | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status or _STATUS.get(code, 500))
+def status_for(code: int) -> int:
+    """The HTTP status of an exit code (500: none of the known ones)."""
+    return _STATUS.get(code, 500)
+
+
+def error_response(code: int, message: str, status: int | None = None, field: str | None = None,
+                   problem: str | None = None) -> JSONResponse:
+    """The API's error: the CLI's exit code and its one line (what a client sent, quoted in it, printable);
+    for bad input, the field it is about and the problem apart, so a client can name the field its way."""
+    error: dict[str, Any] = {"code": code, "message": printable(message)}
+    if field is not None and problem is not None:
+        error.update(field=printable(field), problem=printable(problem))
+    return JSONResponse({"error": error}, status_code=status or status_for(code))
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -54,10 +96,12 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_BAD_INPUT
 
 
-def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None,
-             submissions: SubmissionRate | None = None) -> FastAPI:
-    """`submissions`: each user's rate of lease submissions (admins are not limited); None: no limit."""
-    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters")
+def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | None = None) -> FastAPI:
+    """The API over `service` (whose use cases check every request; `service.submissions` rate-limits
+    submissions for every client of the server)."""
+    # (no /docs or /redoc: FastAPI's pages load their scripts from a CDN; the schema is at /openapi.json)
+    app = FastAPI(title="leasewise", version="1", summary="Lease scheduler for lab KVM clusters",
+                  docs_url=None, redoc_url=None, responses=_ERRORS, dependencies=[Depends(_known_query)])
 
     @app.exception_handler(LeasewiseError)
     async def _leasewise_error(request: Request, exc: LeasewiseError) -> JSONResponse:
@@ -66,11 +110,32 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
             response = error_response(code, str(exc), 429)
             response.headers["Retry-After"] = str(exc.retry_after_s)
             return response
+        if isinstance(exc, InvalidRequest) and exc.where is None:
+            return error_response(code, str(exc), None, exc.field, exc.problem)
         return error_response(code, str(exc), 401 if isinstance(exc, NotAuthenticated) else None)
 
     @app.exception_handler(DriverError)
     async def _driver_error(request: Request, exc: DriverError) -> JSONResponse:
         return error_response(EXIT_BAD_INPUT, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's and Starlette's own refusals (a body that is not JSON, no such route), as the API's
+        error, one line."""
+        if exc.status_code >= 500:
+            return error_response(1, f"server: {exc.detail}", exc.status_code)
+        return error_response(EXIT_BAD_INPUT, f"request: {str(exc.detail)[:200]}", exc.status_code, "request",
+                              str(exc.detail)[:200])
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A request the models refused: one line, in the service's words where its own check refused it."""
+        field, problem = error_line(list(exc.errors()))
+        if field in _ID_WORDS:   # (as the CLI says it of an id it cannot read)
+            got = next((e.get("input") for e in exc.errors()), None)
+            field, problem = _ID_WORDS[field], f"{shown(got)} is not {_ID_WORDS[field]} id (a positive whole number)"
+            field = field.split()[-1]
+        return error_response(EXIT_BAD_INPUT, f"{field}: {problem}", None, field, problem)
 
     def caller(request: Request) -> Caller:
         peer = request.scope.get(PEER_KEY)
@@ -86,7 +151,7 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     Who = Depends(caller)
 
-    @app.get("/v1/whoami")
+    @app.get("/v1/whoami", response_model=Whoami)
     def whoami(who: Caller = Who) -> dict[str, Any]:
         return {"user": who.user, "admin": who.admin, "groups": sorted(who.groups), "via": who.via}
 
@@ -95,17 +160,18 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return {"ok": True, "time": service.now().isoformat()}
 
     # -- leases ---------------------------------------------------------------------------------------------
-    @app.post("/v1/leases", status_code=201)
-    def submit(body: dict[str, Any] = Body(...), who: Caller = Who) -> JSONResponse:
-        if submissions is not None and not who.admin:
-            submissions.take(who.user)
-        request = request_from_json(body.get("request"))
-        return JSONResponse({"answer": service.submit(who, request)}, status_code=201)
+    @app.post("/v1/leases", status_code=201, response_model=SubmitAnswer)
+    def submit(body: LeaseSubmission, who: Caller = Who,
+               key: IdempotencyKey = None) -> JSONResponse:   # type: ignore[assignment]
+        """Submit a lease. With an `Idempotency-Key`, a retried submission (the same key and body) is
+        answered with the lease the first attempt made."""
+        return JSONResponse(service.submit(who, body, key=key), status_code=201)
 
     @app.get("/v1/leases")
-    def list_leases(status: list[str] | None = Query(None), user: str | None = None, everyone: bool = Query(False, alias="all"),
-                    after: int | None = Query(None, ge=0), limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
-                    who: Caller = Who) -> Response:
+    def list_leases(status: list[LeaseStateName] | None = Query(None, max_length=len(LeaseState)),
+                    user: UserQuery = None, everyone: bool = Query(False, alias="all"),
+                    after: LeaseAfter = None, limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
+                    who: Caller = Who) -> Response:   # type: ignore[assignment]
         """A page of leases by id (the caller's own unless `user` or `all`), and `next`: the id to ask for
         the next page `after`, or null when this page is the last."""
         # (encoded by the store, under the service's listing gate: sent as it is, without FastAPI's
@@ -114,22 +180,22 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return Response(body, media_type="application/json")
 
     @app.get("/v1/leases/{lease_id}")
-    def show(lease_id: int, vms: bool = True, who: Caller = Who) -> JSONResponse:
+    def show(lease_id: LeaseId, vms: bool = True, who: Caller = Who) -> JSONResponse:
         lease, events, found = service.lease(who, lease_id, with_vms=vms)
         return JSONResponse({"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
                              "vms": None if found is None else [v.to_json() for v in found]})
 
     @app.post("/v1/leases/{lease_id}/cancel")
-    def cancel(lease_id: int, who: Caller = Who) -> dict[str, Any]:
+    def cancel(lease_id: LeaseId, who: Caller = Who) -> dict[str, Any]:
         return service.cancel(who, lease_id)
 
     @app.post("/v1/leases/{lease_id}/extend")
-    def extend(lease_id: int, body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        by = _duration(body.get("by"), "--by")
-        return service.extend(who, lease_id, by)
+    def extend(lease_id: LeaseId, body: Extension, who: Caller = Who) -> dict[str, Any]:
+        return service.extend(who, lease_id, _duration(body.by, "by"))
 
     @app.get("/v1/leases/{lease_id}/access")
-    def access(lease_id: int, node: int | None = None, who: Caller = Who) -> dict[str, Any]:
+    def access(lease_id: LeaseId, node: int | None = Query(None, ge=0, le=MAX_WHOLE),
+               who: Caller = Who) -> dict[str, Any]:
         return service.access(who, lease_id, node)
 
     # -- hosts and images --------------------------------------------------------------------------------------
@@ -138,70 +204,58 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return {"hosts": service.hosts(who, timeout)}
 
     @app.post("/v1/hosts/{host}/drain")
-    def drain(host: str, body: dict[str, Any] = Body(default={}), who: Caller = Who) -> dict[str, Any]:
-        by = parse_time(body["by"], "--by") if body.get("by") else None
+    def drain(host: HostPath, body: Drain | None = None, who: Caller = Who) -> dict[str, Any]:
+        by = parse_time(body.by, "by") if body is not None and body.by else None
         return service.drain(who, host, by)
 
     @app.post("/v1/hosts/{host}/undrain")
-    def undrain(host: str, who: Caller = Who) -> dict[str, Any]:
+    def undrain(host: HostPath, who: Caller = Who) -> dict[str, Any]:
         return service.undrain(who, host)
 
     @app.post("/v1/hosts", status_code=201)
-    def host_add(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        return service.host_add(who, _host_config(body.get("config")), _whole(body, "cpus", "--cpus"),
-                                _whole(body, "memory", "--memory"), _seconds(body, "timeout", "--timeout"))
+    def host_add(body: HostAddition, who: Caller = Who) -> dict[str, Any]:
+        return service.host_add(who, host_config(body.config.values()), body.cpus, body.memory, float(body.timeout))
 
     @app.post("/v1/hosts/import", status_code=201)
-    def host_import(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        hosts = body.get("hosts")
-        if not isinstance(hosts, list):
-            raise InvalidRequest("hosts", "must be a list of host settings")
-        return service.host_import(who, [_host_config(h) for h in hosts], _whole(body, "cpus", "--cpus"),
-                                   _whole(body, "memory", "--memory"), _seconds(body, "timeout", "--timeout"),
-                                   str(body.get("source") or "the inventory"))
+    def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
+        configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
+        return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
 
     @app.delete("/v1/hosts/{host}")
-    def host_remove(host: str, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
+    def host_remove(host: HostPath, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
         return service.host_remove(who, host, drain)
 
     @app.get("/v1/hosts/{host}/check")
-    def host_check(host: str, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
+    def host_check(host: HostPath, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return service.host_check(who, host, timeout)
 
     @app.post("/v1/images", status_code=201)
-    def image_add(body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        return service.image_add(who, dict(body))
+    def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
+        return service.image_add(who, body.values())
 
     @app.post("/v1/vms/{vm}/migrate")
-    def migrate(vm: str, body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        to = body.get("to")
-        if not isinstance(to, str) or not to:
-            raise InvalidRequest("--to", "is required (a host name)")
-        on_timeout = body.get("on_timeout", "abort")
-        if on_timeout not in ("abort", "force"):
-            raise InvalidRequest("--on-timeout", f"must be 'abort' or 'force': got {on_timeout!r}")
-        bandwidth = body.get("bandwidth_mib_s")
-        return service.migrate(who, vm, to, _number(body, "max_downtime_ms", "--max-downtime"),
-                               None if bandwidth is None else _number(body, "bandwidth_mib_s", "--bandwidth"),
-                               _number(body, "timeout_s", "--timeout"), on_timeout)
+    def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:
+        return service.migrate(who, vm, body.to, float(body.max_downtime_ms),
+                               None if body.bandwidth_mib_s is None else float(body.bandwidth_mib_s),
+                               float(body.timeout_s), body.on_timeout)
 
     @app.get("/v1/images")
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": service.images(who)}
 
     @app.delete("/v1/images/{name}")
-    def image_remove(name: str, who: Caller = Who) -> dict[str, Any]:
+    def image_remove(name: NamePath, who: Caller = Who) -> dict[str, Any]:
         service.image_remove(who, name)
         return {"name": name}
 
     @app.get("/v1/events")
-    def events(lease: int | None = None, who: Caller = Who) -> JSONResponse:
+    def events(lease: LeaseQuery = None, who: Caller = Who) -> JSONResponse:   # type: ignore[assignment]
         return JSONResponse({"events": [event_to_json(e) for e in service.events(who, lease)]})
 
     @app.get("/v1/plan")
-    def plan(start: str | None = None, end: str | None = None, who: Caller = Who) -> JSONResponse:
-        pairs, hosts, labels = service.plan(who, parse_time(start, "--from") if start else None,
-                                            parse_time(end, "--to") if end else None)
+    def plan(start: TimeQuery = None, end: TimeQuery = None, who: Caller = Who) -> JSONResponse:  # type: ignore
+        pairs, hosts, labels = service.plan(who, parse_time(start, "start") if start else None,
+                                            parse_time(end, "end") if end else None)
         leases = {lease.id: lease for lease, _ in pairs}
         return JSONResponse({"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
                              "pairs": [[lease.id, rr.id] for lease, rr in pairs],
@@ -209,11 +263,11 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
     @app.put("/v1/quotas/{subject}")
-    def quota_set(subject: str, body: dict[str, Any] = Body(...), who: Caller = Who) -> dict[str, Any]:
-        return service.quota_set(who, subject, _quota_changes(body))
+    def quota_set(subject: SubjectPath, body: QuotaChange, who: Caller = Who) -> dict[str, Any]:
+        return service.quota_set(who, subject, body.changes())
 
     @app.delete("/v1/quotas/{subject}")
-    def quota_remove(subject: str, who: Caller = Who) -> dict[str, Any]:
+    def quota_remove(subject: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         service.quota_remove(who, subject)
         return {"subject": subject}
 
@@ -222,23 +276,21 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return {"quotas": service.quota_list(who)}
 
     @app.get("/v1/quotas/{user}")
-    def quota_show(user: str, who: Caller = Who) -> dict[str, Any]:
+    def quota_show(user: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         return service.quota_show(who, user)
 
     @app.post("/v1/tokens", status_code=201)
-    def token_create(body: dict[str, Any] = Body(default={}), who: Caller = Who) -> dict[str, Any]:
-        seconds = body.get("expires_s")
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0):
-            raise InvalidRequest("--expires", f"must be a positive number of seconds (got {seconds!r})")
-        return service.token_create(who, body.get("user"), bool(body.get("admin", False)),
-                                    None if seconds is None else timedelta(seconds=seconds), str(body.get("note", "")))
+    def token_create(body: TokenRequest | None = None, who: Caller = Who) -> dict[str, Any]:
+        body = body or TokenRequest()
+        expires = None if body.expires_s is None else duration_from_seconds(body.expires_s, "expires_s")
+        return service.token_create(who, body.user, body.admin, expires, body.note)
 
     @app.get("/v1/tokens")
-    def token_list(user: str | None = None, who: Caller = Who) -> dict[str, Any]:
+    def token_list(user: UserQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
         return {"tokens": service.token_list(who, user)}
 
     @app.delete("/v1/tokens/{token_id}")
-    def token_revoke(token_id: int, who: Caller = Who) -> dict[str, Any]:
+    def token_revoke(token_id: TokenId, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
     measured = RequestMetrics()
@@ -252,63 +304,52 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     return app
 
 
-_AMOUNTS = ("vcpus", "memory_mib", "vms")
-_SPANS = ("max_duration", "max_ahead")
+def _known_query(request: Request) -> None:
+    """A query parameter the route does not take is refused by name, as an unknown key of a body is (a typo
+    such as `?stauts=active` would otherwise be ignored, and every lease listed)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    fields = [*dependant.query_params, *(p for sub in dependant.dependencies for p in sub.query_params)]
+    known = {p.alias: field_annotation_is_sequence(p.field_info.annotation) for p in fields}
+    for name in request.query_params:
+        if name not in known:
+            raise InvalidRequest(name, "unknown query parameter" + (f" (this route takes {', '.join(sorted(known))})"
+                                                                    if known else " (this route takes none)"))
+        if not known[name] and len(request.query_params.getlist(name)) > 1:
+            raise InvalidRequest(name, "is given more than once: give it once")
 
 
-def _quota_changes(body: dict[str, Any]) -> dict[str, Any]:
-    """A quota change as JSON: amounts as whole numbers, spans as seconds (`max_duration_s`), null removes."""
-    changes: dict[str, Any] = {}
-    for key, value in body.items():
-        if key in _AMOUNTS:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise InvalidRequest(key, f"must be a whole number >= 0 or null (got {value!r})")
-            changes[key] = value
-        elif key.endswith("_s") and key[:-2] in _SPANS:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise InvalidRequest(key, f"must be seconds >= 0 or null (got {value!r})")
-            changes[key[:-2]] = None if value is None else timedelta(seconds=value)
-        else:
-            raise InvalidRequest(key, f"unknown quota limit (one of {', '.join(_AMOUNTS)}, max_duration_s, max_ahead_s)")
-    if not changes:
-        raise InvalidRequest("quota", "give at least one limit to set")
-    return changes
-
-
-def _duration(value: Any, label: str) -> timedelta:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = f"{value}s"
-    if not isinstance(value, str):
-        raise InvalidRequest(label, "is required (e.g. 30m)")
-    amount = parse_duration(value, label)
+def _duration(value: int | float | str, label: str) -> timedelta:
+    """A positive duration as the models took it: seconds, or text such as 30m."""
+    amount = parse_duration(value, label) if isinstance(value, str) else duration_from_seconds(value, label)
     if amount.total_seconds() <= 0:
-        raise InvalidRequest(label, f"must be greater than zero (got {value!r})")
+        raise InvalidRequest(label, f"must be greater than zero (got {shown(value)})")
     return amount
 
 
-def _host_config(value: Any):
-    """A host's settings as JSON (HostConfig's fields), checked as `host add` checks its options."""
-    if not isinstance(value, dict):
-        raise InvalidRequest("config", "must be a host's settings (name, uri, ...)")
-    return host_config(value)
-
-
-def _whole(body: dict[str, Any], key: str, label: str) -> int | None:
-    value = body.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 2**31 - 1):
-        raise InvalidRequest(label, f"must be a whole number > 0 (got {value!r})")
-    return value
-
-
-def _number(body: dict[str, Any], key: str, label: str) -> float:
-    value = body.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise InvalidRequest(label, f"must be a number > 0 (got {value!r})")
-    return float(value)
-
-
-def _seconds(body: dict[str, Any], key: str, label: str) -> float:
-    value = _number(body, key, label)
-    if value > 3600:
-        raise InvalidRequest(label, f"must be at most 3600 seconds (got {value!r})")
-    return value
+#: the answers every route may give besides its own (the API's error body)
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what} for status, what in (
+        (400, "Bad input (exit code 2): one line naming the field"), (401, "No or a bad token"),
+        (403, "Not allowed (exit code 4)"), (408, "The request's body came too slowly"),
+        (409, "Well-formed, but refused (exit code 3)"), (413, "The request's body is too large"),
+        (429, "Too many submissions: try again after Retry-After seconds (exit code 75)"),
+        (503, "The store stayed busy: try again (exit code 75)"))}
+#: path parameters: ids, names
+LeaseId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A lease's id")]
+TokenId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A token's id")]
+HostPath = Annotated[str, Path(min_length=1, max_length=253, pattern=PRINTABLE)]
+NamePath = Annotated[str, Path(min_length=1, max_length=MAX_PATH, pattern=PRINTABLE)]
+SubjectPath = Annotated[str, Path(min_length=1, max_length=257, pattern=PRINTABLE)]
+LeaseQuery = Annotated[int | None, Query(ge=1, le=MAX_LEASE_ID)]
+LeaseAfter = Annotated[int | None, Query(ge=0, le=MAX_LEASE_ID)]
+UserQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=USER_NAME)]
+TimeQuery = Annotated[str | None, Query(max_length=40, pattern=TIME)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY,
+                                              description="Makes a retried submission answer with the lease the "
+                                                          "first attempt made (printable ASCII, at most 255)")]
+LeaseStateName = Enum("LeaseStateName", {s.name: s.value for s in LeaseState}, type=str)   # type: ignore[misc]
+#: how a refused id is named, as the CLI names it
+_ID_WORDS = {"lease_id": "a lease", "lease": "a lease", "token_id": "a token"}

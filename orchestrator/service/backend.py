@@ -3,9 +3,9 @@ store at hand (`local.LocalBackend`).
 
 Both run the same use cases (`operations.LeaseService`) and answer in the same shapes, so a command is
 parse, one call on a backend, render, whichever answers it: leases as `Lease`s, a lease's VMs as
-`VMAccess`es, events as `Event`s, hosts, images, quotas and tokens as the JSON data the API sends. What
-a client checks before it sends a request (the catalogue its image names, whether the site could ever
-hold it) comes from the backend too (`request_checks`).
+`VMAccess`es, events as `Event`s, hosts, images, quotas and tokens as the JSON data the API sends. A
+lease is submitted as the API's `LeaseSubmission`, which the use case checks (`LeaseService.submit`)
+whichever backend answers.
 """
 
 from __future__ import annotations
@@ -14,33 +14,22 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.images import CatalogImage
-from orchestrator.model.lease import Lease, LeaseRequest, VMImage
-from orchestrator.model.resources import Resources
+from orchestrator.model.lease import Lease, VMImage
 from orchestrator.runtime.vm_access import VMAccess
 from orchestrator.state.store import Event
 
-__all__ = ["Access", "Backend", "Event", "NoStore", "RequestChecks", "VMAccess", "catalogue"]
+if TYPE_CHECKING:
+    from orchestrator.service.models import LeaseSubmission
+
+__all__ = ["Access", "Backend", "Event", "NoStore", "VMAccess", "catalogue"]
 
 #: a catalogued image's name -> what a lease naming it boots (`InvalidRequest` for an unknown name)
 ImageResolver = Callable[[str], VMImage]
-#: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
-SiteCheck = Callable[[int, Resources], None]
-
-
-@dataclass(frozen=True)
-class RequestChecks:
-    """What a lease request is checked against while it is read, before it is sent: the catalogue that
-    resolves an image's name, the site's hosts (None: the server checks), and its owner when it names
-    none (None: the user running the command; "": whoever the server takes the caller for)."""
-
-    images: ImageResolver
-    site: SiteCheck | None
-    default_user: str | None
 
 
 @dataclass(frozen=True)
@@ -94,9 +83,7 @@ class Backend(Protocol):
     def whoami(self) -> dict[str, Any]: ...
 
     # -- leases
-    def request_checks(self) -> RequestChecks: ...
-
-    def submit(self, request: LeaseRequest) -> dict[str, Any]: ...
+    def submit(self, submission: LeaseSubmission) -> dict[str, Any]: ...
 
     def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
                    after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:

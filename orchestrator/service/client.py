@@ -4,13 +4,20 @@ of the local store's (`backend.Backend`).
 A server is `unix:/run/leasewise/api.sock` (the caller is who the kernel says) or `https://head:8443`
 (the caller presents a token: `[client] token_file`, else $LEASEWISE_TOKEN; the server's certificate is
 checked against `[client] ca`, else the system's CAs). A refusal comes back as `RemoteError` carrying the
-exit code and the one line the server gave; a server that does not answer is exit 75 (try again).
+exit code and the one line the server gave. A refused connection (the server restarting) is tried again for
+up to `wait` seconds (`--wait`); still refused, an unknown host or a certificate that fails verification is
+exit 1 (`NoServer`: trying again cannot help); a server that does not answer in time is exit 75 (try again).
+A submission carries an idempotency key, so one tried again after a lost answer makes no second lease.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import socket
 import ssl
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import timedelta
@@ -21,22 +28,22 @@ from typing import Any
 import httpx
 
 from drivers.base import MigrationReport
+from drivers.files import UserFileError, read_user_file
 from drivers.inventory import HostConfig
-from orchestrator.model.errors import LeasewiseError
-from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.errors import InvalidRequest, LeasewiseError
+from orchestrator.model.lease import Lease
 from orchestrator.runtime.vm_access import VMAccess, vm_access_from_json
-from orchestrator.service.backend import MAX_PAGE, Access, RequestChecks, catalogue
+from orchestrator.service.backend import MAX_PAGE, Access
 from orchestrator.state.codec import (
     event_from_json,
-    image_from_json,
     lease_from_json,
     migration_report_from_json,
-    request_to_json,
 )
+from orchestrator.service.models import LeaseSubmission, error_line
 from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
-EXIT_BUSY = 75
+EXIT_FAILED, EXIT_BUSY = 1, 75
 #: the exit code of an answer that lacks the API's error body (a proxy's, say): "try again" for a request
 #: timed out, too many requests, a server unavailable; else bad input
 _EXIT_FOR_STATUS = {408: EXIT_BUSY, 429: EXIT_BUSY, 502: EXIT_BUSY, 503: EXIT_BUSY, 504: EXIT_BUSY}
@@ -53,14 +60,38 @@ class RemoteError(LeasewiseError):
         return RemoteError, (str(self), self.exit_code)
 
 
+class RemoteInvalid(RemoteError, InvalidRequest):
+    """Bad input, as the server said it: the field and the problem apart (exit 2)."""
+
+    def __init__(self, field: str, problem: str):
+        InvalidRequest.__init__(self, field, problem)
+        self.exit_code = 2
+
+    def __reduce__(self):
+        return RemoteInvalid, (self.field, self.problem)
+
+
 class ServerUnreachable(RemoteError):
+    """The server did not answer in time, or went away while answering: try again (exit 75)."""
+
     def __init__(self, message: str):
         super().__init__(message, EXIT_BUSY)
 
 
+class NoServer(RemoteError):
+    """No server can be reached there, after --wait: a refused connection, an unknown host, a certificate
+    that fails verification. Trying again the same way cannot help (exit 1)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_FAILED)
+
+
 class Client:
-    def __init__(self, server: str, *, token: str | None = None, ca: str | None = None, timeout: float = TIMEOUT_S):
+    def __init__(self, server: str, *, token: str | None = None, ca: str | None = None, timeout: float = TIMEOUT_S,
+                 wait: float = 0.0):
+        """`wait`: for how long a refused or reset connection is tried again (a server restarting)."""
         self.server = server
+        self.wait = wait
         if server.startswith("unix:"):
             path = server[len("unix:"):]
             transport = httpx.HTTPTransport(uds=path)
@@ -69,7 +100,10 @@ class Client:
             if server.startswith("http://") and not server.startswith(("http://127.", "http://localhost")):
                 raise RemoteError(f"--server: {server}: tokens only go over https (or to loopback)", 2)
             headers = {"authorization": f"Bearer {token}"} if token else {}
-            verify = ssl.create_default_context(cafile=ca) if ca else True
+            try:
+                verify = ssl.create_default_context(cafile=ca) if ca else True
+            except (OSError, ssl.SSLError) as exc:
+                raise RemoteError(f"client.ca: {ca}: cannot be read as certificates ({exc})", 2) from None
             self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout, verify=verify)
         else:
             raise RemoteError(f"--server: {server!r} is neither unix:PATH nor an https:// URL", 2)
@@ -84,14 +118,41 @@ class Client:
         self.close()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            if "Permission denied" in str(exc):
-                raise RemoteError(f"server {self.server}: permission denied (only the socket's group may use it)",
-                                  4) from None
-            raise ServerUnreachable(f"server {self.server}: {_reason(exc)}: nothing was done, try again") from None
+    def _call(self, method: str, path: str, *, again: bool | None = None, **kwargs: Any) -> Any:
+        """One request, tried again for up to `wait` seconds while no server answers (refused: it is
+        restarting) and, when `again` (a read, or a submission with an idempotency key; default: GET), while
+        the connection is reset before the answer."""
+        again = method == "GET" if again is None else again
+        deadline = time.monotonic() + self.wait
+        pause = 0.1
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+                break
+            except httpx.TransportError as exc:
+                kind = _failure(exc)
+                if kind == "denied":
+                    raise RemoteError(f"server {self.server}: permission denied (only the socket's group may use "
+                                      "it)", 4) from None
+                if kind in ("certificate", "unknown host"):
+                    raise NoServer(f"server {self.server}: {_reason(exc, kind)}") from None
+                retried = kind == "refused" or (kind == "reset" and again)
+                left = deadline - time.monotonic()
+                if retried and left > 0:   # (the last try at the deadline itself)
+                    time.sleep(min(pause + random.uniform(0, pause), left))
+                    pause = min(pause * 2, 1.0)
+                    continue
+                if kind == "refused":
+                    waited = f" (tried for {self.wait:g} s, --wait)" if self.wait > 0 else ""
+                    raise NoServer(f"server {self.server}: no server answers there{waited}") from None
+                if kind == "reset" and not again:
+                    raise ServerUnreachable(f"server {self.server}: the connection was lost before the answer: "
+                                            "it may have been done; look before trying again") from None
+                raise ServerUnreachable(f"server {self.server}: {_reason(exc, kind)}: nothing was done, try again") \
+                    from None
+        return self._answer(response)
+
+    def _answer(self, response: httpx.Response) -> Any:
         try:
             data = response.json()
         except ValueError:
@@ -99,12 +160,13 @@ class Client:
         if response.is_success:
             return data
         error = (data or {}).get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("field"), str) and isinstance(error.get("problem"), str):
+            raise RemoteInvalid(error["field"], error["problem"])
         if isinstance(error, dict) and "message" in error:
             raise RemoteError(str(error["message"]), int(error.get("code", 2)))
         if isinstance(data, dict) and isinstance(data.get("detail"), list):   # FastAPI's own validation
-            first = data["detail"][0]
-            where = ".".join(str(p) for p in first.get("loc", ())[1:]) or "request"
-            raise RemoteError(f"{where}: {first.get('msg', 'is not valid')}", 2)
+            field, problem = error_line(data["detail"])
+            raise RemoteError(f"{field}: {problem}", 2)
         retry = response.headers.get("retry-after", "")
         raise RemoteError(f"server {self.server}: HTTP {response.status_code}"
                           + (f": try again in {retry} s" if retry.isdigit() else ""),
@@ -114,13 +176,12 @@ class Client:
     def whoami(self) -> dict[str, Any]:
         return self._call("GET", "/v1/whoami")
 
-    def request_checks(self) -> RequestChecks:
-        """The server's catalogue; the server checks the site, and owns a request to its caller."""
-        return RequestChecks(catalogue(lambda: [image_from_json(i) for i in self.images()],
-                                       "none; an admin adds them with `leasewise image add`"), None, "")
-
-    def submit(self, request: LeaseRequest) -> dict[str, Any]:
-        return self._call("POST", "/v1/leases", json={"request": request_to_json(request)})["answer"]
+    def submit(self, submission: LeaseSubmission, key: str | None = None) -> dict[str, Any]:
+        """Submit a lease; tried again while the server restarts, with one idempotency key (made here when
+        none is given), so a retry never makes a second lease."""
+        key = key or uuid.uuid4().hex
+        return self._call("POST", "/v1/leases", json=submission.values(), headers={"Idempotency-Key": key},
+                          again=True)
 
     def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
                    after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:
@@ -187,9 +248,9 @@ class Client:
         return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain})
 
     def host_check(self, host: str, timeout: float) -> dict[str, Any]:
-        # (each contact may take the timeout: connect, ssh, every image)
+        # (each contact may take the timeout: the link, connect, ssh, every image; then the pairs, side by side)
         return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
-                          timeout=self._http.timeout.read + 10 * timeout)
+                          timeout=self._http.timeout.read + 16 * timeout)
 
     def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return self._call("POST", "/v1/images", json=dict(values))
@@ -266,11 +327,41 @@ def _segment(text: str) -> str:
     return quote(text, safe="@")
 
 
-def _reason(exc: httpx.TransportError) -> str:
-    text = str(exc) or type(exc).__name__
+def _failure(exc: httpx.TransportError) -> str:
+    """What kind of failure a transport error is: `refused` (nothing listens: not yet, or no longer),
+    `reset` (the connection went away), `certificate`, `unknown host`, `denied`, `timeout`, or `other`."""
+    causes = []
+    seen: BaseException | None = exc
+    while seen is not None and len(causes) < 8:
+        causes.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(c) for c in causes)
+    if any(isinstance(c, ssl.SSLCertVerificationError) for c in causes) or "CERTIFICATE_VERIFY_FAILED" in text:
+        return "certificate"
+    if any(isinstance(c, socket.gaierror) for c in causes) or "Name or service not known" in text \
+            or "nodename nor servname" in text or "Temporary failure in name resolution" in text:
+        return "unknown host"
+    if "Permission denied" in text:
+        return "denied"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
     if isinstance(exc, httpx.ConnectError) and ("No such file" in text or "Connection refused" in text):
-        return "no server answers there"
-    return text
+        return "refused"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)) \
+            and ("reset" in text.lower() or "disconnected" in text.lower() or "EOF" in text
+                 or "closed" in text.lower() or isinstance(exc, httpx.RemoteProtocolError)):
+        return "reset"
+    return "other"
+
+
+def _reason(exc: httpx.TransportError, kind: str) -> str:
+    if kind == "certificate":
+        return "its certificate failed verification (give the CA that signed it: [client] ca)"
+    if kind == "unknown host":
+        return "unknown host (the name does not resolve)"
+    if kind == "timeout":
+        return "no answer in time"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def token_for(token_file: str | None, env: Mapping[str, str] | None = None) -> str | None:
@@ -278,7 +369,9 @@ def token_for(token_file: str | None, env: Mapping[str, str] | None = None) -> s
     env = os.environ if env is None else env
     if token_file:
         try:
-            return Path(token_file).read_text(encoding="utf-8").strip().splitlines()[0].strip()
-        except (OSError, IndexError) as exc:
-            raise RemoteError(f"client.token_file: {token_file} cannot be read ({exc})", 2) from None
+            return read_user_file(Path(token_file), 4096).decode("utf-8").strip().splitlines()[0].strip()
+        except UserFileError as exc:
+            raise RemoteError(f"client.token_file: {token_file} cannot be read ({exc.problem})", 2) from None
+        except (UnicodeDecodeError, IndexError):
+            raise RemoteError(f"client.token_file: {token_file} holds no token (one line of text)", 2) from None
     return env.get("LEASEWISE_TOKEN") or None

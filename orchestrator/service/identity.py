@@ -12,6 +12,7 @@ import pwd
 import socket
 import struct
 from dataclasses import dataclass
+from datetime import datetime
 
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.state.groups import unix_groups
@@ -33,6 +34,8 @@ class Caller:
     groups: frozenset[str] = frozenset()
     admin: bool = False
     via: str = "local"            # "unix" (peer credentials), "token", "local" (the CLI on its own store)
+    token_id: int | None = None   # the token a "token" caller presented, and when it expires (None: never)
+    token_expires: datetime | None = None
 
     def may_act_for(self, owner: str) -> bool:
         return self.admin or self.user == owner
@@ -48,9 +51,11 @@ def caller_for_uid(uid: int, admin_group: str) -> Caller:
     return Caller(user, groups, admin=uid == 0 or admin_group in groups, via="unix")
 
 
-def caller_for_user(user: str, admin_group: str, *, admin: bool = False, via: str = "token") -> Caller:
+def caller_for_user(user: str, admin_group: str, *, admin: bool = False, via: str = "token",
+                    token_id: int | None = None, token_expires: datetime | None = None) -> Caller:
     groups = unix_groups(user)
-    return Caller(user, groups, admin=admin or admin_group in groups, via=via)
+    return Caller(user, groups, admin=admin or admin_group in groups, via=via, token_id=token_id,
+                  token_expires=token_expires)
 
 
 def local_caller(admin_group: str) -> Caller:
@@ -74,7 +79,7 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 def token_checker(store, admin_group: str, now=None):
     """Authenticates an API token against the store (its salted hash): the token's holder as a caller."""
-    from datetime import datetime, timezone
+    from datetime import timezone
 
     def check(text: str) -> Caller:
         from orchestrator.state.tokens import InvalidToken, authenticate
@@ -83,6 +88,7 @@ def token_checker(store, admin_group: str, now=None):
             record = authenticate(store, text, (now or (lambda: datetime.now(timezone.utc)))())
         except InvalidToken as exc:
             raise NotAuthenticated(str(exc)) from None
-        return caller_for_user(record.user, admin_group, admin=record.admin, via="token")
+        return caller_for_user(record.user, admin_group, admin=record.admin, via="token", token_id=record.id,
+                               token_expires=record.expires_at)
 
     return check

@@ -24,14 +24,13 @@ from drivers.inventory import HostConfig
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest, VMImage
-from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.runtime.host_admin import hosts_driver, read_on_hosts
 from orchestrator.runtime.vm_access import vm_access_from_json
-from orchestrator.service.backend import PAGE, Access, NoStore, RequestChecks, VMAccess, catalogue
+from orchestrator.service.backend import PAGE, Access, NoStore, VMAccess
 from orchestrator.service.identity import local_caller
+from orchestrator.service.models import LeaseSubmission
 from orchestrator.service.operations import LeaseService
-from orchestrator.state.cluster import check_site_can_hold
 from orchestrator.state.session import FreshCluster
 from orchestrator.state.store import Event, Store, default_store_path
 
@@ -116,23 +115,16 @@ class LocalBackend:
         me = self._caller
         return {"user": me.user, "admin": me.admin, "groups": sorted(me.groups), "via": me.via}
 
-    def request_checks(self) -> RequestChecks:
-        """The store's catalogue and hosts (read when asked; none without a store); owned by the user."""
-
-        def images():
-            return self._writing().reader().images() if self._exists() else []
-
-        def site(numnodes: int, node: Resources) -> None:
-            hosts = self._writing().reader().hosts() if self.path.exists() else []
-            check_site_can_hold([h.capacity for h in hosts], numnodes, node)
-
-        return RequestChecks(catalogue(images, "none; add one with `leasewise image add`"), site, None)
-
-    def submit(self, request: LeaseRequest) -> dict[str, Any]:
+    def submit(self, submission: LeaseSubmission) -> dict[str, Any]:
+        """The use case's submission, with a look at every host before a lease naming a catalogued image is
+        stored."""
         service = self._writing()
-        if request.image is not None and request.image.name is not None:
-            self._readable_everywhere(service, request.image)
-        return service.submit(self._caller, request)   # (the site is checked again: hosts may have gone)
+
+        def readable(request: LeaseRequest) -> None:
+            if request.image is not None and request.image.name is not None:
+                self._readable_everywhere(service, request.image)
+
+        return service.submit(self._caller, submission, check=readable)
 
     def _readable_everywhere(self, service: LeaseService, image: VMImage) -> None:
         """Refuse a lease whose catalogued image some available host cannot read, before anything is

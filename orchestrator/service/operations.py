@@ -24,6 +24,7 @@ from drivers.inventory import HostConfig
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.runtime.driver_enactor import parse_vm_name
 from orchestrator.runtime.host_admin import (
@@ -35,19 +36,25 @@ from orchestrator.runtime.host_admin import (
     refuse_taken,
     remove_host,
     run_checks,
+    run_pair_checks,
 )
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
+from orchestrator.runtime.host_watch import SILENT_HOSTS
 from orchestrator.runtime.vm_access import lease_vms
+from orchestrator.service.calendar import CalendarWindow, Copied
 from orchestrator.service.identity import Caller, NotAllowed
-from orchestrator.service.inputs import check_image_request
+from orchestrator.service.backend import catalogue
+from orchestrator.service.inputs import check_image_request, check_reachable
+from orchestrator.service.limits import SubmissionRate
+from orchestrator.service.models import LeaseSubmission
 from orchestrator.state.answers import hosts_of
-from orchestrator.state.cluster import Cluster
+from orchestrator.state.cluster import Cluster, check_site_can_hold
 from orchestrator.state.codec import image_json, migration_report_json
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
 from orchestrator.state.store import Event, Store, StoreError
-from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token
+from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token, token_state
 
 T = TypeVar("T")
 
@@ -65,13 +72,15 @@ class Refused(LeasewiseError):
 class LeaseService:
     def __init__(self, store: Store, config: Config, session: ClusterSession, clock: Clock, driver: Driver | None,
                  *, wake: Callable[[], None] = lambda: None, vms_driver: Callable[[], Driver] | None = None,
-                 one_connection: bool = False):
+                 one_connection: bool = False, submissions: SubmissionRate | None = None):
         """`store`: the writer (used under the session's lock only); `driver`: the daemon's (None: the CLI
         on its own store); `wake`: tells the daemon's loop to step now (a lease may start at once).
         Without a driver, `vms_driver` makes one for a call that looks at a lease's VMs (closed after it).
         `one_connection`: reads go through `store` too (one thread, a command of its own: opening the store
-        again would check the file again)."""
+        again would check the file again). `submissions`: each user's rate of lease submissions, for every
+        client of a server (admins are not limited; None: no limit, as on the CLI's own store)."""
         self.store = store
+        self.submissions = submissions
         self.config = config
         self.session = session
         self.clock = clock
@@ -142,8 +151,48 @@ class LeaseService:
             raise InvalidRequest("lease", f"no lease with id {lease_id}") from None
 
     # -- leases -------------------------------------------------------------------------------------------------
-    def submit(self, caller: Caller, request: LeaseRequest) -> dict[str, Any]:
-        """Admit and plan a lease for the caller; the answer of `lease submit --json`."""
+    def submit(self, caller: Caller, submission: LeaseSubmission, *, key: str | None = None,
+               check: Callable[[LeaseRequest], None] | None = None) -> dict[str, Any]:
+        """`lease submit` for every client (the API, the web form, the CLI on its own store): the caller's
+        rate of submissions taken from, the submission checked (`request_of`), `check(request)` (the CLI's
+        look at its hosts), then admitted. With an idempotency `key`, a submission the caller made with the
+        same key is answered as it was the first time, and makes no second lease."""
+        fingerprint = submission.fingerprint() if key is not None else None
+        if key is not None:
+            answered = self._answered(self.reader(), caller, key, fingerprint)
+            if answered is not None:
+                return answered
+        if self.submissions is not None and not caller.admin:
+            self.submissions.take(caller.user)
+        request = self.request_of(caller, submission)
+        if check is not None:
+            check(request)
+        return self._admit(caller, request, key, fingerprint)
+
+    def request_of(self, caller: Caller, submission: LeaseSubmission) -> LeaseRequest:
+        """The request a submission asks for, checked by the one validation every client's request goes
+        through (`lease_fields.request_from_fields`) against the catalogue and the hosts as they are."""
+        store = self.reader()
+        with store.snapshot():
+            images = store.images()
+            capacities = [h.capacity for h in store.hosts()]
+        resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
+        return request_from_fields(submission.values(), self.now(), default_user=caller.user, guest=InlineGuest(),
+                                   images=resolve, site=lambda n, node: check_site_can_hold(capacities, n, node))
+
+    @staticmethod
+    def _answered(store: Store, caller: Caller, key: str, fingerprint: str | None) -> dict[str, Any] | None:
+        """The answer given before to the caller's submission with `key`, if any."""
+        found = store.submission(caller.user, key)
+        if found is None:
+            return None
+        if found[0] != fingerprint:
+            raise InvalidRequest("Idempotency-Key", f"was used before for another submission (lease "
+                                                    f"{found[1]['id']}): give each submission a key of its own")
+        return found[1]
+
+    def _admit(self, caller: Caller, request: LeaseRequest, key: str | None, fingerprint: str | None) -> dict[str, Any]:
+        """Admit and plan a checked request for the caller; the answer of `lease submit --json`."""
         if not request.user:
             request = replace(request, user=caller.user)
         if request.user != caller.user and not caller.admin:
@@ -155,11 +204,17 @@ class LeaseService:
         request = replace(request, submit_time=now)
 
         def submit(cluster: Cluster) -> dict[str, Any]:
+            if key is not None:   # (again under the lock: the same key may come twice at once)
+                answered = self._answered(cluster.store, caller, key, fingerprint)
+                if answered is not None:
+                    return answered
             wanted = request
             if wanted.image is not None and wanted.image.name is not None:
                 wanted = replace(wanted, image=self._catalogued(wanted, cluster.store))
             answer = cluster.admit(wanted, now)
             cluster.save(now)
+            if key is not None:
+                cluster.store.record_submission(caller.user, key, fingerprint or "", answer, now)
             return answer
 
         answer = self.session.run(submit)   # (with any other submissions waiting: one commit)
@@ -341,6 +396,7 @@ class LeaseService:
         """`host add`: the capacity given, else asked of the host (off the lock); the scheduler in memory
         is rebuilt to know the new host."""
         self._admin_check(caller, "adding hosts")
+        check_reachable(config, self.config.daemon.driver)
         refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
         with self.session.open() as cluster:
@@ -354,6 +410,8 @@ class LeaseService:
                     timeout: float, source: str) -> dict[str, Any]:
         """`host import`: the new hosts of an inventory in one transaction (`source` names it in errors)."""
         self._admin_check(caller, "importing hosts")
+        for config in configs:
+            check_reachable(config, self.config.daemon.driver)
         new, _ = import_partition(self.reader(), configs, source)
         found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
         with self.session.open() as cluster:
@@ -380,15 +438,18 @@ class LeaseService:
         return {"host": host, "requeued": moved}
 
     def host_check(self, caller: Caller, host: str, timeout: float) -> dict[str, Any]:
-        """`host check`'s rows, by a connection of its own; for admins, since it reaches the host with the
-        server's credentials (its libvirt, its ssh key)."""
+        """`host check`'s rows, by a connection of its own, and the rows of every pair of hosts with it on
+        either side; for admins, since it reaches the host with the server's credentials (its libvirt, its
+        ssh key)."""
         self._admin_check(caller, "checking hosts")
         store = self.reader()
         with store.snapshot():
             record = store.host(host)
+            records = store.hosts()
             images = store.images()
-        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, self.config.daemon.driver,
-                                                                              timeout, images)}
+        driver = self.config.daemon.driver
+        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
+                "pairs": run_pair_checks(records, driver, timeout, host)}
 
     def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
         """`image add`: catalogued once every host read the file (asked off the lock); `values` are
@@ -453,6 +514,18 @@ class LeaseService:
             labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
         return pairs, hosts, labels
 
+    def calendar(self, caller: Caller, start: datetime, end: datetime) -> CalendarWindow:
+        """What the web calendar draws of [start, end): the live leases' reservations copied from the
+        scheduler in memory under its lock, the ended leases' from the store, and the hosts (drained,
+        silent). Anyone may look, as at `plan`."""
+        with self.session.read() as cluster:
+            copied = Copied.of(cluster.plan(start, end), cluster.hosts.values())
+        store = self.reader()
+        with store.snapshot():
+            ended = store.ended_leases(start, end)
+            silent = store.get_meta(SILENT_HOSTS) or {}
+        return copied.window(start, end, self.now(), ended, silent)
+
     # -- quotas (admins set them; a user may look at their own) -----------------------------------------------
     def quota_set(self, caller: Caller, subject: str, changes: dict[str, Any]) -> dict[str, Any]:
         self._admin_check(caller, "setting quotas")
@@ -492,6 +565,12 @@ class LeaseService:
                 raise NotAllowed(f"{caller.user} may list their own tokens only")
             user = caller.user
         return list_tokens(self.reader(), user, now=self.now())
+
+    def token_state(self, token_id: int) -> str:
+        """`active`, `expired`, `revoked` or `unknown`: whether a web session opened with this token goes on
+        (checked at each of its requests, so a revocation ends it at once)."""
+        record = self.reader().token(token_id)
+        return "unknown" if record is None else token_state(record, self.now())
 
     def token_revoke(self, caller: Caller, token_id: int) -> dict[str, Any]:
         with self.session.open() as cluster:

@@ -1,5 +1,6 @@
 """What `leasewise serve --check` looks at before a server is started: the store, the socket's directory
-and group, the TLS files, and every host's pre-flight checks (`runtime.host_admin.run_checks`)."""
+and group, the TLS files, every host's pre-flight checks (`runtime.host_admin.run_checks`) and every pair of
+hosts, both ways (`run_pair_checks`: a live migration's path from one to the other)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.runtime.host_admin import run_checks
+from orchestrator.runtime.host_admin import run_checks, run_pair_checks
 from orchestrator.state.store import Store
 
 #: how long each host contact may take
@@ -19,10 +20,13 @@ HOST_TIMEOUT_S = 10.0
 
 @dataclass
 class Preflight:
-    """The store's hosts, each host's failed checks (name, uri, rows), and every problem in one line each."""
+    """The store's hosts, each host's failed checks (name, uri, rows, the transport row's detail), the pairs
+    checked and those that failed, and every problem in one line each."""
 
     hosts: int = 0
-    checked: list[tuple[str, str, list[dict[str, Any]]]] = field(default_factory=list)
+    checked: list[tuple[str, str, list[dict[str, Any]], str]] = field(default_factory=list)
+    pairs: int = 0
+    failed_pairs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -46,7 +50,13 @@ def preflight(config: Config, path: Path) -> Preflight:
         if value and not os.access(value, os.R_OK):
             found.problems.append(f"serve.{name}: {value} cannot be read")
     for record in records:
-        failed = [r for r in run_checks(record, config.daemon.driver, HOST_TIMEOUT_S, images) if r["status"] == "FAIL"]
-        found.checked.append((record.name, record.config.uri, failed))
+        rows = run_checks(record, config.daemon.driver, HOST_TIMEOUT_S, images)
+        failed = [r for r in rows if r["status"] == "FAIL"]
+        transport = next((r["detail"] for r in rows if r["check"] == "transport"), "")
+        found.checked.append((record.name, record.config.uri, failed, transport))
         found.problems += [f"host {record.name}: {r['check']}" for r in failed]
+    pair_rows = run_pair_checks(records, config.daemon.driver, HOST_TIMEOUT_S)
+    found.pairs = len({(r["source"], r["destination"]) for r in pair_rows})
+    found.failed_pairs = [r for r in pair_rows if r["status"] == "FAIL"]
+    found.problems += [f"hosts {r['source']} -> {r['destination']}: {r['check']}" for r in found.failed_pairs]
     return found

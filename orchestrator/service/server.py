@@ -50,6 +50,7 @@ from orchestrator.service.connections import (
 from orchestrator.service.identity import peer_credentials
 from orchestrator.service.limits import RequestBodyLimit, SubmissionRate
 from orchestrator.service.operations import LeaseService
+from orchestrator.service.web import mount_web
 from orchestrator.state.session import SharedCluster
 from orchestrator.state.store import Store
 
@@ -201,10 +202,13 @@ class Server:
         self.session = SharedCluster(self.store, config, collector)
         self.daemon = Daemon(self.store, config, driver, self.clock, say=self.say, session=self.session,
                              collector=collector)
-        self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set)
+        # (the rate of submissions is the use case's: it holds for the API and the web form alike)
+        self.service = LeaseService(self.store, config, self.session, self.clock, driver, wake=self.daemon.wakeup.set,
+                                    submissions=SubmissionRate(config.serve.submit_burst, config.serve.submits_per_minute))
         checker = token_check(self.store) if token_check is not None else None
-        self.app = make_app(self.service, config.auth.admin_group, _locked(checker, self.session) if checker else None,
-                            SubmissionRate(config.serve.submit_burst, config.serve.submits_per_minute))
+        locked = _locked(checker, self.session) if checker else None
+        self.app = make_app(self.service, config.auth.admin_group, locked)
+        mount_web(self.app, self.service, config.auth.admin_group, locked)   # the pages, beside the API
         # (a burst of submissions makes one step: an immediate lease starts within WAKE_COALESCE_S)
         self.loop = EventLoop(self.clock, self.daemon, poll=config.daemon.poll_interval, wakeup=self.daemon.wakeup,
                               coalesce_s=WAKE_COALESCE_S)

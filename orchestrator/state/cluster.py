@@ -23,10 +23,11 @@ from orchestrator.model.quota import Holding, check_extension, check_request, ho
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
-from orchestrator.model.timeutil import UTC, iso
+from orchestrator.model.timeutil import UTC, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.drain import DrainPlan
+from orchestrator.planning.host_loss import HostLoss, hold, lose_host
 from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.answers import moved_entry, submit_answer
@@ -35,6 +36,9 @@ from orchestrator.state.groups import unix_groups
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: store meta: the hosts the daemon found lost (silent past its host_timeout), and since when; nothing is
+#: planned on them until they answer again
+DOWN_HOSTS = "down_hosts"
 
 #: every state but the final ones
 LIVE_STATES = tuple(s for s in LeaseState if s not in FINAL_STATES)
@@ -64,6 +68,9 @@ class Cluster:
         for host in hosts:
             if not host.available:   # drained: nothing may be planned there from then on
                 self.scheduler.block_host(host.name, host.unavailable_from or _EPOCH)
+        for name, since in self.down_hosts().items():   # lost: nothing planned there until it answers
+            if name in self.hosts:
+                hold(self.scheduler, name, since)
         self._seen = {l.id: len(l.history) for l in leases}
         self._planned = {l.id: _plan_of(l) for l in leases if not l.is_final}
         # lease id -> its signature when last written: as read back, nothing to write
@@ -143,6 +150,46 @@ class Cluster:
         self.store.append_event(now, "undrained", None, host=host)
         self.scheduler.schedule(now)
 
+    # -- hosts lost and back ------------------------------------------------------------------------------
+    def down_hosts(self) -> dict[str, datetime]:
+        """The hosts found lost, and since when (`DOWN_HOSTS`)."""
+        return {h: parse_time(t, f"{DOWN_HOSTS}.{h}") for h, t in (self.store.get_meta(DOWN_HOSTS) or {}).items()}
+
+    def lose_host(self, host: str, since: datetime, now: datetime, reason: str) -> HostLoss:
+        """`host` is lost (silent since `since`): its leases move off it (orchestrator/planning/host_loss.py),
+        it is held until it answers again; events say what each lease lost."""
+        loss = lose_host(self.scheduler, host, now, reason)
+        down = {h: iso(t) for h, t in self.down_hosts().items()}
+        self.store.set_meta(DOWN_HOSTS, {**down, host: iso(since)})
+        self.store.append_event(now, "host-down", None, host=host, since=iso(since), reason=reason,
+                                leases={str(item.lease_id): item.outcome for item in loss.leases})
+        config = self.hosts[host].config
+        for item in loss.leases:
+            lease = self.scheduler.leases[item.lease_id]
+            detail = item.detail
+            if item.outcome == "requeued" and lease.state is LeaseState.QUEUED:
+                detail += f"; {_disk_fate(lease, host, config.is_shared(config.vm_disk_dir))}"
+            self.store.append_event(now, "host-lost", lease.id, host=host, outcome=item.outcome, detail=detail,
+                                    lost_work_s=item.lost_work.total_seconds(), type=lease.type.value)
+        return loss
+
+    def host_back(self, host: str, now: datetime) -> timedelta:
+        """A lost host answers again: leases may be planned on it (unless it is drained); how long it was lost."""
+        down = self.down_hosts()
+        since = down.pop(host, now)
+        self.store.set_meta(DOWN_HOSTS, {h: iso(t) for h, t in down.items()})
+        record = self.hosts.get(host)
+        if record is not None and host in self.scheduler.blocks:
+            if record.available:
+                self.scheduler.undrain(host, now)
+            else:   # (drained as well: held from the drain's own time again)
+                self.scheduler.table.remove(self.scheduler.blocks.pop(host))
+                self.scheduler.block_host(host, record.unavailable_from or _EPOCH)
+        self.store.append_event(now, "host-up", None, host=host, since=iso(since),
+                                down_s=max(now - since, timedelta(0)).total_seconds())
+        self.scheduler.schedule(now)
+        return now - since
+
     def workload_id(self, lease: Lease) -> str | None:
         return self._workload_ids.get(lease.id)
 
@@ -208,6 +255,17 @@ class Cluster:
                         out.append((lease, rr))
         out.sort(key=lambda pair: (pair[1].start, pair[0].id, pair[1].id))
         return out
+
+
+def _disk_fate(lease: Lease, host: str, shared: bool) -> str:
+    """What becomes of a requeued lease's disks when it starts again after `host` was lost."""
+    if lease.request.image is None:
+        return "it has no disk of its own"
+    if lease.request.guest is not None and lease.request.guest.keep_disks and shared:
+        return "its kept disks on shared storage are used again"
+    if shared:
+        return "its disk overlays on shared storage are replaced: it starts again from its image"
+    return f"its disk overlays were on {host}'s own storage: it starts again from its image"
 
 
 def _current_parts(lease: Lease) -> list[Reservation]:

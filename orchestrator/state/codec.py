@@ -1,4 +1,5 @@
-"""A lease, a request and an event as JSON, for the HTTP API: the store's own rows, so nothing is lost.
+"""A lease and an event as JSON, for the HTTP API's answers: the store's own rows, so nothing is lost (a
+request comes in as the API's named fields: `orchestrator.service.models`).
 
 The server sends a lease exactly as the store keeps it (its row, its history, its plan's rows) and the
 client rebuilds the same `Lease` with the store's own reader, so a command prints the same thing whether
@@ -14,19 +15,16 @@ from typing import Any
 from drivers.base import MigrationReport
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.images import CatalogImage
-from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.lease import Lease
 from orchestrator.state.store.errors import StoreError
 from orchestrator.state.store.events import Event
 from orchestrator.state.store.rows import (
-    REQUEST_COLUMNS,
     decode_time,
     encode_time,
     history_rows,
-    lease_from_row,
     lease_from_rows,
     lease_row,
     plan_rows,
-    request_row,
 )
 
 
@@ -42,24 +40,6 @@ def lease_from_json(data: Mapping[str, Any]) -> Lease:
                                       {int(v): float(r) for v, r in (data.get("dirty_rates") or {}).items()})
     except (KeyError, TypeError, ValueError, StoreError) as exc:
         raise InvalidRequest("lease", f"not a lease as the server sends one ({exc})") from None
-
-
-def request_to_json(request: LeaseRequest) -> list:
-    return list(request_row(request))
-
-
-def request_from_json(data: Any) -> LeaseRequest:
-    """A request sent by a client; malformed data is one line naming `request`."""
-    columns = REQUEST_COLUMNS
-    if not isinstance(data, list) or len(data) != len(columns):
-        raise InvalidRequest("request", f"must be a list of {len(columns)} values ({', '.join(columns)})")
-    row = (0, None, *data, "pending", 0.0, "", 0, 0, 0, None, None)
-    try:
-        return lease_from_row(row).request
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidRequest("request", f"cannot be read ({exc})") from None
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"request.{exc.field}", exc.problem) from None
 
 
 def event_to_json(event: Event) -> dict[str, Any]:

@@ -19,9 +19,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from orchestrator.config import MAX_SITE_HOSTS
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
-from orchestrator.model.resources import Resources
+from orchestrator.model.resources import MAX_AMOUNT, Resources
+from orchestrator.model.timeutil import MAX_DURATION
 from orchestrator.model.workload import Workload, check_fits_site
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,17 +32,24 @@ if TYPE_CHECKING:  # pragma: no cover
 FIELDS = ("submit", "start", "duration", "realduration", "numnodes", "cpu", "memory", "disk", "image",
           "image_size")
 BEST_EFFORT_START = -1
+#: the largest time or duration a line may give, in seconds; the most VMs a lease may have
+MAX_SECONDS = MAX_DURATION.total_seconds()
 #: the prefix of an injected lease's id once merged into a trace (the trace keeps its own ids)
 INJECTED_ID = "injected-"
 
 
-def _number(token: str, name: str, where: str, *, positive: bool = False, signed: bool = False) -> float:
+def _number(token: str, name: str, where: str, *, positive: bool = False, signed: bool = False,
+            maximum: float = MAX_SECONDS) -> float:
+    """A finite number of at most `maximum` (a time or a duration in seconds, by default: so no later sum
+    or timedelta overflows)."""
     try:
         value = float(token)
     except ValueError:
         raise WorkloadError(name, f"{token!r} is not a number", where=where) from None
     if value != value or value in (float("inf"), float("-inf")):
         raise WorkloadError(name, f"{token!r} is not a finite number", where=where)
+    if abs(value) > maximum:
+        raise WorkloadError(name, f"is too large (got {token}; at most {maximum:g})", where=where)
     if positive and value <= 0:
         raise WorkloadError(name, f"must be greater than zero (got {token})", where=where)
     if value < 0 and not signed:
@@ -87,16 +96,16 @@ def parse_injected(data: bytes | str, config: "Config | None" = None, source: st
         begin = None if _is_best_effort(fields[1]) else _number(fields[1], "start", where, signed=True)
         duration = _number(fields[2], "duration", where, positive=True)
         real = _number(fields[3], "realduration", where, positive=True)
-        count = _number(fields[4], "numnodes", where, positive=True)
+        count = _number(fields[4], "numnodes", where, positive=True, maximum=MAX_SITE_HOSTS)
         if not count.is_integer():
             raise WorkloadError("numnodes", f"must be a whole number (got {fields[4]})", where=where)
-        cpu = _number(fields[5], "cpu", where, positive=True)
-        memory = _number(fields[6], "memory", where, positive=True)
-        disk = _number(fields[7], "disk", where)
+        cpu = _number(fields[5], "cpu", where, positive=True, maximum=MAX_AMOUNT / 100)
+        memory = _number(fields[6], "memory", where, positive=True, maximum=MAX_AMOUNT)
+        disk = _number(fields[7], "disk", where, maximum=MAX_AMOUNT)
         image = fields[8].strip("'\"")
         if not image:
             raise WorkloadError("image", "must not be empty", where=where)
-        image_size = _number(fields[9], "image_size", where)
+        image_size = _number(fields[9], "image_size", where, maximum=MAX_AMOUNT)
         node = Resources(cpu=cpu * 100, memory=memory, disk=disk)
         try:
             request = LeaseRequest(
@@ -111,6 +120,8 @@ def parse_injected(data: bytes | str, config: "Config | None" = None, source: st
             )
         except InvalidRequest as exc:
             raise WorkloadError(exc.field, exc.problem, where=where) from None
+        except OverflowError:   # (a time from the trace's start past the year 9998)
+            raise WorkloadError("submit", "the times of this line are past the year 9998", where=where) from None
         if hosts is not None:
             check_fits_site(request, hosts, where, fit_cache)
         requests.append((str(len(requests) + 1), request))

@@ -83,6 +83,10 @@ def _parse_xml(data: bytes | str, source: str) -> _Located:
         raise WorkloadError(f"{source}:{exc.lineno}", f"not well-formed XML ({expat.ErrorString(exc.code)})") from None
     except AssertionError:  # TreeBuilder.close() with nothing built
         raise WorkloadError(f"{source}:1", "not well-formed XML (no element found)") from None
+    except LookupError as exc:   # an encoding Python does not know (encoding="x-evil")
+        raise WorkloadError(f"{source}:1", f"not well-formed XML (an unknown encoding: {exc})") from None
+    except RecursionError:
+        raise WorkloadError(f"{source}:1", "not well-formed XML (nested too deeply)") from None
     return _Located(root, lines)
 
 

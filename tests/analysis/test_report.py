@@ -174,7 +174,7 @@ def test_nothing_enacted_is_an_empty_report():
     assert report.empty and report.summary == [] and report.overall is None
     assert json.loads(json.dumps(report.to_json())) == {"lease": None, "rows": [], "summary": {},
                                                         "unattributed": 0, "skipped": 0,
-                                                        "live_migration_fidelity": None}
+                                                        "live_migration_fidelity": None, "host_losses": []}
 
 
 def test_a_failure_logged_without_its_reservation_is_matched_to_the_plan():

@@ -217,9 +217,16 @@ def test_list_with_libvirt_says_whether_hosts_answer(cli, store_path, libvirt_co
 def test_check_with_the_simulated_driver_says_simulated(site):
     result = site("host", "check", "lab1")
     assert result.exit_code == 0, result.output
-    for check in ("connect", "versions", "domain type", "image directory", "ssh", "clock skew"):
+    for check in ("transport", "host key", "connect", "versions", "domain type", "image directory", "ssh",
+                  "clock skew"):
         assert has_row(result.stdout, check, "simulated", "simulated (simulated driver: nothing contacted)")
     assert "simulated driver: nothing to check" in result.stdout
+    # every pair with lab1 on either side, both ways
+    pairs = json.loads(site("host", "check", "lab1", "--json").stdout)["pairs"]
+    others = {p["destination"] for p in pairs if p["source"] == "lab1"}
+    assert others and others == {p["source"] for p in pairs if p["destination"] == "lab1"}
+    assert {p["check"] for p in pairs} == {"peer link", "migration port", "cpu"}
+    assert {p["status"] for p in pairs} == {"simulated"}
 
 
 def test_check_against_libvirt_test_driver(cli, tmp_path, libvirt_config):
@@ -237,11 +244,14 @@ def test_check_against_libvirt_test_driver(cli, tmp_path, libvirt_config):
     assert has_row(out, "image directory", "PASS", f"{state_dir} writable (local)")
     assert has_row(out, "ssh", "SKIP", "no ssh configured (needed to move save images between hosts)")
     assert has_row(out, "clock skew", "PASS", "local host: same clock")
-    assert "all checks passed (2 skipped)" in out
+    assert has_row(out, "transport", "SKIP", "local (test:///default): no network transport")
+    assert has_row(out, "host key", "SKIP", "local link: no SSH")
+    assert "all checks passed (4 skipped)" in out
     assert list(state_dir.iterdir()) == []   # the probe file is gone
     data = json.loads(cli("host", "check", "t1", "--json", config=libvirt_config).stdout)
-    assert data["ok"] is True and [c["status"] for c in data["checks"]] == ["PASS", "PASS", "SKIP", "PASS", "SKIP",
-                                                                            "PASS"]
+    assert data["ok"] is True and [c["status"] for c in data["checks"]] == ["SKIP", "SKIP", "PASS", "PASS", "SKIP",
+                                                                            "PASS", "SKIP", "PASS"]
+    assert data["pairs"] == []   # (one host: no pair)
 
 
 def test_check_fails_with_exit_1_when_the_image_directory_is_missing(cli, tmp_path, libvirt_config):

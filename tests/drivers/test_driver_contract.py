@@ -55,7 +55,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.base import HOST_CHECKS, Driver, MigrationProgress, VMSpec
+from drivers.base import HOST_CHECKS, PAIR_CHECKS, Driver, MigrationProgress, VMSpec
 from drivers.clock import SimulatedClock
 from drivers.errors import (
     MigrationFailed,
@@ -303,6 +303,40 @@ class DriverContract:
         t.driver.suspend(t.vm("cold"), t.state_path("cold"))
         t.driver.stop(t.vm("cold"))
         assert t.names_on(t.host_a) == {} and t.driver.locate(t.vm("cold")) is None
+
+    def test_discard_removes_a_vm_on_one_host_running_or_not(self, contract_driver: ContractTarget):
+        """What the daemon does with the VMs a lost host kept when it answers again (a saved one stands in for
+        a VM a power cut shut off: defined, not running)."""
+        t = contract_driver
+        t.driver.start(t.spec("kept"), t.host_a)
+        t.driver.start(t.spec("ran-on"), t.host_a)
+        assert t.driver.discard(t.vm("kept"), t.host_b) is False   # not there
+        t.driver.suspend(t.vm("kept"), t.state_path("kept"))
+        assert t.names_on(t.host_a) == {t.vm("kept"): "saved", t.vm("ran-on"): "running"}
+        assert t.driver.discard(t.vm("kept"), t.host_a) is True
+        assert t.driver.discard(t.vm("ran-on"), t.host_a) is True
+        assert t.names_on(t.host_a) == {} and t.driver.discard(t.vm("kept"), t.host_a) is False
+        t.driver.remove_state(t.state_path("kept"), t.host_a)
+        with pytest.raises(UnknownHost):
+            t.driver.discard(t.vm("kept"), "no-such-host")
+
+    def test_pair_check_answers_every_check_in_order(self, contract_driver: ContractTarget):
+        """A live migration's path between two hosts, both ways: it passes where the target migrates (the
+        lab: a real probe migration), its link fails where the target cannot migrate at all."""
+        t = contract_driver
+        for source, destination in ((t.host_a, t.host_b), (t.host_b, t.host_a)):
+            pair = t.driver.check_pair(source, destination, timeout_s=60)
+            assert (pair.source, pair.destination) == (source, destination)
+            assert [item.check for item in pair.items] == list(PAIR_CHECKS) and all(i.detail for i in pair.items)
+            if t.migration_unsupported:
+                assert pair.failed == ["peer link"], pair
+            else:
+                assert all(item.status in ("PASS", "simulated") for item in pair.items), pair
+        assert t.names_on(t.host_a) == {} and t.names_on(t.host_b) == {}   # (no probe guest left)
+        assert not any(i.name.startswith("leasewise-check-") for h in (t.host_a, t.host_b)
+                       for i in t.driver.list_vms(h))
+        with pytest.raises(UnknownHost):
+            t.driver.check_pair(t.host_a, "no-such-host")
 
     # -- live migration -------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from drivers.base import MigrationProgress, VMSpec
+from drivers.base import PAIR_CHECKS, MigrationProgress, VMSpec
 from drivers.clock import RealClock, SimulatedClock
 from drivers.errors import (
     HostUnreachable,
@@ -181,7 +181,10 @@ def test_host_check_is_simulated_and_a_down_host_fails_to_connect():
     up, down = driver.check_host("a"), driver.check_host("b")
     assert up.ok and {item.status for item in up.items} == {"simulated"}
     assert not down.ok and down.failed == ["connect", "versions", "domain type"]
-    assert down.items[0].detail == "simulated:///b: host b is down"
+    assert {i.check: i for i in down.items}["connect"].detail == "simulated:///b: host b is down"
+    pair = driver.check_pair("a", "b")
+    assert [i.check for i in pair.items] == list(PAIR_CHECKS) and pair.failed == ["peer link"]
+    assert {i.status for i in driver.check_pair("a", "a").items} == {"simulated"}
 
 
 def test_remove_state_forgets_the_image_on_that_host_only():

@@ -54,7 +54,7 @@ def test_vms_and_save_images_survive_a_new_driver_on_the_same_file(tmp_path):
     assert second.state_file_exists("a", "/var/save/local.save") and second.state_file_exists("b", "/var/save/local.save")
     assert second.state_file_exists("a", f"{SHARED}/shared.save")  # shared storage: every host sees it
     assert second.clock.now() == T0 + timedelta(days=1)  # the clock is the caller's, never stored
-    assert second._vms["run"].spec == first._vms["run"].spec  # the whole spec, dirty rate included
+    assert second._state.vms["run"].spec == first._state.vms["run"].spec  # the whole spec, dirty rate included
 
     # the restored state behaves like the original: resumption elsewhere, capacity, stop
     second.resume("local", "/var/save/local.save", "b")

@@ -28,11 +28,13 @@ from tests.lab.labkit import (
     LAB,
     LAB_HOSTS,
     LAB_RUN,
+    LAB_TRANSPORT,
     SHARED_DIR,
     TEST_VM_PREFIXES,
     VM_PREFIX,
     Console,
     Lab,
+    LabConnections,
     _missing,
     _run,
     hold_lab_lock,
@@ -40,7 +42,6 @@ from tests.lab.labkit import (
     import_inventory,
     import_libvirt,
     lab_down,
-    open_conn,
 )
 
 
@@ -96,20 +97,20 @@ def lab(request) -> Lab:
             _missing(f"the guest has no {GUEST_DIR / f} after deploy/guest/build", "See deploy/guest/build.")
 
     t0 = time.monotonic()
-    proc = _run([LAB, "up", "-n", str(LAB_HOSTS)], timeout=1800)
+    proc = _run([LAB, "up", "-n", str(LAB_HOSTS), "--transport", LAB_TRANSPORT], timeout=1800)
     timings["lab_up_s"] = time.monotonic() - t0
     if proc.returncode != 0:
         _missing(f"deploy/lab/lab up failed:\n{proc.stdout}{proc.stderr}", "See the message above.")
     if not INVENTORY.is_file():
         _missing(f"deploy/lab/lab up wrote no {INVENTORY}", "See deploy/lab/lab.")
-    hosts = load_inventory(INVENTORY)
-    names = [h.name for h in hosts]
-    if len(names) < 2:
-        _missing(f"the lab inventory has {len(names)} host(s)", "The lab tier needs at least two.")
-    print(f"\nlab: guest build {timings['guest_build_s']:.1f} s, lab up {timings['lab_up_s']:.1f} s, "
-          f"hosts {', '.join(names)}")
-    return Lab(inventory=INVENTORY, hosts=hosts, names=names, uris={h.name: h.uri for h in hosts},
-               run_dir=LAB_RUN, timings=timings)
+    load_inventory(INVENTORY)   # (a bad inventory fails here, naming what is wrong)
+    lab = Lab(inventory=INVENTORY, hosts=[], names=[], uris={}, run_dir=LAB_RUN, timings=timings)
+    lab.load(LAB_TRANSPORT)
+    if len(lab.names) < 2:
+        _missing(f"the lab inventory has {len(lab.names)} host(s)", "The lab tier needs at least two.")
+    print(f"\nlab: guest build {timings['guest_build_s']:.1f} s, lab up over {LAB_TRANSPORT} "
+          f"{timings['lab_up_s']:.1f} s, hosts {', '.join(lab.names)}")
+    return lab
 
 
 @pytest.fixture(scope="session")
@@ -125,14 +126,11 @@ def libvirt_mod(lab):
 
 @pytest.fixture(scope="session")
 def conns(lab, libvirt_mod):
-    """Raw libvirt connections to every lab host: how the tests look at hosts independently of the driver."""
-    opened = {name: open_conn(libvirt_mod, uri) for name, uri in lab.uris.items()}
+    """Raw libvirt connections to every lab host: how the tests look at hosts independently of the driver
+    (opened again when a module brings the lab up over another transport)."""
+    opened = LabConnections(libvirt_mod, lab)
     yield opened
-    for conn in opened.values():
-        try:
-            conn.close()
-        except Exception:
-            pass
+    opened.close()
 
 
 @pytest.fixture(scope="session")
@@ -157,10 +155,10 @@ def driver(lab):
 def _clean_lab(request, libvirt_mod, conns, lab):
     """After each lab test: no test domain left on any host, no test state file left anywhere."""
     yield
-    for conn in conns.values():
+    for name in conns:
         try:
-            domains = conn.listAllDomains(0)
-        except libvirt_mod.libvirtError:
+            domains = conns[name].listAllDomains(0)
+        except libvirt_mod.libvirtError:   # (a host that does not answer has nothing we can clean)
             continue
         for dom in domains:
             if not dom.name().startswith(TEST_VM_PREFIXES):

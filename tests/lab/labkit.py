@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,9 @@ GUEST_BUILD = REPO / "deploy" / "guest" / "build"
 GUEST_DIR = Path(os.environ.get("LEASEWISE_GUEST_DIR", "/var/lib/libvirt/images/leasewise-guest"))
 SHARED_DIR = Path("/var/lib/libvirt/images")
 LAB_HOSTS = 3
+#: the transport the lab tier brings the lab up with (CI: ssh, what a real cluster uses); the tls tests bring it
+#: up over tls for their module and back over this afterwards
+LAB_TRANSPORT = os.environ.get("LEASEWISE_LAB_TRANSPORT", "ssh")
 VM_PREFIX = "lwtest-"
 TEST_VM_PREFIXES = (VM_PREFIX, "lwct-")  # ours, and tests/drivers/test_driver_contract.py's (cleaned after each test)
 
@@ -129,14 +133,48 @@ def lab_down() -> None:
         raise RuntimeError(f"deploy/lab/lab down failed:\n{proc.stdout}{proc.stderr}")
 
 
+def lab_command(*args: str, timeout: float = 300) -> str:
+    """`deploy/lab/lab ARGS` (the session holds the lab's lock), which must succeed; its output."""
+    proc = _run([LAB, *args], timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"deploy/lab/lab {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
 @dataclass
 class Lab:
     inventory: Path
     hosts: list                       # list[drivers.inventory.HostConfig]
     names: list[str]
-    uris: dict[str, str]
+    uris: dict[str, str]              # the URI leasewise opens to each (its link_uri: key and known_hosts added)
     run_dir: Path
+    transport: str = "tcp"
     timings: dict[str, float] = field(default_factory=dict)
+    generation: int = 0               # one more each time the lab is brought up again (connections are stale)
+
+    def load(self, transport: str) -> None:
+        """Read the inventory `deploy/lab/lab up` wrote: the hosts and how they are reached."""
+        from drivers.inventory import load_inventory  # noqa: PLC0415
+        from drivers.libvirt.transport import link_uri  # noqa: PLC0415
+
+        self.hosts = load_inventory(self.inventory)
+        self.names = [h.name for h in self.hosts]
+        self.uris = {h.name: link_uri(h) for h in self.hosts}
+        self.transport = transport
+        self.generation += 1
+
+    def up(self, transport: str) -> None:
+        """The lab brought up again (replacing the one up) over `transport`."""
+        lab_command("up", "-n", str(LAB_HOSTS), "--transport", transport, timeout=1800)
+        self.load(transport)
+
+    def crash(self, name: str) -> None:
+        """Host `name` loses its power (`deploy/lab/lab crash`): its VMs and daemons are killed at once."""
+        lab_command("crash", name)
+
+    def boot(self, name: str) -> None:
+        """Host `name` comes back after a crash, empty (`deploy/lab/lab boot`)."""
+        lab_command("boot", name)
 
     def host_dir(self, name: str) -> Path:
         """Where host `name`'s private directories live in the root namespace (run/hostN)."""
@@ -156,8 +194,9 @@ class Lab:
         when it answers (it finds the VMs that ran on meanwhile)."""
         hd = self.host_dir(name)
         holder = (hd / "holder.pid").read_text().strip()
+        listen = [] if self.transport == "ssh" else ["--listen"]   # (over ssh: its socket only)
         with open(hd / "libvirtd.out", "ab") as log:
-            subprocess.run(["nsenter", "-t", holder, "-m", "-u", "-n", "libvirtd", "-d", "--listen", "-p",
+            subprocess.run(["nsenter", "-t", holder, "-m", "-u", "-n", "libvirtd", "-d", *listen, "-p",
                             str(hd / "libvirtd.pid")], stdout=log, stderr=log, check=True, timeout=60)
         deadline = time.monotonic() + 60
         while True:
@@ -170,11 +209,57 @@ class Lab:
 
     def private_path(self, name: str, path: str) -> Path:
         """The root namespace's view of `path` as host `name` sees it (only for its private binds)."""
-        binds = {"/var/lib/libvirt/qemu": "qemu", "/run/libvirt": "run", "/var/log/libvirt": "log"}
+        binds = {"/var/lib/libvirt/qemu": "qemu", "/run/libvirt": "run", "/var/log/libvirt": "log",
+                 "/etc/libvirt": "etc"}
         for inside, sub in binds.items():
             if path == inside or path.startswith(inside + "/"):
                 return self.host_dir(name) / sub / path[len(inside):].lstrip("/")
         raise ValueError(f"{path} is not private to a lab host")
+
+
+class LabConnections(Mapping):
+    """host name -> a raw libvirt connection to it (how the tests look at hosts without the driver), opened
+    on first use and opened again once the lab was brought up again (`Lab.up`)."""
+
+    def __init__(self, libvirt, lab: Lab):
+        self._libvirt = libvirt
+        self._lab = lab
+        self._opened: dict[str, object] = {}
+        self._generation = lab.generation
+
+    def _fresh(self) -> None:
+        if self._generation != self._lab.generation:
+            self.close()
+            self._generation = self._lab.generation
+
+    def __getitem__(self, name: str):
+        self._fresh()
+        conn = self._opened.get(name)
+        if conn is not None:
+            try:
+                alive = conn.isAlive()
+            except self._libvirt.libvirtError:
+                alive = False
+            if not alive:   # (its host's libvirtd was restarted, or the host crashed and was booted)
+                self._opened.pop(name)
+                conn = None
+        if conn is None:
+            conn = self._opened[name] = open_conn(self._libvirt, self._lab.uris[name])
+        return conn
+
+    def __iter__(self):
+        return iter(self._lab.names)
+
+    def __len__(self) -> int:
+        return len(self._lab.names)
+
+    def close(self) -> None:
+        for conn in self._opened.values():
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._opened = {}
 
 
 def guest_spec(name: str, mib: int = 64, pps: int = 0, memory_mib: int = GUEST_MEMORY_MIB, lease_id=None):
@@ -270,7 +355,11 @@ def domain_state(libvirt, conn, name: str) -> str | None:
 def remove_lease_domains(libvirt, conns) -> None:
     """Destroy and undefine every leasewise VM (lw-*) on the lab hosts: a test leaves nothing behind."""
     for conn in conns.values():
-        for dom in conn.listAllDomains(0):
+        try:
+            domains = conn.listAllDomains(0)
+        except libvirt.libvirtError:   # (a host that does not answer)
+            continue
+        for dom in domains:
             if dom.name().startswith("lw-"):
                 if dom.isActive():
                     dom.destroy()
@@ -293,6 +382,26 @@ def leasewise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, f"leasewise {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def imported_site(lab, tmp_path: Path) -> list[str]:
+    """A fresh store with every lab host imported (1 vCPU, 1 GiB each) and the lab daemon's config: the
+    --state and --config options for every command."""
+    state, config = tmp_path / "state.sqlite", tmp_path / "leasewise.toml"
+    daemon_config(config)
+    common = ["--state", str(state), "--config", str(config)]
+    leasewise("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "1024", *common, timeout=120)
+    return common
+
+
+def host_check(common: list[str], host: str) -> tuple[int, dict]:
+    """`leasewise host check HOST --json`: its exit code (0, or 1 when a check failed) and what it printed."""
+    import json  # noqa: PLC0415
+
+    done = subprocess.run([*CLI, "host", "check", host, "--json", *common], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    return done.returncode, json.loads(done.stdout)
 
 
 @dataclass

@@ -21,11 +21,15 @@ def _ssh(host, command: str, *extra: str) -> subprocess.CompletedProcess:
 
 
 def test_inventory_describes_the_lab(lab):
+    from drivers.libvirt.transport import parse_link
+
     assert len(lab.hosts) >= 2
     for n, host in enumerate(lab.hosts, start=1):
         ip = f"10.77.0.{10 + n}"
         assert host.name == f"lab{n}"
-        assert host.uri == f"qemu+tcp://{ip}/system"
+        link, peer = parse_link(host.uri), parse_link(host.peer_uri or host.uri)
+        assert (link.host, peer.host) == (ip, ip)
+        assert {"ssh": "libssh2", "tls": "tls", "tcp": "tcp"}[lab.transport] == link.transport == peer.transport
         assert host.domain_type == "qemu"
         assert host.ssh == f"root@{ip}"
         assert host.migration_uri == f"tcp://{ip}"

@@ -1,5 +1,7 @@
 """tests/drivers/test_driver_contract.py's driver contract, run against a LibvirtDriver on the real lab (as that
-module's docstring describes), including the live-migration cases the in-process test hypervisor cannot run.
+module's docstring describes), including the live-migration cases the in-process test hypervisor cannot run:
+over the lab tier's transport, ssh (qemu+libssh2 as `leasewise`, peer-to-peer migrations host to host over
+it); tests/lab/test_tls_lab.py runs its core over qemu+tls.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def written_waiter(uris: dict[str, str]):
 
 
 @pytest.mark.lab
-class TestLabContract(DriverContract):
+class TestTransportSshContract(DriverContract):
     @pytest.fixture
     def contract_driver(self, lab_inventory_path, lab):
         CONTRACT_STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,7 @@ class TestLabContract(DriverContract):
             make_spec=lab_guest, new_host=spare,
             # a guest stopped before its ACPI button driver loaded ignores the button: destroyed after 5 s
             graceful_timeout=5, slow_bandwidth_mib_s=16, slow_timeout_s=3,
-            wait_until_written=written_waiter({h.name: h.uri for h in hosts}),
+            wait_until_written=written_waiter(dict(lab.uris)),
         )
         yield target
         target.cleanup()

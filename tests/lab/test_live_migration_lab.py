@@ -1,6 +1,8 @@
 """The daemon on real libvirt hosts evacuates a best-effort VM live for an advance reservation: the VM moves
 to the free host (seen through libvirt), keeps running throughout (never saved), the AR starts on time,
-and `leasewise report` puts the predicted migration next to the measured one."""
+and `leasewise report` puts the predicted migration next to the measured one. Over the lab's ssh transport
+the migration is peer to peer, host to host: the destination's sshd let the source host's libvirtd in with
+that host's own key."""
 
 from __future__ import annotations
 
@@ -32,14 +34,26 @@ def states(libvirt_mod, conns, vm: str) -> dict[str, str]:
     return out
 
 
+def peer_logins(lab, source: str, destination: str) -> int:
+    """How many times `destination`'s sshd let `source`'s libvirtd in as leasewise, with `source`'s peer key."""
+    listed = subprocess.run(["ssh-keygen", "-lf", str(lab.host_dir(source) / "etc" / "leasewise" / "id_ed25519.pub")],
+                            capture_output=True, text=True, check=True).stdout.split()[1]
+    ip = next(h.uri for h in lab.hosts if h.name == source).split("@")[1].split("/")[0]
+    log = (lab.host_dir(destination) / "sshd.log").read_text()
+    return sum(1 for line in log.splitlines()
+               if f"Accepted publickey for leasewise from {ip} " in line and line.endswith(listed))
+
+
 @pytest.mark.lab
-def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, libvirt_mod, tmp_path):
+def test_transport_daemon_live_migrates_a_best_effort_vm_peer_to_peer_out_of_an_ars_way(lab, conns, libvirt_mod,
+                                                                                          tmp_path):
     # 256 MiB at 64 MiB/s (libvirt's limit too): 4 s, planned 5 s
     site = evacuation_site(lab, tmp_path, bandwidth_mib_s=64.0, margin="20s", dirtier_mib=16)
     first, second, small, state, common, guest = (site.first, site.second, site.small, site.state, site.common,
                                                   site.guest)
     cli("lease", "submit", "--nodes", "1", "--cpus", "1", "--memory", "256", "--duration", "100s",
         "--preemptible", *guest, *common)
+    peers_before = peer_logins(lab, first, small) if lab.transport == "ssh" else 0
     daemon = subprocess.Popen([*CLI, "run", "--until-idle", *common], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     samples: list[tuple[float, dict[str, str]]] = []
@@ -93,6 +107,8 @@ def test_daemon_live_migrates_a_best_effort_vm_out_of_an_ars_way(lab, conns, lib
     migrated = [e["detail"] for e in shown["events"] if e["kind"] == "enacted"
                 and e["detail"].get("operation") == "migrate"]
     assert len(migrated) == 1 and (migrated[0]["src"], migrated[0]["dst"]) == (first, small)
+    if lab.transport == "ssh":   # peer to peer: the source's libvirtd logged in on the destination itself
+        assert peer_logins(lab, first, small) > peers_before
     operations = [e["detail"].get("operation") for e in shown["events"] if e["kind"] == "enacted"]
     assert "suspend" not in operations and "resume" not in operations
     report = json.loads((lambda p: (cli("report", "--lease", "1", "--json", str(p), *common), p.read_text())[1])(

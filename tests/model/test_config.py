@@ -329,7 +329,7 @@ def test_toml_syntax_error_gives_file_and_line(tmp_path):
 
 
 def test_missing_file_is_one_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the configuration file \(No such file or directory\)$"):
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read the configuration file \(no such file\)$"):
         load_config(tmp_path / "nope.toml")
 
 

@@ -1,6 +1,7 @@
 """Hosts that stop answering for a while (a libvirtd restarted, a network cut): operations on them wait,
 leases on them are given up only after `[daemon] host_timeout`, and what they still run is stopped once they
-answer again. The simulated driver's `host_down_at`/`host_up_at` make the outage; the VMs on the host run on
+answer again; a host silent past the timeout is lost (tests/runtime/test_power_loss.py has the hosts that lose
+their power). The simulated driver's `host_down_at`/`host_up_at` make the outage; the VMs on the host run on
 through it, as QEMU does when libvirtd goes away."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from datetime import timedelta
 import pytest
 
 from orchestrator.model.lease import LeaseType
-from orchestrator.runtime.daemon import SILENT_HOSTS, Daemon
+from orchestrator.runtime.daemon import Daemon
+from orchestrator.runtime.host_watch import SILENT_HOSTS
 from orchestrator.state.store import Store
 from tests.runtime.test_daemon import config, driver_for, leases, make_store, request, submit
 from tests.support.times import T0
@@ -70,36 +72,52 @@ def test_a_start_on_a_silent_host_waits_for_it_and_the_lease_runs(tmp_path):
 
 
 def test_a_start_whose_host_stays_silent_past_host_timeout_fails_its_lease(tmp_path):
+    """An advance reservation cannot be kept when a host it runs on is lost: it fails (its owner is told by
+    its `ended` notice), the VM it did start elsewhere is stopped."""
     path, cfg = make_store(tmp_path, n=2), config(host_timeout="3m")
     lease = submit(path, cfg, request(LeaseType.ADVANCE_RESERVATION, 30, nodes=2, start=T0 + 5 * MIN))
     driver = driver_for(path, None, host_down_at={"host2": T0 + 4 * MIN})
     steps(path, cfg, driver, 0, 5, 6, 7)
     assert leases(path)[lease]["state"] == "active"        # 2 minutes: still waiting
-    steps(path, cfg, driver, 8, 9)
+    notes = steps(path, cfg, driver, 8, 9)
+    assert any("host host2 has not answered for 3 min (lost)" in n for n in notes), notes
     with Store.open(path) as store:
         states = [e.detail for e in store.events(lease_id=lease) if e.kind == "state"]
-        failures = [e.detail for e in store.events(lease_id=lease) if e.kind == "enactment-failed"]
-    assert [(f["operation"], f["host"]) for f in failures] == [("start", "host2")]   # one row in `report`
+        lost = [e.detail for e in store.events(lease_id=lease) if e.kind == "host-lost"]
+        assert store.get_meta("down_hosts") == {"host2": "2026-01-01T13:05:00Z"}
+    assert [(d["host"], d["outcome"], d["type"]) for d in lost] == [("host2", "failed", "advance-reservation")]
     assert leases(path)[lease]["state"] == "failed"
-    assert "host host2 is down" in states[-1]["reason"] and "(no answer for " in states[-1]["reason"], states[-1]
+    assert "host host2 has not answered for 3 min" in states[-1]["reason"], states[-1]
     assert names(driver, "host1") == []                      # the VM that did start is stopped
 
 
-def test_a_lease_on_a_host_silent_past_host_timeout_is_given_up_and_its_vm_stopped_when_it_answers(tmp_path):
+def test_a_lease_on_a_host_silent_past_host_timeout_is_requeued_and_runs_once_when_it_answers(tmp_path):
+    """A best-effort lease on a host lost (silent past the timeout) is requeued: its VM on the other host is
+    killed, nothing is planned on the lost host until it answers; the VM that ran on there meanwhile (a host
+    cut off, not powered off) is stopped then, and the lease starts again: one copy of each VM."""
     path, cfg = make_store(tmp_path, n=2), config(host_timeout="5m")
     lease = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, nodes=2))
     driver = driver_for(path, None, host_down_at={"host2": T0 + 10 * MIN}, host_up_at={"host2": T0 + 30 * MIN})
     steps(path, cfg, driver, 0, 10, 14)
     assert leases(path)[lease]["state"] == "active"        # silent for 4 minutes: the lease waits
     notes = steps(path, cfg, driver, 15, 16)
-    assert any(f"lease {lease}: host host2 has not answered for 5 min" in n for n in notes), notes
-    assert leases(path)[lease]["state"] == "failed"
+    assert any("host host2 has not answered for 5 min (lost)" in n for n in notes), notes
+    assert leases(path)[lease]["state"] == "queued"         # both hosts needed: it waits for host2
     assert names(driver, "host1") == []
-    notes = steps(path, cfg, driver, 30)
-    assert names(driver, "host2") == []                      # stopped the moment host2 answers
-    assert any("host host2 answers again" in n for n in notes), notes
     with Store.open(path) as store:
-        assert store.unreleased_leases() == [] and store.unfinished_operations() == []
+        (lost,) = [e.detail for e in store.events(lease_id=lease) if e.kind == "host-lost"]
+    assert lost["outcome"] == "requeued" and lost["lost_work_s"] == 15 * 60   # (its run until given up)
+    assert "starts again from its image" in lost["detail"] and "no disk of its own" in lost["detail"]
+    notes = steps(path, cfg, driver, 30, 31)
+    assert any("host host2 answers again" in n for n in notes), notes
+    assert any(f"lease {lease}: discarded lw-{lease}-1, which host2 kept (running)" in n for n in notes), notes
+    assert leases(path)[lease]["state"] == "active"
+    assert names(driver, "host1") == [f"lw-{lease}-0"] and names(driver, "host2") == [f"lw-{lease}-1"]
+    with Store.open(path) as store:
+        assert store.get_meta("down_hosts") == {} and store.unfinished_operations() == []
+        starts = [e.detail["host"] for e in store.events(lease_id=lease) if e.kind == "enacted"
+                  and e.detail["operation"] == "start"]
+    assert sorted(starts) == ["host1", "host1", "host2", "host2"]   # twice each: before the loss, after it
 
 
 def test_a_vm_running_for_a_queued_lease_is_stopped_as_a_stray(tmp_path):

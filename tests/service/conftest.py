@@ -24,14 +24,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from drivers.inventory import HostConfig
-from orchestrator.config import ClientConfig, Config, DaemonConfig, ServeConfig, config_from_dict
+from orchestrator.config import Config, config_from_dict
 from orchestrator.service.client import Client
 from orchestrator.service.server import Server
 from orchestrator.state.store import Store
@@ -198,3 +197,21 @@ def running(tmp_path, unix_users) -> Iterator[Running]:
         yield served
     finally:
         served.stop()
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on (now)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """(certificate, key) for 127.0.0.1, made with openssl, valid for a day."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key

@@ -23,7 +23,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -31,8 +30,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.cli.leasefile import request_from_fields
-from orchestrator.model.timeutil import UTC
+from orchestrator.service.models import submission_of
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.service.limits import RateLimited, SubmissionRate
 from tests.service.conftest import GROUP, as_user, make_store, self_signed_certificate, start_server
@@ -397,8 +395,7 @@ def test_running_out_of_files_is_one_line_without_a_traceback(alone, many_files)
 
 # -- submissions ------------------------------------------------------------------------------------------
 def _request(user: str):
-    return request_from_fields({"cpus": 1, "memory": 256, "duration": "10m", "user": user},
-                               datetime.now(UTC).replace(microsecond=0))
+    return submission_of({"cpus": 1, "memory": 256, "duration": "10m", "user": user})
 
 
 def test_a_user_submitting_too_fast_is_told_when_to_try_again(tmp_path, unix_users):
@@ -433,7 +430,7 @@ def test_a_user_submitting_too_fast_is_told_when_to_try_again(tmp_path, unix_use
         # raw HTTP: 429 with Retry-After
         def raw() -> tuple[int, str | None, dict]:
             with httpx.Client(transport=httpx.HTTPTransport(uds=str(served.socket)), base_url="http://x") as http:
-                response = http.post("/v1/leases", json={"request": []})
+                response = http.post("/v1/leases", json={"cpus": 1, "memory": 256, "duration": "5m"})
                 return response.status_code, response.headers.get("retry-after"), response.json()
         status, retry_after, body = as_user("lwalice", raw)
         assert status == 429 and 40 <= int(retry_after) <= 60 and body["error"]["code"] == 75, (status, body)

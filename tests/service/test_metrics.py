@@ -4,13 +4,11 @@ its route's template and status, in buckets that tell the API's latency targets 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.cli.leasefile import request_from_fields
-from orchestrator.model.timeutil import UTC
+from orchestrator.service.models import submission_of
 from orchestrator.service.client import RemoteError
 
 
@@ -34,8 +32,7 @@ def _count(samples, method: str, route: str, status: str) -> float:
 def test_each_request_is_timed_under_its_route_and_status(running):
     before = _samples(running)
     with running.client() as client:
-        now = datetime.now(UTC).replace(microsecond=0)
-        ids = [client.submit(request_from_fields({"cpus": 1, "memory": 512, "duration": "10m"}, now))["id"]
+        ids = [client.submit(submission_of({"cpus": 1, "memory": 512, "duration": "10m"}))["id"]
                for _ in range(3)]
         for lease_id in ids[:2]:
             client.cancel(lease_id)

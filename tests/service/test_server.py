@@ -12,8 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.cli.leasefile import request_from_fields
+from orchestrator.service.models import submission_of
 from orchestrator.model.timeutil import UTC
+from orchestrator.model.errors import InvalidRequest
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.state.store import Store
 from tests.service.conftest import ADMINS, as_user, start_server
@@ -23,7 +24,7 @@ from datetime import datetime
 
 def _request(user: str, **extra):
     fields = {"cpus": 1, "memory": 512, "duration": "30m", "user": user, **extra}
-    return request_from_fields(fields, datetime.now(UTC).replace(microsecond=0))
+    return submission_of(fields)
 
 
 def _submit_as(running, user: str, **extra) -> dict:
@@ -99,9 +100,12 @@ def test_a_user_may_not_submit_for_another_or_boot_a_path(running, unix_users):
 
 def test_bad_input_through_the_api_is_one_line_and_exit_2(running):
     client = running.client()
-    with pytest.raises(RemoteError) as caught:
+    with pytest.raises(InvalidRequest) as caught:
+        client.post("/v1/leases", {"cpus": 1, "memory": 512, "duration": "99:99:99"})
+    assert caught.value.exit_code == 2 and str(caught.value).startswith("duration: '99:99:99' is not a duration")
+    with pytest.raises(InvalidRequest) as caught:   # (the old positional form is gone)
         client.post("/v1/leases", {"request": ["x"]})
-    assert caught.value.exit_code == 2 and caught.value.args[0].startswith("request:")
+    assert caught.value.exit_code == 2 and str(caught.value).startswith("cpus: is required")
     with pytest.raises(RemoteError) as caught:
         client.extend(99, "10m")
     assert caught.value.exit_code == 2 and "no lease with id 99" in str(caught.value)
@@ -197,9 +201,13 @@ def test_the_cli_answers_the_same_through_the_server(running):
     assert submitted.exit_code == 0 and "accepted" in submitted.output
 
 
-def test_a_server_that_is_not_there_is_exit_75(tmp_path):
-    result = _cli("lease", "list", "--server", f"unix:{tmp_path}/nothing.sock")
-    assert result.exit_code == 75 and "no server answers there" in result.output
+def test_a_server_that_is_not_there_is_exit_1_after_wait(tmp_path):
+    """A refused connection is tried again for --wait seconds (a restart), then is a permanent error."""
+    began = time.monotonic()
+    result = _cli("lease", "list", "--server", f"unix:{tmp_path}/nothing.sock", "--wait", "1")
+    assert result.exit_code == 1 and "no server answers there (tried for 1 s, --wait)" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert 1.0 <= time.monotonic() - began < 5
 
 
 def test_run_refuses_a_store_the_server_enacts(running):

@@ -4,14 +4,13 @@ set and enforced through the server."""
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.cli.leasefile import request_from_fields
-from orchestrator.model.timeutil import UTC
+from orchestrator.service.models import submission_of
 from orchestrator.service.client import Client, RemoteError
 from tests.service.conftest import ADMINS, as_user, self_signed_certificate, start_server
 from tests.support.times import MovableClock
@@ -43,8 +42,7 @@ def tls_server(tmp_path, unix_users):
 
 
 def _request(**fields):
-    return request_from_fields({"cpus": 1, "memory": 512, "duration": "30m", **fields},
-                               datetime.now(UTC).replace(microsecond=0), default_user="")   # (the caller's)
+    return submission_of({"cpus": 1, "memory": 512, "duration": "30m", **fields})   # (the caller's)
 
 
 def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
@@ -61,8 +59,10 @@ def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
         with pytest.raises(RemoteError) as caught, Client(tls_server.https, token=token, ca=tls_server.cert) as remote:
             remote.whoami()
         assert caught.value.exit_code == 4
-    with pytest.raises(RemoteError), Client(tls_server.https, token=made["token"]) as remote:
+    with pytest.raises(RemoteError) as caught, Client(tls_server.https, token=made["token"]) as remote:
         remote.whoami()
+    # (a certificate that fails verification: permanent, exit 1, naming the cause; never "try again")
+    assert caught.value.exit_code == 1 and "certificate failed verification" in str(caught.value)
     # the store keeps no token in clear
     import sqlite3
 

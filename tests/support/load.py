@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from drivers.inventory import HostConfig
-from orchestrator.cli.leasefile import request_from_fields
+from orchestrator.service.models import submission_of
 from orchestrator.model.timeutil import UTC, iso
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.state.store import Store
@@ -158,7 +158,7 @@ def _request(rng: random.Random):
         fields["start"] = "now"
     elif shape < 0.6:
         fields["start"] = iso(now + timedelta(minutes=rng.randint(1, 10)))
-    return request_from_fields(fields, now)
+    return submission_of(fields)
 
 
 def _burst(url: str, clients: int, result: LoadResult) -> None:

@@ -354,7 +354,7 @@ def test_format_is_sniffed_for_unknown_extensions(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(WorkloadError, match=r"x\.lwf: cannot read the workload file \(No such file or directory\)$"):
+    with pytest.raises(WorkloadError, match=r"x\.lwf: cannot read the workload file \(no such file\)$"):
         load_workload(tmp_path / "x.lwf")
 
 

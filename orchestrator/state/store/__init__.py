@@ -8,7 +8,7 @@ quotas and API tokens.
   transactions and snapshots;
 - `schema`: the tables, as migrations (`MIGRATIONS`, `SCHEMA_VERSION`, `apply_migrations`);
 - `rows`: a lease, its request, history and plan as rows and back (also their form on the wire);
-- one repository per aggregate: `hosts`, `images`, `leases`, `dirty_rates`, `quotas`, `tokens`, `notices`,
+- one repository per aggregate: `hosts`, `images`, `leases`, `dirty_rates`, `quotas`, `tokens`, `submissions` (idempotency keys), `notices`,
   `operations` (the intent log), `events` (the event log), `meta` (values by key and the id counters);
 - `errors`: `StoreError`, `StoreCorrupt`, `StoreBusy`.
 
@@ -37,6 +37,7 @@ from orchestrator.state.store.rows import (
     request_row,
     reservation_detail,
 )
+from orchestrator.state.store.submissions import SubmissionRepository
 from orchestrator.state.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, Migration, apply_migrations
 from orchestrator.state.store.tokens import TokenRecord, TokenRepository
 
@@ -49,6 +50,6 @@ __all__ = [
 
 
 class Store(MetaRepository, HostRepository, ImageRepository, LeaseRepository, DirtyRateRepository,
-            NoticeRepository, QuotaRepository, TokenRepository, OperationLog, EventLog):
+            NoticeRepository, QuotaRepository, TokenRepository, SubmissionRepository, OperationLog, EventLog):
     """One process's connection to the state database, with every table's queries. Not thread-safe: one
     Store per thread. Opened with `Store.open(path)`; a context manager that closes it."""

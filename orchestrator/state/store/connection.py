@@ -61,13 +61,42 @@ def default_store_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "leasewise" / "state.sqlite"
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _own_regular(fd: int, path: Path) -> os.stat_result:
+    """The file open on `fd`, refused unless it is a regular file; a file that is not an SQLite database
+    (and not empty: a new one) is refused before anything changes it."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "not a file")
+        raise StoreError(f"{path}: is {kind}, not a state database")
+    if info.st_size > 0 and os.pread(fd, len(SQLITE_HEADER), 0) != SQLITE_HEADER:
+        raise StoreError(f"{path}: is not an SQLite database (not a leasewise state database); nothing was changed")
+    return info
+
+
+def _tighten(fd: int, path: Path, info: os.stat_result) -> None:
+    """Mode 0600 on a file this process's user owns (another's file is left as it is: it is theirs)."""
+    mode = stat.S_IMODE(info.st_mode)
+    if mode == FILE_MODE or info.st_uid != os.geteuid():
+        return
+    if mode & 0o077:
+        log.warning("%s: mode was %o, set to 600", path, mode)
+    os.fchmod(fd, FILE_MODE)
+
+
 def _tighten_modes(path: Path, *, wal_only: bool = False) -> None:
-    """Mode 0600 on the database and its WAL files (only the WAL files: `wal_only`), by path (never
-    opening them)."""
+    """Mode 0600 on the database and its WAL files (only the WAL files: `wal_only`), by path, never opening
+    them (closing a descriptor would drop the POSIX locks SQLite holds in this process), and only on a
+    regular file of this user's (`lstat`: a symbolic link there is left alone, not followed)."""
     wal = (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
     for file in wal if wal_only else (path, *wal):
         try:
-            if stat.S_IMODE(file.stat().st_mode) != FILE_MODE:
+            info = os.lstat(file)
+            if (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                    and stat.S_IMODE(info.st_mode) != FILE_MODE):
                 os.chmod(file, FILE_MODE)
         except FileNotFoundError:
             pass
@@ -76,19 +105,23 @@ def _tighten_modes(path: Path, *, wal_only: bool = False) -> None:
 
 
 def _secure_file(path: Path) -> None:
-    """Create `path` with mode 0600 before SQLite touches it; tighten an existing file (and its WAL files)."""
+    """Create `path` with mode 0600 before SQLite touches it; an existing one must be a regular file holding
+    an SQLite database (or nothing) before anything is changed, and is tightened to 0600 when it is this
+    user's (its WAL files too)."""
     if not path.parent.exists():
         os.makedirs(path.parent, mode=DIR_MODE, exist_ok=True)
+    flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except IsADirectoryError:
+        raise StoreError(f"{path}: is a directory, not a state database") from None
     except OSError as exc:
         raise StoreError(f"{path}: cannot open the state database ({exc.strerror or exc})") from None
     try:
-        mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        if mode != FILE_MODE:
-            if mode & 0o077:
-                log.warning("%s: mode was %o, set to 600", path, mode)
-            os.fchmod(fd, FILE_MODE)
+        _tighten(fd, path, _own_regular(fd, path))
     except OSError as exc:
         raise StoreError(f"{path}: cannot set mode 600 on the state database ({exc.strerror or exc})") from None
     finally:

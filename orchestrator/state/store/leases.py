@@ -219,6 +219,14 @@ class LeaseRepository(StoreConnection):
         with self._read() as conn:
             return conn.execute(query, params).fetchone()[0]
 
+    def ended_leases(self, after: datetime, before: datetime) -> list[Lease]:
+        """Final leases that ran and ended after `after`, having started before `before`: the past of a
+        window of the plan, found by the end-time index (a long history is not read)."""
+        final = [s.value for s in FINAL_STATES]
+        where = (f"WHERE end_time > ? AND state IN ({', '.join('?' * len(final))}) "
+                 "AND start_time IS NOT NULL AND start_time < ?")
+        return self._load_leases(where, (encode_time(after), *final, encode_time(before)))
+
     def lease_states(self, ids: Iterable[int]) -> dict[int, tuple[LeaseState, bool]]:
         """id -> (state, released) of these leases (those the store has), without loading them whole."""
         ids = sorted(set(ids))

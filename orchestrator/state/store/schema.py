@@ -214,10 +214,29 @@ _V8 = (
     "CREATE INDEX leases_end_time ON leases (end_time)",
 )
 
+_V9 = (
+    # lease submissions' idempotency keys: a retried submission is answered with the lease it made
+    """CREATE TABLE submissions (
+        user TEXT NOT NULL,
+        key TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,                        -- sha256 of the submission as sent
+        lease_id INTEGER NOT NULL REFERENCES leases (id) ON DELETE CASCADE,
+        answer TEXT NOT NULL,                             -- JSON: the answer the first attempt got
+        made_at TEXT NOT NULL,
+        PRIMARY KEY (user, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX submissions_made_at ON submissions (made_at)",
+)
+
+_V10 = (
+    # how the other hosts' libvirtd reach a host for a peer-to-peer migration (the inventory's peer_uri)
+    "ALTER TABLE hosts ADD COLUMN peer_uri TEXT",
+)
+
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

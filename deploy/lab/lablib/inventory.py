@@ -1,0 +1,39 @@
+"""run/inventory.toml: the leasewise host inventory of the lab that is up, for its transport."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common import RUN, SHARED_IMAGES, STATE_DIR, VM_BRIDGE, host_ip, host_name
+from .transports import HEAD_KEY, HEAD_KNOWN_HOSTS, inventory_uri, peer_uri
+
+INVENTORY = RUN / "inventory.toml"
+
+
+def write_inventory(count: int, transport: str) -> Path:
+    """Each host's libvirt link and peer link over `transport`; leasewise's own SSH (root, the lab key, the
+    lab's known_hosts, which also pins the libvirt link over ssh); its storage and VM bridge."""
+    out = ["# leasewise host inventory of the local lab, written by deploy/lab/lab up", "",
+           f"# transport: {transport}", ""]
+    for n in range(1, count + 1):
+        values: dict[str, object] = {
+            "name": host_name(n),
+            "uri": inventory_uri(n, transport),
+            "peer_uri": peer_uri(n, transport),
+            "domain_type": "qemu",
+            "ssh": f"root@{host_ip(n)}",
+            "ssh_key": str(HEAD_KEY),
+            "known_hosts": str(HEAD_KNOWN_HOSTS),
+            "migration_uri": f"tcp://{host_ip(n)}",
+            "state_dir": STATE_DIR,
+            "shared_storage": [str(SHARED_IMAGES)],
+            "network": VM_BRIDGE,
+            "network_type": "bridge",
+        }
+        out.append("[[host]]")
+        # (a JSON string or list of strings is valid TOML)
+        out += [f"{key} = {json.dumps(value)}" for key, value in values.items() if value is not None]
+        out.append("")
+    INVENTORY.write_text("\n".join(out))
+    return INVENTORY
