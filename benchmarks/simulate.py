@@ -2,7 +2,7 @@
 1,000 hosts, and an HPC-class trace (122,055 jobs of 32-1,024 one-CPU VMs on 1,024 nodes) through the CLI.
 
 Run: `python benchmarks/simulate.py [--only kth|kth-cli|synthetic|hpc-cli] [--leases N] [--profile]`
-(`LEASEWISE_PURE_PYTHON=1` in front: the scheduler from its Python sources instead of compiled).
+(the compiled core must be built: `python3 setup.py build_ext --inplace` in a checkout).
 Prints wall and CPU seconds, leases per second and peak RSS per run. Each run is a process of its own
 (in-process runs in a forked child, CLI runs as `leasewise simulate ... --json OUT --quiet`), so the peak
 RSS is that run's own; a CLI run's figures cover the whole process (start-up, parsing, writing --json),
@@ -170,11 +170,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print a cProfile summary per run")
     args = parser.parse_args()
     kinds = [args.only] if args.only else ["kth", "kth-cli", "synthetic", "hpc-cli"]
-    import orchestrator.planning.lease_scheduler  # noqa: F401  (so that `in_use` can tell)
     from orchestrator import compiled
-    from orchestrator.planning.slottable import choice
-    print(f"scheduler: {'compiled (mypyc)' if compiled.in_use() else 'Python sources'}; slot-table core: "
-          f"{'compiled (Cython)' if choice.DEFAULT_CORE is not choice.REFERENCE else 'Python reference'}")
+    print(f"leasewise: {compiled.describe()}")
     rows = []
     for kind in kinds:
         if kind in ("kth", "synthetic"):

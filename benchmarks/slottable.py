@@ -1,6 +1,6 @@
 """Slot-table micro-benchmark: per-operation mean time as the table grows.
 
-    python benchmarks/slottable.py [--seed N] [--rounds N] [--ops N] [--core compiled|reference]
+    python benchmarks/slottable.py [--seed N] [--rounds N] [--ops N]
 
 Builds tables of 1k, 10k and 100k reservations on 100 and 1,000 hosts. The plan is realistic rather than
 uniform: every host (8 vCPU, 32 GiB) runs four "lanes" of back-to-back VMs of 1-2 vCPU and 1-4 GiB lasting
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.model.reservations import Reservation, ReservationKind  # noqa: E402
 from orchestrator.model.resources import Resources  # noqa: E402
 from orchestrator.model.timeutil import UTC  # noqa: E402
-from orchestrator.planning.slottable.choice import CORES, DEFAULT_CORE, Core  # noqa: E402
+from orchestrator import compiled  # noqa: E402
 from orchestrator.planning.slottable.table import SlotTable  # noqa: E402
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -61,10 +61,9 @@ def minutes(m: float) -> timedelta:
     return timedelta(minutes=m)
 
 
-def build(n_reservations: int, n_hosts: int, rng: random.Random,
-          core: Core | None = None) -> tuple[SlotTable, list[str], datetime]:
+def build(n_reservations: int, n_hosts: int, rng: random.Random) -> tuple[SlotTable, list[str], datetime]:
     hosts = [f"node{i:04d}" for i in range(n_hosts)]
-    table = SlotTable({h: HOST_CAPACITY for h in hosts}, core=core)
+    table = SlotTable({h: HOST_CAPACITY for h in hosts})
     cursors = {(h, lane): EPOCH + minutes(rng.uniform(0, 60)) for h in hosts for lane in range(LANES)}
     lanes = list(cursors)
     horizon = EPOCH
@@ -163,12 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--rounds", type=int, default=5, help="rounds per figure (the fastest is shown)")
     parser.add_argument("--ops", type=int, default=3000, help="calls per round")
-    parser.add_argument("--core", choices=sorted(CORES), default=None,
-                        help="the slot table's core (default: the compiled one where it was built)")
     args = parser.parse_args(argv)
-    core = CORES[args.core] if args.core else DEFAULT_CORE
-    if core is None:
-        parser.error(f"--core: the {args.core} core was not built (pip install builds it with a C compiler)")
     console = Console(width=150)
     started = time.perf_counter()
 
@@ -178,15 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         for n in SIZES:
             rng = random.Random(f"{args.seed}/{n}/{n_hosts}")
             t0 = time.perf_counter()
-            table, hosts, horizon = build(n, n_hosts, rng, core)
+            table, hosts, horizon = build(n, n_hosts, rng)
             builds[(n, n_hosts)] = time.perf_counter() - t0
             assert len(table) == n and table.overcommitted() == [], "the generated plan must be valid"
             results[(n, n_hosts)] = measure(table, hosts, horizon, rng, args.rounds, min(args.ops, n))
             console.print(f"  measured {n:>7,} reservations on {n_hosts:>5,} hosts "
                           f"(built in {builds[(n, n_hosts)]:.2f} s)", style="dim")
 
-    name = next(name for name, c in CORES.items() if c is core)
-    out = Table(title=f"SlotTable ({name} core): mean µs per call (fastest of rounds)")
+    out = Table(title=f"SlotTable ({compiled.describe()}): mean µs per call (fastest of rounds)")
     out.add_column("reservations", justify="right")
     out.add_column("hosts", justify="right")
     out.add_column("per host", justify="right")

@@ -5,9 +5,9 @@
 #     (the web pages' browser tests)
 #   * the project itself: pip install -e '.[test,libvirt,sweep]' from this repository's root (sweep: Ray;
 #     test: pytest, hypothesis, import-linter, aiosmtpd: the SMTP server the notice tests run, selenium,
-#     ruff and mypy: the lab program's lint and type check), which builds
-#     the compiled slot-table timeline (Cython, fetched by pip; gcc and the Python headers from Debian) and
-#     the scheduler's hot path compiled from its sources by mypyc (mypy, fetched by pip: orchestrator/compiled.py)
+#     ruff and mypy: the lab program's lint and type check), which compiles the slot table's core
+#     (orchestrator/compiled.py: core.pyx) with Cython (fetched by pip; gcc and the Python headers from
+#     Debian): a build that fails ends this script with pip's error
 #   * /dev/kvm owned by group kvm, mode 660 (otherwise libvirt re-probes QEMU on every domain start)
 #   * the lab guest (deploy/guest/build: cached, downloads nothing once built)
 #   * the VM image debian12 (deploy/images/build: cached the same way; its first build takes about 2 minutes)
@@ -35,7 +35,7 @@ PACKAGES=(
     qemu-system-x86 qemu-utils
     openssh-server openssh-client
     cpio busybox-static gcc libc6-dev
-    python3-dev    # Python.h: pip install compiles the slot table's timeline (orchestrator/planning/slottable/ctimeline.pyx)
+    python3-dev    # Python.h: pip install compiles the core of orchestrator/compiled.py (Cython)
     mmdebstrap e2fsprogs
     iproute2 util-linux procps
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
@@ -80,26 +80,25 @@ for mod in ("libvirt", "pytest", "hypothesis", "typer", "rich", "tenacity", "par
             "fastapi", "uvicorn", "httpx", "jinja2", "selenium", "pydantic", "cryptography", "schemathesis",
             "ruff", "mypy"):
     importlib.import_module(mod)
-for pkg in ("orchestrator", "drivers", "orchestrator.planning.slottable.ctimeline"):
+for pkg in ("orchestrator", "drivers"):
     path = pathlib.Path(importlib.import_module(pkg).__file__).resolve()
     if root not in path.parents:
         sys.exit(1)
-source = root / "orchestrator/planning/slottable/ctimeline.pyx"
-if path.stat().st_mtime < source.stat().st_mtime:   # (built from an older source: build again)
-    sys.exit(1)
-import orchestrator.compiled as compiled   # (the scheduler compiled by mypyc: built, from these sources)
-if compiled.built(compiled.MODULES[0], root) is None or compiled.stale_modules(root):
+import orchestrator.compiled as compiled   # (the core built, from these sources: else build)
+if compiled.problem(root) is not None:
     sys.exit(1)
 EOF
 ); then
     say "pip install -e '.[test,libvirt,sweep]' in $ROOT"
-    (cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt,sweep]' 2>&1 \
-        | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true)
+    if ! out=$(cd "$ROOT" && "$PY" -m pip install -q --disable-pip-version-check -e '.[test,libvirt,sweep]' 2>&1); then
+        printf '%s\n' "$out" | grep -v -e "Running pip as the 'root' user" | tail -40 >&2
+        die "pip install failed (its last lines above): the compiled core (orchestrator/compiled.py) must build"
+    fi
+    printf '%s\n' "$out" | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" \
+        -e '^$' || true
     (cd / && "$PY" -c "import libvirt, pytest, ray, orchestrator, drivers") || die "pip install did not give importable packages"
-    (cd / && "$PY" -c "import orchestrator.planning.slottable.ctimeline") \
-        || die "pip install did not build the compiled slot-table timeline (needs gcc and Python.h)"
-    (cd / && "$PY" -c "import orchestrator.compiled as c, orchestrator.planning.lease_scheduler; assert c.in_use()") \
-        || die "pip install did not build the compiled scheduler (mypyc: mypy, fetched by pip, and gcc)"
+    (cd / && "$PY" -c "import orchestrator.compiled as c; c.check()") \
+        || die "pip install did not build the compiled core of orchestrator/compiled.py (Cython, gcc, Python.h)"
 fi
 
 if [[ $BUILD_GUEST == 1 ]]; then

@@ -7,8 +7,11 @@
 #   bash examples/demo.sh            (LEASEWISE_DEMO_STATE=path keeps the store somewhere else)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v -e "Running pip as the 'root' user" \
-    -e "is ignored: it is neither a file nor a directory" || true
+if ! out=$(python3 -m pip install -q --disable-pip-version-check -e . 2>&1); then
+    printf '%s\n' "$out" | tail -40 >&2
+    echo "demo: pip install failed (its last lines above)" >&2
+    exit 1
+fi
 
 state=${LEASEWISE_DEMO_STATE:-$(mktemp -d)/leasewise-demo.sqlite}
 lw() { leasewise "$@" --state "$state"; }

@@ -17,7 +17,7 @@ TIME on (or from when the last lease that cannot leave ends); the daemon enacts 
 undrain NAME` makes it available again.
 
 `host remove --drain` requeues the best-effort leases planned on the host (not started yet) through the
-scheduler (`LeaseScheduler._requeue`: there is no public requeue), then re-plans them on the other hosts.
+scheduler (`LeaseScheduler.requeue`), then re-plans them on the other hosts.
 It refuses, naming them, leases with VMs or memory images on the host (drain it first) and advance
 reservations / immediate leases planned there (their start is fixed: cancel them first).
 

@@ -33,7 +33,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.text import printable
 from orchestrator.model.timeutil import iso, parse_duration
-from orchestrator.service.backend import Event
+from orchestrator.service.backend import MAX_PAGE, PAGE, Event
 from orchestrator.service.views import hosts_of, lease_summary, lease_window, plan_json, plan_rows, request_json
 
 lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
@@ -176,10 +176,14 @@ def list_leases(
     opts: StoreOptions,
     state_filter: list[str] | None = typer.Option(None, "--status", metavar="S",
                                                   help="Only leases in this state (repeatable; 'live' = not final)"),
-    user: str | None = typer.Option(None, "--user", metavar="U", help="Only leases of this user"),
+    user: str | None = typer.Option(None, "--user", metavar="U", help="Leases of this user (default: yours)"),
+    everyone: bool = typer.Option(False, "--all", help="Every page of everyone's leases (of --user's with --user)"),
+    after: int | None = typer.Option(None, "--after", metavar="ID", min=0, help="The page after this lease id"),
+    limit: int = typer.Option(PAGE, "--limit", metavar="N", min=1, max=MAX_PAGE, help="Leases a page holds"),
     json_out: bool = typer.Option(False, "--json", help="Print JSON"),
 ) -> None:
-    """Leases in the store: id, name, type, state, nodes (count × vCPUs / memory), start, end, hosts."""
+    """Your leases, a page at a time (--all: everyone's, every page): id, name, type, state, nodes (count ×
+    vCPUs / memory), start, end, hosts."""
     states: list[str] | None = None
     if state_filter:
         states = []
@@ -193,8 +197,12 @@ def list_leases(
             except ValueError:
                 raise fail(f"--status: {s!r} is not a lease state (one of live, "
                            f"{', '.join(x.value for x in LeaseState)})") from None
+    following = None
     with opts.backend() as backend:
-        leases = backend.leases(states, user)
+        if everyone:
+            leases = backend.leases(states, user, everyone=True)
+        else:
+            leases, following = backend.lease_page(states, user, False, after, limit)
     rows = [lease_summary(lease) for lease in leases]
     if json_out:
         emit_json(rows)
@@ -217,6 +225,8 @@ def list_leases(
     full = cells(compact=False)
     print_table(console, columns, full if fits(console, columns, full, title=title) else cells(compact=True),
                 title=title)
+    if following is not None:
+        console.print(f"more: lease list --after {following}", markup=False)
 
 
 @lease_app.command("show")

@@ -10,10 +10,12 @@ exactly the driver's code, and the workload files go as objects, so a worker nee
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from pathlib import Path
 from types import TracebackType
+from collections.abc import MutableMapping
 from typing import Any
 
 from orchestrator.experiments.task import simulate_run
@@ -28,15 +30,21 @@ class EngineError(LeasewiseError):
     """Ray is missing or could not be started or reached."""
 
 
+#: where Ray looks for a cluster's token when RAY_AUTH_MODE=token, after RAY_AUTH_TOKEN and RAY_AUTH_TOKEN_PATH
+DEFAULT_TOKEN_FILE = Path("~/.ray/auth_token")
+TOKEN_HELP = ("give the cluster's token as Ray reads it: RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=FILE (or "
+              "RAY_AUTH_TOKEN=TOKEN, or the token in ~/.ray/auth_token); see docs/ray-cluster.md")
+
+
 class RunFailed(Exception):
     """A run raised (or its worker died RETRIES + 1 times); the message is the cause, on one line."""
 
 
 def require_ray() -> None:
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        raise EngineError(f"sweep needs Ray, which is not installed: {SWEEP_INSTALL_HINT}") from None
+    """Refuse at once when Ray is not installed (without importing it: Ray reads its authentication
+    settings from the environment as it is imported, and `RayEngine` settles them first)."""
+    if importlib.util.find_spec("ray") is None:
+        raise EngineError(f"sweep needs Ray, which is not installed: {SWEEP_INSTALL_HINT}")
 
 
 def _code_paths() -> list[str]:
@@ -61,6 +69,8 @@ class RayEngine:
 
     def __enter__(self) -> "RayEngine":
         require_ray()
+        if self.address is not None:
+            use_token_at_hand(os.environ)
         import ray
 
         # A sweep has no business reporting usage to Ray's servers (and a lab often has no route there).
@@ -75,7 +85,13 @@ class RayEngine:
                 context = ray.init(address="local", num_cpus=self.workers or os.cpu_count() or 1,
                                    include_dashboard=self.dashboard, **options)
             else:
+                refused = token_refused(self.address)
+                if refused is not None:
+                    raise EngineError(f"--address: Ray at {self.address} refused the connection: {refused}; "
+                                      f"{TOKEN_HELP}")
                 context = ray.init(address=self.address, **options)
+        except EngineError:
+            raise
         except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
             where = f"--address: cannot reach Ray at {self.address}" if self.address else "cannot start Ray"
             raise EngineError(f"{where} ({_one_line(exc)})") from None
@@ -83,7 +99,7 @@ class RayEngine:
         self.dashboard_url = getattr(context, "dashboard_url", None) or None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.slots = self.workers or max(cpus, 1)
-        self._task = ray.remote(num_cpus=1, max_retries=RETRIES)(simulate_run)
+        self._task = ray.remote(num_cpus=1, max_retries=RETRIES)(simulate_on_node)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
@@ -115,6 +131,45 @@ class RayEngine:
             raise RunFailed(_one_line(cause) if cause is not None else _one_line(exc)) from None
         except RayError as exc:
             raise RunFailed(_one_line(exc)) from None
+
+
+def simulate_on_node(*args: Any) -> dict[str, Any]:
+    """A run as a Ray task: `simulate_run`, and the Ray node it ran on (the results record it)."""
+    import ray
+
+    outcome = simulate_run(*args)
+    outcome["node"] = ray.get_runtime_context().get_node_id()
+    return outcome
+
+
+def use_token_at_hand(environ: MutableMapping[str, str]) -> None:
+    """Token authentication for a cluster, as `ray start` turns it on: when RAY_AUTH_MODE does not say, and
+    a token is at hand where Ray reads one (a cluster that does not check tokens accepts one all the same)."""
+    if "RAY_AUTH_MODE" in environ:
+        return
+    if (environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
+            or DEFAULT_TOKEN_FILE.expanduser().is_file()):
+        environ["RAY_AUTH_MODE"] = "token"
+
+
+def token_refused(address: str) -> str | None:
+    """Ray's own answer (its GCS client's, which comes at once), when the cluster at a `host:port` address
+    refuses this process's token or its lack of one; None otherwise, and for other addresses (`auto`,
+    `ray://`) or a Ray without that client."""
+    if "://" in address or ":" not in address:
+        return None
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:
+        return None
+    try:
+        GcsClient(address=address)
+    except AuthenticationError as exc:
+        return _one_line(exc).split(". ")[0]
+    except Exception:  # (unreachable, or another Ray: `ray.init` says what it says)
+        return None
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

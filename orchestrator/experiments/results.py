@@ -1,6 +1,7 @@
 """A sweep's results folder: a file per finished run, a log of what happened, and the table.
 
-    OUT/runs/<run>.json      one per finished run: its columns, its metrics, which session ran it
+    OUT/runs/<run>.json      one per finished run: its columns, its metrics, which session ran it and on
+                             which Ray node
     OUT/leases/<run>.json    with --leases: the run's `simulate --json` document
     OUT/log.jsonl            one line per run started, done or failed, with the session
     OUT/results.csv          a row per finished run: every column of the sweep, then every metric
@@ -78,9 +79,10 @@ class ResultsDir:
         if "simulation" in outcome:
             write_whole(self.leases / f"{run.id}.json", json.dumps(outcome["simulation"], indent=1) + "\n")
         record = {"run": run.id, "row": run.row(), "metrics": outcome["metrics"], "session": session,
-                  "finished": iso(datetime.now(UTC)), "seconds": round(seconds, 3)}
+                  "finished": iso(datetime.now(UTC)), "seconds": round(seconds, 3), "node": outcome.get("node")}
         write_whole(self.runs / f"{run.id}.json", json.dumps(record, indent=1) + "\n")
-        self._log({"event": "done", "run": run.id, "session": session, "seconds": round(seconds, 3)})
+        self._log({"event": "done", "run": run.id, "session": session, "seconds": round(seconds, 3),
+                   "node": outcome.get("node")})
         return record
 
     def log_unlogged(self, finished: dict[str, dict[str, Any]]) -> None:

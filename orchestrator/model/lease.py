@@ -230,6 +230,20 @@ class Lease:
                 break
         return out[::-1]
 
+    def image_hosts(self) -> dict[int, str]:
+        """Where each VM's memory image is while the lease is suspended (vnode -> host): on the hosts of
+        its last VM reservation, as moved by the image transfers done since (transfers done for a
+        resumption that was then re-planned stay after the suspension whose images they moved)."""
+        last = self.last_vm
+        if last is None:
+            return {}
+        hosts = dict(last.nodes)
+        for part in last.post:
+            if part.state is ReservationState.DONE:
+                for vnode, (_, destination) in part.transfers.items():
+                    hosts[vnode] = destination
+        return hosts
+
     @property
     def running_vm(self) -> "Reservation | None":
         """The VM reservation whose VMs run now, if any."""

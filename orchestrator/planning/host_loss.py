@@ -60,32 +60,32 @@ def lose_host(scheduler: LeaseScheduler, host: str, at: datetime, reason: str) -
             continue
         if lease.type is LeaseType.BEST_EFFORT and lease.state is not S.SUSPENDING:
             lost = _work_done(lease, at) if lease.state in _RUNNING else ZERO
-            scheduler._requeue(lease, at)
+            scheduler.requeue(lease, at)
             said = (f"{reason}: requeued; it starts again from its image" if lost or lease.state is S.QUEUED
                     else f"{reason}: requeued with its memory image")
             losses.append(LeaseLoss(lease.id, "requeued", said, lost))
         elif lease.state is S.SCHEDULED:
-            scheduler._drop_plan(lease, at)
+            scheduler.drop_plan(lease, at)
             later.append(lease)
         else:
             lost = _work_done(lease, at) if lease.state in _RUNNING else ZERO
             said = f"{reason}: its VMs there are gone"
-            scheduler._fail(lease, said, at)
+            scheduler.fail(lease, said, at)
             losses.append(LeaseLoss(lease.id, "failed", said, lost))
     hold(scheduler, host, at)
     nexttime = at + scheduler.config.non_schedulable_interval
     for lease in later:
         try:
-            scheduler._schedule_lease(lease, nexttime, at)
+            scheduler.place(lease, nexttime, at)
         except NotSchedulable as exc:
             said = f"{reason}: it fits on no other host ({exc})"
-            scheduler._fail(lease, said, at)
+            scheduler.fail(lease, said, at)
             losses.append(LeaseLoss(lease.id, "failed", said))
             continue
         vm = lease.last_vm
         where = ", ".join(vm.hosts) if vm is not None else "?"
         losses.append(LeaseLoss(lease.id, "re-planned", f"{reason}: re-planned on {where}"))
-    scheduler._queue_dirty = True
+    # (the queue is looked at again: the plans taken off the table told the scheduler, `table.listen`)
     return HostLoss(host, at, losses)
 
 

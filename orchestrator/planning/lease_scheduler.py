@@ -8,19 +8,18 @@ leases are requeued and resumed later, possibly on other hosts (their memory ima
 When a lease ends early or is cancelled, the best-effort leases planned in the future are re-planned so
 the freed capacity is used.
 
-Events (a reservation starting or ending, a VM ending early) come from one heap; `process_events(now)`
-handles every event due at `now`; `next_event_time()` says when the next one is due. The clock that
-drives it (simulated or real) is the caller's.
+Events (a reservation starting or ending, a VM ending early: `events.PlanEvents`) are handled by
+`process_events(now)`; `next_event_time()` says when the next one is due. The clock that drives it
+(simulated or real) is the caller's. Around it: `queue` (the best-effort queue and a pass's failure memo),
+`victims` (how preempted leases give way), `drain` (emptying a host), `corrections` (what the hosts report
+back: failed operations, early ends, lost or moved VMs, longer leases); they ask the scheduler through
+`planner.Planner`.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import heapq
 import logging
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from orchestrator.config import SchedulingConfig
@@ -36,10 +35,9 @@ from orchestrator.model.reservations import (
     ReservationKind,
     ReservationState,
 )
-from orchestrator.model.resources import Resources, fits
+from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import FOREVER, ZERO, ceil_time, end_of, iso, parse_time
-from orchestrator.model.tolerance import EPSILON
+from orchestrator.model.timeutil import FOREVER, ZERO
 from orchestrator.planning.enactment import (
     EnactmentError,
     Enactor,
@@ -47,18 +45,20 @@ from orchestrator.planning.enactment import (
     Operation,
     operations_of,
 )
+from orchestrator.planning.drain import DrainPlan, plan_drain
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
-from orchestrator.planning.mapper import Mapper, Mapping
+from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
+from orchestrator.planning import corrections
+from orchestrator.planning.corrections import enactment_error
+from orchestrator.planning.events import EARLY_END, END, PlanEvents
+from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
+from orchestrator.planning.slottable.core import HostTimeline
+from orchestrator.planning.victims import evacuation_instead_of_suspension, hold, preempt
 from orchestrator.planning.vm_scheduler import VMScheduler
 
 log = logging.getLogger(__name__)
-
-# event phases at one instant: early ends, then ends, then the starts that free hosts (shutdown,
-# suspension: their VMs must be gone before others start there), then every other start
-_PREMATURE, _END, _START_FREEING, _START = 0, 1, 2, 3
-_FREEING = (ReservationKind.SHUTDOWN, ReservationKind.SUSPEND)
 
 
 class LeaseScheduler:
@@ -76,13 +76,19 @@ class LeaseScheduler:
                                             self.vm.may_suspend)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
-        self.queue: list[Lease] = []
-        self._queue_keys: list[tuple] = []
-        self._events: list[tuple] = []
-        self._seq = 0
+        self.queue = LeaseQueue()
+        self.events = PlanEvents(table)
         self._next_id = 1
-        self._misfit_cache: dict[tuple, str | None] = {}
+        #: what the scheduler remembers of the table, forgotten as the table tells of a change (`listen`):
+        #: whether capacity was freed (or hosts changed) since the last pass over the queue
         self._queue_dirty = False
+        table.listen(self)
+        #: what lets a pass over the queue see a change other than a reservation removed (see
+        #: `_process_queue`): the next schedulable time of the last pass, when it moves with time; and
+        #: whether a suspended lease whose images may move waits there
+        self._queue_time: datetime | None = None
+        self._queue_waits_on_time = config.non_schedulable_interval > ZERO
+        self._queue_resumes = False
         #: drained hosts: host -> the reservation that holds all of it from the drain on
         self.blocks: dict[str, Reservation] = {}
         #: migrations: VMs live-migrated; image_migrations: rounds of suspended memory images moved cold
@@ -93,16 +99,16 @@ class LeaseScheduler:
         self.finished: list[Lease] | None = None
 
     # -- leases -------------------------------------------------------------------------------------------
-    def _touch(self, lease: Lease) -> None:
+    def touch(self, lease: Lease) -> None:
         """Note a change to the lease that the slot table does not see (a reservation's state, a longer
         request), for a store that writes back only the leases that changed."""
         changed = self.table.changed_leases
         if changed is not None:
             changed.add(lease.id)
 
-    def _set_state(self, lease: Lease, target: S, at: datetime) -> None:
+    def set_state(self, lease: Lease, target: S, at: datetime) -> None:
         lease.set_state(target, at)
-        self._touch(lease)
+        self.touch(lease)
 
     def lease(self, lease_id: int) -> Lease:
         try:
@@ -119,47 +125,31 @@ class LeaseScheduler:
         self._next_id = max(self._next_id, lease_id + 1)
         lease = Lease(id=lease_id, request=request)
         lease.history.append((now, S.NEW))
-        self._touch(lease)
+        self.touch(lease)
         self.leases[lease.id] = lease
-        reason = self.admission.reject_reason(lease) or self._site_misfit(lease)
+        reason = self.admission.reject_reason(lease) or self.table.misfit(lease.request.nodes)
         if reason:
             self._reject(lease, reason, now)
         else:
-            self._set_state(lease, S.PENDING, now)
+            self.set_state(lease, S.PENDING, now)
             self.pending.append(lease)
         return lease
 
-    def _site_misfit(self, lease: Lease) -> str | None:
-        """A lease that could not run even on an empty site is rejected now rather than queued forever."""
-        key = lease.request.nodes
-        if key not in self._misfit_cache:
-            self._misfit_cache[key] = self._site_misfit_uncached(lease)
-        return self._misfit_cache[key]
+    # -- what the slot table tells (`table.TableListener`) ------------------------------------------------
+    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
+        if not added:   # (capacity freed: a lease that did not fit may fit now)
+            self._queue_dirty = True
 
-    def _site_misfit_uncached(self, lease: Lease) -> str | None:
-        caps = [self.table.capacity(h) for h in self.table.hosts]
-        largest = self.table.largest_capacity()
-        for i, node in enumerate(lease.request.nodes):
-            for field in ("cpu", "memory", "disk", "net_in", "net_out"):
-                if getattr(node, field) > getattr(largest, field) + EPSILON:
-                    return (f"nodes[{i}].{field}: {getattr(node, field):g} is more than any host has "
-                            f"({getattr(largest, field):g})")
-        placed = 0
-        for cap in caps:
-            free = cap
-            for node in lease.request.nodes[placed:]:
-                if not fits(Resources(), node, free):
-                    break
-                free = Resources(*(f - n for f, n in zip(free, node)))
-                placed += 1
-            if placed == lease.numnodes:
-                return None
-        return f"nodes: {lease.numnodes} nodes do not fit on the site even when it is empty"
+    def hosts_added(self, timelines: list[HostTimeline]) -> None:
+        self._queue_dirty = True
+
+    def host_removed(self, name: str) -> None:
+        self._queue_dirty = True
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
-        self._set_state(lease, S.REJECTED, now)
-        self._ended(lease)
+        self.set_state(lease, S.REJECTED, now)
+        self.ended(lease)
         log.info("lease %s rejected: %s", lease.id, reason)
 
     # -- scheduling ---------------------------------------------------------------------------------------
@@ -176,45 +166,49 @@ class LeaseScheduler:
             for lease in pending:
                 if lease.type is kind:
                     try:
-                        self._schedule_lease(lease, nexttime, now)
+                        self.place(lease, nexttime, now)
                     except NotSchedulable as exc:
                         self._reject(lease, str(exc), now)
         for lease in pending:
             if lease.type is LeaseType.BEST_EFFORT:
-                self._set_state(lease, S.QUEUED, now)
-                self._enqueue(lease)
+                self.set_state(lease, S.QUEUED, now)
+                self.enqueue(lease)
         self._process_queue(nexttime, now)
 
-    def _forget_future(self, lease: Lease) -> None:
+    def forget_future(self, lease: Lease) -> None:
         """The lease no longer counts against the backfilling budget (it started, ended or was dropped)."""
         if lease.id in self.vm.future_leases:
             self.vm.future_leases.discard(lease.id)
             self._queue_dirty = True
 
-    def _enqueue(self, lease: Lease) -> None:
+    def enqueue(self, lease: Lease) -> None:
         self._queue_dirty = True
-        key = (lease.submit_time, lease.id)
-        i = bisect.bisect(self._queue_keys, key)
-        self._queue_keys.insert(i, key)
-        self.queue.insert(i, lease)
+        self.queue.add(lease)
+
 
     def _process_queue(self, nexttime: datetime, now: datetime) -> None:
         """One pass over the queue in submit order. Skipped when nothing changed since the last pass:
         with no reservation removed (none ended, was cut or dropped) every host's usage is the same or
-        higher at every future instant, so every lease that did not fit then does not fit now."""
-        if not self.queue or not self._queue_dirty:
+        higher at every future instant, so every lease that did not fit then does not fit now. Not so
+        with a non-schedulable interval (a lease's first chance then moves on with time: a new time is a
+        change), nor for a suspended lease whose images may move (whether its transfers end in time
+        depends on where it would resume, so more usage elsewhere may let it in: never skipped)."""
+        if not self.queue:
             return
-        queue, keys = self.queue, self._queue_keys
-        self.queue, self._queue_keys = [], []
-        kept: list[Lease] = []
-        kept_keys: list[tuple] = []
+        if not (self._queue_dirty or self._queue_resumes
+                or (self._queue_waits_on_time and nexttime != self._queue_time)):
+            return
+        self._queue_time = nexttime
+        queue = self.queue.take()
+        kept: list[Entry] = []
         stop = False
-        memo = _FailureMemo(self.vm.shortest_run)
+        memo = FailureMemo(self.vm.shortest_run)
         full = None
         room: dict[Resources, float] = {}   # nodes of a size that fit now, added up (until a lease is placed)
         only_now = not self.vm.can_schedule_in_future()
         strict_fcfs = self.config.max_in_future == 0   # (backfilling off: stop at the first lease kept)
-        for i, lease in enumerate(queue):
+        for i, entry in enumerate(queue):
+            lease = entry[2]
             if only_now and not stop:
                 if full is None:
                     full = self._site_full(nexttime)
@@ -223,7 +217,6 @@ class LeaseScheduler:
                 stop = full
             if stop:
                 kept += queue[i:]
-                kept_keys += keys[i:]
                 break
             if only_now:
                 node = lease.request.uniform
@@ -241,51 +234,48 @@ class LeaseScheduler:
                         ruled_out = True
                         memo.record(lease, Unschedulable.INSTANT)
                 if ruled_out:
-                    kept.append(lease)
-                    kept_keys.append(keys[i])
+                    kept.append(entry)
                     stop = strict_fcfs
                     continue
             try:
-                self._schedule_lease(lease, nexttime, now)
+                self.place(lease, nexttime, now)
                 full = None
             except NotSchedulable as exc:
-                kept.append(lease)
-                kept_keys.append(keys[i])
+                kept.append(entry)
                 memo.record(lease, exc.kind)
                 stop = strict_fcfs
             only_now = not self.vm.can_schedule_in_future()
-        if self.queue:   # (leases requeued during the pass: merge in submit order)
-            for lease in kept:
-                self._enqueue(lease)
-        else:            # (kept is a subsequence of the queue: still in order)
-            self.queue, self._queue_keys = kept, kept_keys
+        self.queue.put_back(kept)
         self._queue_dirty = False
+        self._queue_resumes = self.config.migration == "yes" and any(
+            lease.state is S.SUSPENDED_QUEUED for lease in self.queue)
 
     def _site_full(self, t: datetime) -> bool:
         """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""
         return self.mapper.site_full(t)
 
-    def _schedule_lease(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
+    def place(self, lease: Lease, nexttime: datetime, now: datetime) -> None:
         """Plan `lease`, preempt what must give way, and commit its reservations (or raise NotSchedulable)."""
         resuming = lease.state is S.SUSPENDED_QUEUED
-        at = nexttime
+        earliest = None   # (the first try: from the estimate of the image transfers)
         for _ in range(8):
-            placement = self.vm.schedule(lease, at)
+            placement = self.vm.schedule(lease, nexttime, earliest)
             migrations = []
             if resuming and self.config.migration != "no":
                 migrations = self.vm.plan_migration(lease, placement.vm, nexttime)
                 if migrations and migrations[-1].end > placement.vm.first_start:
-                    at = migrations[-1].end  # transfers take longer than estimated: look again later
+                    # the transfers take longer than estimated: look again from their end
+                    earliest = migrations[-1].end
                     continue
             break
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
         vm = placement.vm
-        continuation = self._evacuation_instead_of_suspension(lease, vm, nexttime)
+        continuation = evacuation_instead_of_suspension(self, lease, vm, nexttime)
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
         for victim in placement.victims:
-            self._unplan(victim)
+            self.unplan(victim)
         vm.pre = migrations + vm.pre
         for rr in vm.pre + vm.post:
             rr.vm = vm
@@ -295,52 +285,28 @@ class LeaseScheduler:
         self._set_premature_end(lease)
         for planned in lease.open_vms():
             for rr in planned.all_parts():
-                self._commit(rr)
+                self.commit(rr)
         needed = set(vm.resources)
+        # while one victim gives way (an evacuation may move it onto other hosts), the others still hold
+        # what they have until they give way: their plans, cut at the new lease's start on its hosts
+        holds = {victim.id: hold(self, victim, vm.start, needed) for victim in placement.victims}
         for victim in placement.victims:
-            self._preempt(victim, vm.start, needed, now)
+            for rr in holds.pop(victim.id):
+                self.table.remove(rr)
+            preempt(self, victim, vm.start, needed, now)
         if placement.in_future:
             self.vm.future_leases.add(lease.id)
         if resuming:
-            self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
+            self.set_state(lease, S.SUSPENDED_SCHEDULED, now)
         else:
-            self._set_state(lease, S.SCHEDULED, now)
+            self.set_state(lease, S.SCHEDULED, now)
         if log.isEnabledFor(logging.DEBUG):   # (vm.hosts sorts: not for a message nobody reads)
             log.debug("lease %s scheduled %s-%s on %s", lease.id, vm.start, vm.end, vm.hosts)
-
-    def _evacuation_instead_of_suspension(self, lease: Lease, vm: Reservation,
-                                          nexttime: datetime) -> Reservation | None:
-        """With `migrate-first`, a placement that must leave some of its hosts before the lease is done
-        (`vm` planned to be suspended there) moves those VMs live to hosts free until its end instead,
-        when the pre-copy model says the move fits in time: `vm` is cut at the switch-over, and the
-        continuation (its live migration before it, its shutdown after) is returned. None otherwise, and
-        `vm` keeps its suspension."""
-        if self.config.preemption_mode != "migrate-first" or not vm.is_suspending:
-            return None
-        needed_by = vm.final_end
-        node = lease.request.uniform
-        # (a lookup first: usually the site has no room then for even one of the VMs that must move)
-        room = None if node is None else self.table.room_total(node, needed_by, in_passing=True)
-        if room == 0:
-            return None
-        end = vm.start + lease.remaining + self.vm.overheads.shutdown_time(lease)
-        avoid = {host for host, amount in vm.resources.items()
-                 if not self.table.fits(host, amount, needed_by, end)}
-        if not avoid or (room is not None and room < sum(host in avoid for host in vm.nodes.values())):
-            return None
-        # (the planner changes `vm` only when it finds an evacuation)
-        evacuation = self.evacuation.plan(lease, vm, needed_by, avoid, nexttime)
-        if evacuation is None:
-            return None
-        log.info("lease %s: live migration %s-%s planned instead of a suspension", lease.id,
-                 evacuation.migration.start, evacuation.migration.end)
-        self.vm.plan_shutdown(lease, evacuation.continuation)
-        return evacuation.continuation
 
     def _set_premature_end(self, lease: Lease) -> None:
         """Simulation: mark where the lease really ends inside its open VM reservations (the run time
         not yet accounted for starts at the first one's start; an evacuated lease's two are contiguous)."""
-        self._touch(lease)
+        self.touch(lease)
         vms = lease.open_vms()
         for vm in vms:
             vm.premature_end = None
@@ -349,94 +315,57 @@ class LeaseScheduler:
             return
         ends = vms[0].start + max(remaining, ZERO)
         for vm in vms:
-            if ends < vm.end:
+            # (work done just as a suspension would begin: the lease ends there, it is not suspended)
+            if ends < vm.end or (ends == vm.end and vm.is_suspending):
                 vm.premature_end = max(ends, vm.start)
                 return
 
-    def _unplan(self, lease: Lease) -> None:
+    def unplan(self, lease: Lease) -> None:
         """Take every unfinished part of the lease's plan out of the slot table (the objects stay)."""
         for vm in lease.open_vms():
             for rr in vm.all_parts():
                 if rr in self.table:
-                    self._uncommit(rr)
+                    self.uncommit(rr)
 
-    def _replan(self, lease: Lease) -> None:
+    def replan(self, lease: Lease) -> None:
         """Put the unfinished parts of the lease's plan (back) into the slot table."""
         self._set_premature_end(lease)
         for vm in lease.open_vms():
             for rr in vm.all_parts():
                 if rr.state is not ReservationState.DONE and rr not in self.table:
-                    self._commit(rr)
+                    self.commit(rr)
 
-    # -- preemption ------------------------------------------------------------------------------------------
-    def _preempt(self, lease: Lease, at: datetime, needed: set[str], now: datetime) -> None:
-        """Make `lease` (its plan already out of the table) give way on the `needed` hosts from `at`:
-        evacuate its VMs live (`migrate-first`), else suspend it to be done by then, else requeue it."""
-        vm = lease.last_vm
-        if vm is None:
-            raise InconsistentSchedule(f"lease {lease.id} chosen for preemption has no planned VM reservation")
-        vms = lease.open_vms()
-        forgotten = len(vms) == 2 and vms[1].pre[0].state is ReservationState.SCHEDULED and vms[1].start >= at
-        if forgotten:
-            # needed before a planned live migration would have switched over: the lease stays where it
-            # is and is suspended there, as planned before the live migration was, when that still
-            # fits; else it gives way from those hosts (it may hold them until the switch-over only,
-            # so no second evacuation); a continuation that has begun by then is suspended itself below
-            if self._stay_and_suspend(lease, now):
-                return
-            vm = vms[0]
-        if (self.config.preemption_mode == "migrate-first" and lease.state is S.ACTIVE and lease.running_vm is vm
-                and not forgotten):
-            evacuation = self.evacuation.plan(lease, vm, at, needed, now + self.config.non_schedulable_interval)
-            if evacuation is not None:
-                log.info("lease %s preempted at %s (live migration %s-%s)", lease.id, at,
-                         evacuation.migration.start, evacuation.migration.end)
-                self._commit_evacuation(lease, evacuation)
-                return
-        requeue = (
-            (vm.state is ReservationState.SCHEDULED and vm.start >= at)
-            or not self.vm.may_suspend(lease)
-            or lease.state not in (S.ACTIVE, S.SCHEDULED, S.RESUMED_READY)
-            or not self.vm.can_suspend_by(lease, vm, min(vm.final_end, at), now)
-        )
-        log.info("lease %s preempted at %s (%s)", lease.id, at, "requeue" if requeue else "suspend")
-        if requeue:
-            self._requeue(lease, now)
-            return
-        self.vm.plan_suspension(lease, vm, min(vm.final_end, at))
-        self._replan(lease)
-
-    def _commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
+    def commit_evacuation(self, lease: Lease, evacuation: Evacuation) -> None:
         continuation = evacuation.continuation
         self.vm.plan_shutdown(lease, continuation)
         lease.reservations.append(continuation)
-        self._replan(lease)
+        self.replan(lease)
 
-    def _requeue(self, lease: Lease, now: datetime) -> None:
+    def requeue(self, lease: Lease, now: datetime) -> None:
         """Drop the lease's plan and put it back in the queue; running VMs are killed (their work lost)."""
         running = lease.state in (S.ACTIVE, S.RESUMING, S.RESUMED_READY)
         vm = lease.last_vm
-        self._drop_plan(lease, now)
+        self.drop_plan(lease, now)
         if running:
             self._enact(Operation.KILL_VMS, lease, vm)
             lease.accumulated = ZERO
-            self._set_state(lease, S.QUEUED, now)
+            self.set_state(lease, S.QUEUED, now)
         elif lease.state in (S.SUSPENDED_SCHEDULED, S.MIGRATING):
-            self._set_state(lease, S.SUSPENDED_QUEUED, now)
+            self.set_state(lease, S.SUSPENDED_QUEUED, now)
         else:
-            self._set_state(lease, S.QUEUED, now)
+            self.set_state(lease, S.QUEUED, now)
         lease.requeues += 1
         self.counters["requeues"] += 1
-        self._enqueue(lease)
+        self.enqueue(lease)
 
-    def _drop_plan(self, lease: Lease, now: datetime) -> None:
+    def drop_plan(self, lease: Lease, now: datetime) -> None:
         """Remove every not-yet-finished reservation of the lease; a running VM reservation is cut at now."""
-        self._touch(lease)
-        self._forget_future(lease)
+        self.touch(lease)
+        self.forget_future(lease)
         for vm in reversed(lease.open_vms()):
             for rr in vm.all_parts():
                 if rr in self.table:
-                    self._uncommit(rr)
+                    self.uncommit(rr)
             if vm.state is ReservationState.ACTIVE:
                 vm.end = now
                 vm.post = []
@@ -444,6 +373,20 @@ class LeaseScheduler:
             elif vm.state is ReservationState.SCHEDULED and vm is lease.reservations[-1]:
                 # (the VM reservation before a suspension, or one being evacuated, stays in the history)
                 lease.reservations.pop()
+                self._keep_done_transfers(lease, vm)
+
+    @staticmethod
+    def _keep_done_transfers(lease: Lease, dropped: Reservation) -> None:
+        """Image transfers done for a resumption that is no longer planned moved the images all the
+        same: they stay in the plan, after the suspension whose images they moved (where
+        `Lease.image_hosts` reads them)."""
+        done = [p for p in dropped.pre if p.kind is ReservationKind.MIGRATE and p.state is ReservationState.DONE]
+        if not done or not lease.reservations:
+            return
+        suspended = lease.reservations[-1]
+        for part in done:
+            part.vm = suspended
+        suspended.post += done
 
     # -- cancel / re-plan ----------------------------------------------------------------------------------------
     def cancel(self, lease_id: int, now: datetime) -> Lease:
@@ -455,14 +398,12 @@ class LeaseScheduler:
         freed_until = vm.final_end if vm is not None and vm in self.table else now
         if lease in self.pending:
             self.pending.remove(lease)
-        if lease in self.queue:
-            i = self.queue.index(lease)
-            del self.queue[i], self._queue_keys[i]
-        self._drop_plan(lease, now)
+        self.queue.remove(lease)
+        self.drop_plan(lease, now)
         if running and vm is not None:
             self._enact(Operation.KILL_VMS, lease, vm)
-        self._set_state(lease, S.CANCELLED, now)
-        self._ended(lease)
+        self.set_state(lease, S.CANCELLED, now)
+        self.ended(lease)
         self.reevaluate(now, freed_until)
         return lease
 
@@ -475,67 +416,43 @@ class LeaseScheduler:
         future = sorted((self.leases[i] for i in self.vm.future_leases), key=lambda l: (l.submit_time, l.id))
         for lease in future:
             vms = lease.open_vms()   # (two when a live migration is planned after the start)
-            if not vms or any(rr.state is not ReservationState.SCHEDULED for vm in vms for rr in vm.all_parts()):
+            # (nothing of it under way: parts all to come, but for image transfers done already)
+            if not vms or any(rr.state is not ReservationState.SCHEDULED
+                              and not (rr.kind is ReservationKind.MIGRATE and rr.state is ReservationState.DONE)
+                              for vm in vms for rr in vm.all_parts()):
                 continue
             vm = vms[0]
             if lease.state not in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
                 continue
             if not self.vm.could_start_earlier(lease, vm, nexttime, freed_until):
                 continue
-            self._drop_plan(lease, now)
-            self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
+            self.drop_plan(lease, now)
+            self.set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
             try:
-                self._schedule_lease(lease, nexttime, now)
+                self.place(lease, nexttime, now)
             except NotSchedulable:
-                self._enqueue(lease)
+                self.enqueue(lease)
 
     # -- events ------------------------------------------------------------------------------------------------
-    def _commit(self, rr: Reservation) -> None:
+    def commit(self, rr: Reservation) -> None:
         self.table.add(rr)
-        self._push(rr.start, _START_FREEING if rr.kind in _FREEING else _START, rr)
-        self._push(rr.end, _END, rr)
-        if rr.premature_end is not None:
-            self._push(rr.premature_end, _PREMATURE, rr)
+        self.events.add(rr)
 
-    def _uncommit(self, rr: Reservation) -> None:
+    def uncommit(self, rr: Reservation) -> None:
         self.table.remove(rr)
-        self._queue_dirty = True
-
-    def _push(self, t: datetime, phase: int, rr: Reservation) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (t, phase, self._seq, rr))
-
-    def _is_due(self, t: datetime, phase: int, rr: Reservation) -> bool:
-        if rr not in self.table:
-            return False
-        if phase >= _START_FREEING:
-            return rr.state is ReservationState.SCHEDULED and rr.start == t
-        if phase == _END:
-            return rr.state is ReservationState.ACTIVE and rr.end == t
-        return rr.state is ReservationState.ACTIVE and rr.premature_end == t and rr.kind is ReservationKind.VM
 
     def next_event_time(self) -> datetime | None:
-        events = self._events
-        while events:
-            t, phase, _, rr = events[0]
-            if self._is_due(t, phase, rr) or (phase < _START_FREEING and rr in self.table
-                                              and rr.state is ReservationState.SCHEDULED):
-                return t
-            heapq.heappop(events)
-        return None
+        return self.events.next_time()
 
     def process_events(self, now: datetime) -> bool:
         """Handle every event due at or before `now`; True if any was handled."""
         handled = False
-        events = self._events
-        while events and events[0][0] <= now:
-            t, phase, _, rr = heapq.heappop(events)
-            if not self._is_due(t, phase, rr):
-                continue
+        while (event := self.events.pop_due(now)) is not None:
+            kind, rr = event
             handled = True
-            if phase == _PREMATURE:
+            if kind == EARLY_END:
                 self._handle_premature_end(rr, now)
-            elif phase == _END:
+            elif kind == END:
                 self._handle_end(rr, now)
             else:
                 self._handle_start(rr, now)
@@ -547,38 +464,43 @@ class LeaseScheduler:
     def _handle_start(self, rr: Reservation, now: datetime) -> None:
         lease = self._lease_of(rr)
         rr.state = ReservationState.ACTIVE
-        self._touch(lease)
+        self.touch(lease)
         kind = rr.kind
         vm = rr.vm
         if kind is ReservationKind.VM:
-            self._forget_future(lease)
+            self.forget_future(lease)
             if rr.continues:
                 pass   # its VMs arrived by live migration and run already
             elif lease.state is S.RESUMED_READY:
-                self._set_state(lease, S.ACTIVE, now)
+                self.set_state(lease, S.ACTIVE, now)
             else:
-                self._set_state(lease, S.ACTIVE, now)
+                self.set_state(lease, S.ACTIVE, now)
                 if lease.start_time is None:
                     lease.start_time = now
                 if not self._enact(Operation.START_VMS, lease, rr):
                     return
+            if rr.premature_end is not None and rr.premature_end <= now:
+                # (its work was done as it started: the early end, due at the same instant, came first)
+                self._handle_premature_end(rr, now)
+                return
         elif kind is ReservationKind.SHUTDOWN:
             if not self._enact(Operation.STOP_VMS, lease, rr):
                 return
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[0]:
-                self._set_state(lease, S.SUSPENDING, now)
+                self.set_state(lease, S.SUSPENDING, now)
             if not self._enact(Operation.SUSPEND_VMS, lease, rr):
                 return
         elif kind is ReservationKind.RESUME:
             if lease.state is not S.RESUMING:
-                self._set_state(lease, S.RESUMING, now)
+                self.set_state(lease, S.RESUMING, now)
             if not self._enact(Operation.RESUME_VMS, lease, rr):
                 return
         elif kind is ReservationKind.MIGRATE:
+            # (a lease planned in the future stays so until its VMs start: its images moving does not
+            # hand its place in the backfilling budget to another lease, and it may still be re-planned)
             if lease.state is not S.MIGRATING:
-                self._set_state(lease, S.MIGRATING, now)
-            self._forget_future(lease)
+                self.set_state(lease, S.MIGRATING, now)
             if not self._enact(Operation.MIGRATE_IMAGES, lease, rr):
                 return
         elif kind is ReservationKind.LIVE_MIGRATE:
@@ -590,7 +512,7 @@ class LeaseScheduler:
     def _handle_end(self, rr: Reservation, now: datetime) -> None:
         lease = self._lease_of(rr)
         rr.state = ReservationState.DONE
-        self._uncommit(rr)
+        self.uncommit(rr)
         kind = rr.kind
         vm = rr.vm
         if kind is ReservationKind.VM:
@@ -599,19 +521,19 @@ class LeaseScheduler:
             self._finish(lease, now)
         elif kind is ReservationKind.SUSPEND:
             if vm is not None and rr is vm.post[-1]:
-                self._set_state(lease, S.SUSPENDED_PENDING, now)
+                self.set_state(lease, S.SUSPENDED_PENDING, now)
                 lease.suspensions += 1
                 self.counters["suspensions"] += 1
-                self._set_state(lease, S.SUSPENDED_QUEUED, now)
-                self._enqueue(lease)
+                self.set_state(lease, S.SUSPENDED_QUEUED, now)
+                self.enqueue(lease)
         elif kind is ReservationKind.RESUME:
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.RESUME][-1]:
-                self._set_state(lease, S.RESUMED_READY, now)
+                self.set_state(lease, S.RESUMED_READY, now)
         elif kind is ReservationKind.MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["image_migrations"] += 1
             if vm is not None and rr is [p for p in vm.pre if p.kind is ReservationKind.MIGRATE][-1]:
-                self._set_state(lease, S.SUSPENDED_SCHEDULED, now)
+                self.set_state(lease, S.SUSPENDED_SCHEDULED, now)
         elif kind is ReservationKind.LIVE_MIGRATE:
             lease.migrations += len(rr.transfers)
             self.counters["migrations"] += len(rr.transfers)
@@ -621,22 +543,22 @@ class LeaseScheduler:
     def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
-        self._touch(lease)
+        self.touch(lease)
         open_vms = lease.open_vms()
         freed_until = open_vms[-1].final_end
         for later in [ov for ov in open_vms if ov is not vm and ov.start >= vm.end]:
             # an evacuation planned for after the real end is not needed any more
             for rr in later.all_parts():
                 if rr in self.table:
-                    self._uncommit(rr)
+                    self.uncommit(rr)
             lease.reservations.remove(later)
         for rr in vm.post:
             if rr in self.table:
-                self._uncommit(rr)
+                self.uncommit(rr)
         vm.post = []
         vm.premature_end = None
         self.counters["premature_ends"] += 1
-        self._uncommit(vm)
+        self.uncommit(vm)
         vm.end = now
         vm.state = ReservationState.DONE
         lease.accumulated += now - vm.start
@@ -646,11 +568,11 @@ class LeaseScheduler:
         self.reevaluate(now, freed_until)
 
     def _finish(self, lease: Lease, now: datetime) -> None:
-        self._forget_future(lease)
-        self._set_state(lease, S.DONE, now)
-        self._ended(lease)
+        self.forget_future(lease)
+        self.set_state(lease, S.DONE, now)
+        self.ended(lease)
 
-    def _ended(self, lease: Lease) -> None:
+    def ended(self, lease: Lease) -> None:
         if self.finished is not None:
             self.finished.append(lease)
 
@@ -671,170 +593,27 @@ class LeaseScheduler:
             self._operations[operation](lease, rr)
             return True
         except EnactmentError as exc:
-            self._enactment_error(operation, lease, rr, exc, now)
+            enactment_error(self, operation, lease, rr, exc, now)
             return False
 
-    def _enactment_error(self, operation: Operation, lease: Lease, rr: Reservation, exc: EnactmentError,
-                         now: datetime | None) -> None:
-        self._touch(lease)
-        if operation is Operation.LIVE_MIGRATE and now is not None:
-            log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
-            # (a migration that ran until it was aborted ended after the step began: plan from then,
-            # in whole seconds like the rest of the plan)
-            failed_at = getattr(exc, "at", None) or now
-            self._migration_failed(lease, rr, max(now, ceil_time(failed_at)))
-            return
-        if self.config.on_enactment_error == "stop":
-            raise exc
-        log.error("lease %s: %s failed: %s", lease.id, operation.value, exc)
-        at = rr.start
-        if lease.history and lease.history[-1][0] > at:   # (found out after the lease moved on)
-            at = lease.history[-1][0]
-        self._fail(lease, f"{operation.value}: {exc}", at)
-
-    def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
-                         now: datetime) -> bool:
-        """An operation that ran after the step that asked for it (off the store's lock) failed: the same
-        outcome as if it had failed in the step, unless the lease has moved on (finished, or that part of
-        its plan is gone), which is returned as False and changes nothing."""
-        lease = self.leases.get(lease_id)
-        rr = self.find_part(lease_id, reservation_id)
-        if lease is None or lease.is_final or rr is None:
-            return False
-        if operation is Operation.LIVE_MIGRATE:
-            vms = lease.open_vms()
-            if rr.vm is None or rr.vm not in vms or len(vms) < 2:
-                return False   # the evacuation is no longer planned (cancelled, requeued...)
-        self._enactment_error(operation, lease, rr, exc, now)
-        return True
-
-    def find_part(self, lease_id: int, reservation_id: int) -> Reservation | None:
-        """The reservation with this id in the lease's plan (None if the lease or the part is gone)."""
-        lease = self.leases.get(lease_id)
-        if lease is None:
-            return None
-        return next((p for vm in lease.reservations for p in vm.all_parts() if p.id == reservation_id), None)
-
-    def _migration_failed(self, lease: Lease, migration: Reservation, now: datetime) -> None:
-        """The VMs stayed on their hosts: drop the evacuation, then suspend them on those hosts in time
-        for whatever needed the hosts, or requeue the lease when that cannot be done."""
-        continuation = migration.vm
-        vms = lease.open_vms()
-        if continuation is None or continuation not in vms or len(vms) < 2:
-            raise InconsistentSchedule(f"lease {lease.id}: failed live migration {migration!r} is not part "
-                                       f"of an evacuation")
-        self.counters["failed_migrations"] += 1
-        self._unplan(lease)
-        if not self._stay_and_suspend(lease, now):
-            self._requeue(lease, now)
-
-    def _stay_and_suspend(self, lease: Lease, now: datetime) -> bool:
-        """Drop the lease's evacuation (its plan out of the table, the live migration not begun) and plan
-        its VMs to be suspended on the hosts they are on, by the time those hosts are needed. True when
-        that plan fits and is back in the table; else the first VM reservation is left without its
-        post-overheads, for the caller to re-plan."""
-        vm, continuation = lease.open_vms()
-        needed_by = parse_time(continuation.pre[0].extra["needed_by"], "needed_by")
-        lease.reservations.remove(continuation)
-        vm.end = max(vm.end, needed_by)
-        vm.post = []
-        if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, needed_by, now):
-            self.vm.plan_suspension(lease, vm, needed_by)
-            if all(self.table.fits(host, amount, max(rr.start, now), rr.end)
-                   for rr in vm.all_parts() for host, amount in rr.resources.items() if rr.end > now):
-                self._replan(lease)
-                return True
-        return False
-
-    def _fail(self, lease: Lease, reason: str, now: datetime) -> None:
-        self._touch(lease)
+    def fail(self, lease: Lease, reason: str, now: datetime) -> None:
+        self.touch(lease)
         vm = lease.last_vm
         if vm is not None:
             for rr in vm.all_parts():
                 if rr in self.table:
-                    self._uncommit(rr)
-        self._forget_future(lease)
-        if lease in self.queue:
-            i = self.queue.index(lease)
-            del self.queue[i], self._queue_keys[i]
+                    self.uncommit(rr)
+        self.forget_future(lease)
+        self.queue.remove(lease)
         lease.reason = reason
         if not lease.is_final:
-            self._set_state(lease, S.FAILED, now)
-            self._ended(lease)
+            self.set_state(lease, S.FAILED, now)
+            self.ended(lease)
 
-    # -- drain -------------------------------------------------------------------------------------------------
+    # -- drained hosts (the planning of a drain is `drain.plan_drain`) --------------------------------------
     def drain(self, host: str, by: datetime, now: datetime) -> DrainPlan:
-        """Plan to empty `host` by `by` and keep it empty: running VMs are live-migrated elsewhere (with
-        `migrate-first`), else suspended, else requeued when preemptible; leases planned on it are
-        re-planned elsewhere. What can do neither (a running advance reservation with nowhere to go, or
-        one planned that fits nowhere else) keeps the host until it ends: the host is unavailable from
-        the latest of those ends and `by`."""
-        if host not in self.table.hosts:
-            raise InvalidRequest("host", f"no host named {host!r}")
-        if host in self.blocks:
-            raise InvalidRequest("host", f"{host} is already drained (from {iso(self.blocks[host].start)})")
-        nexttime = now + self.config.non_schedulable_interval
-        by = max(by, nexttime)
-        ids = sorted({rr.lease_id for rr in self.table.reservations_overlapping(by, FOREVER, {host})})
-        outcome: dict[int, str] = {}
-        kept_until = by
-        planned_later: list[Lease] = []
-        for lease in (self.leases[i] for i in ids):
-            vm = lease.running_vm
-            if vm is None or lease.state is not S.ACTIVE or len(lease.open_vms()) > 1:
-                if lease.state in (S.SCHEDULED, S.SUSPENDED_SCHEDULED):
-                    planned_later.append(lease)
-                else:   # mid-way through an overhead (suspending, resuming, migrating): let it finish
-                    kept_until = max(kept_until, lease.open_vms()[-1].final_end)
-                    outcome[lease.id] = f"keeps {host} until {iso(lease.open_vms()[-1].final_end)}"
-                continue
-            self._unplan(lease)
-            if self.config.preemption_mode == "migrate-first":
-                evacuation = self.evacuation.plan(lease, vm, by, {host}, nexttime)
-                if evacuation is not None:
-                    self._commit_evacuation(lease, evacuation)
-                    migration = evacuation.migration
-                    outcome[lease.id] = (f"live-migrates to {', '.join(sorted({d for _, d in migration.transfers.values()}))}"
-                                         f" {iso(migration.start)} → {iso(migration.end)}")
-                    continue
-            if lease.preemptible:
-                if self.vm.may_suspend(lease) and self.vm.can_suspend_by(lease, vm, min(vm.final_end, by), now):
-                    self.vm.plan_suspension(lease, vm, min(vm.final_end, by))
-                    self._replan(lease)
-                    outcome[lease.id] = f"suspends by {iso(min(vm.final_end, by))}"
-                else:
-                    self._requeue(lease, now)
-                    outcome[lease.id] = "requeued (its VMs are stopped)"
-                continue
-            self._replan(lease)
-            kept_until = max(kept_until, vm.final_end)
-            outcome[lease.id] = f"keeps {host} until {iso(vm.final_end)} (not preemptible, nowhere to go)"
-        # leases planned on the host but not started: the best-effort ones go back to the queue (placed
-        # again once the host is blocked); reservations are placed again, on it only before the block
-        ars = []
-        for lease in planned_later:
-            self._drop_plan(lease, now)
-            if lease.type is LeaseType.BEST_EFFORT:
-                self._set_state(lease, S.QUEUED if lease.state is S.SCHEDULED else S.SUSPENDED_QUEUED, now)
-                self._enqueue(lease)
-                outcome[lease.id] = "re-planned on other hosts"
-            else:
-                ars.append(lease)
-        block = self.block_host(host, kept_until)
-        for lease in ars:
-            try:
-                self._schedule_lease(lease, nexttime, now)
-                outcome[lease.id] = f"re-planned on {', '.join(_planned_vm(lease).hosts)}"
-            except NotSchedulable:
-                # no room elsewhere: it keeps its host, which is then unavailable only after it
-                self.table.remove(block)
-                del self.blocks[host]
-                self._schedule_lease(lease, nexttime, now)
-                kept_until = max(kept_until, _planned_vm(lease).final_end)
-                block = self.block_host(host, kept_until)
-                outcome[lease.id] = f"keeps {host} until {iso(kept_until)} (fits nowhere else)"
-        self._queue_dirty = True
-        return DrainPlan(host=host, unavailable_from=block.start, leases=outcome)
+        """Plan to empty `host` by `by` and keep it empty (`drain.plan_drain`)."""
+        return plan_drain(self, host, by, now)
 
     def block_host(self, host: str, since: datetime) -> Reservation:
         """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
@@ -844,17 +623,21 @@ class LeaseScheduler:
         self.blocks[host] = block
         return block
 
+    def unblock_host(self, host: str) -> Reservation | None:
+        """Take a drained host's block out of the plan (the block, or None if the host had none)."""
+        block = self.blocks.pop(host, None)
+        if block is not None:
+            self.table.remove(block)
+        return block
+
     def undrain(self, host: str, now: datetime) -> None:
         """Make a drained host available again: leases planned in the future may move earlier onto it
         (leases that moved away and run elsewhere stay where they are)."""
-        block = self.blocks.pop(host, None)
-        if block is None:
+        if self.unblock_host(host) is None:
             raise InvalidRequest("host", f"{host} is not drained")
-        self.table.remove(block)
-        self._queue_dirty = True
         self.reevaluate(now, FOREVER)
 
-    # -- persistence and operations from outside ------------------------------------------------------
+    # -- persistence, and corrections from outside (`corrections`) ------------------------------------------
     def restore(self, leases: list[Lease], future: Collection[int] = (), counters: dict | None = None) -> None:
         """Rebuild the scheduler from stored leases: their unfinished reservations go back into the slot
         table (keeping their ids) and the event heap, queued leases into the queue in submit order."""
@@ -866,11 +649,11 @@ class LeaseScheduler:
             if lease.state is S.PENDING:
                 self.pending.append(lease)
             elif lease.state in (S.QUEUED, S.SUSPENDED_QUEUED):
-                self._enqueue(lease)
+                self.enqueue(lease)
             for vm in lease.open_vms():
                 for rr in vm.all_parts():
                     if rr.state is not ReservationState.DONE and rr not in self.table:
-                        self._commit(rr)
+                        self.commit(rr)
         self.vm.future_leases = {i for i in future if i in self.leases and not self.leases[i].is_final}
         if counters:
             self.counters.update({k: v for k, v in counters.items() if k in self.counters})
@@ -886,84 +669,20 @@ class LeaseScheduler:
         return lease
 
     def lose(self, lease_id: int, now: datetime, requeue: bool, reason: str) -> Lease:
-        """The lease's VMs vanished from the hosts (found at reconciliation): fail it, or requeue it from
-        scratch."""
-        lease = self.lease(lease_id)
-        if requeue and lease.type is LeaseType.BEST_EFFORT:
-            self._drop_plan(lease, now)
-            lease.accumulated = ZERO
-            lease.reason = reason
-            target = S.QUEUED
-            if lease.state not in (S.ACTIVE, S.RESUMING, S.RESUMED_READY, S.SCHEDULED):
-                target = S.FAILED
-            self._set_state(lease, target, now)
-            if target is S.FAILED:
-                self._ended(lease)
-            if target is S.QUEUED:
-                lease.requeues += 1
-                self._enqueue(lease)
-        else:
-            self._fail(lease, reason, now)
-        return lease
+        return corrections.lose(self, lease_id, now, requeue, reason)
 
     def relocate(self, lease_id: int, moved: dict[int, str], now: datetime) -> bool:
-        """Some of a running lease's VMs are found on other hosts than the plan's (moved by hand, or by a
-        live migration the plan had given up): the plan follows them, as if they had run there all along,
-        when those hosts have the room until the lease ends and nothing but its shutdown is planned for it
-        (no evacuation or suspension under way). False, the plan unchanged, otherwise."""
-        lease = self.lease(lease_id)
-        vms = lease.open_vms()
-        if lease.state is not S.ACTIVE or len(vms) != 1 or any(p.kind is not ReservationKind.SHUTDOWN
-                                                                for p in vms[0].post):
-            return False
-        vm = vms[0]
-        nodes = {**vm.nodes, **moved}
-        held = Mapping(nodes, vm.end).per_host(lease)
-        parts = [vm, *vm.post]
-        self._unplan(lease)
-        room = all(self.table.fits(host, amount, max(rr.start, now), max(rr.end, now))
-                   for rr in parts for host, amount in held.items())
-        if room:
-            for rr in parts:
-                rr.nodes, rr.resources = dict(nodes), dict(held)
-        self._replan(lease)
-        return room
+        return corrections.relocate(self, lease_id, moved, now)
 
     def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
-        """Lengthen a lease by `by`; refused, with the reason, when its hosts cannot hold it longer."""
-        lease = self.lease(lease_id)
-        if by <= ZERO:
-            raise InvalidRequest("by", f"must be positive (got {by})")
-        if lease.is_final:
-            raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
-        request = dataclasses.replace(lease.request, duration=lease.request.duration + by)
-        self._touch(lease)
-        vm = lease.last_vm
-        if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in self.table:
-            lease.request = request
-            return lease
-        if vm.is_suspending:
-            raise InvalidRequest("by", f"lease {lease_id} is planned to be suspended at {vm.end.isoformat()}; "
-                                       "it will run longer when it resumes")
-        shutdown = vm.post[0] if vm.post else None
-        old_end = vm.final_end
-        new_end = end_of(old_end, by, "duration")
-        for host, amount in vm.resources.items():
-            if not self.table.fits(host, amount, old_end, new_end):
-                raise InvalidRequest("by", f"cannot extend lease {lease_id} by {by}: host {host} is reserved "
-                                           f"between {old_end.isoformat()} and {new_end.isoformat()}")
-        lease.request = request
-        if shutdown is not None:
-            self._uncommit(shutdown)
-        self._uncommit(vm)
-        vm.end += by
-        if shutdown is not None:
-            shutdown.start += by
-            shutdown.end += by
-        self._commit(vm)
-        if shutdown is not None:
-            self._commit(shutdown)
-        return lease
+        return corrections.extend(self, lease_id, by, now)
+
+    def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
+                         now: datetime) -> bool:
+        return corrections.enactment_failed(self, operation, lease_id, reservation_id, exc, now)
+
+    def find_part(self, lease_id: int, reservation_id: int) -> Reservation | None:
+        return corrections.find_part(self, lease_id, reservation_id)
 
     # -- introspection -----------------------------------------------------------------------------------------
     def active_leases(self) -> list[Lease]:
@@ -972,71 +691,3 @@ class LeaseScheduler:
     def idle(self) -> bool:
         """Nothing pending, queued or planned (a drained host's block is not a plan)."""
         return not self.pending and not self.queue and len(self.table) == len(self.blocks)
-
-
-def _planned_vm(lease: Lease) -> Reservation:
-    """The lease's last VM reservation, which a lease just scheduled has."""
-    vm = lease.last_vm
-    if vm is None:
-        raise InconsistentSchedule(f"lease {lease.id} was scheduled but has no VM reservation")
-    return vm
-
-
-@dataclass
-class DrainPlan:
-    """What a drain does: when the host becomes unavailable, and what happens to each lease on it."""
-
-    host: str
-    unavailable_from: datetime
-    leases: dict[int, str]
-
-
-class _FailureMemo:
-    """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
-
-    Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
-    and extra overheads). Each is compared by the shortest run a placement of it must last now
-    (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
-    that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
-    told that shortest run and, for alike nodes, finds a placement lasting that long whenever one
-    exists), then n' >= n nodes of size r' >= r have none lasting e' >= e either: any n of its nodes
-    would be one. If they do not even fit at the instant ("instant"), no larger lease does, whatever its
-    run. Placing a lease during the pass only adds usage, so every entry holds until the pass ends.
-    """
-
-    def __init__(self, shortest_run: Callable[[Lease], timedelta]):
-        self._shortest_run = shortest_run
-        self._failed: dict[Resources, list[tuple[int, timedelta, Unschedulable]]] = {}
-
-    def _shape(self, lease: Lease) -> tuple[int, Resources, timedelta] | None:
-        node = lease.request.uniform
-        if node is None or lease.state is not S.QUEUED:
-            return None
-        return lease.numnodes, node, self._shortest_run(lease)
-
-    def record(self, lease: Lease, kind: Unschedulable | None) -> None:
-        shape = self._shape(lease)
-        if shape is None or kind is None:
-            return
-        n, r, d = shape
-        entries = self._failed.setdefault(r, [])
-        # keep only the smallest failures: an entry the new one rules out is redundant
-        entries[:] = [(fn, fd, fk) for fn, fd, fk in entries
-                      if not (fn >= n and (kind is Unschedulable.INSTANT
-                                           or (fk is not Unschedulable.INSTANT and fd >= d)))]
-        entries.append((n, d, kind))
-
-    def rules_out(self, lease: Lease) -> bool:
-        if not self._failed:
-            return False
-        shape = self._shape(lease)
-        if shape is None:
-            return False
-        n, r, d = shape
-        for fr, entries in self._failed.items():
-            if fr != r and not all(a >= b for a, b in zip(r, fr)):
-                continue
-            for fn, fd, kind in entries:
-                if n >= fn and (kind is Unschedulable.INSTANT or d >= fd):
-                    return True
-        return False

@@ -21,7 +21,7 @@ node-by-node greedy one (tests/planning/test_mapper_alike.py holds the two side 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, TypeVar, cast
@@ -35,7 +35,7 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
-from orchestrator.planning.slottable.timeline import AT_START
+from orchestrator.planning.slottable.keys import AT_START
 
 _T = TypeVar("_T")
 
@@ -439,7 +439,8 @@ class _AlikePacking:
     Two packings can be built in one walk over the hosts, sharing the timeline walks: one that holds to
     the end (`held`: built when the ask is strict, or prefers it: `strict_first`) and one that may end
     early (`early`: built when the ask is not strict). The held one is the answer if it places every
-    node, else the early one. Either is a list of hosts, node i on the i-th."""
+    node, else the early one. Either is a list of hosts, node i on the i-th. The walk itself, host by
+    host, is the table's core's (`alike_walk`, compiled); the steps it takes rarely are the methods below."""
 
     __slots__ = ("table", "timelines", "ask", "node", "steady", "start_key", "end_key")
 
@@ -466,10 +467,7 @@ class _AlikePacking:
             potential -= len(held)
             if taken:
                 ranked = ranked[taken:]
-        walk = self.table.core.alike_walk   # (the compiled walk, on a table with the compiled core)
-        if walk is not None:
-            return walk(self, ranked, hosts, potential, held)
-        return self._walk(ranked, hosts, potential, held)
+        return self.table.core.alike_walk(self, ranked, hosts, potential, held)
 
     def _take_steady_head(self, ranked: list[int], names: list[str], per_row: list[int], steady: np.ndarray,
                           held: list[str]) -> int:
@@ -491,83 +489,6 @@ class _AlikePacking:
             got += k
             taken += 1
         return taken
-
-    def _walk(self, ranked: list[int], hosts: _HostsAtStart, potential: int, held: list[str]) -> Mapping | None:
-        """Host by host along the ranking (the filter stage kept hosts with room for one node at least),
-        each taking as many nodes as fit in each packing still being built; the strict packing is given
-        up as soon as the hosts left cannot make up the difference. `held`: what the steady head took.
-        (One loop, written out: it runs once per host.)"""
-        ask, names, node, timelines = self.ask, hosts.names, self.node, self.timelines
-        n, start, end, excluding, end_key = len(ask.vnodes), ask.start, ask.end, ask.excluding, self.end_key
-        floor = start if ask.floor is None else ask.floor   # each host holds its nodes at least until then
-        strict = ask.strict_end or ask.strict_first   # still building the packing that holds to the end
-        loose = not ask.strict_end                     # building the one that may end early
-        early = list(held)
-        early_end: datetime | None = end if held else None
-        fit_end: datetime | None = None
-        held_count = early_count = len(held)
-        latest_fit, start_key = self._latest_fit, self.start_key
-        assert hosts.room is not None   # (alike nodes on a packing policy: the room per host is known)
-        for row, k, steady_row in _ranked_rows(ranked, hosts.room, self.steady, end_key):
-            host = names[row]
-            potential -= k
-            # the early packing: the most nodes that fit from the start for some time, until `fit_end`
-            early_take = None   # (None: not tried on this host)
-            if loose and early_count < n:
-                take = k if k < n - early_count else n - early_count
-                if steady_row:
-                    fit_end = end
-                else:
-                    if take == 1 and not excluding:   # (`_latest_fit`, inline: the usual case on a big site)
-                        stop = timelines[host].scan(start_key, end_key, node)
-                        if stop is None:
-                            fit_end = end
-                        elif stop is AT_START:
-                            fit_end = None
-                        else:
-                            fit_end = cast(datetime, stop)
-                    else:
-                        fit_end = latest_fit(host, node if take == 1 else scale(node, take))
-                    while (fit_end is None or fit_end <= start or fit_end < floor) and take > 1:
-                        take -= 1
-                        fit_end = latest_fit(host, scale(node, take))
-                    if fit_end is None or fit_end <= start or fit_end < floor:
-                        take = 0
-                early_take = take
-                if take:
-                    assert fit_end is not None   # (a node fits from the start until then)
-                    early += [host] * take
-                    early_count += take
-                    if early_end is None or fit_end < early_end:
-                        early_end = fit_end
-            # the held packing: the most nodes that fit until the end
-            if strict:
-                take = k if k < n - held_count else n - held_count
-                if steady_row:
-                    pass
-                elif early_take == 0:       # not even one node fits until the floor (<= end)
-                    take = 0
-                elif early_take == take:    # the early packing's walk says whether they hold to the end
-                    if fit_end is not None and fit_end < end:
-                        take = 0 if take == 1 else self._most_that_fit(host, take - 1)
-                elif not excluding and take == 1:
-                    take = 1 if timelines[host].scan(start_key, end_key, node) is None else 0
-                else:
-                    take = self._most_that_fit(host, take)
-                if take:
-                    held += [host] * take
-                    held_count += take
-                    if held_count == n:
-                        return self._mapping(held, end)
-                if held_count + potential < n:   # the rest of the hosts cannot make up the difference
-                    if not loose:
-                        return None
-                    strict = False
-            if loose and early_count == n and not strict:
-                break
-        if loose and early_count == n and early_end is not None:
-            return self._mapping(early, early_end)
-        return None
 
     def _latest_fit(self, host: str, request: Resources) -> datetime | None:
         """`SlotTable.latest_fit` over the ask's interval; with nothing excluded, a scan of the host's
@@ -598,17 +519,3 @@ class _AlikePacking:
 
     def _mapping(self, hosts: list[str], end: datetime) -> Mapping:
         return Mapping(nodes=dict(zip(self.ask.vnodes, hosts)), end=end)
-
-
-def _ranked_rows(ranked: list[int], room: np.ndarray, steady: np.ndarray | None,
-                 end_key: int) -> Iterator[tuple[int, int, bool]]:
-    """(row, nodes that fit at the start, no change on the host before end_key) along the ranking, a
-    slice at a time: a lease usually needs only the first few hosts of a long ranking."""
-    i, size = 0, 128
-    while i < len(ranked):
-        rows = ranked[i:i + size]
-        fits = room[rows].astype(int).tolist()
-        quiet = (steady[rows] >= end_key).tolist() if steady is not None else [False] * len(rows)
-        yield from zip(rows, fits, quiet)
-        i += size
-        size = 1024

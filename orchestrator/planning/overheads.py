@@ -24,7 +24,6 @@ Step = tuple[datetime, datetime, dict[str, list[int]]]
 class Overheads:
     def __init__(self, config: SchedulingConfig):
         self.config = config
-        self._thresholds: dict[tuple[int, bool], timedelta] = {}
         self._vm_times: dict[tuple[float, float], timedelta] = {}   # (memory, rate) -> time, worked out once
 
     # -- per VM ------------------------------------------------------------------------------------------
@@ -68,14 +67,10 @@ class Overheads:
         started only to be suspended at once (thrashing)."""
         if self.config.force_scheduling_threshold is not None:
             return self.config.force_scheduling_threshold
-        key = (lease.id, resuming)   # a lease's nodes never change: compute once
-        cached = self._thresholds.get(key)
-        if cached is None:
-            safe = self.estimate_suspend(lease)
-            if resuming:
-                safe += self.estimate_resume(lease)
-            cached = self._thresholds[key] = safe + safe * self.config.scheduling_threshold_factor
-        return cached
+        safe = self.estimate_suspend(lease)
+        if resuming:
+            safe += self.estimate_resume(lease)
+        return safe + safe * self.config.scheduling_threshold_factor
 
     def transfer_time(self, memory_mib: float) -> timedelta:
         return ceil_seconds(memory_mib / self.config.migration_bandwidth)

@@ -52,12 +52,14 @@ class VMScheduler:
         limit = self.config.max_in_future
         return limit == -1 or len(self.future_leases) < limit
 
-    def schedule(self, lease: Lease, nexttime: datetime) -> Placement:
+    def schedule(self, lease: Lease, nexttime: datetime, earliest: datetime | None = None) -> Placement:
+        """Plan the lease from `nexttime`; `earliest`: a suspended lease's first start when it is known
+        already (after image transfers that took longer than estimated), instead of the estimate."""
         if lease.type is LeaseType.ADVANCE_RESERVATION:
             return self._schedule_exact(lease, nexttime)
         if lease.type is LeaseType.IMMEDIATE:
-            return self._schedule_asap(lease, nexttime, allow_future=False)
-        return self._schedule_asap(lease, nexttime, allow_future=self.can_schedule_in_future())
+            return self._schedule_asap(lease, nexttime, False, earliest)
+        return self._schedule_asap(lease, nexttime, self.can_schedule_in_future(), earliest)
 
     # -- advance reservations ------------------------------------------------------------------------------------
     def _schedule_exact(self, lease: Lease, nexttime: datetime) -> Placement:
@@ -74,12 +76,15 @@ class VMScheduler:
         return Placement(vm=vm, victims=mapping.victims)
 
     # -- as soon as possible ------------------------------------------------------------------------------------
-    def _schedule_asap(self, lease: Lease, nexttime: datetime, allow_future: bool) -> Placement:
+    def _schedule_asap(self, lease: Lease, nexttime: datetime, allow_future: bool,
+                       first: datetime | None) -> Placement:
         resuming = lease.state in SUSPENDED_STATES
         remaining = lease.remaining
         shutdown = self.overheads.shutdown_time(lease)
         min_duration = self.overheads.scheduling_threshold(lease, resuming)
         earliest, only_hosts = self._first_chance(lease, nexttime)
+        if first is not None:
+            earliest = first
         duration = remaining + shutdown
         if resuming:
             duration += self.overheads.estimate_resume(lease)
@@ -114,11 +119,10 @@ class VMScheduler:
         (`migration = no`) or after its memory images have had time to move."""
         if lease.state not in SUSPENDED_STATES:
             return nexttime, None
-        last = lease.last_vm
-        assert last is not None
+        images = lease.image_hosts()
         if self.config.migration == "no":
-            return nexttime, set(last.nodes.values())
-        return nexttime + self.overheads.estimate_migration(lease, last.nodes), None
+            return nexttime, set(images.values())
+        return nexttime + self.overheads.estimate_migration(lease, images), None
 
     def shortest_run(self, lease: Lease) -> timedelta:
         """How long a placement of a queued lease (not resuming) must last for `schedule` to take it: its
@@ -243,7 +247,8 @@ class VMScheduler:
         """Memory-image transfers for a suspended lease resuming on other hosts, before `vm` resumes."""
         last = lease.last_vm
         assert last is not None
-        moves = {v: (last.nodes[v], vm.nodes[v]) for v in vm.nodes if last.nodes[v] != vm.nodes[v]}
+        images = lease.image_hosts()
+        moves = {v: (images[v], vm.nodes[v]) for v in vm.nodes if images[v] != vm.nodes[v]}
         if not moves:
             return []
         start = max(last.final_end, nexttime)
@@ -267,8 +272,10 @@ class VMScheduler:
     def could_start_earlier(self, lease: Lease, vm: Reservation, nexttime: datetime,
                             freed_until: datetime | None = None) -> bool:
         """Whether the hosts have room for the lease at the instant of some point before its planned
-        start (and before `freed_until`): if not, re-planning it cannot move it earlier."""
-        limit = vm.first_start if freed_until is None else min(vm.first_start, freed_until)
+        start (and before `freed_until`): if not, re-planning it cannot move it earlier. Its start is
+        that of its resumption, if it resumes (image transfers before it hold only network)."""
+        planned = next((p.start for p in vm.pre if p.kind is ReservationKind.RESUME), vm.start)
+        limit = planned if freed_until is None else min(planned, freed_until)
         if nexttime >= limit:
             return False
         points = itertools.chain([nexttime], self._future_points(nexttime, until=limit))

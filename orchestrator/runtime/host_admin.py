@@ -110,9 +110,7 @@ def _started(lease: Lease) -> bool:
 def remove_host(cluster: Cluster, name: str, drain: bool, now: datetime) -> list[dict[str, Any]]:
     """Take `name` out of the plan and the store (in the caller's transaction): refused while leases are
     planned there, unless `drain` can requeue them (best-effort leases not started yet); each requeued
-    lease as {id, state, start, end, hosts} (start/end/hosts None while it waits for room).
-
-    The requeue goes through `LeaseScheduler._requeue`: the scheduler has no public requeue."""
+    lease as {id, state, start, end, hosts} (start/end/hosts None while it waits for room)."""
     record = cluster.store.host(name)   # (StoreError: no host named NAME)
     leases = sorted(cluster.scheduler.leases.values(), key=lambda l: l.id)
     stranded = [l.id for l in leases if not l.is_final and _image_on(l, name, record.config)]
@@ -133,7 +131,7 @@ def remove_host(cluster: Cluster, name: str, drain: bool, now: datetime) -> list
         raise LeasewiseError(f"host {name!r} cannot be drained: lease(s) {', '.join(str(l.id) for l in fixed)} "
                              "are advance reservations or immediate leases (fixed start): cancel them first")
     for lease in planned:
-        cluster.scheduler._requeue(lease, now)   # no public requeue on the scheduler
+        cluster.scheduler.requeue(lease, now)
     cluster.table.remove_host(name)
     cluster.hosts.pop(name, None)
     if planned:

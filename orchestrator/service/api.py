@@ -29,6 +29,7 @@ from orchestrator.model.numbers import MAX_WHOLE
 from orchestrator.model.states import LeaseState
 from orchestrator.model.text import printable
 from orchestrator.model.timeutil import duration_from_seconds, parse_duration, parse_time
+from orchestrator.service.backend import MAX_PAGE, PAGE
 from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
 from orchestrator.service.limits import RateLimited
@@ -168,11 +169,15 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.get("/v1/leases")
     def list_leases(status: list[LeaseStateName] | None = Query(None, max_length=len(LeaseState)),
-                    user: UserQuery = None, who: Caller = Who) -> Response:   # type: ignore[assignment]
+                    user: UserQuery = None, everyone: bool = Query(False, alias="all"),
+                    after: LeaseAfter = None, limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
+                    who: Caller = Who) -> Response:   # type: ignore[assignment]
+        """A page of leases by id (the caller's own unless `user` or `all`), and `next`: the id to ask for
+        the next page `after`, or null when this page is the last."""
         # (encoded by the store, under the service's listing gate: sent as it is, without FastAPI's
         # validation of every value)
-        body = service.listed(lambda: service.leases_json(who, status, user))
-        return Response(f'{{"leases":{body}}}', media_type="application/json")
+        body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/leases/{lease_id}")
     def show(lease_id: LeaseId, vms: bool = True, who: Caller = Who) -> JSONResponse:
@@ -339,6 +344,7 @@ HostPath = Annotated[str, Path(min_length=1, max_length=253, pattern=PRINTABLE)]
 NamePath = Annotated[str, Path(min_length=1, max_length=MAX_PATH, pattern=PRINTABLE)]
 SubjectPath = Annotated[str, Path(min_length=1, max_length=257, pattern=PRINTABLE)]
 LeaseQuery = Annotated[int | None, Query(ge=1, le=MAX_LEASE_ID)]
+LeaseAfter = Annotated[int | None, Query(ge=0, le=MAX_LEASE_ID)]
 UserQuery = Annotated[str | None, Query(min_length=1, max_length=64, pattern=USER_NAME)]
 TimeQuery = Annotated[str | None, Query(max_length=40, pattern=TIME)]
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY,

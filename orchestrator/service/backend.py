@@ -42,6 +42,11 @@ class Access:
     console_error: str | None
 
 
+
+#: leases a page of a lease list holds unless asked otherwise, and the most it may hold (the API's limit)
+PAGE = 100
+MAX_PAGE = 1000
+
 class NoStore(LeasewiseError):
     """The CLI's own store does not exist yet (and no `--state` named it): nothing is stored, planned or
     enacted. `path` is where it would be; the message says what was looked for."""
@@ -80,7 +85,14 @@ class Backend(Protocol):
     # -- leases
     def submit(self, submission: LeaseSubmission) -> dict[str, Any]: ...
 
-    def leases(self, states: list[str] | None = None, user: str | None = None) -> list[Lease]: ...
+    def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
+                   after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:
+        """A page of leases by id (the caller's own unless `user` or `everyone`; `limit`, default PAGE),
+        and the id to list the next page `after` (None: no more)."""
+
+    def leases(self, states: list[str] | None = None, user: str | None = None,
+               everyone: bool = False) -> list[Lease]:
+        """Every such lease, page after page."""
 
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]: ...
 

@@ -33,7 +33,7 @@ from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease
 from orchestrator.runtime.vm_access import VMAccess, vm_access_from_json
-from orchestrator.service.backend import Access
+from orchestrator.service.backend import MAX_PAGE, Access
 from orchestrator.state.codec import (
     event_from_json,
     lease_from_json,
@@ -183,13 +183,32 @@ class Client:
         return self._call("POST", "/v1/leases", json=submission.values(), headers={"Idempotency-Key": key},
                           again=True)
 
-    def leases(self, states: list[str] | None = None, user: str | None = None) -> list[Lease]:
-        params: dict[str, Any] = {}
+    def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
+                   after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:
+        """One page of leases (the caller's own unless `user` or `everyone`), and the id to ask for the
+        next page `after` (None: no more)."""
+        params: dict[str, Any] = {"all": everyone}
         if states is not None:
             params["status"] = states
         if user is not None:
             params["user"] = user
-        return [lease_from_json(d) for d in self._call("GET", "/v1/leases", params=params)["leases"]]
+        if after is not None:
+            params["after"] = after
+        if limit is not None:
+            params["limit"] = limit
+        page = self._call("GET", "/v1/leases", params=params)
+        return [lease_from_json(d) for d in page["leases"]], page["next"]
+
+    def leases(self, states: list[str] | None = None, user: str | None = None,
+               everyone: bool = False) -> list[Lease]:
+        """Every lease asked for (the caller's own unless `user` or `everyone`), page after page."""
+        out: list[Lease] = []
+        after = None
+        while True:
+            page, after = self.lease_page(states, user, everyone, after, MAX_PAGE)
+            out += page
+            if after is None:
+                return out
 
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
         data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms})

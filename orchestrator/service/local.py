@@ -27,7 +27,7 @@ from orchestrator.model.lease import Lease, LeaseRequest, VMImage
 from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.runtime.host_admin import hosts_driver, read_on_hosts
 from orchestrator.runtime.vm_access import vm_access_from_json
-from orchestrator.service.backend import Access, NoStore, VMAccess
+from orchestrator.service.backend import PAGE, Access, NoStore, VMAccess
 from orchestrator.service.identity import local_caller
 from orchestrator.service.models import LeaseSubmission
 from orchestrator.service.operations import LeaseService
@@ -141,8 +141,17 @@ class LocalBackend:
             if isinstance(what, str):
                 raise InvalidRequest("image", f"{image.name} ({image.disk}) cannot be read on {host}: {what}")
 
-    def leases(self, states: list[str] | None = None, user: str | None = None) -> list[Lease]:
-        return self._writing().leases(self._caller, states, user) if self._exists() else []
+    def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
+                   after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:
+        if not self._exists():
+            return [], None
+        wanted = PAGE if limit is None else limit
+        page = self._writing().leases(self._caller, states, user, everyone, after, wanted + 1)
+        return page[:wanted], (page[wanted - 1].id if len(page) > wanted else None)
+
+    def leases(self, states: list[str] | None = None, user: str | None = None,
+               everyone: bool = False) -> list[Lease]:
+        return self._writing().leases(self._caller, states, user, everyone) if self._exists() else []
 
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
         return self._reading(_no_lease(lease_id)).lease(self._caller, lease_id, vms)

@@ -230,13 +230,22 @@ class LeaseService:
                 return image.vm_image()
         raise InvalidRequest("image", f"{name!r} is not a catalogued image")
 
-    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> list[Lease]:
-        """The leases (in these states, of this user), oldest first."""
-        return self.reader().leases(state=_lease_states(states), user=user)
+    def leases(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None,
+               everyone: bool = False, after: int | None = None, limit: int | None = None) -> list[Lease]:
+        """The leases (in these states) of `user`, else of everyone with `everyone`, else the caller's own;
+        oldest first. A page with `after` (ids above it) and `limit` (at most that many)."""
+        return self.reader().leases(state=_lease_states(states), user=_owner(caller, user, everyone),
+                                    after=after, limit=limit)
 
-    def leases_json(self, caller: Caller, states: Iterable[str] | None = None, user: str | None = None) -> str:
-        """The leases as the codec sends them, one JSON array encoded by the store (straight from their rows)."""
-        return self.reader().lease_records_json(_lease_states(states), user)
+    def lease_page_json(self, caller: Caller, states: Iterable[str] | None, user: str | None, everyone: bool,
+                        after: int | None, limit: int) -> str:
+        """A page of `leases` as the API sends it: `{"leases": [...], "next": id or null}`, the leases as the
+        codec sends them, one JSON array encoded by the store (straight from their rows), and `next` the id
+        to list the following page after (null: no more)."""
+        store, wanted, owner = self.reader(), _lease_states(states), _owner(caller, user, everyone)
+        ids = store.lease_ids(wanted, owner, after, limit + 1)
+        body = store.lease_records_json(wanted, owner, after, limit)
+        return f'{{"leases":{body},"next":{ids[limit - 1] if len(ids) > limit else "null"}}}'
 
     def listed(self, make: Callable[[], T]) -> T:
         """`make()` (a lease list read and encoded) while no other list is being made."""
@@ -571,6 +580,13 @@ class LeaseService:
             if record.user != caller.user and not caller.admin:
                 raise NotAllowed(f"token {token_id} belongs to {record.user}: only they or an admin may revoke it")
             return revoke_token(cluster.store, token_id, self.now())
+
+
+def _owner(caller: Caller, user: str | None, everyone: bool) -> str | None:
+    """Whose leases a list shows: the named user's, everyone's (None), else the caller's own."""
+    if user is not None:
+        return user
+    return None if everyone else caller.user
 
 
 def _lease_states(states: Iterable[str] | None) -> list[str] | None:

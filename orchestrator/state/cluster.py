@@ -26,8 +26,9 @@ from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import UTC, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
+from orchestrator.planning.drain import DrainPlan
 from orchestrator.planning.host_loss import HostLoss, hold, lose_host
-from orchestrator.planning.lease_scheduler import DrainPlan, LeaseScheduler
+from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.answers import moved_entry, submit_answer
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration

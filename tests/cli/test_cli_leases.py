@@ -174,6 +174,24 @@ def test_advance_reservation_preempting_a_running_best_effort_lease(site, store_
 
 
 # -- list / show ------------------------------------------------------------------------------------------------
+def test_list_shows_a_page_of_the_callers_leases_and_all_pages_of_everyones_with_all(site):
+    import getpass
+
+    me = getpass.getuser()
+    for user in (me, "ann", me, me, "ann", me):
+        assert site("lease", "submit", "--cpus", "1", "--memory", "512", "--duration", "1h", "--user", user).exit_code == 0
+    mine = [r["id"] for r in json.loads(site("lease", "list", "--json").stdout)]
+    assert mine == [1, 3, 4, 6]
+    first = site("lease", "list", "--limit", "2")
+    assert "2 leases" in first.stdout and "more: lease list --after 3" in first.stdout
+    assert [r["id"] for r in json.loads(site("lease", "list", "--limit", "2", "--after", "3", "--json").stdout)] == [4, 6]
+    assert "more:" not in site("lease", "list", "--limit", "2", "--after", "3").stdout
+    assert [r["id"] for r in json.loads(site("lease", "list", "--all", "--json").stdout)] == [1, 2, 3, 4, 5, 6]
+    assert [r["id"] for r in json.loads(site("lease", "list", "--user", "ann", "--json").stdout)] == [2, 5]
+    bad = site("lease", "list", "--limit", "0")
+    assert bad.exit_code == 2 and "--limit" in bad.output
+
+
 def test_list_filters_and_json(site, store_path):
     assert site("lease", "submit", "--cpus", "2", "--memory", "1024", "--duration", "1h", "--user", "ann",
                 "--name", "one").exit_code == 0
@@ -181,7 +199,7 @@ def test_list_filters_and_json(site, store_path):
                 "--start", "2027-03-01T15:00:00Z").exit_code == 0
     assert site("lease", "submit", "--nodes", "2", "--cpus", "8", "--memory", "1024", "--duration", "1h",
                 "--start", "2027-03-01T15:00:00Z", "--user", "ben").exit_code == 3
-    table = site("lease", "list")
+    table = site("lease", "list", "--all")
     assert table.exit_code == 0, table.output
     assert "3 leases" in table.stdout
     assert has_row(table.stdout, "1", "one", "best-effort", "scheduled", "1 × 2 vCPU / 1024 MiB",
@@ -192,9 +210,9 @@ def test_list_filters_and_json(site, store_path):
     assert rows[0] == {"id": 2, "name": "", "user": "ben", "type": "advance-reservation", "state": "scheduled",
                        "nodes": 1, "cpus": 2, "memory_mib": 1024, "start": "2027-03-01T15:00:00Z",
                        "end": "2027-03-01T16:00:00Z", "hosts": ["lab1"], "reason": ""}
-    rejected = json.loads(site("lease", "list", "--status", "rejected", "--json").stdout)
+    rejected = json.loads(site("lease", "list", "--all", "--status", "rejected", "--json").stdout)
     assert [r["id"] for r in rejected] == [3]
-    live = json.loads(site("lease", "list", "--status", "live", "--json").stdout)
+    live = json.loads(site("lease", "list", "--all", "--status", "live", "--json").stdout)
     assert [r["id"] for r in live] == [1, 2]
 
 

@@ -23,6 +23,7 @@ from orchestrator.planning.evacuation import EvacuationPlanner
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HOST_SELECTION
 from orchestrator.planning.slottable.table import SlotTable
+from tests.oracle.evacuation import destinations
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 CAPACITIES = (Resources.of(1, 1024), Resources.of(2, 4096), Resources.of(4, 8192))
@@ -35,23 +36,9 @@ def T(minutes: float) -> datetime:
 
 def reference(table: SlotTable, policy: str, lease: Lease, vm: Reservation, moving: list[int],
               avoid: set[str], start: datetime, end: datetime) -> dict[int, str] | None:
-    requests = lease.request.nodes
-    nodes = dict(vm.nodes)
-    held: dict[str, Resources] = {}
-    for v, host in vm.nodes.items():
-        if v not in moving:
-            held[host] = add(held.get(host, NOTHING), requests[v])
-    order = [h for h in HOST_SELECTION.create(policy).order(table, table.hosts, start) if h not in avoid]
-    for v in sorted(moving, key=lambda v: requests[v], reverse=True):
-        for host in order:
-            trial = add(held.get(host, NOTHING), requests[v])
-            if table.fits(host, trial, start, end):
-                held[host] = trial
-                nodes[v] = host
-                break
-        else:
-            return None
-    return nodes
+    """The plain scheduler's definition (`tests/oracle`), the hosts in the policy's order at the start."""
+    return destinations(table, HOST_SELECTION.create(policy).order(table, table.hosts, start), lease, vm, moving,
+                        avoid, start, end)
 
 
 @st.composite

@@ -14,7 +14,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import shared_usage
-from orchestrator.planning.slottable.choice import CORES
+from tests.reference import CORES
 from orchestrator.planning.slottable.hoststates import nodes_that_fit
 from orchestrator.planning.slottable.table import AFTER_ALL, SlotTable, time_key
 
@@ -35,7 +35,7 @@ operations = st.lists(st.one_of(
 ), min_size=1, max_size=60)
 
 
-#: each test runs on each core (`choice.py`): the compiled one and the reference
+#: each test runs on each core (`tests.reference.CORES`): the compiled one and the plain reference
 kinds = pytest.mark.parametrize("kind", sorted(CORES))
 
 

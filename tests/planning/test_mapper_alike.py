@@ -23,7 +23,7 @@ from orchestrator.model.resources import Resources, fits, scale
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.policies import HOST_SELECTION, PREEMPTION
-from orchestrator.planning.slottable.choice import CORES
+from tests.reference import CORES
 from orchestrator.planning.slottable.table import SlotTable
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -87,7 +87,7 @@ CAPACITIES = (Resources.of(1, 1024), Resources.of(2, 4096), Resources.of(4, 8192
 NODES = (Resources.of(1, 1024), Resources.of(1, 512), Resources.of(2, 2048))
 
 
-#: each test runs on each core of the slot table (`choice.py`): the compiled one brings its own walk
+#: each test runs on each core of the slot table (`tests.reference.CORES`): each brings its own walk
 cores = pytest.mark.parametrize("kind", sorted(CORES))
 
 

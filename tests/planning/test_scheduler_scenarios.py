@@ -289,7 +289,7 @@ def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
     plan (random mixed workloads, with early ends, suspension on, for one-node leases only, and off)."""
     from orchestrator.config import Config, SchedulingConfig, SimulationConfig
     from orchestrator.model.resources import Resources
-    from orchestrator.planning import lease_scheduler  # noqa: F401
+    from orchestrator.planning import queue
     from orchestrator.runtime.simulator import Simulator
     from orchestrator.workloads.synthetic import synthetic_workload
 
@@ -301,5 +301,103 @@ def test_the_queue_failure_memo_changes_no_plan(seed, suspension, monkeypatch):
         return [(l["id"], l["state"], l["start"], l["end"], l["reservations"]) for l in data["leases"]]
 
     with_memo = outcome()
-    monkeypatch.setattr(lease_scheduler._FailureMemo, "rules_out", lambda self, lease: False)
+    monkeypatch.setattr(queue.FailureMemo, "rules_out", lambda self, lease: False)
     assert outcome() == with_memo
+
+
+def _scenario_a(on_step=None):
+    """Issue 35's scenario A: three one-VM hosts, Haizea's test-trace settings (the defaults here)."""
+    return simulate(site(3), [be("13:00", 10), be("13:00", 30, nodes=2), ar("13:01", "13:10", 10, nodes=3),
+                              be("13:02", 60, nodes=2, real_minutes=10), be("13:05", 10, nodes=3)],
+                    on_step=on_step)
+
+
+def test_a_lease_whose_images_moved_stays_planned_in_the_future_and_is_replanned_early():
+    """Lease 2 is suspended for AR 3; at 13:20 it is planned after lease 4 (14:20, the one future
+    reservation aggressive backfilling allows) and its images move to host1/host2 at once. It keeps
+    that future reservation while they move: lease 5 waits in the queue. Lease 4 really ends at 13:30:
+    lease 2 is planned again from then, from where its images now are (host1, host2: nothing to move;
+    it resumes after the estimate of a transfer, as a suspended lease always may), and lease 5 follows
+    it. (Once, the transfers' start handed lease 2's future reservation to lease 5, which ran
+    13:30-13:40, while lease 2 stayed planned at 14:20 and the site sat idle from 13:40 to 14:20.)
+    Haizea 1.1 resumes lease 2 at 13:32:44, 82 s later: re-planning, it forgets the transfers done and
+    moves the images again from host2/host3, where they no longer are."""
+    result = _scenario_a()
+    assert plan(result, 4) == [("vm", "13:20:00", "13:30:00", [H1, H2])]
+    assert plan(result, 2) == [
+        ("vm", "13:00:00", "13:09:28", [H2, H3]),
+        ("suspend", "13:09:28", "13:10:00", [H2, H3]),
+        ("migrate", "13:20:00", "13:21:22", [H1, H2]),   # (vnode 0: host2 -> host1)
+        ("migrate", "13:21:22", "13:22:44", [H2, H3]),   # (vnode 1: host3 -> host2)
+        ("resume", "13:31:22", "13:31:54", [H1, H2]),
+        ("vm", "13:31:54", "13:52:26", [H1, H2]),
+        ("shutdown", "13:52:26", "13:52:26", [H1, H2]),
+    ]
+    assert plan(result, 5) == [("vm", "13:52:26", "14:02:26", [H1, H2, H3]),
+                               ("shutdown", "14:02:26", "14:02:26", [H1, H2, H3])]
+    assert result.metrics["image_migrations"] == 2 and result.metrics["premature_ends"] == 1
+
+
+def test_image_transfers_done_for_a_replanned_resumption_are_kept_in_the_stored_plan():
+    """The transfers done before lease 2 was re-planned stay in its plan (after its suspension), so a
+    scheduler rebuilt from the store knows where its images are."""
+    from orchestrator.state.store import history_rows, lease_from_rows, lease_row, plan_rows
+
+    seen = {}
+
+    def at_1330(sched, now):
+        if now == at("13:30"):
+            lease = sched.leases[2]
+            seen["stored"] = lease_from_rows(lease_row(lease), history_rows(lease), plan_rows(lease))
+
+    _scenario_a(on_step=at_1330)
+    stored = seen["stored"]
+    suspended, planned = stored.reservations
+    assert [p.kind.value for p in suspended.post] == ["suspend", "migrate", "migrate"]
+    assert all(p.vm is suspended for p in suspended.post)
+    assert [p.kind.value for p in planned.pre] == ["resume"]
+    stored.reservations.pop()   # (as when its plan is dropped again: where are its images then?)
+    assert stored.image_hosts() == {0: H1, 1: H2}
+
+
+def test_a_retry_after_long_image_transfers_resumes_when_they_end():
+    """Issue 35's scenario B. Lease 1 (host1, host2) is suspended for AR 3 and resumes at 13:20 on
+    host2/host3 (lease 4 holds host1). Moving its two images takes two rounds (host2 is a source and
+    a destination), 164 s where the estimate said 82 s: the scheduler looks again from the end of the
+    transfers, 13:22:44, and resumes there (once, it added the estimate again: 13:24:06). Haizea: the
+    same end, 13:43:48."""
+    result = simulate(site(3), [be("13:00", 30, nodes=2), be("13:00", 10), ar("13:01", "13:10", 10, nodes=3),
+                                be("13:02", 20)])
+    assert plan(result, 1) == [
+        ("vm", "13:00:00", "13:09:28", [H1, H2]),
+        ("suspend", "13:09:28", "13:10:00", [H1, H2]),
+        ("migrate", "13:20:00", "13:21:22", [H1, H2]),
+        ("migrate", "13:21:22", "13:22:44", [H2, H3]),
+        ("resume", "13:22:44", "13:23:16", [H2, H3]),
+        ("vm", "13:23:16", "13:43:48", [H2, H3]),
+        ("shutdown", "13:43:48", "13:43:48", [H2, H3]),
+    ]
+    assert lease(result, 1)["end"] == "2026-01-01T13:43:48Z"
+    assert plan(result, 4) == [("vm", "13:20:00", "13:40:00", [H1]), ("shutdown", "13:40:00", "13:40:00", [H1])]
+
+
+def test_leases_submitted_together_stay_in_id_order_when_one_is_requeued():
+    """A deliberate difference from Haizea (docs/scheduling.md): lease 1, suspended for AR 4 and requeued,
+    goes back before leases 2 and 3, submitted at the same instant, and resumes first. (Haizea puts it after
+    them: it orders equal submit times by when they entered its queue.) Images stay put here, so the
+    resumption needs no transfer estimate."""
+    result = simulate(site(1), [be("13:00", 60), be("13:00", 60), be("13:00", 60), ar("13:10", "13:30", 30)],
+                      backfilling="off", migration="no")
+    assert plan(result, 1)[2:4] == [("resume", "14:00:00", "14:00:32", [H1]), ("vm", "14:00:32", "14:31:04", [H1])]
+    assert plan(result, 2)[0] == ("vm", "14:31:04", "15:31:04", [H1])
+    assert plan(result, 3)[0] == ("vm", "15:31:04", "16:31:04", [H1])
+
+
+def test_an_immediate_lease_arriving_with_a_reservation_is_placed_first_and_never_suspended():
+    """A deliberate difference from Haizea (docs/scheduling.md): submitted at the same instant (the AR
+    first), the immediate lease is placed first and the AR, which cannot preempt it, is rejected. (Haizea
+    lets the AR preempt it, and an immediate lease, never queued, is then never resumed.)"""
+    result = simulate(site(1), [ar("13:00", "13:10", 30, preemptible=False), im("13:00", 60)])
+    assert lease(result, 1)["state"] == "rejected"
+    assert plan(result, 2) == [("vm", "13:00:00", "14:00:00", [H1]), ("shutdown", "14:00:00", "14:00:00", [H1])]
+    assert lease(result, 2)["state"] == "done"

@@ -24,9 +24,9 @@ from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.slottable import choice
-from orchestrator.planning.slottable.choice import CORES, REFERENCE
+from orchestrator.planning.slottable import table as slottable
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
+from tests.reference import CORES
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 CAP = Resources.of(8, 8192)
@@ -34,22 +34,10 @@ CAP = Resources.of(8, 8192)
 
 @pytest.fixture(autouse=True, params=sorted(CORES))
 def core(request, monkeypatch):
-    """Every test here runs on each core (`choice.py`): the compiled one and the reference."""
+    """Every test here runs on each core (`tests.reference.CORES`): the compiled one and the plain reference."""
     kind = CORES[request.param]
-    assert kind is not None, "the compiled core was not built (pip install builds it with a C compiler)"
-    monkeypatch.setattr(choice, "DEFAULT_CORE", kind)
+    monkeypatch.setattr(slottable, "DEFAULT_CORE", kind)
     return kind
-
-
-def test_the_compiled_timeline_is_built_from_its_current_source(core):
-    """pip install builds it (deploy/install.sh checks that it did); an editable install does not build
-    it again when ctimeline.pyx changes: run `pip install -e .` again then."""
-    from pathlib import Path
-
-    from orchestrator.planning.slottable import ctimeline
-    built = Path(ctimeline.__file__)
-    assert built.suffix != ".pyx" and built.stat().st_mtime >= (built.parent / "ctimeline.pyx").stat().st_mtime
-    assert type(SlotTable({"h1": CAP}).timeline("h1")) is core.timeline
 
 
 def T(minutes: float) -> datetime:
@@ -446,6 +434,22 @@ def test_hosts_and_capacities():
     assert table.hosts == ["a"]
 
 
+def test_hosts_added_together_are_all_or_nothing_and_ranked_at_once():
+    """`add_hosts` checks every host first (a name twice, a bad capacity: nothing added), then the host
+    states see all of them in one step."""
+    table = SlotTable([("a", CAP)])
+    for bad in ([("b", CAP), ("b", CAP)], [("b", CAP), ("a", CAP)], [("b", CAP), ("c", Resources.of(0, 1024))]):
+        with pytest.raises(InvalidRequest):
+            table.add_hosts(bad)
+        assert table.hosts == ["a"]
+    table.add(rr(1, 0, 10, {"a": R(8)}))
+    table.add_hosts([("b", CAP), ("c", Resources.of(4, 4096))])
+    assert table.hosts == ["a", "b", "c"]
+    states = table.states_at(T(5))
+    assert states.names == ["a", "b", "c"] and states.used.tolist()[0][0] == R(8).cpu
+    assert states.capacity.tolist()[2][:2] == [Resources.of(4, 4096).cpu, 4096]
+
+
 def test_a_reservation_taken_out_and_put_back_keeps_its_id(base):
     table, r1, r2, r3 = base
     table.remove(r2)
@@ -501,7 +505,7 @@ def test_an_empty_interval_excluding_a_reservation_that_starts_there(base):
     assert table.latest_fit("h1", R(6), T(15), T(15), excluding=[r2]) == T(15)
 
 
-# -- internal representation: integer time keys, blocks, shared usage vectors ------------------------------------------
+# -- internal representation: integer time keys, shared usage vectors ---------------------------------------------------
 
 def test_times_a_microsecond_apart_and_at_the_ends_of_the_calendar_stay_distinct():
     table = SlotTable({"h1": CAP})
@@ -538,10 +542,10 @@ def test_times_in_other_timezones_are_the_same_instants():
 
 
 def test_a_host_with_many_breakpoints_against_brute_force():
-    """Thousands of breakpoints on one host: blocks split and merge; every answer matches a plain sum."""
+    """Thousands of breakpoints on one host: every answer matches a plain sum."""
     import random
     rng = random.Random(7)
-    table = SlotTable({"h1": Resources.of(10_000, 10**9)}, core=REFERENCE)   # (its blocks)
+    table = SlotTable({"h1": Resources.of(10_000, 10**9)})
     live = []
     for lease in range(1, 3001):
         start = rng.randrange(0, 20_000)
@@ -564,20 +568,19 @@ def test_a_host_with_many_breakpoints_against_brute_force():
             assert hi == min((p for p in points if p > t), default=None)
 
     check()
-    assert len(table.timeline("h1")._blocks) > 4                  # several blocks
     rng.shuffle(live)
     while len(live) > 50:
         table.remove(live.pop())
     check()
     while live:
         table.remove(live.pop())
-    assert len(table.timeline("h1")) == 0 and table.timeline("h1")._blocks == []
+    assert len(table.timeline("h1")) == 0
     assert table.usage_at("h1", T(100)) == NOTHING
 
 
 def test_a_host_filled_at_its_front_then_its_back_then_emptied_anywhere_holds_no_time_it_let_go():
     """Breakpoints go in before all others, then after all others, then out from random places (the
-    compiled timeline moves the shorter side each time, and recentres when one side is full): answers
+    compiled timeline moves its arrays' tail each time, and grows them when full): answers
     match a plain sum, and no datetime stays referenced once its breakpoints are gone."""
     import random
     import sys
@@ -636,7 +639,7 @@ def test_equal_usage_vectors_are_one_shared_object_and_unused_ones_are_dropped()
 
 
 def test_usage_codes_sort_after_every_key():
-    """A block holds its keys, then usage codes: every code must be above every key a datetime can make."""
+    """Codes and keys are told apart by value: every code must be above every key a datetime can make."""
     from orchestrator.planning.slottable import keys
     latest = datetime.max.replace(tzinfo=timezone(-timedelta(hours=23, minutes=59)))   # later than FOREVER
     assert keys.time_key(latest) > keys.time_key(FOREVER)
@@ -653,41 +656,6 @@ def test_a_time_key_counts_the_microseconds_since_the_epoch(t):
     assert keys.time_key(t) == (t - keys.KEY_ORIGIN) // timedelta(microseconds=1)
 
 
-def test_point_queries_on_one_block_and_on_several_agree_with_a_plain_sum():
-    """usage_at reads a single-block host's block directly (SharedUsage.single), other hosts through their
-    timeline; both, and the timeline's own queries, with and without the strided read, give the same answers."""
-    import random
-
-    from orchestrator.planning.slottable import blocks
-    rng = random.Random(3)
-    table = SlotTable({"h1": Resources.of(10_000, 10**9), "h2": CAP}, core=REFERENCE)   # (its blocks)
-    tl = table.timeline("h1")
-    live = []
-
-    def check():
-        single = len(tl._blocks) == 1
-        assert table._shared.single["h1"] is (tl._blocks[0] if single else None)
-        for _ in range(200):
-            t = T(rng.randrange(-10, 4_100) + rng.choice((0, 0.5)))
-            expected = [r for r in live if r.start <= t < r.end]
-            used = Resources(sum(r.resources["h1"].cpu for r in expected), sum(r.resources["h1"].memory for r in expected))
-            assert table.usage_at("h1", t) == tl.usage_at(t) == tl.state_at(t)[0] == tl.window(t)[0] == used
-            assert tl.state_at(t)[1] == len(expected)
-
-    saved = blocks.STRIDED_READ_ABOVE
-    try:
-        while len(live) < 400:                     # one block up to 2 x _LOAD breakpoints, then several
-            start = rng.randrange(0, 4_000)
-            live.append(table.add(rr(len(live) + 1, start, start + rng.randrange(1, 60), {"h1": R(1, 1)})))
-            if len(live) in (5, 60, 400):
-                for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):
-                    check()
-        assert len(tl._blocks) > 1
-        assert table.usage_at("h2", T(0)) == NOTHING and table._shared.single["h2"] is None   # no block yet
-    finally:
-        blocks.STRIDED_READ_ABOVE = saved
-
-
 def test_a_removed_host_leaves_the_shared_usage_registry():
     table = SlotTable({"h1": CAP, "h2": CAP})
     r = table.add(rr(1, 0, 10, {"h2": R(1, 512)}))
@@ -695,53 +663,12 @@ def test_a_removed_host_leaves_the_shared_usage_registry():
     table.remove(r)
     table.remove_host("h2")
     shared = table._shared
-    assert "h2" not in shared.single and gone not in shared.timelines
+    assert gone not in shared.timelines
     shared.limit = len(shared.values)                             # the next new vector sweeps
     table.add(rr(2, 0, 10, {"h1": R(2, 256)}))
     assert table.usage_at("h1", T(5)) == R(2, 256)
     with pytest.raises(InvalidRequest):
         table.usage_at("h2", T(5))
-
-
-def test_a_block_holds_its_keys_then_its_codes_backwards():
-    """The layout `blocks.py` documents: keys in order, then the codes last breakpoint first; every
-    operation on a block keeps it."""
-    from orchestrator.planning.slottable import blocks
-    block = blocks.new_block((10, 20, 30), (101, 102, 103))
-    assert list(block) == [10, 20, 30, 103, 102, 101]
-    assert blocks.size(block) == 3 and [blocks.code_of(block, j) for j in range(3)] == [101, 102, 103]
-    assert list(blocks.codes(block)) == [103, 102, 101]
-    blocks.insert(block, 1, 15, 104)                                # a breakpoint between the first two
-    assert list(block) == [10, 15, 20, 30, 103, 102, 104, 101]
-    blocks.insert(block, 4, 40, 105)                                # and after the last
-    assert [blocks.code_of(block, j) for j in range(5)] == [101, 104, 102, 103, 105]
-    blocks.delete(block, 2)                                         # key 20 and its code
-    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
-    tail = blocks.split_off(block, 1)
-    assert list(block) == [10, 101] and list(tail) == [15, 30, 40, 105, 103, 104]
-    blocks.append(block, tail)
-    assert list(block) == [10, 15, 30, 40, 105, 103, 104, 101]
-
-
-def test_the_block_lookup_is_a_bisect_of_the_keys_with_the_code_in_force_next_to_them():
-    import random
-    from bisect import bisect_right
-
-    from orchestrator.planning.slottable import blocks
-    rng = random.Random(5)
-    saved = blocks.STRIDED_READ_ABOVE
-    try:
-        for n in (1, 8, 9, 100, 256):
-            keys = sorted(rng.sample(range(10**6), n))
-            block = blocks.new_block(keys, [1_000_000 + j for j in range(n)])
-            for blocks.STRIDED_READ_ABOVE in (0, saved, 1 << 30):           # with and without the strided read
-                for k in [keys[0] - 1, keys[-1], keys[-1] + 1, *rng.sample(range(10**6), 50), *keys]:
-                    i = blocks.bisect_keys(block, k)
-                    assert i == bisect_right(keys, k)
-                    if i:
-                        assert block[-i] == blocks.code_of(block, i - 1) == 1_000_000 + i - 1
-    finally:
-        blocks.STRIDED_READ_ABOVE = saved
 
 
 def test_the_slot_table_modules_import_only_modules_before_them():
@@ -751,7 +678,7 @@ def test_the_slot_table_modules_import_only_modules_before_them():
     from pathlib import Path
 
     import orchestrator.planning.slottable as package
-    order = ["keys", "blocks", "shared_usage", "excluding", "timeline", "ctimeline", "hoststates", "choice", "table"]
+    order = ["keys", "shared_usage", "excluding", "core", "hoststates", "table"]
     folder = Path(package.__path__[0])
     sources = {p.stem: p for p in [*folder.glob("*.py"), *folder.glob("*.pyx")]}
     assert sorted(sources) == sorted([*order, "__init__"])

@@ -24,10 +24,9 @@ from hypothesis.stateful import (
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.slottable import blocks, shared_usage, timeline
-from orchestrator.planning.slottable import table as slottable
-from orchestrator.planning.slottable.choice import CORES
+from orchestrator.planning.slottable import shared_usage
 from orchestrator.planning.slottable.table import FOREVER, SlotTable
+from tests.reference import CORES
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 HOSTS = ("h0", "h1", "h2")
@@ -106,15 +105,13 @@ position_sets = st.sets(positions, max_size=4)
 
 
 class SlotTableMachine(RuleBasedStateMachine):
-    #: the core the table runs on (`choice.py`): the reference here, the compiled one below
-    kind = "reference"
+    #: the core the table runs on (`tests.reference.CORES`): the compiled one here, the reference below
+    kind = "compiled"
 
     @initialize(caps=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 8)), min_size=1, max_size=3))
     def setup(self, caps):
         self.caps = {HOSTS[i]: Resources(cpu * 100, memory) for i, (cpu, memory) in enumerate(caps)}
-        core = CORES[self.kind]
-        assert core is not None, f"the {self.kind} core was not built"
-        self.table = SlotTable(self.caps, core=core)
+        self.table = SlotTable(self.caps, core=CORES[self.kind])
         self.raw: Raw = {}
         self.objs: dict[int, Reservation] = {}
         self.next_lease = 1
@@ -242,13 +239,12 @@ TestSlotTableMachine.settings = settings(max_examples=200, stateful_step_count=4
                                          suppress_health_check=[HealthCheck.too_slow])
 
 
-# -- the same machine on the compiled timeline (`ctimeline.pyx`) ---------------------------------------------------------
+# -- the same machine with the shared usage vectors swept often -----------------------------------------------------------
 
-class CompiledTimelineMachine(SlotTableMachine):
+class SweepingMachine(SlotTableMachine):
     """With the shared usage vectors swept whenever their number doubles and the memo of usage transitions
-    starting again after two amounts or two transitions, as below for the reference: the compiled
-    timeline keeps a memo across the hosts of a reservation, which a sweep replaces."""
-    kind = "compiled"
+    starting again after two amounts or two transitions: the compiled core keeps a memo across the hosts of
+    a reservation, which a sweep replaces."""
 
     def __init__(self):
         super().__init__()
@@ -259,53 +255,17 @@ class CompiledTimelineMachine(SlotTableMachine):
         shared_usage._SWEEP_SLACK, shared_usage._MAX_AMOUNTS = self._saved
 
 
-TestCompiledTimelineMachine = CompiledTimelineMachine.TestCase
-TestCompiledTimelineMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
-                                                report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
+TestSweepingMachine = SweepingMachine.TestCase
+TestSweepingMachine.settings = settings(max_examples=300, stateful_step_count=40, deadline=None,
+                                        report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
 
 
-# -- the same machine with tiny blocks ---------------------------------------------------------------------------------
-# A host's breakpoints live in blocks of up to 2 x _LOAD (hundreds), which the machine above never fills.
-# With blocks of 2 to 4 breakpoints, every step splits, merges or empties blocks, and walks across them.
+# -- the same machine on the plain reference (tests/reference/core.py) ----------------------------------------------------
 
-class TinyBlocksMachine(SlotTableMachine):
-    def __init__(self):
-        super().__init__()
-        self._saved = (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
-                       shared_usage._MAX_AMOUNTS)
-        # and a sweep of the shared usage vectors whenever their number doubles (ids are freed, reused),
-        # point queries that always read the block's cache lines first, and the memo of usage transitions
-        # per amount starting again after two amounts or two transitions
-        (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
-         shared_usage._MAX_AMOUNTS) = 4, 2, 2, 0, 2
-
-    def teardown(self):
-        (timeline._MAX_BLOCK, timeline._MIN_BLOCK, shared_usage._SWEEP_SLACK, blocks.STRIDED_READ_ABOVE,
-         shared_usage._MAX_AMOUNTS) = self._saved
-
-    @invariant()
-    def blocks_are_well_formed(self):
-        for host in self.caps:
-            tl = self.table.timeline(host)
-            # a block: its keys, then as many usage ids
-            assert all(len(block) % 2 == 0 for block in tl._blocks)
-            sizes = [len(block) // 2 for block in tl._blocks]
-            keys = [k for block, n in zip(tl._blocks, sizes) for k in block[:n]]
-            assert keys == sorted(set(keys)) and len(keys) == len(tl)
-            assert list(tl._mins) == [block[0] for block in tl._blocks]
-            assert all(0 < n <= 4 for n in sizes)
-            assert [len(b) for b in tl._usage] == [len(b) for b in tl._count] == [len(b) for b in tl._refs] \
-                == [len(b) for b in tl._times] == sizes
-            assert [slottable.time_key(t) for block in tl._times for t in block] == keys
-            # the ids (in reverse order) name the very vectors of the usage lists, none of them freed
-            vectors = self.table._shared.vectors
-            for block, n, usage in zip(tl._blocks, sizes, tl._usage):
-                assert all(vectors[u] is used for u, used in zip(reversed(block[n:]), usage))
-            single = len(tl._blocks) == 1
-            assert (tl._k0 is not None) == single and (not single or tl._k0 is tl._blocks[0])
-            assert self.table._shared.single.get(host) is tl._k0      # what SlotTable.usage_at reads
+class ReferenceMachine(SlotTableMachine):
+    kind = "reference"
 
 
-TestTinyBlocksMachine = TinyBlocksMachine.TestCase
-TestTinyBlocksMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
-                                          report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])
+TestReferenceMachine = ReferenceMachine.TestCase
+TestReferenceMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None,
+                                         report_multiple_bugs=False, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
-from orchestrator.planning.lease_scheduler import _FailureMemo
+from orchestrator.planning.queue import FailureMemo
 from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import HOST_SELECTION, PREEMPTION
 from orchestrator.planning.slottable.table import SlotTable
@@ -61,12 +61,12 @@ def test_room_for_a_run_shorter_than_the_threshold_is_short():
     assert why_not(5, 90, suspension="all", force_scheduling_threshold=timedelta(minutes=10)) is Unschedulable.SHORT
 
 
-def memo_for(**scheduling) -> _FailureMemo:
+def memo_for(**scheduling) -> FailureMemo:
     """A pass's memo, comparing leases by the shortest run the VM scheduler would accept under these settings."""
     table = SlotTable({"h1": Resources.of(8, 8192)})
     mapper = Mapper(table, HOST_SELECTION.create("greedy"), PREEMPTION.create("no-preemption"))
     vm = VMScheduler(table, mapper, SchedulingConfig(**scheduling), lease_of={}.__getitem__)
-    return _FailureMemo(vm.shortest_run)
+    return FailureMemo(vm.shortest_run)
 
 
 def test_an_instant_failure_rules_out_larger_leases_of_any_length():

@@ -56,9 +56,11 @@ def test_leases_belong_to_who_submitted_them(running, unix_users):
     answer = _submit_as(running, "lwalice")
     lease_id = answer["id"]
     assert answer["state"] in ("scheduled", "active")
-    # anyone may list and show
-    listed = as_user("lwbob", lambda: [l.id for l in Client(url).leases()])
+    # anyone may list (everyone's: a list is the caller's own by default) and show
+    assert lease_id not in as_user("lwbob", lambda: [l.id for l in Client(url).leases()])
+    listed = as_user("lwbob", lambda: [l.id for l in Client(url).leases(everyone=True)])
     assert lease_id in listed
+    assert as_user("lwalice", lambda: [l.id for l in Client(url).leases()]) == [lease_id]
     shown = as_user("lwbob", lambda: Client(url).lease(lease_id, vms=False)[0].request.user)
     assert shown == "lwalice"
     # only the owner (or an admin) may cancel, extend, reach its VMs
@@ -112,6 +114,28 @@ def test_bad_input_through_the_api_is_one_line_and_exit_2(running):
     assert caught.value.exit_code == 2 and "no host named 'nosuch'" in str(caught.value)
     schema = client.get("/openapi.json")
     assert "/v1/leases" in schema["paths"]
+
+
+def test_the_lease_list_comes_a_page_at_a_time(running):
+    """`GET /v1/leases` gives a page of the caller's leases by id and the id to ask for the next one after;
+    the client pages through them all; a page size out of bounds is exit 2, naming `limit`."""
+    import getpass
+
+    client = running.client()
+    ids = [client.submit(_request(getpass.getuser()))["id"] for _ in range(5)]
+    first, following = client.lease_page(limit=2)
+    assert [lease.id for lease in first] == ids[:2] and following == ids[1]
+    second, following = client.lease_page(after=following, limit=2)
+    assert [lease.id for lease in second] == ids[2:4] and following == ids[3]
+    last, following = client.lease_page(after=following, limit=2)
+    assert [lease.id for lease in last] == ids[4:] and following is None
+    assert [lease.id for lease in client.leases()] == ids
+    page = client.get("/v1/leases", limit=2, all="true")
+    assert [record["row"][0] for record in page["leases"]] == ids[:2] and page["next"] == ids[1]
+    for limit in (0, 1001):
+        with pytest.raises(RemoteError) as caught:
+            client.get("/v1/leases", limit=limit)
+        assert caught.value.exit_code == 2 and caught.value.args[0].startswith("limit:")
 
 
 def test_the_daemon_in_the_server_starts_and_ends_leases(running):

@@ -52,6 +52,8 @@ class LoadResult:
     overbooked: list[str] = field(default_factory=list)
     server_log: str = ""
     server_cpu_s: float | None = None   # the server's CPU time, start to the end of the load (Linux)
+    server_peak_mib: float | None = None   # the server's peak resident memory (Linux: VmHWM)
+    startup_s: float = 0.0   # from starting the server to its first answer: loading the store, re-planning
     #: kind -> [(bucket bound s, requests at most that long)], from the server's own /metrics
     server_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
@@ -96,8 +98,27 @@ def make_site(workdir: Path, hosts: int) -> tuple[Path, Path, Path]:
     return store_path, config, socket
 
 
+def preload(store_path: Path, leases: int, seed: int = 7) -> None:
+    """`leases` advance reservations planned over the coming week (1-4 VMs of 1-4 vCPUs, 1-4 h each), written
+    to the store before the server starts: the server then loads them and re-plans them as it starts."""
+    from orchestrator.config import config_from_dict
+    from orchestrator.state.cluster import Cluster
+
+    rng = random.Random(seed)
+    now = datetime.now(UTC).replace(microsecond=0)
+    config = config_from_dict({"scheduling": {"shutdown_time": "4s", "suspend_rate": 256.0, "resume_rate": 256.0}})
+    with Store.open(store_path) as store:
+        cluster = Cluster(store, config)
+        for _ in range(leases):
+            start = now + timedelta(minutes=rng.randint(30, 7 * 24 * 60))
+            fields = {"cpus": rng.choice([1, 2, 4]), "memory": rng.choice([1024, 2048, 4096]),
+                      "nodes": rng.choice([1, 1, 2, 4]), "duration": f"{rng.randint(1, 4)}h", "start": iso(start)}
+            cluster.submit(request_from_fields(fields, now), now)
+        cluster.save(now)
+
+
 def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock: threading.Lock,
-                 think: tuple[float, float]) -> None:
+                 think: tuple[float, float], list_all: bool = False) -> None:
     rng = random.Random(index)
     mine: list[int] = []
     with Client(url, timeout=120) as client:
@@ -111,8 +132,11 @@ def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock:
                     answer = client.submit(_request(rng))
                     if answer["state"] != "rejected":
                         mine.append(answer["id"])
-                elif kind == "list":
-                    client.leases(["active", "scheduled", "queued"])
+                elif kind == "list":   # (a page of the caller's leases, or every page of everyone's)
+                    if list_all:
+                        client.leases(["active", "scheduled", "queued"], everyone=True)
+                    else:
+                        client.lease_page(["active", "scheduled", "queued"])
                 else:
                     client.cancel(mine.pop(rng.randrange(len(mine))))
             except RemoteError as exc:
@@ -196,32 +220,35 @@ def overbooked(store_path: Path) -> list[str]:
     return problems
 
 
-def _run_clients(url: str, indexes: range, stop_at: float, result: LoadResult, think: tuple[float, float]) -> None:
+def _run_clients(url: str, indexes: range, stop_at: float, result: LoadResult, think: tuple[float, float],
+                 list_all: bool = False) -> None:
     lock = threading.Lock()
-    threads = [threading.Thread(target=_client_loop, args=(url, i, stop_at, result, lock, think)) for i in indexes]
+    threads = [threading.Thread(target=_client_loop, args=(url, i, stop_at, result, lock, think, list_all))
+               for i in indexes]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
 
 
-def _client_process(url: str, indexes: range, seconds: float, think: tuple[float, float], ready, results) -> None:
+def _client_process(url: str, indexes: range, seconds: float, think: tuple[float, float], ready, results,
+                    list_all: bool = False) -> None:
     """One process's share of the clients, started together with the others' (`ready`, a barrier)."""
     result = LoadResult()
     ready.wait()
-    _run_clients(url, indexes, time.monotonic() + seconds, result, think)
+    _run_clients(url, indexes, time.monotonic() + seconds, result, think, list_all)
     results.put((dict(result.latencies), dict(result.errors)))
 
 
 def _run_client_processes(url: str, clients: int, processes: int, seconds: float, result: LoadResult,
-                          think: tuple[float, float]) -> float:
+                          think: tuple[float, float], list_all: bool = False) -> float:
     """The clients (the same indexes, so the same requests) spread over `processes` processes; the seconds
     from their common start to the last one's end."""
     context = multiprocessing.get_context("spawn")
     ready = context.Barrier(processes + 1)
     results = context.Queue()
     shares = [range(clients)[k::processes] for k in range(processes)]
-    workers = [context.Process(target=_client_process, args=(url, share, seconds, think, ready, results))
+    workers = [context.Process(target=_client_process, args=(url, share, seconds, think, ready, results, list_all))
                for share in shares]
     for worker in workers:
         worker.start()
@@ -255,10 +282,16 @@ def wait_until_serving(url: str, server: subprocess.Popen, log: Path, timeout_s:
 
 
 def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
-             think: tuple[float, float] = (0.3, 1.2), processes: int = 1, burst: int = 0) -> LoadResult:
+             think: tuple[float, float] = (0.3, 1.2), processes: int = 1, burst: int = 0, leases: int = 0,
+             list_all: bool = False) -> LoadResult:
     """`processes`: how many client processes share the clients; `burst`: how many submit at one instant
-    after the steady load (see the module's docstring)."""
+    after the steady load; `leases`: how many leases are planned before the server starts (`preload`);
+    `list_all`: a list pages through everyone's leases instead of asking for a page of the caller's (see
+    the module's docstring)."""
     store_path, config, socket = make_site(workdir, hosts)
+    if leases:
+        preload(store_path, leases)
+    started = time.monotonic()
     log = open(workdir / "serve.log", "w")
     server = subprocess.Popen([*CLI, "serve", "--state", str(store_path), "--config", str(config),
                                "--log-level", "warning"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -266,17 +299,19 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
     try:
         url = f"unix:{socket}"
         wait_until_serving(url, server, workdir / "serve.log")
+        result.startup_s = time.monotonic() - started
         if processes <= 1:
             began = time.monotonic()
-            _run_clients(url, range(clients), began + seconds, result, think)
+            _run_clients(url, range(clients), began + seconds, result, think, list_all)
             result.seconds = time.monotonic() - began
         else:
-            result.seconds = _run_client_processes(url, clients, processes, seconds, result, think)
+            result.seconds = _run_client_processes(url, clients, processes, seconds, result, think, list_all)
         result.server_buckets = _server_buckets(socket)   # (the steady load's, before the burst)
         if burst:
             _burst(url, burst, result)
     finally:
         result.server_cpu_s = _cpu_seconds(server.pid)
+        result.server_peak_mib = _peak_mib(server.pid)
         server.terminate()
         try:
             server.wait(timeout=120)
@@ -323,8 +358,22 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _peak_mib(pid: int) -> float | None:
+    """A process's peak resident memory, MiB (None where /proc does not say)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def summary(result: LoadResult) -> str:
     cpu = "" if result.server_cpu_s is None else f", server CPU {result.server_cpu_s:.1f} s (its start included)"
+    if result.server_peak_mib is not None:
+        cpu += f", server peak RSS {result.server_peak_mib:.0f} MiB"
+    cpu += f", server start (store loaded, plan rebuilt) {result.startup_s:.2f} s"
     lines = [f"{result.requests()} requests in {result.seconds:.1f} s ({result.requests() / result.seconds:.1f}/s), "
              f"{result.leases} leases{cpu}"]
     for kind in ("submit", "list", "cancel", "burst"):

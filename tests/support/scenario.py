@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from orchestrator.config import Config, SchedulingConfig, SimulationConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
-from orchestrator.runtime.simulator import SimulationResult, Simulator, check_invariants
+from orchestrator.planning.lease_scheduler import LeaseScheduler
+from orchestrator.runtime.simulator import SimulationResult, Simulator, StepHook, check_invariants
 from orchestrator.workloads import Workload
 from tests.support.times import T0
 
@@ -48,13 +49,20 @@ def im(submit: str, minutes: float, **kw) -> LeaseRequest:
     return request(LeaseType.IMMEDIATE, submit, minutes, **kw)
 
 
-def simulate(hosts, requests: list[LeaseRequest], **scheduling) -> SimulationResult:
-    """Run with the invariant checker after every step; defaults: no overheads, 32 MB/s, local."""
+def simulate(hosts, requests: list[LeaseRequest], on_step: StepHook | None = None, **scheduling) -> SimulationResult:
+    """Run with the invariant checker after every step (then `on_step`, if given); defaults: no
+    overheads, 32 MB/s, local."""
     defaults = dict(suspension="all", suspend_rate=32, resume_rate=32, suspendresume_exclusion="local")
     defaults.update(scheduling)
     config = Config(scheduling=SchedulingConfig(**defaults), simulation=SimulationConfig(start=T0))
     workload = Workload(requests=[(str(i), r) for i, r in enumerate(requests, start=1)], site=hosts)
-    return Simulator(workload, config, on_step=check_invariants).run()
+
+    def step(sched: LeaseScheduler, now: datetime) -> None:
+        check_invariants(sched, now)
+        if on_step is not None:
+            on_step(sched, now)
+
+    return Simulator(workload, config, on_step=step).run()
 
 
 def plan(result: SimulationResult, lease_no: int) -> list[tuple[str, str, str, list[str]]]:

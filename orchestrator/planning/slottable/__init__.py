@@ -1,10 +1,12 @@
 """The slot table: each host's capacity over time, and the host states that rank hosts for the mapper.
 
-Modules, each importing only those before it: `keys` (integer times and usage codes, their sentinels),
-`blocks` (the layout of a run of breakpoints in one integer array, and its lookup), `shared_usage` (the
-distinct usage vectors under their codes), `excluding` (queries that treat reservations as gone),
-`timeline` (one host's usage as a step function), `ctimeline` (the compiled core: timelines, the host
-states' refresh and the mapper's alike walk in C; built at install, Cython), `hoststates` (every host's
-state at a query time, kept valid incrementally), `choice` (which core a table runs on: the compiled one or
-the Python reference) and `table` (`SlotTable`, what the schedulers call).
+Modules: `keys` (integer times and usage codes, their sentinels), `shared_usage` (the distinct usage
+vectors under their codes), `excluding` (queries that treat reservations as gone), `core` (compiled from
+`core.pyx`: each host's usage as a step function, and the loops over many hosts), `hoststates` (every
+host's state at a query time, kept valid incrementally) and `table` (`SlotTable`, what the schedulers call).
 """
+
+from orchestrator import compiled as _compiled
+
+# (before `core` is imported: a core not built, or built from other sources, stops here, saying what to run)
+_compiled.check()

@@ -23,15 +23,16 @@ the palette those copies are gathered from (`_Palette`: converting tuples row by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from math import floor
+from types import ModuleType
 
 import numpy as np
 
 from orchestrator.model.resources import NOTHING, Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL
-from orchestrator.planning.slottable.timeline import HostTimeline, Window
+from orchestrator.planning.slottable.core import HostTimeline
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
@@ -80,38 +81,6 @@ def fits_rows(used: np.ndarray, request: Resources, capacity: np.ndarray) -> np.
     """Per row, whether `request` fits next to the row's usage (vectorised `resources.fits`: the same
     sums and comparisons, so the same answer as the slot table's walks give at that time)."""
     return np.all(used + np.array(request) <= capacity + EPSILON, axis=1)
-
-
-def refresh_rows(timelines: list[HostTimeline], rows: list[int], k: int, vectors: dict[int, Resources],
-                 used: list[Resources], code: list[int], count: list[int], ids: list[int], by_code: dict[int, int],
-                 new_code: Callable[[int, Resources], int], capacities: list[Resources], cpu_free: list[bool],
-                 since: np.ndarray, until: np.ndarray) -> tuple[int, int, int]:
-    """Read each of `rows` afresh from its timeline at key k into the rows' values (`_RowValues`'s lists:
-    usage, code, count, palette id (`by_code`, else `new_code`), whether some CPU is free) and windows
-    (`since`, `until`). Returns (the change in the number of rows with free CPU, the latest `since`
-    and the earliest `until` written). The reference; `ctimeline.refresh_rows` is the compiled one."""
-    found = HostTimeline.windows_at(timelines, rows, k)
-    freed = 0
-    for i, (c, n, _, _) in zip(rows, found):
-        v = used[i] = vectors[c]
-        code[i] = c
-        count[i] = n
-        vid = by_code.get(c)
-        ids[i] = vid if vid is not None else new_code(c, v)
-        free = capacities[i][0] - v[0] > EPSILON
-        if free is not cpu_free[i]:
-            freed += 1 if free else -1
-            cpu_free[i] = free
-    lows = [lo for _, _, lo, _ in found]
-    highs = [hi for _, _, _, hi in found]
-    if len(rows) <= _FEW_ROWS:
-        for i, lo, hi in zip(rows, lows, highs):
-            since[i] = lo
-            until[i] = hi
-    else:
-        since[rows] = lows
-        until[rows] = highs
-    return freed, max(lows), min(highs)
 
 
 class _Room:
@@ -228,15 +197,13 @@ class _Palette:
 class HostStates:
     """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
-    exists, so the memos here are keyed by it, an integer)."""
+    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `windows_at` and
+    `refresh_rows` read the rows from the hosts' timelines."""
 
-    def __init__(self, vectors: dict[int, Resources],
-                 windows_at: Callable[[list[HostTimeline], list[int], int], list[Window]] = HostTimeline.windows_at,
-                 refresh: Callable[..., tuple[int, int, int]] = refresh_rows) -> None:
+    def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
-        #: `HostTimeline.windows_at` and `refresh_rows` of the table's kind of timeline (`choice.py`)
-        self._windows_at = windows_at
-        self._refresh_rows = refresh
+        self._windows_at = core.windows_at
+        self._refresh_rows = core.refresh_rows
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -253,15 +220,17 @@ class HostStates:
         self._rooms: dict[Resources, _Room] = {}
         self._changed()
 
-    def add_host(self, timeline: HostTimeline) -> None:
-        self._index[timeline.name] = len(self.names)
-        self.names.append(timeline.name)
-        self._timelines.append(timeline)
-        self._capacities.append(timeline.capacity)
-        self.capacity = np.vstack([self.capacity, np.array(timeline.capacity, dtype=float)])
+    # -- what the slot table tells (`table.TableListener`) -------------------------------------------------------
+    def hosts_added(self, timelines: list[HostTimeline]) -> None:
+        for timeline in timelines:
+            self._index[timeline.name] = len(self.names)
+            self.names.append(timeline.name)
+            self._timelines.append(timeline)
+            self._capacities.append(timeline.capacity)
+        self.capacity = np.vstack([self.capacity, np.array([t.capacity for t in timelines], dtype=float)])
         self._changed()
 
-    def remove_host(self, name: str) -> None:
+    def host_removed(self, name: str) -> None:
         i = self._index.pop(name)
         del self.names[i], self._timelines[i], self._capacities[i]
         self.capacity = np.delete(self.capacity, i, axis=0)
@@ -390,7 +359,7 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._windows.until
 
-    def changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
+    def reservation_changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
         it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
         For the others the usage stays; a reservation put in only narrows their windows (its start or

@@ -1,8 +1,7 @@
 """The integers the slot table stores instead of datetimes and usage vectors, and the sentinels around them.
 
-Times become integer *keys* at the table's boundary: comparing and bisecting machine integers in an
-`array('q')` touches no Python object. Usage vectors become integer *codes* (`SharedUsage`), stored in
-the same arrays as the keys; every code is above every key, so a bisect for a key never lands among codes.
+Times become integer *keys* at the table's boundary: the compiled core (`core.pyx`) compares and bisects
+machine integers. Usage vectors become integer *codes* (`SharedUsage`), stored beside the keys.
 """
 
 from __future__ import annotations
@@ -20,14 +19,15 @@ KEY_UNIT = timedelta(microseconds=1)
 BEFORE_ALL = -(1 << 63)
 AFTER_ALL = (1 << 63) - 1
 
-#: the code of NOTHING, the first usage vector; the codes of the others count up from it. It is above
-#: every key (the key of the latest datetime is below 2**58), so in a block a bisect stops among the keys
+#: the code of NOTHING, the first usage vector; the codes of the others count up from it (above every key:
+#: the key of the latest datetime is below 2**58, so a code is never taken for a key)
 NOTHING_CODE = 1 << 62
+
+#: a host timeline's `scan` answers this when the request does not fit even at the interval's start
+AT_START = object()
 
 
 def time_key(t: datetime) -> int:
-    """The key of an aware datetime: whole microseconds since the Unix epoch (exact for every datetime).
-
-    Compiled, the timedelta's three fields added up natively cost less than dividing it by `KEY_UNIT`."""
+    """The key of an aware datetime: whole microseconds since the Unix epoch (exact for every datetime)."""
     d = t - KEY_ORIGIN
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds

@@ -1,15 +1,14 @@
 """The distinct usage vectors of a slot table, each under an integer code, and the sums between them.
 
-A plan has few distinct usage vectors (sums of a few VM sizes): keeping each once, under a code the blocks
-store next to their keys, makes a point query's answer one of a few hundred objects that stay in the CPU
-caches, instead of one object per breakpoint. Adding a reservation changes the usage of the breakpoints
+A plan has few distinct usage vectors (sums of a few VM sizes): keeping each once, under a code the host
+timelines store next to their keys, makes a point query's answer one of a few hundred objects that stay in
+the CPU caches, instead of one object per breakpoint. Adding a reservation changes the usage of the breakpoints
 it covers; the new vector's code is remembered per (amount, old code), so the walk costs a lookup by
 integer per breakpoint, not a sum of five floats and its hash.
 """
 
 from __future__ import annotations
 
-from array import array
 from typing import Protocol
 
 from orchestrator.model.resources import NOTHING, Resources
@@ -51,7 +50,7 @@ class SharedUsage:
     the answer may be either). Codes count up from `NOTHING_CODE`. Whenever the table has doubled since
     the last sweep, the vectors whose code none of the registered `timelines` holds any more are dropped."""
 
-    __slots__ = ("values", "vectors", "next", "limit", "timelines", "single", "added", "taken")
+    __slots__ = ("values", "vectors", "next", "limit", "timelines", "added", "taken")
 
     def __init__(self) -> None:
         self.values: dict[Resources, Entry] = {NOTHING: (NOTHING, NOTHING_CODE)}
@@ -59,9 +58,6 @@ class SharedUsage:
         self.next = NOTHING_CODE + 1
         self.limit = _SWEEP_SLACK
         self.timelines: list[CodeHolder] = []
-        #: host name -> its only block (None while it has none or several), kept by the host's timeline:
-        #: `SlotTable.usage_at` reads it without reaching the timeline object (one cache miss fewer)
-        self.single: dict[str, array | None] = {}
         # per amount, code -> entry of that usage plus (`added`) or minus (`taken`) the amount
         self.added: dict[Resources, dict[int, Entry]] = {}
         self.taken: dict[Resources, dict[int, Entry]] = {}

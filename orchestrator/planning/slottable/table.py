@@ -1,16 +1,13 @@
 """The slot table: per host, capacity and the reservations over time, answering the scheduler's queries.
 
-Each host's usage is a step function (`timeline.HostTimeline`, kept in blocks of integer arrays: `blocks`;
-or its compiled twin in C arrays, `ctimeline`, which `choice.py` picks when it was built): times become
-integer keys at this module's boundary (`keys.time_key`), datetimes go in and come out. Usage vectors
-are shared by value across the table (`shared_usage.SharedUsage`, which gives each an integer code): a
-plan has a few hundred distinct ones, so they stay in the CPU caches. Every host's state at the
-scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
+Each host's usage is a step function (`HostTimeline`, from the table's core: the compiled `core.pyx`,
+or for tests the naive reference under tests/reference/): times become integer keys at this module's
+boundary (`keys.time_key`), datetimes go in and come out. Usage vectors are shared by value across the
+table (`shared_usage.SharedUsage`, which gives each an integer code): a plan has a few hundred distinct
+ones. Every host's state at the scheduler's query times is kept valid incrementally (`hoststates.HostStates`).
 
 Nothing is rebuilt from scratch per query (the reference rebuilt an availability window over
-reservations x changepoints x nodes on every call). Per-host numpy arrays were the alternative: O(n)
-inserts and a microsecond of call overhead per query; blocks of plain arrays keep inserts bounded and
-every bisect in C.
+reservations x changepoints x nodes on every call).
 
 Every query takes `excluding`: reservations to treat as gone (`excluding`), which answers "what if these
 leases were preempted" without touching the table.
@@ -21,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, cast
+from types import ModuleType
+from typing import Protocol, cast
 
 import numpy as np
 from sortedcontainers import SortedKeyList
@@ -30,19 +28,34 @@ from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import NOTHING, Resources, fits, sub
 from orchestrator.model.timeutil import FOREVER
-from orchestrator.planning.slottable.blocks import bisect_keys
-from orchestrator.planning.slottable import choice
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
-from orchestrator.planning.slottable.keys import AFTER_ALL, BEFORE_ALL, time_key
+from orchestrator.planning.slottable import core as compiled_core
+from orchestrator.planning.slottable.core import HostTimeline
+from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL, time_key
 from orchestrator.planning.slottable.shared_usage import SharedUsage
-from orchestrator.planning.slottable.timeline import AT_START, HostTimeline
 
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
 # `latest_fit` answers for a request that fits for ever; `time_key`, `BEFORE_ALL` and `AFTER_ALL` are the
 # keys `unchanged_until` and `HostTimeline.scan` speak in.
 __all__ = ["AFTER_ALL", "BEFORE_ALL", "FOREVER", "HostTimeline", "SharedUsage", "SlotTable", "time_key"]
 
+
+class TableListener(Protocol):
+    """What hears of every change to a slot table: whatever is derived from the table's contents (the host
+    states, the scheduler's memos) learns of a change this way and no other."""
+
+    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
+        """A reservation over the keys [ks, ke) was put on these hosts (`added`) or taken off them."""
+
+    def hosts_added(self, timelines: list[HostTimeline]) -> None: ...
+
+    def host_removed(self, name: str) -> None: ...
+
+
+#: the core a table runs on unless told otherwise: the compiled one (tests/reference/ holds a plain one)
+DEFAULT_CORE: ModuleType = compiled_core
 
 #: reservation ids stay below this (the table hands them out one by one)
 _ID_SPAN = 1 << 40
@@ -63,13 +76,11 @@ class SlotTable:
     """All hosts' timelines plus indexes over the reservations (by id, by lease, by end time)."""
 
     def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
-                 core: choice.Core | None = None):
-        #: the kind of the hosts' timelines (`choice.py`: the compiled one where it was built, or the
-        #: reference); both give the same answers
-        #: what the table runs on (`choice.py`): also says which walk of alike nodes the mapper runs
-        self.core = core = core or choice.DEFAULT_CORE
-        #: the timeline class in use (compiled or the Python reference): its class methods edit many at once
-        self._timeline_type: Any = core.timeline
+                 core: ModuleType | None = None):
+        #: what the table runs on: the module of its host timelines (`HostTimeline`), of the loops over
+        #: many of them (`add_on_hosts`, `remove_on_hosts`, `windows_at`, `refresh_rows`) and of the
+        #: mapper's walk of alike nodes (`alike_walk`): `DEFAULT_CORE` unless a test gives another
+        self.core = core = core if core is not None else DEFAULT_CORE
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
@@ -80,12 +91,16 @@ class SlotTable:
         self._by_end: SortedKeyList = SortedKeyList(key=_end_order)
         self._next_id = 1
         self._largest: Resources | None = None
-        self._single = self._shared.single
+        #: nodes of a request -> why they could not run even on the empty table (None: they could)
+        self._misfits: dict[tuple[Resources, ...], str | None] = {}
         self._vectors = self._shared.vectors
+        #: what hears of every change (`listen`): the two host-state snapshots below first
+        self._listeners: list[TableListener] = []
         #: every host's usage at the mapper's query times, kept valid incrementally; two snapshots so
         #: queries "now" and queries at a future AR's start do not keep invalidating each other
-        self._snapshots = (HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows),
-                           HostStates(self._vectors, self._timeline_type.windows_at, core.refresh_rows))
+        self._snapshots = (HostStates(self._vectors, core), HostStates(self._vectors, core))
+        for snapshot in self._snapshots:
+            self.listen(snapshot)
         self._states_key: tuple[datetime | None, int] = (None, 0)
         #: the last (time, key) converted for an interval's start and end: the mapper asks `fits` for
         #: host after host with the same two datetimes (one tuple each, so a reader never mixes two)
@@ -95,19 +110,35 @@ class SlotTable:
         #: ids of the leases whose reservations went in or out since the owner last emptied it (None: not
         #: kept); a store that writes back only what changed reads it instead of comparing every lease
         self.changed_leases: set[int] | None = None
-        items = hosts.items() if isinstance(hosts, Mapping) else hosts
-        for name, capacity in items:
-            self.add_host(name, capacity)
+        self.add_hosts(hosts.items() if isinstance(hosts, Mapping) else hosts)
+
+    def listen(self, listener: TableListener) -> None:
+        """Tell `listener` of every change from now on (hosts added or removed, reservations put in or
+        taken out: a zero-length one changes no host's usage and is not told)."""
+        self._listeners.append(listener)
 
     # -- hosts -----------------------------------------------------------------------------------------
     def add_host(self, name: str, capacity: Resources) -> None:
-        if name in self._hosts:
-            raise InvalidRequest("host", f"{name!r} is already in the slot table")
-        capacity.validate(f"host {name}")
-        self._hosts[name] = self._timeline_type(name, capacity, self._shared)
+        self.add_hosts([(name, capacity)])
+
+    def add_hosts(self, hosts: Iterable[tuple[str, Resources]]) -> None:
+        """Add hosts (name, capacity) all at once: what is derived from the hosts is rebuilt once."""
+        items = list(hosts)
+        seen: set[str] = set()
+        for name, capacity in items:
+            if name in self._hosts or name in seen:
+                raise InvalidRequest("host", f"{name!r} is already in the slot table")
+            seen.add(name)
+            capacity.validate(f"host {name}")
+        added = [self.core.HostTimeline(name, capacity, self._shared) for name, capacity in items]
+        if not added:
+            return
+        for timeline in added:
+            self._hosts[timeline.name] = timeline
         self._largest = None
-        for snapshot in self._snapshots:
-            snapshot.add_host(self._hosts[name])
+        self._misfits.clear()
+        for listener in self._listeners:
+            listener.hosts_added(added)
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
@@ -116,8 +147,9 @@ class SlotTable:
         del self._hosts[name]
         timeline.detach()
         self._largest = None
-        for snapshot in self._snapshots:
-            snapshot.remove_host(name)
+        self._misfits.clear()
+        for listener in self._listeners:
+            listener.host_removed(name)
 
     @property
     def hosts(self) -> list[str]:
@@ -141,6 +173,31 @@ class SlotTable:
             caps = [t.capacity for t in self._hosts.values()]
             self._largest = Resources(*(max(c[i] for c in caps) for i in range(5))) if caps else NOTHING
         return self._largest
+
+    def misfit(self, nodes: tuple[Resources, ...]) -> str | None:
+        """Why these nodes could not all run even with nothing else planned (a node larger than any host,
+        or no room for all of them, first fit, hosts in order), naming the field; None when they could."""
+        if nodes not in self._misfits:
+            self._misfits[nodes] = self._misfit(nodes)
+        return self._misfits[nodes]
+
+    def _misfit(self, nodes: tuple[Resources, ...]) -> str | None:
+        largest = self.largest_capacity()
+        for i, node in enumerate(nodes):
+            for field, asked, most in zip(Resources._fields, node, largest):
+                if asked > most + EPSILON:
+                    return f"nodes[{i}].{field}: {asked:g} is more than any host has ({most:g})"
+        placed = 0
+        for timeline in self._hosts.values():
+            free = timeline.capacity
+            for node in nodes[placed:]:
+                if not fits(NOTHING, node, free):
+                    break
+                free = sub(free, node)
+                placed += 1
+            if placed == len(nodes):
+                return None
+        return f"nodes: {len(nodes)} nodes do not fit on the site even when it is empty"
 
     # -- reservations ------------------------------------------------------------------------------------
     def skip_ids(self, upto: int) -> None:
@@ -173,10 +230,10 @@ class SlotTable:
         if end > start:
             ks, ke = time_key(start), time_key(end)
             hosts = self._hosts
-            self._timeline_type.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                             ks, ke, start, end)
-            for snapshot in self._snapshots:
-                snapshot.changed(rr.resources, ks, ke, True)
+            self.core.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                   ks, ke, start, end)
+            for listener in self._listeners:
+                listener.reservation_changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
         by_lease = self._by_lease
         held = by_lease.get(rr.lease_id)
@@ -197,10 +254,10 @@ class SlotTable:
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
             hosts = self._hosts
-            self._timeline_type.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                                ks, ke)
-            for snapshot in self._snapshots:
-                snapshot.changed(rr.resources, ks, ke, False)
+            self.core.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
+                                      ks, ke)
+            for listener in self._listeners:
+                listener.reservation_changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
         if not isinstance(held, dict):
@@ -264,15 +321,11 @@ class SlotTable:
     # -- point and interval queries -------------------------------------------------------------------------
     def usage_at(self, host: str, t: datetime, excluding: Collection[Reservation] = ()) -> Resources:
         try:
-            block = self._single[host]
+            timeline = self._hosts[host]
         except KeyError:
             raise InvalidRequest("host", f"unknown host {host!r}") from None
         k = time_key(t)
-        if block is not None:            # HostTimeline.usage_key, inline: one object fewer to reach
-            i = bisect_keys(block, k)
-            used = self._vectors[block[-i]] if i else NOTHING   # (block[-i]: the code in force, blocks.py)
-        else:
-            used = self._hosts[host].usage_key(k)
+        used = timeline.usage_key(k)
         if excluding:
             relevant = relevant_exclusions(excluding, host, t, None, self._reservations)
             if relevant:

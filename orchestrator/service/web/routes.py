@@ -183,7 +183,7 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
             mine = scope == "mine"
             choice, states = views.listed_states(state)
             who = visitor.caller
-            found = service.listed(lambda: service.leases(who, states, who.user if mine else None))[::-1]
+            found = service.listed(lambda: service.leases(who, states, who.user if mine else None, everyone=not mine))[::-1]
             return page(visitor, "leases.html", nav="leases", mine=mine, state=choice,
                         states=views.STATE_CHOICES, rows=[views.lease_row(l) for l in found[:MAX_ROWS]],
                         total=len(found), shown=min(len(found), MAX_ROWS))

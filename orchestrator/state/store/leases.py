@@ -32,9 +32,14 @@ from orchestrator.state.store.rows import (
 )
 
 
-def _lease_filter(state: Iterable[str] | None, user: str | None, prefix: str = "") -> tuple[str, list]:
-    """The WHERE clause (and its parameters) picking leases in these states and of this user."""
+def _lease_filter(state: Iterable[str] | None, user: str | None, prefix: str = "",
+                  after: int | None = None) -> tuple[str, list]:
+    """The WHERE clause (and its parameters) picking leases in these states, of this user, with ids after
+    `after`."""
     clauses, params = [], []
+    if after is not None:
+        clauses.append(f"{prefix}id > ?")
+        params.append(after)
     if state is not None:
         values = [LeaseState(s).value for s in state]
         clauses.append(f"{prefix}state IN ({', '.join('?' * len(values))})")
@@ -124,9 +129,13 @@ class LeaseRepository(StoreConnection):
         return found[0]
 
     def leases(self, state: LeaseState | str | Iterable[LeaseState | str] | None = None,
-               user: str | None = None) -> list[Lease]:
-        """Leases in `state` (one or several) and/or of `user`, by id."""
+               user: str | None = None, after: int | None = None, limit: int | None = None) -> list[Lease]:
+        """Leases in `state` (one or several) and/or of `user`, by id; a page of them with `after` (ids
+        above it) and `limit` (at most that many)."""
         clauses, params = [], []
+        if after is not None:
+            clauses.append("id > ?")
+            params.append(after)
         if state is not None:
             states = [state] if isinstance(state, str) else list(state)
             values = [LeaseState(s).value for s in states]
@@ -135,7 +144,14 @@ class LeaseRepository(StoreConnection):
         if user is not None:
             clauses.append("user = ?")
             params.append(user)
-        return self._load_leases(f"WHERE {' AND '.join(clauses)}" if clauses else "", tuple(params))
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        if limit is not None:   # (the page's ids first, then the leases they name)
+            ids = [i for (i,) in self._conn.execute(f"SELECT id FROM leases {where} ORDER BY id LIMIT ?",
+                                                    (*params, limit))]
+            if not ids:
+                return []
+            return self._load_leases(f"WHERE id IN ({', '.join('?' * len(ids))})", tuple(ids))
+        return self._load_leases(where, tuple(params))
 
     def unreleased_leases(self, skip: Iterable[int] = ()) -> list[Lease]:
         """Finished leases whose leftovers on the hosts (VMs, memory images, disks) are not cleaned up yet
@@ -164,12 +180,28 @@ class LeaseRepository(StoreConnection):
             out[lease_id]["dirty_rates"][str(vnode)] = mib_s
         return list(out.values())
 
-    def lease_records_json(self, state: Iterable[str] | None = None, user: str | None = None) -> str:
+    def lease_ids(self, state: Iterable[str] | None = None, user: str | None = None, after: int | None = None,
+                  limit: int | None = None) -> list[int]:
+        """The ids of the leases `lease_records_json` would give, in order."""
+        where, params = _lease_filter(state, user, "", after)
+        where += " ORDER BY id"
+        if limit is not None:
+            where += " LIMIT ?"
+            params.append(limit)
+        with self._read() as conn:
+            return [i for (i,) in conn.execute(f"SELECT id FROM leases {where}", params)]
+
+    def lease_records_json(self, state: Iterable[str] | None = None, user: str | None = None,
+                           after: int | None = None, limit: int | None = None) -> str:
         """`lease_records` encoded as one JSON array, made by SQLite: the server lists many leases often, and
         SQLite builds the text without holding the GIL, so a list does not slow down whoever holds the
         scheduler's lock. Decoded, it equals `lease_records` (reals are written with 17 digits, which read
-        back as the same float)."""
-        where, params = _lease_filter(state, user, "l.")
+        back as the same float). A page with `after` (ids above it) and `limit` (at most that many)."""
+        where, params = _lease_filter(state, user, "l.", after)
+        where += " ORDER BY l.id"
+        if limit is not None:
+            where += " LIMIT ?"
+            params.append(limit)
         row = ", ".join(json_value_sql(f"l.{quoted(c)}") for c in LEASE_COLUMNS)
         plan = ", ".join(json_value_sql(f"r.{quoted(c)}") for c in RESERVATION_COLUMNS)
         # each part's rows in the order `lease_records` gives them (ordered subqueries: SQLite 3.40 has no
@@ -183,7 +215,7 @@ class LeaseRepository(StoreConnection):
             "(SELECT * FROM reservations WHERE lease_id = l.id ORDER BY position) AS r) || "
             "',\"dirty_rates\":' || (SELECT json_group_object(CAST(d.vnode AS TEXT), "
             f"{json_value_sql('d.mib_s')}) FROM dirty_rates AS d WHERE d.lease_id = l.id) || '}}'"
-            f" AS record FROM leases AS l {where} ORDER BY l.id)")
+            f" AS record FROM leases AS l {where})")
         with self._read() as conn:
             return conn.execute(query, params).fetchone()[0]
 

@@ -1,24 +1,25 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
-"""The slot table's compiled core: `HostTimeline`, one host's usage over time as `timeline.py` keeps it,
-in C arrays; `refresh_rows`, the host states' refresh of their rows from these timelines; `alike_walk`,
-the mapper's walk of alike nodes over them.
+"""The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
+`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call; `refresh_rows`,
+the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
+nodes over them.
 
-The reference for each is Python: `timeline.py`, `hoststates.refresh_rows`, `mapper._AlikePacking._walk`.
-Same interface, same answers: the slot-table tests, the property tests and the mapper's alike-packing
-test run against both (`choice.py` names the two cores).
+This file is their only source. A deliberately naive reference with the same interface, in plain Python
+(`tests/reference/core.py`), says what each answers; the slot-table, host-state and mapper tests run
+against both (`SlotTable(core=...)`), and the property tests compare them on random edits.
 
 A timeline keeps, per host, four C arrays of one entry per breakpoint, in key order: the key, the usage
 code from there on (`SharedUsage`), the reservations in force from there and the reservations starting or
-ending there; beside them a Python list of the datetimes as first given. A host holds few breakpoints (two
-per reservation at most, and a host's capacity keeps its reservations few at any time), so one sorted run
-per host, moved up or down by `memmove` on an insertion or deletion, costs less than the reference's
-blocks, which exist to keep a Python insertion bounded.
+ending there; beside them a Python list of the datetimes as first given. A breakpoint exists while at
+least one reservation starts or ends there. A host holds few breakpoints (two per reservation at most,
+and a host's capacity keeps its reservations few at any time), so one sorted run per host, moved up or
+down by `memmove` on an insertion or deletion, is enough.
 
 Why compiled: a big lease holds a hundred hosts or more, and each of its reservations is put on and taken
 off every one of them, each candidate host's timeline is scanned, and each host's state is read whenever
 the table's snapshots move. In Python, those per-host steps are the bulk of a large simulation; here they
 are loops over machine integers. Usage vectors are read only through their codes (`SharedUsage.vectors`),
-so answers are the same shared objects the reference returns.
+so answers are the shared objects themselves.
 """
 
 from libc.stdlib cimport free, realloc
@@ -31,10 +32,10 @@ from orchestrator.model.resources import scale as _scale
 from orchestrator.model.resources import sub as _sub
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import excluded_amount
+from orchestrator.planning.slottable.keys import AT_START
 from orchestrator.planning.slottable.keys import NOTHING_CODE as _NOTHING_CODE
 from orchestrator.planning.slottable.keys import time_key
 from orchestrator.planning.slottable.shared_usage import SharedUsage
-from orchestrator.planning.slottable.timeline import AT_START
 
 ctypedef long long key_t
 
@@ -97,8 +98,6 @@ cdef class HostTimeline:
         self._shared = shared if shared is not None else SharedUsage()
         self._shared.timelines.append(self)
         self._vectors = self._shared.vectors
-        # (the reference keeps its only block there for `SlotTable.usage_at`; None sends it here)
-        self._shared.single[name] = None
         self._times = []
         self._limits_of = None
 
@@ -111,7 +110,6 @@ cdef class HostTimeline:
     def detach(self):
         """Leave the table's shared registries (the host is gone from the table)."""
         self._shared.timelines.remove(self)
-        del self._shared.single[self.name]
 
     # -- structure ------------------------------------------------------------------------------------
     cdef int _reserve(self, Py_ssize_t n) except -1:
@@ -160,6 +158,56 @@ cdef class HostTimeline:
         self._n -= 1
         return 0
 
+    # A reservation puts in or takes out its two breakpoints together: one pass over the arrays' tail
+    # for both (the part between them, usually a few entries, moves by one; the tail after them by two).
+    cdef int _insert_two(self, Py_ssize_t i, Py_ssize_t j, key_t ks, key_t ke, object start,
+                         object end) except -1:
+        """Make ks (time start) breakpoint i and ke (time end) breakpoint j + 1, where i <= j are the
+        positions `_lower` gave them among the present breakpoints; each takes the usage and count of
+        the breakpoint before it."""
+        cdef key_t *column
+        cdef key_t *columns[4]
+        cdef Py_ssize_t c, inner = (j - i) * sizeof(key_t), tail = (self._n - j) * sizeof(key_t)
+        self._reserve(self._n + 2)
+        columns[0], columns[1], columns[2], columns[3] = self._keys, self._codes, self._count, self._refs
+        for c in range(4):
+            column = columns[c]
+            if tail:
+                memmove(column + j + 2, column + j, tail)
+            if inner:
+                memmove(column + i + 1, column + i, inner)
+        # ke: the usage in force just before it (breakpoint j - 1, now at j; or ks's when i == j)
+        self._keys[j + 1] = ke
+        self._keys[i] = ks
+        if i:
+            self._codes[i] = self._codes[i - 1]
+            self._count[i] = self._count[i - 1]
+        else:
+            self._codes[i] = NOTHING_CODE
+            self._count[i] = 0
+        self._codes[j + 1] = self._codes[j]
+        self._count[j + 1] = self._count[j]
+        self._refs[i] = self._refs[j + 1] = 1
+        self._times[i:j] = [start, *self._times[i:j], end]
+        self._n += 2
+        return 0
+
+    cdef int _delete_two(self, Py_ssize_t i, Py_ssize_t j) except -1:
+        """Take breakpoints i < j out."""
+        cdef key_t *column
+        cdef key_t *columns[4]
+        cdef Py_ssize_t c, inner = (j - i - 1) * sizeof(key_t), tail = (self._n - j - 1) * sizeof(key_t)
+        columns[0], columns[1], columns[2], columns[3] = self._keys, self._codes, self._count, self._refs
+        for c in range(4):
+            column = columns[c]
+            if inner:
+                memmove(column + i, column + i + 1, inner)
+            if tail:
+                memmove(column + j - 1, column + j + 1, tail)
+        self._times[i:j + 1] = self._times[i + 1:j]
+        self._n -= 2
+        return 0
+
     cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
         """Add `amount` to (or take it off) the usage of breakpoints i to j - 1: each code becomes the
         code of its usage plus or minus the amount, as remembered in `memo` (`SharedUsage.transitions`
@@ -192,26 +240,26 @@ cdef class HostTimeline:
         """`add` for times already converted to keys (ks < ke)."""
         self._add(ks, ke, amount, start, end, None)
 
-    @staticmethod
-    def add_on_hosts(held, key_t ks, key_t ke, start, end):
-        """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
-        _on_hosts(held, ks, ke, start, end, True)
-
     cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
         cdef Py_ssize_t i, j, n = self._n
-        cdef key_t *keys
+        cdef bint new_end, new_start
         j = _lower(self._keys, 0, n, ke)
-        if j < n and self._keys[j] == ke:
-            self._refs[j] += 1
-        else:
-            self._insert(j, ke, end)
-        keys = self._keys   # (after `_insert`, which may move the arrays)
-        i = _lower(keys, 0, j, ks)
-        if keys[i] == ks:   # (i <= j < n: keys[j] is ke)
-            self._refs[i] += 1
-        else:
-            self._insert(i, ks, start)
+        new_end = j == n or self._keys[j] != ke
+        i = _lower(self._keys, 0, j, ks)
+        new_start = i == n or self._keys[i] != ks   # (i <= j; i == j < n: keys[i] is after ks)
+        if new_start and new_end:
+            self._insert_two(i, j, ks, ke, start, end)
             j += 1
+        elif new_end:
+            self._refs[i] += 1
+            self._insert(j, ke, end)
+        else:
+            self._refs[j] += 1
+            if new_start:
+                self._insert(i, ks, start)
+                j += 1
+            else:
+                self._refs[i] += 1
         return self._shift(i, j, amount, True, memo)
 
     def remove(self, start, end, amount):
@@ -220,11 +268,6 @@ cdef class HostTimeline:
     def remove_keys(self, key_t ks, key_t ke, amount):
         """`remove` for times already converted to keys (ks < ke)."""
         self._remove(ks, ke, amount, None)
-
-    @staticmethod
-    def remove_on_hosts(held, key_t ks, key_t ke):
-        """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
-        _on_hosts(held, ks, ke, None, None, False)
 
     cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo):
         cdef Py_ssize_t i, j, n = self._n
@@ -238,10 +281,12 @@ cdef class HostTimeline:
             raise ValueError(f"no reservation from key {ks} to {ke} on {self.name}")
         memo = self._shift(i, j, amount, False, memo)
         self._refs[j] -= 1
-        if not self._refs[j]:
-            self._delete(j)
         self._refs[i] -= 1
-        if not self._refs[i]:
+        if not self._refs[i] and not self._refs[j]:
+            self._delete_two(i, j)
+        elif not self._refs[j]:
+            self._delete(j)
+        elif not self._refs[i]:
             self._delete(i)
         return memo
 
@@ -277,18 +322,6 @@ cdef class HostTimeline:
         if i:
             return (self._codes[i - 1], self._count[i - 1], self._keys[i - 1], following)
         return (NOTHING_CODE, 0, BEFORE_ALL, following)
-
-    @staticmethod
-    def windows_at(list timelines, list rows, key_t k):
-        """`window_key` for many hosts at once (timelines[row] for each of `rows`), with the usage as its
-        code: the host states refresh their rows with one call for all of them."""
-        cdef list out = []
-        cdef Py_ssize_t r
-        cdef HostTimeline tl
-        for r in rows:
-            tl = <HostTimeline>timelines[r]
-            out.append(tl._window(k))
-        return out
 
     def scan(self, key_t k1, k2, request, relevant=None):
         """Walk the segments meeting [k1, k2) (k2 None: to the end) until `request` stops fitting:
@@ -395,6 +428,28 @@ cdef class HostTimeline:
         return self._n
 
 
+def add_on_hosts(held, key_t ks, key_t ke, start, end):
+    """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
+    _on_hosts(held, ks, ke, start, end, True)
+
+
+def remove_on_hosts(held, key_t ks, key_t ke):
+    """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
+    _on_hosts(held, ks, ke, None, None, False)
+
+
+def windows_at(list timelines, list rows, key_t k):
+    """`window_key` for many hosts at once (timelines[row] for each of `rows`), the usage as its code:
+    (code, reservations in force, since, until) per row."""
+    cdef list out = []
+    cdef Py_ssize_t r
+    cdef HostTimeline tl
+    for r in rows:
+        tl = <HostTimeline>timelines[r]
+        out.append(tl._window(k))
+    return out
+
+
 cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
     """One reservation put on (or taken off) each of its hosts: (timeline, amount there) pairs, the
     amount's transitions looked up once for a run of hosts given the same amount object."""
@@ -410,8 +465,10 @@ cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
 
 def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, list code, list count, list ids,
                  dict by_code, new_code, list capacities, list cpu_free, key_t[::1] since, key_t[::1] until):
-    """`hoststates.refresh_rows` (the reference, which says what each argument is) for compiled timelines:
-    each row's window is read and written where the host states keep it, with no tuple per row."""
+    """Read each of `rows` afresh from its timeline at key k into the host states' rows (`_RowValues`'s
+    lists: usage, code, count, palette id (`by_code`, else `new_code(code, usage)`), whether some CPU is
+    free) and windows (`since`, `until`: the breakpoints around k). Returns (the change in the number of
+    rows with free CPU, the latest `since` and the earliest `until` written)."""
     cdef Py_ssize_t i, j, n
     cdef HostTimeline tl
     cdef key_t c, lo, hi, most = BEFORE_ALL, least = AFTER_ALL
@@ -448,10 +505,13 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
 
 
 def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
-    """`mapper._AlikePacking._walk` (the reference, which says what it does) over compiled timelines: the
-    same steps host by host, with the counts in machine integers and each host's room and steadiness read
-    from the host states' arrays directly. `packing` is the `_AlikePacking` (its ask, node, timelines and
-    keys; its `_latest_fit`, `_most_that_fit` and `_mapping` for the steps taken rarely)."""
+    """The mapper's reserve stage for alike nodes on a packing policy (`mapper._AlikePacking` says what
+    its two packings are): host by host along the ranking (the filter stage kept hosts with room for one
+    node at least), each taking as many nodes as fit in each packing still being built; the strict packing
+    is given up as soon as the hosts left cannot make up the difference. `held`: what the steady head
+    took; `potential`: the nodes the hosts not walked yet could take at the start. `packing` is the
+    `_AlikePacking` (its ask, node, timelines and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
+    for the steps taken rarely). Returns the mapping, or None."""
     ask = packing.ask
     names, node, timelines = hosts.names, packing.node, packing.timelines
     start, end, excluding = ask.start, ask.end, ask.excluding
