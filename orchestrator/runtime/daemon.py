@@ -398,16 +398,22 @@ class Daemon:
                           if h not in planned and any(o != h and o in planned for o, n in copies if n == name)]
             else:
                 continue
+            # (a lease that goes on keeps its disks: the stray copy may share them with the copy that runs
+            # or will resume, so it is only discarded; a finished lease's copy goes with its storage)
+            final = lease is None or lease.is_final
             for host, name in strays:
                 self._strays.add((host, name))
                 record = self.store.add_operation(now, STRAY, lease_id, None, [host])
-                jobs.append(Job(partial(self._stop_stray, name, host), frozenset({host}), lease_id,
+                jobs.append(Job(partial(self._stop_stray, name, host, final), frozenset({host}), lease_id,
                                 IntentTag(record, STRAY, lease_id, where=(host, name))))
         return jobs
 
-    def _stop_stray(self, name: str, host: str) -> bool:
-        """Stop `name` on `host` at once; False if it was gone already (stopped by its lease's own operation)."""
+    def _stop_stray(self, name: str, host: str, with_storage: bool) -> bool:
+        """Stop `name` on `host` at once (its storage too if `with_storage`, else only the domain); False if
+        it was gone already (stopped by its lease's own operation)."""
         try:
+            if not with_storage:
+                return self.driver.discard(name, host)
             self.driver.stop(name, graceful_timeout=0.0, host=host)
         except VMNotFound:
             return False

@@ -137,6 +137,25 @@ def test_a_vm_running_for_a_queued_lease_is_stopped_as_a_stray(tmp_path):
     assert leases(path)[first]["state"] == "active"
 
 
+def test_a_stray_copy_of_a_lease_that_goes_on_leaves_its_disk(tmp_path):
+    """The stray copy of a lease that will run (queued, suspended, or running elsewhere) may share its disk with
+    the copy that runs or resumes: only the domain goes, not the storage (a stop would delete the overlay)."""
+    from drivers.base import DiskSpec, VMSpec
+
+    path, cfg = make_store(tmp_path, n=1, cpus=2, memory=2048), config()
+    submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, memory=1536))
+    queued = submit(path, cfg, request(LeaseType.BEST_EFFORT, 60, memory=1536))
+    driver = driver_for(path, None)
+    steps(path, cfg, driver, 0)
+    name = f"lw-{queued}-0"
+    driver.start(VMSpec(name=name, vcpus=1, memory_mib=64, disk=DiskSpec(base="/images/base.qcow2")), "host1")
+    assert any(name in d for d in driver.disks())
+    notes = steps(path, cfg, driver, 1)
+    assert any(f"lease {queued}: stopped {name}, left running on host1" in n for n in notes), notes
+    assert name not in names(driver, "host1")
+    assert any(name in d for d in driver.disks()), driver.disks()
+
+
 @pytest.mark.parametrize("restarted", [False, True])
 def test_a_vm_moved_behind_the_daemons_back_is_followed_where_it_runs(tmp_path, restarted):
     """The hosts are the truth: a VM found running on another host than the plan's (a live migration done by
