@@ -43,7 +43,6 @@ from orchestrator.service.models import (
     TIME,
     USER_NAME,
     Drain,
-    ErrorBody,
     Extension,
     HostAddition,
     HostImport,
@@ -51,10 +50,39 @@ from orchestrator.service.models import (
     LeaseSubmission,
     Migration,
     QuotaChange,
-    SubmitAnswer,
     TokenRequest,
-    Whoami,
     error_line,
+)
+from orchestrator.service.models.leases import LeasePage
+from orchestrator.service.models.responses import (
+    AccessAnswer,
+    ErrorBody,
+    Cancelled,
+    Drained,
+    EventList,
+    Extended,
+    Health,
+    HostAdded,
+    HostChecked,
+    HostList,
+    HostRemoved,
+    HostsImported,
+    ImageAdded,
+    ImageList,
+    ImageRemoved,
+    LeaseShown,
+    Migrated,
+    Plan,
+    QuotaList,
+    QuotaRemoved,
+    QuotaSet,
+    QuotaShown,
+    SubmitAnswer,
+    TokenList,
+    TokenMade,
+    TokenRevoked,
+    Undrained,
+    Whoami,
 )
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.codec import event_to_json, lease_to_json
@@ -155,7 +183,7 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def whoami(who: Caller = Who) -> dict[str, Any]:
         return {"user": who.user, "admin": who.admin, "groups": sorted(who.groups), "via": who.via}
 
-    @app.get("/v1/health")
+    @app.get("/v1/health", response_model=Health)
     def health() -> dict[str, Any]:
         return {"ok": True, "time": service.now().isoformat()}
 
@@ -167,7 +195,7 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         answered with the lease the first attempt made."""
         return JSONResponse(service.submit(who, body, key=key), status_code=201)
 
-    @app.get("/v1/leases")
+    @app.get("/v1/leases", response_model=LeasePage)
     def list_leases(status: list[LeaseStateName] | None = Query(None, max_length=len(LeaseState)),
                     user: UserQuery = None, everyone: bool = Query(False, alias="all"),
                     after: LeaseAfter = None, limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
@@ -179,117 +207,117 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
         return Response(body, media_type="application/json")
 
-    @app.get("/v1/leases/{lease_id}")
+    @app.get("/v1/leases/{lease_id}", response_model=LeaseShown)
     def show(lease_id: LeaseId, vms: bool = True, who: Caller = Who) -> JSONResponse:
         lease, events, found = service.lease(who, lease_id, with_vms=vms)
         return JSONResponse({"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
                              "vms": None if found is None else [v.to_json() for v in found]})
 
-    @app.post("/v1/leases/{lease_id}/cancel")
+    @app.post("/v1/leases/{lease_id}/cancel", response_model=Cancelled)
     def cancel(lease_id: LeaseId, who: Caller = Who) -> dict[str, Any]:
         return service.cancel(who, lease_id)
 
-    @app.post("/v1/leases/{lease_id}/extend")
+    @app.post("/v1/leases/{lease_id}/extend", response_model=Extended)
     def extend(lease_id: LeaseId, body: Extension, who: Caller = Who) -> dict[str, Any]:
         return service.extend(who, lease_id, _duration(body.by, "by"))
 
-    @app.get("/v1/leases/{lease_id}/access")
+    @app.get("/v1/leases/{lease_id}/access", response_model=AccessAnswer)
     def access(lease_id: LeaseId, node: int | None = Query(None, ge=0, le=MAX_WHOLE),
                who: Caller = Who) -> dict[str, Any]:
         return service.access(who, lease_id, node)
 
     # -- hosts and images --------------------------------------------------------------------------------------
-    @app.get("/v1/hosts")
+    @app.get("/v1/hosts", response_model=HostList, **_AS_GIVEN)
     def hosts(timeout: float = Query(3.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return {"hosts": service.hosts(who, timeout)}
 
-    @app.post("/v1/hosts/{host}/drain")
+    @app.post("/v1/hosts/{host}/drain", response_model=Drained)
     def drain(host: HostPath, body: Drain | None = None, who: Caller = Who) -> dict[str, Any]:
         by = parse_time(body.by, "by") if body is not None and body.by else None
         return service.drain(who, host, by)
 
-    @app.post("/v1/hosts/{host}/undrain")
+    @app.post("/v1/hosts/{host}/undrain", response_model=Undrained)
     def undrain(host: HostPath, who: Caller = Who) -> dict[str, Any]:
         return service.undrain(who, host)
 
-    @app.post("/v1/hosts", status_code=201)
+    @app.post("/v1/hosts", status_code=201, response_model=HostAdded)
     def host_add(body: HostAddition, who: Caller = Who) -> dict[str, Any]:
         return service.host_add(who, host_config(body.config.values()), body.cpus, body.memory, float(body.timeout))
 
-    @app.post("/v1/hosts/import", status_code=201)
+    @app.post("/v1/hosts/import", status_code=201, response_model=HostsImported)
     def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
         configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
         return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
 
-    @app.delete("/v1/hosts/{host}")
+    @app.delete("/v1/hosts/{host}", response_model=HostRemoved)
     def host_remove(host: HostPath, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
         return service.host_remove(who, host, drain)
 
-    @app.get("/v1/hosts/{host}/check")
+    @app.get("/v1/hosts/{host}/check", response_model=HostChecked)
     def host_check(host: HostPath, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return service.host_check(who, host, timeout)
 
-    @app.post("/v1/images", status_code=201)
+    @app.post("/v1/images", status_code=201, response_model=ImageAdded)
     def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
         return service.image_add(who, body.values())
 
-    @app.post("/v1/vms/{vm}/migrate")
+    @app.post("/v1/vms/{vm}/migrate", response_model=Migrated)
     def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:
         return service.migrate(who, vm, body.to, float(body.max_downtime_ms),
                                None if body.bandwidth_mib_s is None else float(body.bandwidth_mib_s),
                                float(body.timeout_s), body.on_timeout)
 
-    @app.get("/v1/images")
+    @app.get("/v1/images", response_model=ImageList)
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": service.images(who)}
 
-    @app.delete("/v1/images/{name}")
+    @app.delete("/v1/images/{name}", response_model=ImageRemoved)
     def image_remove(name: NamePath, who: Caller = Who) -> dict[str, Any]:
         service.image_remove(who, name)
         return {"name": name}
 
-    @app.get("/v1/events")
+    @app.get("/v1/events", response_model=EventList)
     def events(lease: LeaseQuery = None, who: Caller = Who) -> JSONResponse:   # type: ignore[assignment]
         return JSONResponse({"events": [event_to_json(e) for e in service.events(who, lease)]})
 
-    @app.get("/v1/plan")
+    @app.get("/v1/plan", response_model=Plan)
     def plan(start: TimeQuery = None, end: TimeQuery = None, who: Caller = Who) -> JSONResponse:  # type: ignore
         pairs, hosts, labels = service.plan(who, parse_time(start, "start") if start else None,
                                             parse_time(end, "end") if end else None)
         leases = {lease.id: lease for lease, _ in pairs}
         return JSONResponse({"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
-                             "pairs": [[lease.id, rr.id] for lease, rr in pairs],
+                             "pairs": [{"lease": lease.id, "reservation": rr.id} for lease, rr in pairs],
                              "labels": {str(k): v for k, v in labels.items()}})
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
-    @app.put("/v1/quotas/{subject}")
+    @app.put("/v1/quotas/{subject}", response_model=QuotaSet)
     def quota_set(subject: SubjectPath, body: QuotaChange, who: Caller = Who) -> dict[str, Any]:
         return service.quota_set(who, subject, body.changes())
 
-    @app.delete("/v1/quotas/{subject}")
+    @app.delete("/v1/quotas/{subject}", response_model=QuotaRemoved)
     def quota_remove(subject: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         service.quota_remove(who, subject)
         return {"subject": subject}
 
-    @app.get("/v1/quotas")
+    @app.get("/v1/quotas", response_model=QuotaList)
     def quota_list(who: Caller = Who) -> dict[str, Any]:
         return {"quotas": service.quota_list(who)}
 
-    @app.get("/v1/quotas/{user}")
+    @app.get("/v1/quotas/{user}", response_model=QuotaShown)
     def quota_show(user: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         return service.quota_show(who, user)
 
-    @app.post("/v1/tokens", status_code=201)
+    @app.post("/v1/tokens", status_code=201, response_model=TokenMade)
     def token_create(body: TokenRequest | None = None, who: Caller = Who) -> dict[str, Any]:
         body = body or TokenRequest()
         expires = None if body.expires_s is None else duration_from_seconds(body.expires_s, "expires_s")
         return service.token_create(who, body.user, body.admin, expires, body.note)
 
-    @app.get("/v1/tokens")
+    @app.get("/v1/tokens", response_model=TokenList)
     def token_list(user: UserQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
         return {"tokens": service.token_list(who, user)}
 
-    @app.delete("/v1/tokens/{token_id}")
+    @app.delete("/v1/tokens/{token_id}", response_model=TokenRevoked)
     def token_revoke(token_id: TokenId, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
@@ -337,6 +365,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (409, "Well-formed, but refused (exit code 3)"), (413, "The request's body is too large"),
         (429, "Too many submissions: try again after Retry-After seconds (exit code 75)"),
         (503, "The store stayed busy: try again (exit code 75)"))}
+#: an answer with the fields its use case gave (a host list's rows have `reachable` only where hosts were asked)
+_AS_GIVEN: dict[str, Any] = {"response_model_exclude_unset": True}
 #: path parameters: ids, names
 LeaseId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A lease's id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A token's id")]

@@ -332,7 +332,7 @@ class LeaseService:
             cluster.save(now)
         self.wake()
         return {"host": host, "unavailable_from": plan.unavailable_from.isoformat(),
-                "leases": {str(i): what for i, what in plan.leases.items()}}
+                "leases": [{"id": i, "change": what} for i, what in sorted(plan.leases.items())]}
 
     def undrain(self, caller: Caller, host: str) -> dict[str, Any]:
         self._admin_check(caller, "undraining a host")

@@ -131,7 +131,7 @@ def test_the_lease_list_comes_a_page_at_a_time(running):
     assert [lease.id for lease in last] == ids[4:] and following is None
     assert [lease.id for lease in client.leases()] == ids
     page = client.get("/v1/leases", limit=2, all="true")
-    assert [record["row"][0] for record in page["leases"]] == ids[:2] and page["next"] == ids[1]
+    assert [record["id"] for record in page["leases"]] == ids[:2] and page["next"] == ids[1]
     for limit in (0, 1001):
         with pytest.raises(RemoteError) as caught:
             client.get("/v1/leases", limit=limit)
