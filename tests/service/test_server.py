@@ -210,6 +210,17 @@ def test_a_server_that_is_not_there_is_exit_1_after_wait(tmp_path):
     assert 1.0 <= time.monotonic() - began < 5
 
 
+def test_a_server_host_that_does_not_resolve_is_exit_1_at_once():
+    """An unknown host in --server is a permanent error: one line naming it, exit 1, not tried again for
+    --wait seconds (`.invalid` never resolves: RFC 2606)."""
+    began = time.monotonic()
+    result = _cli("lease", "list", "--server", "https://no-such-host.invalid:8443", "--wait", "30")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "error: server https://no-such-host.invalid:8443: unknown host (the name does not resolve)"]
+    assert time.monotonic() - began < 10   # (not the 30 s of --wait)
+
+
 def test_run_refuses_a_store_the_server_enacts(running):
     result = _cli("run", "--until-idle", "--state", str(running.store_path))
     assert result.exit_code == 2 and "leasewise serve" in result.output and "enacts this store" in result.output
