@@ -54,36 +54,7 @@ from orchestrator.service.models import (
     error_line,
 )
 from orchestrator.service.models.leases import LeasePage
-from orchestrator.service.models.responses import (
-    AccessAnswer,
-    ErrorBody,
-    Cancelled,
-    Drained,
-    EventList,
-    Extended,
-    Health,
-    HostAdded,
-    HostChecked,
-    HostList,
-    HostRemoved,
-    HostsImported,
-    ImageAdded,
-    ImageList,
-    ImageRemoved,
-    LeaseShown,
-    Migrated,
-    Plan,
-    QuotaList,
-    QuotaRemoved,
-    QuotaSet,
-    QuotaShown,
-    SubmitAnswer,
-    TokenList,
-    TokenMade,
-    TokenRevoked,
-    Undrained,
-    Whoami,
-)
+from orchestrator.service.models import responses as answers
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.codec import event_to_json, lease_to_json
 from orchestrator.state.store import StoreBusy
@@ -179,16 +150,16 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     Who = Depends(caller)
 
-    @app.get("/v1/whoami", response_model=Whoami)
+    @app.get("/v1/whoami", response_model=answers.Whoami)
     def whoami(who: Caller = Who) -> dict[str, Any]:
         return {"user": who.user, "admin": who.admin, "groups": sorted(who.groups), "via": who.via}
 
-    @app.get("/v1/health", response_model=Health)
+    @app.get("/v1/health", response_model=answers.Health)
     def health() -> dict[str, Any]:
         return {"ok": True, "time": service.now().isoformat()}
 
     # -- leases ---------------------------------------------------------------------------------------------
-    @app.post("/v1/leases", status_code=201, response_model=SubmitAnswer)
+    @app.post("/v1/leases", status_code=201, response_model=answers.SubmitAnswer)
     def submit(body: LeaseSubmission, who: Caller = Who,
                key: IdempotencyKey = None) -> JSONResponse:   # type: ignore[assignment]
         """Submit a lease. With an `Idempotency-Key`, a retried submission (the same key and body) is
@@ -207,80 +178,80 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
         return Response(body, media_type="application/json")
 
-    @app.get("/v1/leases/{lease_id}", response_model=LeaseShown)
+    @app.get("/v1/leases/{lease_id}", response_model=answers.LeaseShown)
     def show(lease_id: LeaseId, vms: bool = True, who: Caller = Who) -> JSONResponse:
         lease, events, found = service.lease(who, lease_id, with_vms=vms)
         return JSONResponse({"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
                              "vms": None if found is None else [v.to_json() for v in found]})
 
-    @app.post("/v1/leases/{lease_id}/cancel", response_model=Cancelled)
+    @app.post("/v1/leases/{lease_id}/cancel", response_model=answers.Cancelled)
     def cancel(lease_id: LeaseId, who: Caller = Who) -> dict[str, Any]:
         return service.cancel(who, lease_id)
 
-    @app.post("/v1/leases/{lease_id}/extend", response_model=Extended)
+    @app.post("/v1/leases/{lease_id}/extend", response_model=answers.Extended)
     def extend(lease_id: LeaseId, body: Extension, who: Caller = Who) -> dict[str, Any]:
         return service.extend(who, lease_id, _duration(body.by, "by"))
 
-    @app.get("/v1/leases/{lease_id}/access", response_model=AccessAnswer)
+    @app.get("/v1/leases/{lease_id}/access", response_model=answers.AccessAnswer)
     def access(lease_id: LeaseId, node: int | None = Query(None, ge=0, le=MAX_WHOLE),
                who: Caller = Who) -> dict[str, Any]:
         return service.access(who, lease_id, node)
 
     # -- hosts and images --------------------------------------------------------------------------------------
-    @app.get("/v1/hosts", response_model=HostList, **_AS_GIVEN)
+    @app.get("/v1/hosts", response_model=answers.HostList, **_AS_GIVEN)
     def hosts(timeout: float = Query(3.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return {"hosts": service.hosts(who, timeout)}
 
-    @app.post("/v1/hosts/{host}/drain", response_model=Drained)
+    @app.post("/v1/hosts/{host}/drain", response_model=answers.Drained)
     def drain(host: HostPath, body: Drain | None = None, who: Caller = Who) -> dict[str, Any]:
         by = parse_time(body.by, "by") if body is not None and body.by else None
         return service.drain(who, host, by)
 
-    @app.post("/v1/hosts/{host}/undrain", response_model=Undrained)
+    @app.post("/v1/hosts/{host}/undrain", response_model=answers.Undrained)
     def undrain(host: HostPath, who: Caller = Who) -> dict[str, Any]:
         return service.undrain(who, host)
 
-    @app.post("/v1/hosts", status_code=201, response_model=HostAdded)
+    @app.post("/v1/hosts", status_code=201, response_model=answers.HostAdded)
     def host_add(body: HostAddition, who: Caller = Who) -> dict[str, Any]:
         return service.host_add(who, host_config(body.config.values()), body.cpus, body.memory, float(body.timeout))
 
-    @app.post("/v1/hosts/import", status_code=201, response_model=HostsImported)
+    @app.post("/v1/hosts/import", status_code=201, response_model=answers.HostsImported)
     def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
         configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
         return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
 
-    @app.delete("/v1/hosts/{host}", response_model=HostRemoved)
+    @app.delete("/v1/hosts/{host}", response_model=answers.HostRemoved)
     def host_remove(host: HostPath, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
         return service.host_remove(who, host, drain)
 
-    @app.get("/v1/hosts/{host}/check", response_model=HostChecked)
+    @app.get("/v1/hosts/{host}/check", response_model=answers.HostChecked)
     def host_check(host: HostPath, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return service.host_check(who, host, timeout)
 
-    @app.post("/v1/images", status_code=201, response_model=ImageAdded)
+    @app.post("/v1/images", status_code=201, response_model=answers.ImageAdded)
     def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
         return service.image_add(who, body.values())
 
-    @app.post("/v1/vms/{vm}/migrate", response_model=Migrated)
+    @app.post("/v1/vms/{vm}/migrate", response_model=answers.Migrated)
     def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:
         return service.migrate(who, vm, body.to, float(body.max_downtime_ms),
                                None if body.bandwidth_mib_s is None else float(body.bandwidth_mib_s),
                                float(body.timeout_s), body.on_timeout)
 
-    @app.get("/v1/images", response_model=ImageList)
+    @app.get("/v1/images", response_model=answers.ImageList)
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": service.images(who)}
 
-    @app.delete("/v1/images/{name}", response_model=ImageRemoved)
+    @app.delete("/v1/images/{name}", response_model=answers.ImageRemoved)
     def image_remove(name: NamePath, who: Caller = Who) -> dict[str, Any]:
         service.image_remove(who, name)
         return {"name": name}
 
-    @app.get("/v1/events", response_model=EventList)
+    @app.get("/v1/events", response_model=answers.EventList)
     def events(lease: LeaseQuery = None, who: Caller = Who) -> JSONResponse:   # type: ignore[assignment]
         return JSONResponse({"events": [event_to_json(e) for e in service.events(who, lease)]})
 
-    @app.get("/v1/plan", response_model=Plan)
+    @app.get("/v1/plan", response_model=answers.Plan)
     def plan(start: TimeQuery = None, end: TimeQuery = None, who: Caller = Who) -> JSONResponse:  # type: ignore
         pairs, hosts, labels = service.plan(who, parse_time(start, "start") if start else None,
                                             parse_time(end, "end") if end else None)
@@ -290,34 +261,34 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
                              "labels": {str(k): v for k, v in labels.items()}})
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
-    @app.put("/v1/quotas/{subject}", response_model=QuotaSet)
+    @app.put("/v1/quotas/{subject}", response_model=answers.QuotaSet)
     def quota_set(subject: SubjectPath, body: QuotaChange, who: Caller = Who) -> dict[str, Any]:
         return service.quota_set(who, subject, body.changes())
 
-    @app.delete("/v1/quotas/{subject}", response_model=QuotaRemoved)
+    @app.delete("/v1/quotas/{subject}", response_model=answers.QuotaRemoved)
     def quota_remove(subject: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         service.quota_remove(who, subject)
         return {"subject": subject}
 
-    @app.get("/v1/quotas", response_model=QuotaList)
+    @app.get("/v1/quotas", response_model=answers.QuotaList)
     def quota_list(who: Caller = Who) -> dict[str, Any]:
         return {"quotas": service.quota_list(who)}
 
-    @app.get("/v1/quotas/{user}", response_model=QuotaShown)
+    @app.get("/v1/quotas/{user}", response_model=answers.QuotaShown)
     def quota_show(user: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         return service.quota_show(who, user)
 
-    @app.post("/v1/tokens", status_code=201, response_model=TokenMade)
+    @app.post("/v1/tokens", status_code=201, response_model=answers.TokenMade)
     def token_create(body: TokenRequest | None = None, who: Caller = Who) -> dict[str, Any]:
         body = body or TokenRequest()
         expires = None if body.expires_s is None else duration_from_seconds(body.expires_s, "expires_s")
         return service.token_create(who, body.user, body.admin, expires, body.note)
 
-    @app.get("/v1/tokens", response_model=TokenList)
+    @app.get("/v1/tokens", response_model=answers.TokenList)
     def token_list(user: UserQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
         return {"tokens": service.token_list(who, user)}
 
-    @app.delete("/v1/tokens/{token_id}", response_model=TokenRevoked)
+    @app.delete("/v1/tokens/{token_id}", response_model=answers.TokenRevoked)
     def token_revoke(token_id: TokenId, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
@@ -359,7 +330,7 @@ def _duration(value: int | float | str, label: str) -> timedelta:
 
 #: the answers every route may give besides its own (the API's error body)
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": what} for status, what in (
+    status: {"model": answers.ErrorBody, "description": what} for status, what in (
         (400, "Bad input (exit code 2): one line naming the field"), (401, "No or a bad token"),
         (403, "Not allowed (exit code 4)"), (408, "The request's body came too slowly"),
         (409, "Well-formed, but refused (exit code 3)"), (413, "The request's body is too large"),

@@ -679,6 +679,14 @@ def test_lease_records_are_what_the_codec_makes_of_the_leases(tmp_path):
         live = store.lease_records(["active", "scheduled", "queued"])
     assert json.loads(json.dumps(records)) == json.loads(json.dumps([lease_to_json(l) for l in leases]))
     assert [lease_from_json(r).state for r in records] == [l.state for l in leases]
+    # read back through the API's model, each is the very lease the store holds: its row, history and plan
+    from orchestrator.service.models import LeaseRecord
+    from orchestrator.state.store.rows import history_rows, lease_row, plan_rows
+
+    for record, lease in zip(records, leases):
+        back = lease_from_json(LeaseRecord.model_validate(record).model_dump(mode="json", exclude_unset=True))
+        assert (lease_row(back), history_rows(back), plan_rows(back)) == \
+            (lease_row(lease), history_rows(lease), plan_rows(lease))
     assert {r["id"] for r in live} == {l.id for l in leases if l.state.value in ("active", "scheduled", "queued")}
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from orchestrator.model.lease import LeaseType
 from orchestrator.model.reservations import ReservationKind, ReservationState
+from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState
 from orchestrator.service.models.requests import TIME
 
@@ -20,14 +21,10 @@ LeaseStateValue = Literal[tuple(s.value for s in LeaseState)]   # type: ignore[v
 LeaseTypeValue = Literal[tuple(t.value for t in LeaseType)]   # type: ignore[valid-type]
 
 
-class ResourcesRecord(BaseModel):
-    """An amount of each resource: `cpu` in percent of one vCPU (200 = 2 vCPUs), `memory` and `disk` in MiB."""
-
-    cpu: Number = 0
-    memory: Number = 0
-    disk: Number = 0
-    net_in: Number = 0
-    net_out: Number = 0
+#: the fields of `Resources`, so the two cannot drift apart
+ResourcesRecord = create_model("ResourcesRecord", __doc__="An amount of each resource: cpu in percent of one "
+                               "vCPU (200 = 2 vCPUs), memory and disk in MiB",
+                               **{name: (Number, 0) for name in Resources._fields})   # type: ignore[call-overload]
 
 
 class ImageRecord(BaseModel):

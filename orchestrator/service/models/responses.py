@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from drivers.base import CheckStatus
 from orchestrator.service.models.leases import LeaseRecord, LeaseStateValue, LeaseTypeValue, Number, Time
 
 M = TypeVar("M", bound=BaseModel)
@@ -167,7 +168,7 @@ class HostRow(BaseModel):
     leases_now: list[int]
     leases_planned: list[int]
     added_at: Time | None
-    reachable: bool = None   # type: ignore[assignment]
+    reachable: bool | None = None
     hypervisor: str | None = None
     libvirt_version: str | None = None
     error: str | None = None
@@ -212,7 +213,7 @@ class HostRemoved(BaseModel):
 
 class CheckRow(BaseModel):
     check: str
-    status: Literal["PASS", "FAIL", "SKIP", "simulated"]
+    status: CheckStatus
     detail: str
 
 
@@ -220,7 +221,7 @@ class PairCheckRow(BaseModel):
     source: str
     destination: str
     check: str
-    status: Literal["PASS", "FAIL", "SKIP", "simulated"]
+    status: CheckStatus
     detail: str
 
 
