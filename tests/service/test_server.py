@@ -244,3 +244,36 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
     finally:
         served.stop()
         gc.unfreeze()
+
+
+def test_an_answer_that_is_not_the_apis_is_one_line_exit_1():
+    """The client reads every answer through its model: a server (or a proxy) answering with something
+    else is one line naming the model and the field, exit 1, not a traceback or a wrong table."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Wrong(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"user": 7, "admin": True, "groups": [], "via": "unix"}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RemoteError) as caught, Client(f"http://127.0.0.1:{server.server_port}") as client:
+            client.whoami()
+        result = _cli("whoami", "--server", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.exit_code == 1
+    assert str(caught.value).startswith(f"server http://127.0.0.1:{server.server_port}: its answer is not the "
+                                        "API's Whoami (user: must be text (got 7))"), str(caught.value)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
