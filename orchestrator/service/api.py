@@ -2,6 +2,10 @@
 requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
 (`orchestrator.service.web`).
 
+Every route declares the model of its answer (`models.responses`), so the schema states what each holds;
+the answers that may be large (a lease list, encoded by SQLite; a lease, the events, the plan) are sent as
+encoded, without FastAPI's check of every value, and the tests hold them to their models (schemathesis).
+
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
 `{"error": {"code": EXIT, "message": LINE}}` with the CLI's exit code, so a client prints the same line
