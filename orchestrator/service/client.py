@@ -43,7 +43,7 @@ from orchestrator.state.codec import (
 from orchestrator.service.models import LeaseSubmission, error_line
 from orchestrator.service.models.leases import LeasePage
 from orchestrator.service.models import responses as answers
-from orchestrator.service.models.responses import shaped
+from orchestrator.service.models.responses import conforming, shaped
 from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
@@ -123,11 +123,12 @@ class Client:
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, again: bool | None = None, answer: type[BaseModel] | None = None,
-              **kwargs: Any) -> Any:
+              many: bool = False, **kwargs: Any) -> Any:
         """One request, tried again for up to `wait` seconds while no server answers (refused: it is
         restarting) and, when `again` (a read, or a submission with an idempotency key; default: GET), while
         the connection is reset before the answer. `answer`: the model the answer is read through (its JSON
-        data given back, `shaped`)."""
+        data given back, `shaped`; with `many`, an answer of many leases or events: checked, and given back
+        as it came, `conforming`)."""
         again = method == "GET" if again is None else again
         deadline = time.monotonic() + self.wait
         pause = 0.1
@@ -160,7 +161,7 @@ class Client:
         if answer is None:
             return data
         try:
-            return shaped(answer, data)
+            return conforming(answer, data) if many else shaped(answer, data)
         except ValidationError as exc:
             field, problem = error_line(exc.errors())
             raise RemoteError(f"server {self.server}: its answer is not the API's {answer.__name__} "
@@ -210,7 +211,7 @@ class Client:
             params["after"] = after
         if limit is not None:
             params["limit"] = limit
-        page = self._call("GET", "/v1/leases", params=params, answer=LeasePage)
+        page = self._call("GET", "/v1/leases", params=params, answer=LeasePage, many=True)
         return [lease_from_json(d) for d in page["leases"]], page["next"]
 
     def leases(self, states: list[str] | None = None, user: str | None = None,
@@ -225,7 +226,8 @@ class Client:
                 return out
 
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
-        data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms}, answer=answers.LeaseShown)
+        data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms}, answer=answers.LeaseShown,
+                          many=True)
         found = None if data["vms"] is None else [vm_access_from_json(v) for v in data["vms"]]
         return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], found
 
@@ -244,7 +246,8 @@ class Client:
         return self._call("GET", "/v1/hosts", params={"timeout": timeout}, answer=answers.HostList)["hosts"]
 
     def drain(self, host: str, by: str | None) -> dict[str, Any]:
-        return self._call("POST", f"/v1/hosts/{_segment(host)}/drain", json={"by": by} if by else {}, answer=answers.Drained)
+        return self._call("POST", f"/v1/hosts/{_segment(host)}/drain", json={"by": by} if by else {},
+                          answer=answers.Drained)
 
     def undrain(self, host: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/hosts/{_segment(host)}/undrain", answer=answers.Undrained)
@@ -302,9 +305,9 @@ class Client:
         return self._call("GET", f"/v1/quotas/{_segment(user)}", answer=answers.QuotaShown)
 
     def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/tokens", json={"user": user, "admin": admin, "note": note,
-                                                      "expires_s": None if expires is None else expires.total_seconds()},
-                          answer=answers.TokenMade)
+        lifetime = None if expires is None else expires.total_seconds()
+        body = {"user": user, "admin": admin, "note": note, "expires_s": lifetime}
+        return self._call("POST", "/v1/tokens", json=body, answer=answers.TokenMade)
 
     def token_list(self, user: str | None) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/tokens", params={} if user is None else {"user": user},
@@ -318,12 +321,13 @@ class Client:
 
     def events(self, lease_id: int | None) -> list[Event]:
         params = {} if lease_id is None else {"lease": lease_id}
-        return [event_from_json(e) for e in self._call("GET", "/v1/events", params=params, answer=answers.EventList)["events"]]
+        data = self._call("GET", "/v1/events", params=params, answer=answers.EventList, many=True)
+        return [event_from_json(e) for e in data["events"]]
 
     def plan(self, start: str | None, end: str | None) -> tuple[list, list[str], dict[int, str]]:
         """(lease, reservation) pairs of the plan in [start, end), the hosts, the leases' labels."""
         data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v},
-                          answer=answers.Plan)
+                          answer=answers.Plan, many=True)
         leases = {}
         for record in data["leases"]:
             lease = lease_from_json(record)

@@ -186,7 +186,8 @@ class LocalBackend:
 
     def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
                     source: str) -> dict[str, Any]:
-        return shaped(answers.HostsImported, self._writing().host_import(self._caller, configs, cpus, memory, timeout, source))
+        done = self._writing().host_import(self._caller, configs, cpus, memory, timeout, source)
+        return shaped(answers.HostsImported, done)
 
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
         return shaped(answers.HostRemoved, self._reading(_no_host(host)).host_remove(self._caller, host, drain))
@@ -224,8 +225,8 @@ class LocalBackend:
 
     def quota_show(self, user: str) -> dict[str, Any]:
         if not self._exists():   # nothing is held, and nothing limits anyone
-            return shaped(answers.QuotaShown, {"user": user, "groups": [], "holding": {"vcpus": 0, "memory_mib": 0, "vms": 0},
-                                       "quotas": []})
+            nothing = {"vcpus": 0, "memory_mib": 0, "vms": 0}
+            return shaped(answers.QuotaShown, {"user": user, "groups": [], "holding": nothing, "quotas": []})
         return shaped(answers.QuotaShown, self._writing().quota_show(self._caller, user))
 
     def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]:
@@ -236,7 +237,8 @@ class LocalBackend:
         return shaped(answers.TokenList, {"tokens": tokens})["tokens"]
 
     def token_revoke(self, token_id: int) -> dict[str, Any]:
-        return shaped(answers.TokenRevoked, self._reading(f"no token with id {token_id}").token_revoke(self._caller, token_id))
+        revoked = self._reading(f"no token with id {token_id}").token_revoke(self._caller, token_id)
+        return shaped(answers.TokenRevoked, revoked)
 
 
 def _no_lease(lease_id: int) -> str:

@@ -25,6 +25,14 @@ def shaped(model: type[M], data: Any) -> dict[str, Any]:
     return model.model_validate(data).model_dump(mode="json", exclude_unset=True)
 
 
+def conforming(model: type[M], data: Any) -> Any:
+    """`data` itself once `model` takes it as it is (strictly: nothing converted), for the answers that may
+    hold many leases or events, which the client rebuilds at once (`ValidationError` for data that is not
+    such an answer)."""
+    model.model_validate(data, strict=True)
+    return data
+
+
 # -- errors and the caller ----------------------------------------------------------------------------------------
 class ErrorDetail(BaseModel):
     code: int = Field(description="The CLI's exit code for it (2 bad input, 3 refused, 4 not allowed, 75 busy)")
