@@ -289,14 +289,13 @@ def drain(
     with opts.backend() as hosts:
         done = hosts.drain(name, iso(deadline))
     unavailable = parse_time(done["unavailable_from"], "unavailable_from")
-    leases = {int(i): what for i, what in done["leases"].items()}
+    leases = done["leases"]
     if json_out:
-        emit_json({"host": name, "unavailable_from": iso(unavailable),
-                   "leases": [{"id": lease_id, "change": what} for lease_id, what in sorted(leases.items())]})
+        emit_json({"host": name, "unavailable_from": iso(unavailable), "leases": leases})
         return
     console = make_console()
-    for lease_id, what in sorted(leases.items()):
-        console.print(f"lease {lease_id}: {escape(what)}", soft_wrap=True)
+    for lease in leases:
+        console.print(f"lease {lease['id']}: {escape(lease['change'])}", soft_wrap=True)
     console.print(f"host {escape(name)} drained: unavailable from {when(unavailable)}"
                   + ("" if leases else " (nothing ran or was planned there)"), soft_wrap=True)
 

@@ -2,6 +2,10 @@
 requests' times in Prometheus' format at /metrics). The server adds the web pages beside it
 (`orchestrator.service.web`).
 
+Every route declares the model of its answer (`models.responses`), so the schema states what each holds;
+the answers that may be large (a lease list, encoded by SQLite; a lease, the events, the plan) are sent as
+encoded, without FastAPI's check of every value, and the tests hold them to their models (schemathesis).
+
 Every route names its caller first: on the Unix socket the connection's peer credentials (set on the
 ASGI scope by the server, `PEER_KEY`), on TCP a bearer token. Errors are JSON
 `{"error": {"code": EXIT, "message": LINE}}` with the CLI's exit code, so a client prints the same line
@@ -43,7 +47,6 @@ from orchestrator.service.models import (
     TIME,
     USER_NAME,
     Drain,
-    ErrorBody,
     Extension,
     HostAddition,
     HostImport,
@@ -51,11 +54,11 @@ from orchestrator.service.models import (
     LeaseSubmission,
     Migration,
     QuotaChange,
-    SubmitAnswer,
     TokenRequest,
-    Whoami,
     error_line,
 )
+from orchestrator.service.models.leases import LeasePage
+from orchestrator.service.models import responses as answers
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.codec import event_to_json, lease_to_json
 from orchestrator.state.store import StoreBusy
@@ -151,23 +154,23 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     Who = Depends(caller)
 
-    @app.get("/v1/whoami", response_model=Whoami)
+    @app.get("/v1/whoami", response_model=answers.Whoami)
     def whoami(who: Caller = Who) -> dict[str, Any]:
         return {"user": who.user, "admin": who.admin, "groups": sorted(who.groups), "via": who.via}
 
-    @app.get("/v1/health")
+    @app.get("/v1/health", response_model=answers.Health)
     def health() -> dict[str, Any]:
         return {"ok": True, "time": service.now().isoformat()}
 
     # -- leases ---------------------------------------------------------------------------------------------
-    @app.post("/v1/leases", status_code=201, response_model=SubmitAnswer)
+    @app.post("/v1/leases", status_code=201, response_model=answers.SubmitAnswer)
     def submit(body: LeaseSubmission, who: Caller = Who,
                key: IdempotencyKey = None) -> JSONResponse:   # type: ignore[assignment]
         """Submit a lease. With an `Idempotency-Key`, a retried submission (the same key and body) is
         answered with the lease the first attempt made."""
         return JSONResponse(service.submit(who, body, key=key), status_code=201)
 
-    @app.get("/v1/leases")
+    @app.get("/v1/leases", response_model=LeasePage)
     def list_leases(status: list[LeaseStateName] | None = Query(None, max_length=len(LeaseState)),
                     user: UserQuery = None, everyone: bool = Query(False, alias="all"),
                     after: LeaseAfter = None, limit: int = Query(PAGE, ge=1, le=MAX_PAGE),
@@ -179,122 +182,123 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
         return Response(body, media_type="application/json")
 
-    @app.get("/v1/leases/{lease_id}")
+    @app.get("/v1/leases/{lease_id}", response_model=answers.LeaseShown)
     def show(lease_id: LeaseId, vms: bool = True, who: Caller = Who) -> JSONResponse:
         lease, events, found = service.lease(who, lease_id, with_vms=vms)
         return JSONResponse({"lease": lease_to_json(lease), "events": [event_to_json(e) for e in events],
                              "vms": None if found is None else [v.to_json() for v in found]})
 
-    @app.post("/v1/leases/{lease_id}/cancel")
+    @app.post("/v1/leases/{lease_id}/cancel", response_model=answers.Cancelled)
     def cancel(lease_id: LeaseId, who: Caller = Who) -> dict[str, Any]:
         return service.cancel(who, lease_id)
 
-    @app.post("/v1/leases/{lease_id}/extend")
+    @app.post("/v1/leases/{lease_id}/extend", response_model=answers.Extended)
     def extend(lease_id: LeaseId, body: Extension, who: Caller = Who) -> dict[str, Any]:
         return service.extend(who, lease_id, _duration(body.by, "by"))
 
-    @app.get("/v1/leases/{lease_id}/access")
+    @app.get("/v1/leases/{lease_id}/access", response_model=answers.AccessAnswer)
     def access(lease_id: LeaseId, node: int | None = Query(None, ge=0, le=MAX_WHOLE),
                who: Caller = Who) -> dict[str, Any]:
         return service.access(who, lease_id, node)
 
     # -- hosts and images --------------------------------------------------------------------------------------
-    @app.get("/v1/hosts")
+    @app.get("/v1/hosts", response_model=answers.HostList, **_AS_GIVEN)
     def hosts(timeout: float = Query(3.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return {"hosts": service.hosts(who, timeout)}
 
-    @app.post("/v1/hosts/{host}/drain")
+    @app.post("/v1/hosts/{host}/drain", response_model=answers.Drained)
     def drain(host: HostPath, body: Drain | None = None, who: Caller = Who) -> dict[str, Any]:
         by = parse_time(body.by, "by") if body is not None and body.by else None
         return service.drain(who, host, by)
 
-    @app.post("/v1/hosts/{host}/undrain")
+    @app.post("/v1/hosts/{host}/undrain", response_model=answers.Undrained)
     def undrain(host: HostPath, who: Caller = Who) -> dict[str, Any]:
         return service.undrain(who, host)
 
-    @app.post("/v1/hosts", status_code=201)
+    @app.post("/v1/hosts", status_code=201, response_model=answers.HostAdded)
     def host_add(body: HostAddition, who: Caller = Who) -> dict[str, Any]:
         return service.host_add(who, host_config(body.config.values()), body.cpus, body.memory, float(body.timeout))
 
-    @app.post("/v1/hosts/import", status_code=201)
+    @app.post("/v1/hosts/import", status_code=201, response_model=answers.HostsImported)
     def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
         configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
         return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
 
-    @app.delete("/v1/hosts/{host}")
+    @app.delete("/v1/hosts/{host}", response_model=answers.HostRemoved)
     def host_remove(host: HostPath, drain: bool = False, who: Caller = Who) -> dict[str, Any]:
         return service.host_remove(who, host, drain)
 
-    @app.get("/v1/hosts/{host}/check")
+    @app.get("/v1/hosts/{host}/check", response_model=answers.HostChecked)
     def host_check(host: HostPath, timeout: float = Query(10.0, gt=0, le=3600), who: Caller = Who) -> dict[str, Any]:
         return service.host_check(who, host, timeout)
 
-    @app.post("/v1/images", status_code=201)
+    @app.post("/v1/images", status_code=201, response_model=answers.ImageAdded)
     def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
         return service.image_add(who, body.values())
 
-    @app.post("/v1/vms/{vm}/migrate")
+    @app.post("/v1/vms/{vm}/migrate", response_model=answers.Migrated)
     def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:
         return service.migrate(who, vm, body.to, float(body.max_downtime_ms),
                                None if body.bandwidth_mib_s is None else float(body.bandwidth_mib_s),
                                float(body.timeout_s), body.on_timeout)
 
-    @app.get("/v1/images")
+    @app.get("/v1/images", response_model=answers.ImageList)
     def images(who: Caller = Who) -> dict[str, Any]:
         return {"images": service.images(who)}
 
-    @app.delete("/v1/images/{name}")
+    @app.delete("/v1/images/{name}", response_model=answers.ImageRemoved)
     def image_remove(name: NamePath, who: Caller = Who) -> dict[str, Any]:
         service.image_remove(who, name)
         return {"name": name}
 
-    @app.get("/v1/events")
+    @app.get("/v1/events", response_model=answers.EventList)
     def events(lease: LeaseQuery = None, who: Caller = Who) -> JSONResponse:   # type: ignore[assignment]
         return JSONResponse({"events": [event_to_json(e) for e in service.events(who, lease)]})
 
-    @app.get("/v1/plan")
+    @app.get("/v1/plan", response_model=answers.Plan)
     def plan(start: TimeQuery = None, end: TimeQuery = None, who: Caller = Who) -> JSONResponse:  # type: ignore
         pairs, hosts, labels = service.plan(who, parse_time(start, "start") if start else None,
                                             parse_time(end, "end") if end else None)
         leases = {lease.id: lease for lease, _ in pairs}
         return JSONResponse({"hosts": hosts, "leases": [lease_to_json(l) for l in leases.values()],
-                             "pairs": [[lease.id, rr.id] for lease, rr in pairs],
+                             "pairs": [{"lease": lease.id, "reservation": rr.id} for lease, rr in pairs],
                              "labels": {str(k): v for k, v in labels.items()}})
 
     # -- quotas and tokens -----------------------------------------------------------------------------------
-    @app.put("/v1/quotas/{subject}")
+    @app.put("/v1/quotas/{subject}", response_model=answers.QuotaSet)
     def quota_set(subject: SubjectPath, body: QuotaChange, who: Caller = Who) -> dict[str, Any]:
         return service.quota_set(who, subject, body.changes())
 
-    @app.delete("/v1/quotas/{subject}")
+    @app.delete("/v1/quotas/{subject}", response_model=answers.QuotaRemoved)
     def quota_remove(subject: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         service.quota_remove(who, subject)
         return {"subject": subject}
 
-    @app.get("/v1/quotas")
+    @app.get("/v1/quotas", response_model=answers.QuotaList)
     def quota_list(who: Caller = Who) -> dict[str, Any]:
         return {"quotas": service.quota_list(who)}
 
-    @app.get("/v1/quotas/{user}")
+    @app.get("/v1/quotas/{user}", response_model=answers.QuotaShown)
     def quota_show(user: SubjectPath, who: Caller = Who) -> dict[str, Any]:
         return service.quota_show(who, user)
 
-    @app.post("/v1/tokens", status_code=201)
+    @app.post("/v1/tokens", status_code=201, response_model=answers.TokenMade)
     def token_create(body: TokenRequest | None = None, who: Caller = Who) -> dict[str, Any]:
         body = body or TokenRequest()
         expires = None if body.expires_s is None else duration_from_seconds(body.expires_s, "expires_s")
         return service.token_create(who, body.user, body.admin, expires, body.note)
 
-    @app.get("/v1/tokens")
+    @app.get("/v1/tokens", response_model=answers.TokenList)
     def token_list(user: UserQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
         return {"tokens": service.token_list(who, user)}
 
-    @app.delete("/v1/tokens/{token_id}")
+    @app.delete("/v1/tokens/{token_id}", response_model=answers.TokenRevoked)
     def token_revoke(token_id: TokenId, who: Caller = Who) -> dict[str, Any]:
         return service.token_revoke(who, token_id)
 
     measured = RequestMetrics()
     app.add_middleware(TimedApp, metrics=measured)
+    app.openapi = _without_422(app)   # type: ignore[method-assign]
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(who: Caller = Who) -> Response:
@@ -302,6 +306,24 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return Response(content=measured.render(), media_type=METRICS_CONTENT_TYPE)
 
     return app
+
+
+def _without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The app's schema without FastAPI's own 422 answer, which it adds to every route that takes input: a
+    request the models refuse is answered 400 with the API's error (`ErrorBody`), never 422."""
+    made = app.openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            found = made()
+            for item in found["paths"].values():
+                for operation in item.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                found.get("components", {}).get("schemas", {}).pop(name, None)
+        return app.openapi_schema   # type: ignore[return-value]
+
+    return schema
 
 
 def _known_query(request: Request) -> None:
@@ -331,12 +353,14 @@ def _duration(value: int | float | str, label: str) -> timedelta:
 
 #: the answers every route may give besides its own (the API's error body)
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": what} for status, what in (
+    status: {"model": answers.ErrorBody, "description": what} for status, what in (
         (400, "Bad input (exit code 2): one line naming the field"), (401, "No or a bad token"),
         (403, "Not allowed (exit code 4)"), (408, "The request's body came too slowly"),
         (409, "Well-formed, but refused (exit code 3)"), (413, "The request's body is too large"),
         (429, "Too many submissions: try again after Retry-After seconds (exit code 75)"),
         (503, "The store stayed busy: try again (exit code 75)"))}
+#: an answer with the fields its use case gave (a host list's rows have `reachable` only where hosts were asked)
+_AS_GIVEN: dict[str, Any] = {"response_model_exclude_unset": True}
 #: path parameters: ids, names
 LeaseId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A lease's id")]
 TokenId = Annotated[int, Path(ge=1, le=MAX_LEASE_ID, description="A token's id")]

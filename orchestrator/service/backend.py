@@ -3,9 +3,10 @@ store at hand (`local.LocalBackend`).
 
 Both run the same use cases (`operations.LeaseService`) and answer in the same shapes, so a command is
 parse, one call on a backend, render, whichever answers it: leases as `Lease`s, a lease's VMs as
-`VMAccess`es, events as `Event`s, hosts, images, quotas and tokens as the JSON data the API sends. A
-lease is submitted as the API's `LeaseSubmission`, which the use case checks (`LeaseService.submit`)
-whichever backend answers.
+`VMAccess`es, events as `Event`s (rebuilt from the API's `LeaseRecord`s and `EventRecord`s), every
+other answer as the JSON data of the API's answer model for it, read through that model by both
+(`models.responses.shaped`). A lease is submitted as the API's `LeaseSubmission`, which the use case
+checks (`LeaseService.submit`) whichever backend answers.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from drivers.base import MigrationReport
 from drivers.files import UserFileError, read_user_file
@@ -40,6 +41,9 @@ from orchestrator.state.codec import (
     migration_report_from_json,
 )
 from orchestrator.service.models import LeaseSubmission, error_line
+from orchestrator.service.models.leases import LeasePage
+from orchestrator.service.models import responses as answers
+from orchestrator.service.models.responses import conforming, shaped
 from orchestrator.state.store import Event
 
 TIMEOUT_S = 60.0
@@ -118,10 +122,13 @@ class Client:
         self.close()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
-    def _call(self, method: str, path: str, *, again: bool | None = None, **kwargs: Any) -> Any:
+    def _call(self, method: str, path: str, *, again: bool | None = None, answer: type[BaseModel] | None = None,
+              many: bool = False, **kwargs: Any) -> Any:
         """One request, tried again for up to `wait` seconds while no server answers (refused: it is
         restarting) and, when `again` (a read, or a submission with an idempotency key; default: GET), while
-        the connection is reset before the answer."""
+        the connection is reset before the answer. `answer`: the model the answer is read through (its JSON
+        data given back, `shaped`; with `many`, an answer of many leases or events: checked, and given back
+        as it came, `conforming`)."""
         again = method == "GET" if again is None else again
         deadline = time.monotonic() + self.wait
         pause = 0.1
@@ -150,7 +157,15 @@ class Client:
                                             "it may have been done; look before trying again") from None
                 raise ServerUnreachable(f"server {self.server}: {_reason(exc, kind)}: nothing was done, try again") \
                     from None
-        return self._answer(response)
+        data = self._answer(response)
+        if answer is None:
+            return data
+        try:
+            return conforming(answer, data) if many else shaped(answer, data)
+        except ValidationError as exc:
+            field, problem = error_line(exc.errors())
+            raise RemoteError(f"server {self.server}: its answer is not the API's {answer.__name__} "
+                              f"({field}: {problem})", EXIT_FAILED) from None
 
     def _answer(self, response: httpx.Response) -> Any:
         try:
@@ -174,14 +189,14 @@ class Client:
 
     # -- use cases ---------------------------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:
-        return self._call("GET", "/v1/whoami")
+        return self._call("GET", "/v1/whoami", answer=answers.Whoami)
 
     def submit(self, submission: LeaseSubmission, key: str | None = None) -> dict[str, Any]:
         """Submit a lease; tried again while the server restarts, with one idempotency key (made here when
         none is given), so a retry never makes a second lease."""
         key = key or uuid.uuid4().hex
         return self._call("POST", "/v1/leases", json=submission.values(), headers={"Idempotency-Key": key},
-                          again=True)
+                          again=True, answer=answers.SubmitAnswer)
 
     def lease_page(self, states: list[str] | None = None, user: str | None = None, everyone: bool = False,
                    after: int | None = None, limit: int | None = None) -> tuple[list[Lease], int | None]:
@@ -196,7 +211,7 @@ class Client:
             params["after"] = after
         if limit is not None:
             params["limit"] = limit
-        page = self._call("GET", "/v1/leases", params=params)
+        page = self._call("GET", "/v1/leases", params=params, answer=LeasePage, many=True)
         return [lease_from_json(d) for d in page["leases"]], page["next"]
 
     def leases(self, states: list[str] | None = None, user: str | None = None,
@@ -211,49 +226,53 @@ class Client:
                 return out
 
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
-        data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms})
+        data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms}, answer=answers.LeaseShown,
+                          many=True)
         found = None if data["vms"] is None else [vm_access_from_json(v) for v in data["vms"]]
         return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], found
 
     def cancel(self, lease_id: int) -> dict[str, Any]:
-        return self._call("POST", f"/v1/leases/{lease_id}/cancel")
+        return self._call("POST", f"/v1/leases/{lease_id}/cancel", answer=answers.Cancelled)
 
     def extend(self, lease_id: int, by: str) -> dict[str, Any]:
-        return self._call("POST", f"/v1/leases/{lease_id}/extend", json={"by": by})
+        return self._call("POST", f"/v1/leases/{lease_id}/extend", json={"by": by}, answer=answers.Extended)
 
     def access(self, lease_id: int, node: int | None) -> Access:
-        data = self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node})
+        data = self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node},
+                          answer=answers.AccessAnswer)
         return Access(vm_access_from_json(data["vm"]), data["console"], data["console_error"])
 
     def hosts(self, timeout: float) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/hosts", params={"timeout": timeout})["hosts"]
+        return self._call("GET", "/v1/hosts", params={"timeout": timeout}, answer=answers.HostList)["hosts"]
 
     def drain(self, host: str, by: str | None) -> dict[str, Any]:
-        return self._call("POST", f"/v1/hosts/{host}/drain", json={"by": by} if by else {})
+        return self._call("POST", f"/v1/hosts/{_segment(host)}/drain", json={"by": by} if by else {},
+                          answer=answers.Drained)
 
     def undrain(self, host: str) -> dict[str, Any]:
-        return self._call("POST", f"/v1/hosts/{host}/undrain")
+        return self._call("POST", f"/v1/hosts/{_segment(host)}/undrain", answer=answers.Undrained)
 
     def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]:
         return self._call("POST", "/v1/hosts", json={"config": asdict(config), "cpus": cpus, "memory": memory,
-                                                     "timeout": timeout}, timeout=self._http.timeout.read + timeout)
+                                                     "timeout": timeout}, timeout=self._http.timeout.read + timeout,
+                          answer=answers.HostAdded)
 
     def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
                     source: str) -> dict[str, Any]:
         return self._call("POST", "/v1/hosts/import", json={"hosts": [asdict(c) for c in configs], "cpus": cpus,
                                                             "memory": memory, "timeout": timeout, "source": source},
-                          timeout=self._http.timeout.read + timeout)
+                          timeout=self._http.timeout.read + timeout, answer=answers.HostsImported)
 
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain})
+        return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain}, answer=answers.HostRemoved)
 
     def host_check(self, host: str, timeout: float) -> dict[str, Any]:
         # (each contact may take the timeout: the link, connect, ssh, every image; then the pairs, side by side)
         return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
-                          timeout=self._http.timeout.read + 16 * timeout)
+                          timeout=self._http.timeout.read + 16 * timeout, answer=answers.HostChecked)
 
     def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/v1/images", json=dict(values))
+        return self._call("POST", "/v1/images", json=dict(values), answer=answers.ImageAdded)
 
     def migrate(self, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None, timeout_s: float,
                 on_timeout: str) -> tuple[MigrationReport, str | None]:
@@ -261,11 +280,11 @@ class Client:
         data = self._call("POST", f"/v1/vms/{_segment(vm)}/migrate",
                           json={"to": to, "max_downtime_ms": max_downtime_ms, "bandwidth_mib_s": bandwidth_mib_s,
                                 "timeout_s": timeout_s, "on_timeout": on_timeout},
-                          timeout=self._http.timeout.read + timeout_s)
+                          timeout=self._http.timeout.read + timeout_s, answer=answers.Migrated)
         return migration_report_from_json(data["report"]), data["error"]
 
     def images(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/images")["images"]
+        return self._call("GET", "/v1/images", answer=answers.ImageList)["images"]
 
     def quota_set(self, subject: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         body = {}
@@ -274,43 +293,47 @@ class Client:
                 body[f"{key}_s"] = None if value is None else value.total_seconds()
             else:
                 body[key] = value
-        return self._call("PUT", f"/v1/quotas/{_segment(subject)}", json=body)
+        return self._call("PUT", f"/v1/quotas/{_segment(subject)}", json=body, answer=answers.QuotaSet)
 
     def quota_remove(self, subject: str) -> None:
-        self._call("DELETE", f"/v1/quotas/{_segment(subject)}")
+        self._call("DELETE", f"/v1/quotas/{_segment(subject)}", answer=answers.QuotaRemoved)
 
     def quota_list(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/quotas")["quotas"]
+        return self._call("GET", "/v1/quotas", answer=answers.QuotaList)["quotas"]
 
     def quota_show(self, user: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/quotas/{_segment(user)}")
+        return self._call("GET", f"/v1/quotas/{_segment(user)}", answer=answers.QuotaShown)
 
     def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/tokens", json={"user": user, "admin": admin, "note": note,
-                                                      "expires_s": None if expires is None else expires.total_seconds()})
+        lifetime = None if expires is None else expires.total_seconds()
+        body = {"user": user, "admin": admin, "note": note, "expires_s": lifetime}
+        return self._call("POST", "/v1/tokens", json=body, answer=answers.TokenMade)
 
     def token_list(self, user: str | None) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/tokens", params={} if user is None else {"user": user})["tokens"]
+        return self._call("GET", "/v1/tokens", params={} if user is None else {"user": user},
+                          answer=answers.TokenList)["tokens"]
 
     def token_revoke(self, token_id: int) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/tokens/{token_id}")
+        return self._call("DELETE", f"/v1/tokens/{token_id}", answer=answers.TokenRevoked)
 
     def image_remove(self, name: str) -> None:
-        self._call("DELETE", f"/v1/images/{_segment(name)}")
+        self._call("DELETE", f"/v1/images/{_segment(name)}", answer=answers.ImageRemoved)
 
     def events(self, lease_id: int | None) -> list[Event]:
         params = {} if lease_id is None else {"lease": lease_id}
-        return [event_from_json(e) for e in self._call("GET", "/v1/events", params=params)["events"]]
+        data = self._call("GET", "/v1/events", params=params, answer=answers.EventList, many=True)
+        return [event_from_json(e) for e in data["events"]]
 
     def plan(self, start: str | None, end: str | None) -> tuple[list, list[str], dict[int, str]]:
         """(lease, reservation) pairs of the plan in [start, end), the hosts, the leases' labels."""
-        data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v})
+        data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v},
+                          answer=answers.Plan, many=True)
         leases = {}
         for record in data["leases"]:
             lease = lease_from_json(record)
             leases[lease.id] = lease
         parts = {(l.id, rr.id): rr for l in leases.values() for vm in l.reservations for rr in vm.all_parts()}
-        pairs = [(leases[i], parts[(i, r)]) for i, r in data["pairs"]]
+        pairs = [(leases[p["lease"]], parts[(p["lease"], p["reservation"])]) for p in data["pairs"]]
         return pairs, data["hosts"], {int(k): v for k, v in data["labels"].items()}
 
     def get(self, path: str, **params: Any) -> Any:

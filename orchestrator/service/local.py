@@ -30,6 +30,8 @@ from orchestrator.runtime.vm_access import vm_access_from_json
 from orchestrator.service.backend import PAGE, Access, NoStore, VMAccess
 from orchestrator.service.identity import local_caller
 from orchestrator.service.models import LeaseSubmission
+from orchestrator.service.models import responses as answers
+from orchestrator.service.models.responses import shaped
 from orchestrator.service.operations import LeaseService
 from orchestrator.state.session import FreshCluster
 from orchestrator.state.store import Event, Store, default_store_path
@@ -113,7 +115,7 @@ class LocalBackend:
     # -- leases ------------------------------------------------------------------------------------------------
     def whoami(self) -> dict[str, Any]:
         me = self._caller
-        return {"user": me.user, "admin": me.admin, "groups": sorted(me.groups), "via": me.via}
+        return shaped(answers.Whoami, {"user": me.user, "admin": me.admin, "groups": sorted(me.groups), "via": me.via})
 
     def submit(self, submission: LeaseSubmission) -> dict[str, Any]:
         """The use case's submission, with a look at every host before a lease naming a catalogued image is
@@ -124,7 +126,7 @@ class LocalBackend:
             if request.image is not None and request.image.name is not None:
                 self._readable_everywhere(service, request.image)
 
-        return service.submit(self._caller, submission, check=readable)
+        return shaped(answers.SubmitAnswer, service.submit(self._caller, submission, check=readable))
 
     def _readable_everywhere(self, service: LeaseService, image: VMImage) -> None:
         """Refuse a lease whose catalogued image some available host cannot read, before anything is
@@ -157,13 +159,14 @@ class LocalBackend:
         return self._reading(_no_lease(lease_id)).lease(self._caller, lease_id, vms)
 
     def cancel(self, lease_id: int) -> dict[str, Any]:
-        return self._reading(_no_lease(lease_id)).cancel(self._caller, lease_id)
+        return shaped(answers.Cancelled, self._reading(_no_lease(lease_id)).cancel(self._caller, lease_id))
 
     def extend(self, lease_id: int, by: str) -> dict[str, Any]:
-        return self._reading(_no_lease(lease_id)).extend(self._caller, lease_id, parse_duration(by, "--by"))
+        return shaped(answers.Extended, self._reading(_no_lease(lease_id)).extend(self._caller, lease_id,
+                                                                           parse_duration(by, "--by")))
 
     def access(self, lease_id: int, node: int | None) -> Access:
-        answer = self._reading(_no_lease(lease_id)).access(self._caller, lease_id, node)
+        answer = shaped(answers.AccessAnswer, self._reading(_no_lease(lease_id)).access(self._caller, lease_id, node))
         return Access(vm_access_from_json(answer["vm"]), answer["console"], answer["console_error"])
 
     def events(self, lease_id: int | None) -> list[Event]:
@@ -175,59 +178,67 @@ class LocalBackend:
 
     # -- hosts and images --------------------------------------------------------------------------------------
     def hosts(self, timeout: float) -> list[dict[str, Any]]:
-        return self._writing().hosts(self._caller, timeout) if self._exists() else []
+        rows = self._writing().hosts(self._caller, timeout) if self._exists() else []
+        return shaped(answers.HostList, {"hosts": rows})["hosts"]
 
     def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]:
-        return self._writing().host_add(self._caller, config, cpus, memory, timeout)
+        return shaped(answers.HostAdded, self._writing().host_add(self._caller, config, cpus, memory, timeout))
 
     def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
                     source: str) -> dict[str, Any]:
-        return self._writing().host_import(self._caller, configs, cpus, memory, timeout, source)
+        done = self._writing().host_import(self._caller, configs, cpus, memory, timeout, source)
+        return shaped(answers.HostsImported, done)
 
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
-        return self._reading(_no_host(host)).host_remove(self._caller, host, drain)
+        return shaped(answers.HostRemoved, self._reading(_no_host(host)).host_remove(self._caller, host, drain))
 
     def host_check(self, host: str, timeout: float) -> dict[str, Any]:
-        return self._reading(_no_host(host)).host_check(self._caller, host, timeout)
+        return shaped(answers.HostChecked, self._reading(_no_host(host)).host_check(self._caller, host, timeout))
 
     def drain(self, host: str, by: str | None) -> dict[str, Any]:
-        return self._reading(_no_host(host)).drain(self._caller, host, parse_time(by, "--by") if by else None)
+        return shaped(answers.Drained, self._reading(_no_host(host)).drain(self._caller, host,
+                                                                   parse_time(by, "--by") if by else None))
 
     def undrain(self, host: str) -> dict[str, Any]:
-        return self._reading(_no_host(host)).undrain(self._caller, host)
+        return shaped(answers.Undrained, self._reading(_no_host(host)).undrain(self._caller, host))
 
     def images(self) -> list[dict[str, Any]]:
-        return self._writing().images(self._caller) if self._exists() else []
+        images = self._writing().images(self._caller) if self._exists() else []
+        return shaped(answers.ImageList, {"images": images})["images"]
 
     def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return self._writing().image_add(self._caller, dict(values))
+        return shaped(answers.ImageAdded, self._writing().image_add(self._caller, dict(values)))
 
     def image_remove(self, name: str) -> None:
         self._reading(f"no image named {name!r}").image_remove(self._caller, name)
 
     # -- quotas and tokens -------------------------------------------------------------------------------------
     def quota_set(self, subject: str, changes: Mapping[str, Any]) -> dict[str, Any]:
-        return self._writing().quota_set(self._caller, subject, dict(changes))
+        return shaped(answers.QuotaSet, self._writing().quota_set(self._caller, subject, dict(changes)))
 
     def quota_remove(self, subject: str) -> None:
         self._reading(f"no quota for {subject!r}").quota_remove(self._caller, subject)
 
     def quota_list(self) -> list[dict[str, Any]]:
-        return self._writing().quota_list(self._caller) if self._exists() else []
+        quotas = self._writing().quota_list(self._caller) if self._exists() else []
+        return shaped(answers.QuotaList, {"quotas": quotas})["quotas"]
 
     def quota_show(self, user: str) -> dict[str, Any]:
         if not self._exists():   # nothing is held, and nothing limits anyone
-            return {"user": user, "groups": [], "holding": {"vcpus": 0, "memory_mib": 0, "vms": 0}, "quotas": []}
-        return self._writing().quota_show(self._caller, user)
+            nothing = {"vcpus": 0, "memory_mib": 0, "vms": 0}
+            return shaped(answers.QuotaShown, {"user": user, "groups": [], "holding": nothing, "quotas": []})
+        return shaped(answers.QuotaShown, self._writing().quota_show(self._caller, user))
 
     def token_create(self, user: str | None, admin: bool, expires: timedelta | None, note: str) -> dict[str, Any]:
-        return self._writing().token_create(self._caller, user, admin, expires, note)
+        return shaped(answers.TokenMade, self._writing().token_create(self._caller, user, admin, expires, note))
 
     def token_list(self, user: str | None) -> list[dict[str, Any]]:
-        return self._writing().token_list(self._caller, user) if self._exists() else []
+        tokens = self._writing().token_list(self._caller, user) if self._exists() else []
+        return shaped(answers.TokenList, {"tokens": tokens})["tokens"]
 
     def token_revoke(self, token_id: int) -> dict[str, Any]:
-        return self._reading(f"no token with id {token_id}").token_revoke(self._caller, token_id)
+        revoked = self._reading(f"no token with id {token_id}").token_revoke(self._caller, token_id)
+        return shaped(answers.TokenRevoked, revoked)
 
 
 def _no_lease(lease_id: int) -> str:

@@ -239,9 +239,9 @@ class LeaseService:
 
     def lease_page_json(self, caller: Caller, states: Iterable[str] | None, user: str | None, everyone: bool,
                         after: int | None, limit: int) -> str:
-        """A page of `leases` as the API sends it: `{"leases": [...], "next": id or null}`, the leases as the
-        codec sends them, one JSON array encoded by the store (straight from their rows), and `next` the id
-        to list the following page after (null: no more)."""
+        """A page of `leases` as the API sends it (`LeasePage`): `{"leases": [...], "next": id or null}`, the
+        leases as the codec sends them (`LeaseRecord`), one JSON array encoded by the store (straight from
+        their rows), and `next` the id to list the following page after (null: no more)."""
         store, wanted, owner = self.reader(), _lease_states(states), _owner(caller, user, everyone)
         ids = store.lease_ids(wanted, owner, after, limit + 1)
         body = store.lease_records_json(wanted, owner, after, limit)
@@ -332,7 +332,7 @@ class LeaseService:
             cluster.save(now)
         self.wake()
         return {"host": host, "unavailable_from": plan.unavailable_from.isoformat(),
-                "leases": {str(i): what for i, what in plan.leases.items()}}
+                "leases": [{"id": i, "change": what} for i, what in sorted(plan.leases.items())]}
 
     def undrain(self, caller: Caller, host: str) -> dict[str, Any]:
         self._admin_check(caller, "undraining a host")

@@ -1,9 +1,9 @@
-"""A lease and an event as JSON, for the HTTP API's answers: the store's own rows, so nothing is lost (a
-request comes in as the API's named fields: `orchestrator.service.models`).
+"""A lease and an event as JSON, for the HTTP API's answers (their models, as the schema states them:
+`orchestrator.service.models.responses`).
 
-The server sends a lease exactly as the store keeps it (its row, its history, its plan's rows) and the
-client rebuilds the same `Lease` with the store's own reader, so a command prints the same thing whether
-it read the store itself or asked a server.
+The server sends a lease as the store keeps it, as named fields (its columns, its history, its plan's
+reservations: `rows.lease_record`), and the client rebuilds the same `Lease` with the store's own reader,
+so nothing is lost and a command prints the same thing whether it read the store itself or asked a server.
 """
 
 from __future__ import annotations
@@ -22,22 +22,20 @@ from orchestrator.state.store.rows import (
     decode_time,
     encode_time,
     history_rows,
-    lease_from_rows,
+    lease_from_record,
+    lease_record,
     lease_row,
     plan_rows,
 )
 
 
 def lease_to_json(lease: Lease) -> dict[str, Any]:
-    return {"row": list(lease_row(lease)), "history": [list(h) for h in history_rows(lease)],
-            "plan": [list(r) for r in plan_rows(lease)],
-            "dirty_rates": {str(v): r for v, r in lease.measured_dirty_rates.items()}}
+    return lease_record(lease_row(lease), history_rows(lease), plan_rows(lease), lease.measured_dirty_rates)
 
 
 def lease_from_json(data: Mapping[str, Any]) -> Lease:
     try:
-        return lease_from_rows(data["row"], data["history"], data["plan"],
-                                      {int(v): float(r) for v, r in (data.get("dirty_rates") or {}).items()})
+        return lease_from_record(data)
     except (KeyError, TypeError, ValueError, StoreError) as exc:
         raise InvalidRequest("lease", f"not a lease as the server sends one ({exc})") from None
 

@@ -131,7 +131,7 @@ def test_the_lease_list_comes_a_page_at_a_time(running):
     assert [lease.id for lease in last] == ids[4:] and following is None
     assert [lease.id for lease in client.leases()] == ids
     page = client.get("/v1/leases", limit=2, all="true")
-    assert [record["row"][0] for record in page["leases"]] == ids[:2] and page["next"] == ids[1]
+    assert [record["id"] for record in page["leases"]] == ids[:2] and page["next"] == ids[1]
     for limit in (0, 1001):
         with pytest.raises(RemoteError) as caught:
             client.get("/v1/leases", limit=limit)
@@ -210,6 +210,17 @@ def test_a_server_that_is_not_there_is_exit_1_after_wait(tmp_path):
     assert 1.0 <= time.monotonic() - began < 5
 
 
+def test_a_server_host_that_does_not_resolve_is_exit_1_at_once():
+    """An unknown host in --server is a permanent error: one line naming it, exit 1, not tried again for
+    --wait seconds (`.invalid` never resolves: RFC 2606)."""
+    began = time.monotonic()
+    result = _cli("lease", "list", "--server", "https://no-such-host.invalid:8443", "--wait", "30")
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "error: server https://no-such-host.invalid:8443: unknown host (the name does not resolve)"]
+    assert time.monotonic() - began < 10   # (not the 30 s of --wait)
+
+
 def test_run_refuses_a_store_the_server_enacts(running):
     result = _cli("run", "--until-idle", "--state", str(running.store_path))
     assert result.exit_code == 2 and "leasewise serve" in result.output and "enacts this store" in result.output
@@ -233,3 +244,36 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
     finally:
         served.stop()
         gc.unfreeze()
+
+
+def test_an_answer_that_is_not_the_apis_is_one_line_exit_1():
+    """The client reads every answer through its model: a server (or a proxy) answering with something
+    else is one line naming the model and the field, exit 1, not a traceback or a wrong table."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Wrong(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"user": 7, "admin": True, "groups": [], "via": "unix"}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RemoteError) as caught, Client(f"http://127.0.0.1:{server.server_port}") as client:
+            client.whoami()
+        result = _cli("whoami", "--server", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.exit_code == 1
+    assert str(caught.value).startswith(f"server http://127.0.0.1:{server.server_port}: its answer is not the "
+                                        "API's Whoami (user: must be text (got 7))"), str(caught.value)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output

@@ -679,7 +679,15 @@ def test_lease_records_are_what_the_codec_makes_of_the_leases(tmp_path):
         live = store.lease_records(["active", "scheduled", "queued"])
     assert json.loads(json.dumps(records)) == json.loads(json.dumps([lease_to_json(l) for l in leases]))
     assert [lease_from_json(r).state for r in records] == [l.state for l in leases]
-    assert {r["row"][0] for r in live} == {l.id for l in leases if l.state.value in ("active", "scheduled", "queued")}
+    # read back through the API's model, each is the very lease the store holds: its row, history and plan
+    from orchestrator.service.models import LeaseRecord
+    from orchestrator.state.store.rows import history_rows, lease_row, plan_rows
+
+    for record, lease in zip(records, leases):
+        back = lease_from_json(LeaseRecord.model_validate(record).model_dump(mode="json", exclude_unset=True))
+        assert (lease_row(back), history_rows(back), plan_rows(back)) == \
+            (lease_row(lease), history_rows(lease), plan_rows(lease))
+    assert {r["id"] for r in live} == {l.id for l in leases if l.state.value in ("active", "scheduled", "queued")}
 
 
 def test_lease_records_json_decodes_to_lease_records(tmp_path):
@@ -693,17 +701,22 @@ def test_lease_records_json_decodes_to_lease_records(tmp_path):
     run(path, cfg, driver_for(path, None), until=T0 + timedelta(minutes=15))
     with Store.open(path) as store:
         assert store.lease_records_json(["failed"]) == "[]"
-        ids = [r["row"][0] for r in store.lease_records()]
+        ids = [r["id"] for r in store.lease_records()]
         store.record_dirty_rate(ids[0], 1, T0, 1 / 3)
         store.record_dirty_rate(ids[0], 0, T0, 123456.78901234567)
         with store.transaction():
             store._conn.execute("UPDATE leases SET accumulated_s = ?, dirty_rate = ? WHERE id = ?",
                                 (2 / 3, 0.1 + 0.2, ids[1]))
         filters = [(None, None), (["active", "scheduled"], None), (["queued"], None), (None, "nobody"),
-                   (["done", "active", "scheduled", "queued"], store.lease_records()[0]["row"][3])]
+                   (["done", "active", "scheduled", "queued"], store.lease_records()[0]["user"])]
         for states, user in filters:
             assert json.loads(store.lease_records_json(states, user)) == store.lease_records(states, user)
         records = json.loads(store.lease_records_json())
-    assert [r["row"][0] for r in records] == ids
+    assert [r["id"] for r in records] == ids
     assert records[0]["dirty_rates"] == {"1": 1 / 3, "0": 123456.78901234567}
     assert any(len(r["history"]) > 2 for r in records) and any(len(r["plan"]) > 1 for r in records)
+    # named fields, JSON as JSON (no JSON text inside strings), flags as booleans
+    first = records[0]
+    assert isinstance(first["nodes"], list) and isinstance(first["preemptible"], bool)
+    assert isinstance(first["plan"][0]["resources"], dict) and isinstance(first["plan"][0]["continues"], bool)
+    assert set(first["history"][0]) == {"time", "state"}

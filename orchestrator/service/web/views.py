@@ -252,7 +252,7 @@ def extend_lines(done: dict[str, Any]) -> list[str]:
 
 
 def drain_lines(done: dict[str, Any]) -> list[str]:
-    leases = sorted((int(i), what) for i, what in done["leases"].items())
+    leases = [(lease["id"], lease["change"]) for lease in done["leases"]]
     lines = [f"lease {i}: {what}" for i, what in leases]
     lines.append(f"host {done['host']} drained: unavailable from {iso(datetime.fromisoformat(done['unavailable_from']))}"
                  + ("" if leases else " (nothing ran or was planned there)"))

@@ -22,8 +22,9 @@ from orchestrator.state.store.rows import (
     decode_time,
     encode_seconds,
     encode_time,
-    json_value_sql,
     lease_from_row,
+    lease_record,
+    lease_record_sql,
     plan_from_rows,
     plan_rows,
     quoted,
@@ -167,18 +168,18 @@ class LeaseRepository(StoreConnection):
         return self._load_leases(where, final)
 
     def lease_records(self, state: Iterable[str] | None = None, user: str | None = None) -> list[dict[str, Any]]:
-        """Leases as `orchestrator.state.codec` sends them, straight from their rows (no `Lease` is built:
-        the server lists many leases often)."""
+        """Leases as `orchestrator.state.codec` sends them (`rows.lease_record`), straight from their rows (no
+        `Lease` is built: the server lists many leases often)."""
         where, params = _lease_filter(state, user)
         rows, history, plan, rates = self._lease_rows(where, params)
-        out = {row[0]: {"row": list(row), "history": [], "plan": [], "dirty_rates": {}} for row in rows}
+        parts: dict[int, tuple[list, list, dict]] = {row[0]: ([], [], {}) for row in rows}
         for lease_id, at, st in history:
-            out[lease_id]["history"].append([at, st])
+            parts[lease_id][0].append((at, st))
         for rr in plan:
-            out[rr[1]]["plan"].append(list(rr))
+            parts[rr[1]][1].append(rr)
         for lease_id, vnode, mib_s in rates:
-            out[lease_id]["dirty_rates"][str(vnode)] = mib_s
-        return list(out.values())
+            parts[lease_id][2][vnode] = mib_s
+        return [lease_record(row, *parts[row[0]]) for row in rows]
 
     def lease_ids(self, state: Iterable[str] | None = None, user: str | None = None, after: int | None = None,
                   limit: int | None = None) -> list[int]:
@@ -202,20 +203,8 @@ class LeaseRepository(StoreConnection):
         if limit is not None:
             where += " LIMIT ?"
             params.append(limit)
-        row = ", ".join(json_value_sql(f"l.{quoted(c)}") for c in LEASE_COLUMNS)
-        plan = ", ".join(json_value_sql(f"r.{quoted(c)}") for c in RESERVATION_COLUMNS)
-        # each part's rows in the order `lease_records` gives them (ordered subqueries: SQLite 3.40 has no
-        # ORDER BY inside an aggregate); the parts joined as text, which SQLite would otherwise parse again
-        query = (
-            "SELECT '[' || coalesce(group_concat(record, ','), '') || ']' FROM (SELECT "
-            f"'{{\"row\":' || json_array({row}) || "
-            "',\"history\":' || (SELECT json_group_array(json_array(h.time, h.state)) FROM "
-            "(SELECT time, state FROM lease_states WHERE lease_id = l.id ORDER BY seq) AS h) || "
-            f"',\"plan\":' || (SELECT json_group_array(json_array({plan})) FROM "
-            "(SELECT * FROM reservations WHERE lease_id = l.id ORDER BY position) AS r) || "
-            "',\"dirty_rates\":' || (SELECT json_group_object(CAST(d.vnode AS TEXT), "
-            f"{json_value_sql('d.mib_s')}) FROM dirty_rates AS d WHERE d.lease_id = l.id) || '}}'"
-            f" AS record FROM leases AS l {where})")
+        query = (f"SELECT '[' || coalesce(group_concat(record, ','), '') || ']' FROM "
+                 f"(SELECT {lease_record_sql('l')} AS record FROM leases AS l {where})")
         with self._read() as conn:
             return conn.execute(query, params).fetchone()[0]
 

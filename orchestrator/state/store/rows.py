@@ -2,8 +2,8 @@
 
 Times are stored as fixed-width ISO 8601 UTC text (`2026-01-01T13:00:00.000000Z`, so text order is time
 order) and read back as aware UTC datetimes; durations as float seconds; resources, plans and images as
-JSON. The same rows are a lease's form on the wire (`orchestrator.state.codec`), so a client rebuilds
-exactly what the store holds.
+JSON. The same rows, as named fields (`lease_record`), are a lease's form on the wire
+(`orchestrator.state.codec`), so a client rebuilds exactly what the store holds.
 """
 
 from __future__ import annotations
@@ -185,6 +185,80 @@ def lease_from_rows(row: Sequence, history: Sequence[tuple[str, str]], plan: lis
 
 def history_rows(lease: Lease) -> list[tuple[str, str]]:
     return [(encode_time(at), state.value) for at, state in lease.history]
+
+
+# -- records: a lease's rows as named fields (its form on the wire: orchestrator.state.codec) ------------------
+#: the reservation columns that hold JSON text, sent as JSON values
+JSON_RESERVATION_COLUMNS = ("resources", "nodes", "transfers", "extra")
+#: columns that hold 0 or 1, sent as false or true
+_LEASE_FLAGS = ("preemptible",)
+_RESERVATION_FLAGS = ("continues",)
+
+
+def _named(columns: Sequence[str], row: Sequence, json_columns: Sequence[str], flags: Sequence[str]) -> dict[str, Any]:
+    record = dict(zip(columns, row))
+    for column in json_columns:
+        if record[column] is not None:
+            record[column] = json.loads(record[column])
+    for column in flags:
+        record[column] = bool(record[column])
+    return record
+
+
+def _positional(columns: Sequence[str], record: Mapping[str, Any], json_columns: Sequence[str],
+                flags: Sequence[str]) -> tuple:
+    return tuple(encode_json(record[c]) if c in json_columns and record[c] is not None
+                 else int(record[c]) if c in flags else record[c] for c in columns)
+
+
+def lease_record(row: Sequence, history: Sequence[Sequence[str]], plan: Sequence[Sequence],
+                 dirty_rates: Mapping[int | str, float]) -> dict[str, Any]:
+    """A lease's rows as one record of named fields: its columns (the JSON ones as JSON values, flags as
+    booleans), `history` [{time, state}], `plan` (the reservations' columns, in plan order) and `dirty_rates`
+    {vnode: MiB/s}. `lease_from_record` reads it back."""
+    record = _named(LEASE_COLUMNS, row, JSON_REQUEST_COLUMNS, _LEASE_FLAGS)
+    record["history"] = [{"time": at, "state": state} for at, state in history]
+    record["plan"] = [_named(RESERVATION_COLUMNS, rr, JSON_RESERVATION_COLUMNS, _RESERVATION_FLAGS) for rr in plan]
+    record["dirty_rates"] = {str(v): r for v, r in dirty_rates.items()}
+    return record
+
+
+def lease_from_record(record: Mapping[str, Any]) -> Lease:
+    """The lease a `lease_record` holds, rebuilt by the store's own reader (`KeyError`, `TypeError`,
+    `ValueError` or `StoreError` for a record that is not one)."""
+    return lease_from_rows(_positional(LEASE_COLUMNS, record, JSON_REQUEST_COLUMNS, _LEASE_FLAGS),
+                           [(h["time"], h["state"]) for h in record["history"]],
+                           [_positional(RESERVATION_COLUMNS, rr, JSON_RESERVATION_COLUMNS, _RESERVATION_FLAGS)
+                            for rr in record["plan"]],
+                           {int(v): float(r) for v, r in (record.get("dirty_rates") or {}).items()})
+
+
+def lease_record_sql(lease: str = "l") -> str:
+    """SQL making `lease_record` of the lease row `lease` as JSON text, as Python's `json` writes it (see
+    `json_value_sql`): its id, its history, plan and dirty rates, each an ordered subquery (SQLite 3.40 has
+    no ORDER BY inside an aggregate) joined as text (a subquery's JSON would otherwise be parsed again), then
+    its other columns by `json_object` (its opening brace cut off)."""
+
+    def value(expr: str, column: str, json_columns: Sequence[str], flags: Sequence[str]) -> str:
+        if column in json_columns:
+            return f"json({expr})"
+        if column in flags:
+            return f"json(CASE WHEN {expr} THEN 'true' ELSE 'false' END)"
+        return json_value_sql(expr)
+
+    columns = ", ".join(f"'{c}', {value(f'{lease}.{quoted(c)}', c, JSON_REQUEST_COLUMNS, _LEASE_FLAGS)}"
+                        for c in LEASE_COLUMNS if c != "id")
+    plan = ", ".join(f"'{c}', {value(f'r.{quoted(c)}', c, JSON_RESERVATION_COLUMNS, _RESERVATION_FLAGS)}"
+                     for c in RESERVATION_COLUMNS)
+    return (
+        f"'{{\"id\":' || {lease}.id || "
+        "',\"history\":' || (SELECT json_group_array(json_object('time', h.time, 'state', h.state)) FROM "
+        f"(SELECT time, state FROM lease_states WHERE lease_id = {lease}.id ORDER BY seq) AS h) || "
+        f"',\"plan\":' || (SELECT json_group_array(json_object({plan})) FROM "
+        f"(SELECT * FROM reservations WHERE lease_id = {lease}.id ORDER BY position) AS r) || "
+        "',\"dirty_rates\":' || (SELECT json_group_object(CAST(d.vnode AS TEXT), "
+        f"{json_value_sql('d.mib_s')}) FROM dirty_rates AS d WHERE d.lease_id = {lease}.id) || "
+        f"',' || substr(json_object({columns}), 2)")
 
 
 # -- rebuilding -----------------------------------------------------------------------------------------------

@@ -423,39 +423,3 @@ class TokenRequest(_Body):
     admin: StrictBool = False
     expires_s: Annotated[StrictInt | StrictFloat, Field(gt=0, le=MAX_DURATION.total_seconds())] | None = None
     note: Annotated[StrictStr, Field(max_length=MAX_NOTE, pattern=PRINTABLE)] = ""
-
-
-# -- answers ----------------------------------------------------------------------------------------------------
-class ErrorDetail(BaseModel):
-    code: int = Field(description="The CLI's exit code for it (2 bad input, 3 refused, 4 not allowed, 75 busy)")
-    message: str = Field(description="One line naming the field and the problem")
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
-class Whoami(BaseModel):
-    user: str
-    admin: bool
-    groups: list[str]
-    via: str
-
-
-class Preempted(BaseModel):
-    id: int
-    change: str
-
-
-class SubmitAnswer(BaseModel):
-    """What became of a submission (`lease submit --json`)."""
-
-    id: int
-    type: str
-    state: str
-    start: str | None
-    end: str | None
-    suspended_at_end: bool
-    hosts: list[str]
-    reason: str
-    preempted: list[dict[str, Any]]
