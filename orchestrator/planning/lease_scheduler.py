@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from orchestrator.config import SchedulingConfig
@@ -271,6 +272,8 @@ class LeaseScheduler:
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
         vm = placement.vm
+        if lease.request.earliest:   # (found: from now on an advance reservation like any other)
+            lease.request = replace(lease.request, start=vm.start, earliest=False, not_after=None)
         continuation = evacuation_instead_of_suspension(self, lease, vm, nexttime)
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
