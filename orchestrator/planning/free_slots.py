@@ -64,8 +64,15 @@ class FreeSlots:
                  duration: timedelta) -> tuple[datetime, Mapping] | None:
         """The earliest feasible start at or after `not_before` for a run of `duration` ending by
         `not_after` (None: no limit), and its placement; None when there is none."""
+        if not_after is not None and not_before + duration > not_after:
+            return None
+        # (the first time first: it is often the answer, and then no profile is needed)
+        mapping = self.place(lease, not_before, not_before + duration)
+        if mapping is not None:
+            return not_before, mapping
         profile = self._profile(lease, not_before, not_after, duration)
-        return None if profile is None else next(self._feasible(lease, profile, duration), None)
+        feasible = self._feasible(lease, profile, duration, lambda t: t > not_before) if profile is not None else ()
+        return next(iter(feasible), None)
 
     def windows(self, lease: Lease, not_before: datetime, not_after: datetime | None, duration: timedelta,
                 count: int) -> list[Window]:

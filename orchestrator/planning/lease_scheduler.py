@@ -680,6 +680,16 @@ class LeaseScheduler:
     def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
         return corrections.extend(self, lease_id, by, now)
 
+    def shorten(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
+        """A lease made shorter: what it frees goes at once to the leases planned after it and the queue."""
+        lease, freed_until = corrections.shorten(self, lease_id, by, now)
+        if freed_until is not None:
+            self.reevaluate(now, freed_until)
+        return lease
+
+    def planned_end(self, lease_id: int) -> datetime:
+        return corrections.planned_end(self, lease_id)
+
     def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
                          now: datetime) -> bool:
         return corrections.enactment_failed(self, operation, lease_id, reservation_id, exc, now)

@@ -23,6 +23,7 @@ from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.states import SUSPENDED_STATES
+from orchestrator.model.timeutil import iso
 from orchestrator.planning.free_slots import FreeSlots
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.overheads import Overheads
@@ -74,9 +75,9 @@ class VMScheduler:
             first = max(start, nexttime)
             found = self.free_slots.earliest(lease, first, request.not_after, request.duration)
             if found is None:
-                until = f"ends by {request.not_after.isoformat()}" if request.not_after is not None else "is planned"
-                raise NotSchedulable(f"no start from {first.isoformat()} on has room for it until it {until} "
-                                     "(without preempting leases that may not be preempted)")
+                until = f"to {iso(request.not_after)}" if request.not_after is not None else "on"
+                raise NotSchedulable(f"nothing fits from {iso(first)} {until} without preempting leases that may "
+                                     "not be preempted")
             start, mapping = found
             end = start + request.duration
         else:

@@ -313,8 +313,10 @@ class SlotTable:
                                  hosts: Collection[str] | None = None) -> list[Reservation]:
         """Reservations with some time in [t1, t2) (on the given hosts)."""
         out = []
+        wanted = None if hosts is None or len(hosts) >= len(self._hosts) and set(hosts) >= self._hosts.keys() \
+            else frozenset(hosts)   # (every host: no need to ask)
         for r in self.reservations_ending_after(t1):
-            if r.start < t2 and r.end > r.start and (hosts is None or any(h in r.resources for h in hosts)):
+            if r.start < t2 and r.end > r.start and (wanted is None or not wanted.isdisjoint(r.resources)):
                 out.append(r)
         return out
 
