@@ -16,7 +16,7 @@ from orchestrator.model.guest import GuestSetup
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
-from orchestrator.model.timeutil import ZERO, as_utc, end_of
+from orchestrator.model.timeutil import ZERO, as_utc, end_of, iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.reservations import Reservation
@@ -152,7 +152,7 @@ class LeaseRequest:
         if not self.earliest:
             if self.not_after is not None:
                 raise InvalidRequest("not_after", "is for a lease that starts at the earliest time it fits "
-                                                  "(start: earliest)")
+                                                  "(start 'earliest')")
             return
         if self.type is not LeaseType.ADVANCE_RESERVATION:
             raise InvalidRequest("start", f"earliest is an advance reservation's start (not a {self.type}'s)")
@@ -161,8 +161,8 @@ class LeaseRequest:
             object.__setattr__(self, "not_after", not_after)
             assert self.start is not None
             if not_after - self.start < self.duration:
-                raise InvalidRequest("not_after", f"{not_after.isoformat()} leaves less than the duration after "
-                                                  f"the earliest start ({self.start.isoformat()})")
+                raise InvalidRequest("not_after", f"{iso(not_after)} leaves less than the duration after "
+                                                  f"the earliest start ({iso(self.start)})")
 
     @property
     def end(self) -> datetime | None:

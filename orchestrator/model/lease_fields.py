@@ -322,8 +322,7 @@ def _window(f: Fields, earliest: bool, now: datetime) -> tuple[datetime | None, 
     if not earliest:
         for key in ("not_before", "not_after"):
             if f.present(key):
-                raise f.error(key, f"is for a lease that starts at the earliest time it fits "
-                                   f"({f.label('start')} earliest)")
+                raise f.error(key, "is for a lease that starts at the earliest time it fits (start 'earliest')")
         return None, None
     not_before = f.time("not_before")
     not_after = f.time("not_after")
