@@ -10,12 +10,14 @@ that must wait for the reservations to thin out):
 
 - plan --free:      `FreeSlots.windows(..., count=K)`, what `leasewise plan --free` asks the scheduler;
 - earliest:         the earliest start alone (`FreeSlots.earliest`);
-- submit earliest:  a `--start earliest` lease submitted and scheduled (`LeaseScheduler.submit` + `schedule`:
-                    the search, the placement, preemption of best-effort leases and the commit), then
-                    cancelled so that each round starts from the same plan.
+- submit earliest:  a `--start earliest` lease submitted and scheduled once (`LeaseScheduler.submit` +
+                    `schedule`: the search, the placement, preemption of best-effort leases and the commit),
+                    then cancelled (the leases it preempted stay where they went, so it is timed once).
 
-Each figure is the fastest of `--rounds` rounds, in milliseconds, with how many changepoints there were after
-the first time, how many the profile left to try, and the start found. Target: each <= 100 ms.
+The first two are the fastest of `--rounds` rounds, in milliseconds; then the start found. At 08:00 the site
+is full of best-effort work, so every placement there preempts (the mapper's preemption, victims added one
+at a time, is most of the time of large requests: a fixed-time advance reservation of that size pays it
+too). Target: each <= 100 ms.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from orchestrator.model.lease import Lease, LeaseRequest, LeaseType  # noqa: E40
 from orchestrator.model.resources import Resources  # noqa: E402
 from orchestrator.model.states import LeaseState  # noqa: E402
 from orchestrator.model.timeutil import UTC  # noqa: E402
-from orchestrator.planning import free_slots  # noqa: E402
 from orchestrator.planning.lease_scheduler import LeaseScheduler  # noqa: E402
 from orchestrator.planning.slottable.table import SlotTable  # noqa: E402
 
@@ -93,25 +94,14 @@ def main() -> None:
     changepoints = len(scheduler.table.changepoints_after(NOW))
     print(f"{args.hosts} hosts, {len(scheduler.table)} reservations of {len(scheduler.leases)} leases, "
           f"{changepoints} changepoints ahead; built in {time.perf_counter() - began:.1f} s")
-    tried: list[int] = []
-    candidates = free_slots._Profile.candidates
-
-    def counted(profile):   # (how many starts the profile leaves to try)
-        out = list(candidates(profile))
-        tried.append(len(out))
-        return iter(out)
-
-    free_slots._Profile.candidates = counted
     search = scheduler.vm.free_slots
-    print(f"{'request':30} {'plan --free':>12} {'earliest':>10} {'submit':>10}  tried  start")
+    print(f"{'request':30} {'plan --free':>12} {'earliest':>10} {'submit':>10}  start")
     for label, nodes, cpus, memory, hours in REQUESTS:
         request = LeaseRequest(LeaseType.ADVANCE_RESERVATION, (Resources.of(cpus, memory),) * nodes,
                                timedelta(hours=hours), NOW, start=NOW, preemptible=False, earliest=True)
         probe = Lease(id=-1, request=request)
         windows_ms, windows = timed(args.rounds, lambda: search.windows(probe, NOW, None, request.duration, args.count))
-        tried.clear()
         earliest_ms, found = timed(args.rounds, lambda: search.earliest(probe, NOW, None, request.duration))
-        left = tried[-1] if tried else 0
 
         def submit_once():
             lease = scheduler.submit(request, NOW)
@@ -121,10 +111,11 @@ def main() -> None:
                 scheduler.cancel(lease.id, NOW)
             return state, start
 
-        submit_ms, (state, start) = timed(args.rounds, submit_once)
+        submit_ms, (state, start) = timed(1, submit_once)
         shown = start.strftime("%m-%d %H:%M") if start is not None else state.value
-        assert found is None or start == found[0], (found, start)
-        print(f"{label:30} {windows_ms:9.1f} ms {earliest_ms:7.1f} ms {submit_ms:7.1f} ms  {left:5d}  {shown}"
+        if found is not None and start != found[0]:
+            shown += f" (searched alone: {found[0].strftime('%m-%d %H:%M')})"
+        print(f"{label:30} {windows_ms:9.1f} ms {earliest_ms:7.1f} ms {submit_ms:7.1f} ms  {shown}"
               f"  ({len(windows)} windows)")
 
 

@@ -30,7 +30,7 @@ from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.mapper import Mapping
-from orchestrator.planning.slottable.keys import AFTER_ALL
+from orchestrator.planning.slottable.keys import AFTER_ALL, KEY_ORIGIN, KEY_UNIT
 from orchestrator.planning.slottable.table import SlotTable, time_key
 
 #: (lease, start, end) -> the placement an advance reservation gets over [start, end), or None
@@ -131,31 +131,31 @@ class _Profile:
     def _read(self, table: SlotTable, horizon: datetime | None, gives_way: Callable[[int], bool]) -> None:
         """The steps of the usage that stays, and every changepoint after the first time (by key)."""
         k0 = self.k0
+        k_end = None if horizon is None else time_key(horizon)
         rows: list[int] = []
         starts: list[int] = []
         ends: list[int] = []
         amounts: list[Resources] = []
-        times: dict[int, datetime] = {}
         row_of = {host: table.row(host) for host in table.hosts}
         verdict: dict[int, bool] = {}
         for rr in table.reservations_ending_after(self.first):
-            if rr.end <= rr.start or not rr.resources or (horizon is not None and rr.start >= horizon):
-                continue
-            ks, ke = time_key(rr.start), time_key(rr.end)
-            if ks > k0:
-                times[ks] = rr.start
-            times[ke] = rr.end
             stays = verdict.get(rr.lease_id)
             if stays is None:
                 stays = verdict[rr.lease_id] = not gives_way(rr.lease_id)
-            if not stays:
+            held = rr.resources
+            if not stays or not held:
                 continue
-            for host, amount in rr.resources.items():
-                rows.append(row_of[host])
-                starts.append(ks if ks > k0 else k0)
-                ends.append(ke)
-                amounts.append(amount)
-        self.times = times
+            ks, ke = time_key(rr.start), time_key(rr.end)
+            if ke <= ks or (k_end is not None and ks >= k_end):
+                continue
+            rows.extend(map(row_of.__getitem__, held))
+            amounts.extend(held.values())
+            starts.extend([ks if ks > k0 else k0] * len(held))
+            ends.extend([ke] * len(held))
+        # every changepoint after the first time and before the horizon (the timelines', compiled)
+        self.times: dict[int, datetime] = {}
+        for timeline in table.timelines.values():
+            timeline.collect(k0, k_end, self.times)
         names, _, capacity, _, _ = table.state_arrays(self.first)
         self.names, self.capacity = names, np.asarray(capacity, dtype=float)
         n = len(rows)
@@ -251,4 +251,4 @@ class _Profile:
                 ends.append(int(keys[later][over][0]))
         if not ends:
             return None
-        return self.times[min(ends)]
+        return KEY_ORIGIN + min(ends) * KEY_UNIT
