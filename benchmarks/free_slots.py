@@ -45,7 +45,7 @@ NOW = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 HOST = Resources.of(16, 65536)
 #: (label, nodes, vCPUs, MiB, hours)
 REQUESTS = (("1 × 1 vCPU / 1 GiB, 1 h", 1, 1, 1024, 1), ("8 × 4 vCPU / 16 GiB, 3 h", 8, 4, 16384, 3),
-            ("200 × 8 vCPU / 32 GiB, 3 h", 200, 8, 32768, 3), ("600 × 16 vCPU / 64 GiB, 2 h", 600, 16, 65536, 2))
+            ("200 × 8 vCPU / 32 GiB, 3 h", 200, 8, 32768, 3))
 
 
 def build(hosts: int, reservations: int, rng: random.Random) -> LeaseScheduler:
