@@ -169,3 +169,20 @@ def test_a_queued_lease_is_shortened_by_a_duration_only(site, store_path):
     assert to.exit_code == 2
     assert lines(to.stderr) == ["error: --to: lease 3 is queued: it has no planned end yet (change its duration "
                                 "with --by instead)"]
+
+
+def test_a_running_lease_shortened_ends_at_its_new_end(site, store_path, clock):
+    from tests.cli.test_cli_leases import daemon_step
+
+    assert site("lease", "submit", "--cpus", "2", "--memory", "1024", "--duration", "2h").exit_code == 0
+    daemon_step(store_path, T(9))
+    assert stored(store_path, 1).state is LeaseState.ACTIVE
+    clock["now"] = T(9, 10)
+    too_far = site("lease", "shorten", "1", "--to", "2027-03-01T09:05:00Z")
+    assert too_far.exit_code == 3 and "before now" in too_far.stdout
+    result = site("lease", "shorten", "1", "--by", "90m")
+    assert result.exit_code == 0, result.output
+    assert lines(result.stdout) == ["lease 1 shortened (now 30m); planned end 2027-03-01T09:30:00Z"]
+    daemon_step(store_path, T(9, 30))
+    lease = stored(store_path, 1)
+    assert lease.state is LeaseState.DONE and lease.end_time == T(9, 30)
