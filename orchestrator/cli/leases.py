@@ -1,4 +1,4 @@
-"""`leasewise lease ...`: submit, list, show, cancel and extend leases.
+"""`leasewise lease ...`: submit, list, show, cancel, extend, shorten and update leases.
 
 Each command reads its input, makes one call on the backend its shared options select (the configured
 server, else the local store: `orchestrator.service.backend`) and prints the answer. A writing call is one
@@ -34,9 +34,10 @@ from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.text import printable
 from orchestrator.model.timeutil import iso, parse_duration
 from orchestrator.service.backend import MAX_PAGE, PAGE, Event
+from orchestrator.service.models import EndChange, Shortening, model_of
 from orchestrator.service.views import hosts_of, lease_summary, lease_window, plan_json, plan_rows, request_json
 
-lease_app = command_group("lease", "Submit, list, show, cancel and extend leases.")
+lease_app = command_group("lease", "Submit, list, show, cancel, extend, shorten and update leases.")
 
 
 # -- formatting -----------------------------------------------------------------------------------------------
@@ -95,8 +96,13 @@ def submit(
     cpus: str | None = typer.Option(None, "--cpus", metavar="C", help="vCPUs per VM"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory per VM, MiB"),
     duration: str | None = typer.Option(None, "--duration", metavar="D", help="Run time: 90s, 15m, 2h, 1h30m, 01:30:00"),
-    start: str | None = typer.Option(None, "--start", metavar="ISO|now",
-                                     help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation"),
+    start: str | None = typer.Option(None, "--start", metavar="ISO|now|earliest",
+                                     help="Omit: best-effort; 'now': immediate; an ISO 8601 time: advance reservation; "
+                                          "'earliest': an advance reservation at the earliest time it fits"),
+    not_before: str | None = typer.Option(None, "--not-before", metavar="ISO",
+                                          help="With --start earliest: start no earlier (default now)"),
+    not_after: str | None = typer.Option(None, "--not-after", metavar="ISO",
+                                         help="With --start earliest: end by then, else refused (exit 3)"),
     preemptible: bool | None = typer.Option(None, "--preemptible/--no-preemptible", help="May be suspended for reservations (default: yes)"),
     image: str | None = typer.Option(None, "--image", metavar="NAME|PATH",
                                      help="A catalogued image (leasewise image list), or a disk image's absolute path on the hosts"),
@@ -117,7 +123,7 @@ def submit(
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
     flags = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "start": start,
-             "preemptible": preemptible, "image": image, "kernel": kernel, "initrd": initrd, "cmdline": cmdline,
+             "not_before": not_before, "not_after": not_after, "preemptible": preemptible, "image": image, "kernel": kernel, "initrd": initrd, "cmdline": cmdline,
              "user": user, "name": name, "dirty_rate": dirty_rate, "disk_size": disk_size,
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
              "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
@@ -142,12 +148,12 @@ def submit(
     if json_out:
         emit_json(answer)
     else:
-        _print_answer(answer)
+        _print_answer(answer, earliest=submission.start == "earliest")
     if answer["state"] == LeaseState.REJECTED.value:
         raise typer.Exit(EXIT_REJECTED)
 
 
-def _print_answer(answer: dict) -> None:
+def _print_answer(answer: dict, earliest: bool = False) -> None:
     console = make_console()
     head = f"lease {answer['id']}"
     kind = answer["type"]
@@ -163,6 +169,8 @@ def _print_answer(answer: dict) -> None:
         start = when(datetime.fromisoformat(answer["start"].replace("Z", "+00:00")))
         end = when(datetime.fromisoformat(answer["end"].replace("Z", "+00:00")))
         console.print(f"  planned {start} → {end} on {', '.join(answer['hosts'])}", soft_wrap=True)
+        if earliest:
+            console.print(f"  the earliest start it fits: {start}", soft_wrap=True)
         if answer["suspended_at_end"]:
             console.print(f"  then suspended at {end}: the rest runs when it is resumed", soft_wrap=True)
     for other in answer["preempted"]:
@@ -328,18 +336,70 @@ def extend(
     amount = parse_duration(by, "--by")
     if amount.total_seconds() <= 0:
         raise fail(f"--by: must be greater than zero (got {by!r})")
-    head = f"lease {number} not extended: "
-    try:
-        with opts.backend() as backend:
-            done = backend.extend(number, by)
-    except LeasewiseError as exc:
-        if exit_code_of(exc) != EXIT_REJECTED or not str(exc).startswith(head):
-            raise
-        make_console().print(f"[bold red]lease {number} not extended[/]: {escape(str(exc)[len(head):])}",
-                             soft_wrap=True)
-        raise typer.Exit(EXIT_REJECTED) from None
+    done = _reshaped(opts, number, "extended", lambda backend: backend.extend(number, by))
     message = (f"lease {number} extended by {_duration_text(amount.total_seconds())} "
                f"(now {_duration_text(done['duration_s'])})")
     if done["end"] is not None:
         message += f"; planned end {when(datetime.fromisoformat(done['end']))}"
+    make_console().print(message, soft_wrap=True)
+
+
+@lease_app.command("shorten")
+@store_options()
+def shorten(
+    opts: StoreOptions,
+    lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
+    by: str | None = typer.Option(None, "--by", metavar="DURATION", help="How much shorter: 30m, 1h, ..."),
+    to: str | None = typer.Option(None, "--to", metavar="ISO", help="The new planned end"),
+) -> None:
+    """Make a lease shorter, by a duration or to a new end: what it frees is planned at once (leases planned
+    after it move earlier, queued leases may start). Refused (exit 3) when it would end before now."""
+    number = common.parse_lease_id(lease_id)
+    if (by is None) == (to is None):
+        raise fail("--by: give --by DURATION or --to TIME (one of them)")
+    change = model_of(Shortening, {"by": by, "to": to}, flag_label)
+    done = _reshaped(opts, number, "shortened", lambda backend: backend.shorten(number, change))
+    _print_reshaped(number, "shortened", done)
+
+
+@lease_app.command("update")
+@store_options()
+def update(
+    opts: StoreOptions,
+    lease_id: str = typer.Argument(..., metavar="ID", help="Lease id"),
+    end: str | None = typer.Option(None, "--end", metavar="ISO", help="The new planned end, earlier or later"),
+) -> None:
+    """Move a lease's planned end, earlier (as `lease shorten --to`) or later (as `lease extend`); refused
+    (exit 3) with the reason when its hosts are reserved after it."""
+    number = common.parse_lease_id(lease_id)
+    if end is None:
+        raise fail("--end: is required (e.g. --end 2027-03-01T18:00:00Z)")
+    change = model_of(EndChange, {"end": end}, flag_label)
+    done = _reshaped(opts, number, "updated", lambda backend: backend.update(number, change))
+    _print_reshaped(number, "updated", done)
+
+
+def _reshaped(opts: StoreOptions, number: int, done: str, call) -> dict:
+    """`call(backend)`, a change of the lease's length: its refusal printed as one line (exit 3), a field the
+    service names given as its option."""
+    head = f"lease {number} not {done}: "
+    try:
+        with opts.backend() as backend:
+            return call(backend)
+    except InvalidRequest as exc:
+        if exc.field in ("by", "to", "end"):
+            raise InvalidRequest(flag_label(exc.field), exc.problem) from None
+        raise
+    except LeasewiseError as exc:
+        if exit_code_of(exc) != EXIT_REJECTED or not str(exc).startswith(head):
+            raise
+        make_console().print(f"[bold red]lease {number} not {done}[/]: {escape(str(exc)[len(head):])}",
+                             soft_wrap=True)
+        raise typer.Exit(EXIT_REJECTED) from None
+
+
+def _print_reshaped(number: int, done: str, answer: dict) -> None:
+    message = f"lease {number} {done} (now {_duration_text(answer['duration_s'])})"
+    if answer["end"] is not None:
+        message += f"; planned end {when(datetime.fromisoformat(answer['end']))}"
     make_console().print(message, soft_wrap=True)

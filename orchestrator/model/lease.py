@@ -16,7 +16,7 @@ from orchestrator.model.guest import GuestSetup
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
-from orchestrator.model.timeutil import ZERO, as_utc, end_of
+from orchestrator.model.timeutil import ZERO, as_utc, end_of, iso
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.model.reservations import Reservation
@@ -86,6 +86,10 @@ class LeaseRequest:
     name: str = ""
     dirty_rate_mib_s: int | float | None = None   # per-lease memory dirty rate for live-migration predictions
     guest: GuestSetup | None = None         # disk overlay, cloud-init, network (None: the image bare)
+    #: an advance reservation at the earliest time it fits (`start` is then the earliest it may start, and
+    #: `not_after` the latest it may end, None: no limit); once planned, the request has its start fixed
+    earliest: bool = False
+    not_after: datetime | None = None
 
     #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
     #: every node is alike (None otherwise)
@@ -133,6 +137,7 @@ class LeaseRequest:
                 raise InvalidRequest("start", "an advance reservation needs a start time")
         if self.start is not None:
             object.__setattr__(self, "start", as_utc(self.start, "start"))
+        self._check_window()
         end_of(self.start or self.submit_time, self.duration, "duration")   # it ends before the year 9999
         if self.real_duration is not None and self.real_duration <= ZERO:
             raise InvalidRequest("real_duration", f"must be positive (got {self.real_duration})")
@@ -142,9 +147,31 @@ class LeaseRequest:
         if self.guest is not None and self.guest.macs and len(self.guest.macs) != len(self.nodes):
             raise InvalidRequest("macs", f"one MAC per VM: {len(self.guest.macs)} for {len(self.nodes)} VMs")
 
+    def _check_window(self) -> None:
+        """An earliest start is an advance reservation's, and its window holds the whole lease."""
+        if not self.earliest:
+            if self.not_after is not None:
+                raise InvalidRequest("not_after", "is for a lease that starts at the earliest time it fits "
+                                                  "(start 'earliest')")
+            return
+        if self.type is not LeaseType.ADVANCE_RESERVATION:
+            raise InvalidRequest("start", f"earliest is an advance reservation's start (not a {self.type}'s)")
+        if self.not_after is not None:
+            not_after = as_utc(self.not_after, "not_after")
+            object.__setattr__(self, "not_after", not_after)
+            assert self.start is not None
+            if not_after - self.start < self.duration:
+                raise InvalidRequest("not_after", f"{iso(not_after)} leaves less than the duration after "
+                                                  f"the earliest start ({iso(self.start)})")
+
     @property
     def end(self) -> datetime | None:
         return None if self.start is None else self.start + self.duration
+
+    @property
+    def latest_start(self) -> datetime | None:
+        """With an earliest start, the latest start that still ends by `not_after` (None: no limit)."""
+        return None if self.not_after is None else self.not_after - self.duration
 
 
 @dataclass(eq=False)

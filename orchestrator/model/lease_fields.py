@@ -32,7 +32,7 @@ from orchestrator.model.text import check_printable
 from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
-KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
+KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "not_before", "not_after", "preemptible", "image", "kernel", "initrd",
         "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
         "keep_disks")
 #: the keys that make up a lease's guest setup (they need an image with a disk)
@@ -144,16 +144,24 @@ class Fields:
         return value
 
     def start(self, key: str, now: datetime) -> datetime | str | None:
-        """None (no start), the string "now", or an aware UTC time."""
+        """None (no start), the string "now" or "earliest", or an aware UTC time."""
         value = self.get(key)
         if value is None:
             return None
-        if isinstance(value, str) and value.strip().lower() == "now":
-            return "now"
+        if isinstance(value, str) and value.strip().lower() in ("now", "earliest"):
+            return value.strip().lower()
+        return self.time(key)
+
+    def time(self, key: str) -> datetime | None:
+        """An aware UTC time (ISO 8601 with its offset), or None when not given."""
+        value = self.get(key)
+        if value is None:
+            return None
         if isinstance(value, datetime):   # (a request built by a program)
             return self.parsed(in_range, key)
         if not isinstance(value, str):
-            raise self.error(key, f"must be an ISO 8601 time or 'now' (got {shown(value)})")
+            words = "an ISO 8601 time, 'now' or 'earliest'" if key == "start" else "an ISO 8601 time"
+            raise self.error(key, f"must be {words} (got {shown(value)})")
         return self.parsed(parse_time, key)
 
 
@@ -230,6 +238,8 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     memory = f.whole("memory")
     duration = f.duration("duration")
     start = f.start("start", now)
+    earliest = start == "earliest"
+    not_before, not_after = _window(f, earliest, now)
 
     declared = f.lease_type()
     if declared is None:
@@ -243,7 +253,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
             raise f.error("start", "a best-effort lease has no start time (omit it, or make it an advance reservation)")
         if kind is LeaseType.IMMEDIATE and start not in (None, "now"):
             raise f.error("start", "an immediate lease starts now (omit start or give 'now')")
-    start_time = start if isinstance(start, datetime) else None
+    start_time = start if isinstance(start, datetime) else not_before
     if start_time is not None and start_time < now:
         raise f.error("start", f"{iso(start_time)} is in the past (now {iso(now.replace(microsecond=0))})")
 
@@ -298,10 +308,28 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
             name=name,
             dirty_rate_mib_s=dirty_rate,
             guest=guest_setup,
+            earliest=earliest,
+            not_after=not_after,
         )
     except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
         raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
             exc.field, exc.problem, where=where) from None
+
+
+def _window(f: Fields, earliest: bool, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """With `start: earliest`, the earliest start (`not_before`, default now; one in the past is now) and the
+    latest end (`not_after`, None: no limit); they mean nothing with any other start."""
+    if not earliest:
+        for key in ("not_before", "not_after"):
+            if f.present(key):
+                raise f.error(key, "is for a lease that starts at the earliest time it fits (start 'earliest')")
+        return None, None
+    not_before = f.time("not_before")
+    not_after = f.time("not_after")
+    first = now if not_before is None or not_before < now else not_before
+    if not_after is not None and not_after <= first:
+        raise f.error("not_after", f"{iso(not_after)} is not after the earliest start ({iso(first)})")
+    return first, not_after
 
 
 def check_keys(values: Mapping[str, Any], label: Callable[[str], str] = str, where: str | None = None) -> None:
@@ -381,6 +409,7 @@ def _hostname_prefix(f: Fields, key: str) -> object:
 _FIELD_CHECKS: dict[str, Callable[[Fields, str], object]] = {
     "type": Fields.lease_type, "nodes": Fields.whole, "cpus": Fields.whole, "memory": Fields.whole,
     "duration": Fields.duration, "start": lambda f, k: f.start(k, datetime.now().astimezone()),
+    "not_before": Fields.time, "not_after": Fields.time,
     "preemptible": Fields.boolean, "network": Fields.boolean, "keep_disks": Fields.boolean,
     "image": Fields.text, "kernel": Fields.path, "initrd": Fields.path, "cmdline": Fields.text, "user": Fields.user,
     "name": Fields.text, "dirty_rate": lambda f, k: f.number(k, MAX_DIRTY_RATE_MIB_S),

@@ -222,6 +222,15 @@ def check_request(request: LeaseRequest, now: datetime, quotas: Mapping[str, Quo
         check_ahead(subject, quota, request.start, ahead)
 
 
+def latest_start(request: LeaseRequest, now: datetime, quotas: Mapping[str, Quota],
+                 groups_of: Callable[[str], frozenset[str]]) -> datetime | None:
+    """The latest start the owner's quotas (and their groups') let a request have: `now` plus the least
+    `max ahead` that applies (None: no limit). A lease that starts at the earliest time it fits is
+    searched no further."""
+    limits = [q.max_ahead for _, q in applicable(request.user, quotas, groups_of) if q.max_ahead is not None]
+    return as_utc(now, "now") + min(limits) if limits else None
+
+
 def check_extension(lease: Lease, by: timedelta, quotas: Mapping[str, Quota], held: Mapping[str, Holding],
                     groups_of: Callable[[str], frozenset[str]]) -> None:
     """Refuse an extension the same way as a request: the longer lease against the max durations, and what

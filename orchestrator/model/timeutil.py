@@ -12,7 +12,7 @@ import math
 import re
 from datetime import datetime, timedelta, timezone
 
-from orchestrator.model.errors import InvalidRequest
+from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.tolerance import EPSILON
 
 UTC = timezone.utc
@@ -109,6 +109,14 @@ def duration_from_seconds(seconds: int | float, field: str = "duration") -> time
     if too_long:
         raise InvalidRequest(field, f"is too long (more than {MAX_DURATION.days} days)")
     return timedelta(seconds=seconds)
+
+
+def positive_duration(value: str | int | float, field: str) -> timedelta:
+    """A duration greater than zero: text such as 30m (`parse_duration`), or seconds."""
+    amount = parse_duration(value, field) if isinstance(value, str) else duration_from_seconds(value, field)
+    if amount.total_seconds() <= 0:
+        raise InvalidRequest(field, f"must be greater than zero (got {shown(value)})")
+    return amount
 
 
 def parse_duration(text: str | int | float, field: str = "duration") -> timedelta:

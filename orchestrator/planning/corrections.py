@@ -1,5 +1,5 @@
 """Corrections to the plan from the world outside it: an operation that failed on the hosts, VMs that ended
-early, vanished or were moved by hand, a lease made longer. The daemon reports them; the lease scheduler
+early, vanished or were moved by hand, a lease made longer or shorter. The daemon reports them; the lease scheduler
 (its methods of the same names) hands them here.
 """
 
@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.lease import Lease, LeaseType
+from orchestrator.model.quota import duration_text
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import ZERO, ceil_time, end_of
@@ -155,3 +156,64 @@ def extend(s: Planner, lease_id: int, by: timedelta, now: datetime) -> Lease:
     if shutdown is not None:
         s.commit(shutdown)
     return lease
+
+def planned_end(s: Planner, lease_id: int) -> datetime:
+    """When the lease's plan ends it (its shutdown's end): `InvalidRequest` when it has no such end (not
+    planned yet, or planned to be suspended: its end comes with its resumption)."""
+    lease = s.lease(lease_id)
+    if lease.is_final:
+        raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+    vm = lease.last_vm
+    if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in s.table:
+        raise InvalidRequest("end", f"lease {lease_id} is {lease.state}: it has no planned end yet (change its "
+                                    "duration with --by instead)")
+    if vm.is_suspending:
+        raise InvalidRequest("end", f"lease {lease_id} is planned to be suspended at {vm.end.isoformat()}: its "
+                                    "end is planned when it resumes (change its duration with --by instead)")
+    return vm.final_end
+
+
+def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> tuple[Lease, datetime | None]:
+    """Make a lease shorter by `by`: its planned end comes earlier (a lease planned to be suspended that
+    would now finish before the suspension ends then instead), or, not planned yet, it will run less.
+    Returns the lease and until when capacity was freed (None: none was). Refused, with the reason, when
+    it would end before it started or at or before now."""
+    lease = s.lease(lease_id)
+    if by <= ZERO:
+        raise InvalidRequest("by", f"must be positive (got {by})")
+    if lease.is_final:
+        raise InvalidRequest("lease", f"lease {lease_id} is already {lease.state}")
+    duration = lease.request.duration - by
+    if duration <= lease.accumulated:
+        raise InvalidRequest("by", f"lease {lease_id} has run {duration_text(lease.accumulated)} of its "
+                                   f"{duration_text(lease.request.duration)}: it cannot be shortened by "
+                                   f"{duration_text(by)} (cancel it instead)")
+    request = dataclasses.replace(lease.request, duration=duration)
+    s.touch(lease)
+    vm = lease.last_vm
+    if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in s.table:
+        lease.request = request
+        return lease, None
+    shutdown = s.vm.overheads.shutdown_time(lease)
+    if vm.is_suspending:
+        run = duration - lease.accumulated
+        if vm.start + run >= vm.end:   # (still more to run than this stretch: it resumes for less)
+            lease.request = request
+            return lease, None
+        new_end = vm.start + run + shutdown
+    else:
+        new_end = vm.final_end - by
+    old_end = vm.final_end
+    earliest = max(vm.start, now)
+    if new_end - shutdown <= earliest:
+        raise InvalidRequest("by", f"lease {lease_id} would end at {new_end.isoformat()}, before "
+                                   f"{'now' if earliest == now else 'it starts'} ({earliest.isoformat()}): "
+                                   "cancel it instead")
+    lease.request = request
+    for rr in vm.all_parts():
+        if rr in s.table:
+            s.uncommit(rr)
+    vm.end = new_end
+    s.vm.plan_shutdown(lease, vm)
+    s.replan(lease)
+    return lease, old_end

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from orchestrator.config import SchedulingConfig
@@ -271,6 +272,8 @@ class LeaseScheduler:
         else:
             raise NotSchedulable("memory-image transfers could not be fitted before resumption")
         vm = placement.vm
+        if lease.request.earliest:   # (found: from now on an advance reservation like any other)
+            lease.request = replace(lease.request, start=vm.start, earliest=False, not_after=None)
         continuation = evacuation_instead_of_suspension(self, lease, vm, nexttime)
         # the victims' plans come out first, the new lease goes in, then each victim is re-planned
         # around it (evacuated, suspended or requeued) against the table as it now is
@@ -676,6 +679,16 @@ class LeaseScheduler:
 
     def extend(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
         return corrections.extend(self, lease_id, by, now)
+
+    def shorten(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
+        """A lease made shorter: what it frees goes at once to the leases planned after it and the queue."""
+        lease, freed_until = corrections.shorten(self, lease_id, by, now)
+        if freed_until is not None:
+            self.reevaluate(now, freed_until)
+        return lease
+
+    def planned_end(self, lease_id: int) -> datetime:
+        return corrections.planned_end(self, lease_id)
 
     def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
                          now: datetime) -> bool:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from orchestrator.config import SchedulingConfig
 from orchestrator.model.errors import (
     InconsistentSchedule,
+    InvalidRequest,
     NotSchedulable,
     Unschedulable,
 )
@@ -22,6 +23,8 @@ from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.states import SUSPENDED_STATES
+from orchestrator.model.timeutil import iso
+from orchestrator.planning.free_slots import FreeSlots
 from orchestrator.planning.mapper import Mapper, Mapping
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.slottable.table import SlotTable
@@ -46,6 +49,8 @@ class VMScheduler:
         self.lease_of = lease_of
         #: best-effort leases planned in the future by backfilling (at most `max_in_future` of them)
         self.future_leases: set[int] = set()
+        #: when an advance reservation would fit (`lease submit --start earliest`, `plan --free`)
+        self.free_slots = FreeSlots(table, self.map_exact, self.yields_to)
 
     # -- entry point -------------------------------------------------------------------------------------
     def can_schedule_in_future(self) -> bool:
@@ -63,17 +68,48 @@ class VMScheduler:
 
     # -- advance reservations ------------------------------------------------------------------------------------
     def _schedule_exact(self, lease: Lease, nexttime: datetime) -> Placement:
-        start = lease.request.start
+        request = lease.request
+        start = request.start
         assert start is not None
-        if start < nexttime:
-            raise NotSchedulable(f"start {start.isoformat()} is in the past (now {nexttime.isoformat()})")
-        end = start + lease.request.duration
-        mapping = self.mapper.map(lease, start, end, strict_end=True, allow_preemption=True, lease_of=self.lease_of)
-        if mapping is None:
-            raise NotSchedulable("not enough resources in the requested interval")
+        if request.earliest:
+            first = max(start, nexttime)
+            found = self.free_slots.earliest(lease, first, request.not_after, request.duration)
+            if found is None:
+                until = f"to {iso(request.not_after)}" if request.not_after is not None else "on"
+                raise NotSchedulable(f"nothing fits from {iso(first)} {until} without preempting leases that may "
+                                     "not be preempted")
+            start, mapping = found
+            end = start + request.duration
+        else:
+            if start < nexttime:
+                raise NotSchedulable(f"start {start.isoformat()} is in the past (now {nexttime.isoformat()})")
+            end = start + request.duration
+            mapping = self.map_exact(lease, start, end)
+            if mapping is None:
+                raise NotSchedulable("not enough resources in the requested interval")
         vm = self._vm_reservation(lease, start, end, mapping)
         self.plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=mapping.victims)
+
+    def map_exact(self, lease: Lease, start: datetime, end: datetime) -> Mapping | None:
+        """The placement an advance reservation gets over [start, end): every node for the whole interval,
+        preempting what the preemption policy lets it (the free-slot search asks exactly this)."""
+        return self.mapper.map(lease, start, end, strict_end=True, allow_preemption=True, lease_of=self.lease_of)
+
+    def yields_to(self, lease: Lease) -> Callable[[int], bool]:
+        """Whether the reservations of a lease (by id) may give way to `lease` (the preemption policy's
+        word; a drained or lost host's hold never does)."""
+        preemption, lease_of = self.mapper.preemption, self.lease_of
+        at = lease.request.start or lease.submit_time
+
+        def gives_way(lease_id: int) -> bool:
+            try:
+                other = lease_of(lease_id)
+            except (LookupError, InvalidRequest):   # (a hold of a drained or lost host: lease 0)
+                return False
+            return preemption.score(lease, other, at) is not None
+
+        return gives_way
 
     # -- as soon as possible ------------------------------------------------------------------------------------
     def _schedule_asap(self, lease: Lease, nexttime: datetime, allow_future: bool,

@@ -15,7 +15,6 @@ and exits with the same code as the CLI on a local store.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from enum import Enum
@@ -32,7 +31,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError, shown
 from orchestrator.model.numbers import MAX_WHOLE
 from orchestrator.model.states import LeaseState
 from orchestrator.model.text import printable
-from orchestrator.model.timeutil import duration_from_seconds, parse_duration, parse_time
+from orchestrator.model.timeutil import duration_from_seconds, parse_time, positive_duration
 from orchestrator.service.backend import MAX_PAGE, PAGE
 from orchestrator.service.inputs import host_config
 from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, caller_for_uid
@@ -46,16 +45,21 @@ from orchestrator.service.models import (
     PRINTABLE,
     TIME,
     USER_NAME,
+    MAX_WINDOWS,
     Drain,
+    EndChange,
     Extension,
+    FreeQuery,
     HostAddition,
     HostImport,
     ImageAddition,
     LeaseSubmission,
     Migration,
     QuotaChange,
+    Shortening,
     TokenRequest,
     error_line,
+    model_of,
 )
 from orchestrator.service.models.leases import LeasePage
 from orchestrator.service.models import responses as answers
@@ -194,7 +198,28 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.post("/v1/leases/{lease_id}/extend", response_model=answers.Extended)
     def extend(lease_id: LeaseId, body: Extension, who: Caller = Who) -> dict[str, Any]:
-        return service.extend(who, lease_id, _duration(body.by, "by"))
+        return service.extend(who, lease_id, positive_duration(body.by, "by"))
+
+    @app.post("/v1/leases/{lease_id}/shorten", response_model=answers.Reshaped)
+    def shorten(lease_id: LeaseId, body: Shortening, who: Caller = Who) -> dict[str, Any]:
+        """Make a lease shorter by `by`, or to end at `to`: what it frees is planned at once."""
+        return service.shorten(who, lease_id, body)
+
+    @app.patch("/v1/leases/{lease_id}", response_model=answers.Reshaped)
+    def update(lease_id: LeaseId, body: EndChange, who: Caller = Who) -> dict[str, Any]:
+        """Move a lease's planned end, earlier or later (refused with the reason when it does not fit)."""
+        return service.update(who, lease_id, body)
+
+    @app.get("/v1/free", response_model=answers.FreeWindows)
+    def free_windows(nodes: int = Query(1, ge=1, le=MAX_WHOLE), cpus: int = Query(ge=1, le=MAX_WHOLE),
+                     memory: int = Query(ge=1, le=MAX_WHOLE), duration: str = Query(max_length=64),
+                     count: int = Query(5, ge=1, le=MAX_WINDOWS), not_before: TimeQuery = None,
+                     not_after: TimeQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
+        """The next `count` windows in which a lease of this size would fit as an advance reservation
+        (`plan --free`): each a start, the latest end (null: none) and the hosts."""
+        query = model_of(FreeQuery, {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration,
+                                     "count": count, "not_before": not_before, "not_after": not_after})
+        return service.free_windows(who, query)
 
     @app.get("/v1/leases/{lease_id}/access", response_model=answers.AccessAnswer)
     def access(lease_id: LeaseId, node: int | None = Query(None, ge=0, le=MAX_WHOLE),
@@ -341,14 +366,6 @@ def _known_query(request: Request) -> None:
                                                                     if known else " (this route takes none)"))
         if not known[name] and len(request.query_params.getlist(name)) > 1:
             raise InvalidRequest(name, "is given more than once: give it once")
-
-
-def _duration(value: int | float | str, label: str) -> timedelta:
-    """A positive duration as the models took it: seconds, or text such as 30m."""
-    amount = parse_duration(value, label) if isinstance(value, str) else duration_from_seconds(value, label)
-    if amount.total_seconds() <= 0:
-        raise InvalidRequest(label, f"must be greater than zero (got {shown(value)})")
-    return amount
 
 
 #: the answers every route may give besides its own (the API's error body)

@@ -25,7 +25,7 @@ from orchestrator.runtime.vm_access import VMAccess
 from orchestrator.state.store import Event
 
 if TYPE_CHECKING:
-    from orchestrator.service.models import LeaseSubmission
+    from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening
 
 __all__ = ["Access", "Backend", "Event", "NoStore", "VMAccess", "catalogue"]
 
@@ -100,6 +100,13 @@ class Backend(Protocol):
     def cancel(self, lease_id: int) -> dict[str, Any]: ...
 
     def extend(self, lease_id: int, by: str) -> dict[str, Any]: ...
+
+    def shorten(self, lease_id: int, change: Shortening) -> dict[str, Any]: ...
+
+    def update(self, lease_id: int, change: EndChange) -> dict[str, Any]: ...
+
+    def free_windows(self, query: FreeQuery) -> dict[str, Any]:
+        """The next windows in which a lease of the query's size would fit (`plan --free`)."""
 
     def access(self, lease_id: int, node: int | None) -> Access: ...
 

@@ -40,7 +40,7 @@ from orchestrator.state.codec import (
     lease_from_json,
     migration_report_from_json,
 )
-from orchestrator.service.models import LeaseSubmission, error_line
+from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening, error_line
 from orchestrator.service.models.leases import LeasePage
 from orchestrator.service.models import responses as answers
 from orchestrator.service.models.responses import conforming, shaped
@@ -236,6 +236,17 @@ class Client:
 
     def extend(self, lease_id: int, by: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/leases/{lease_id}/extend", json={"by": by}, answer=answers.Extended)
+
+    def shorten(self, lease_id: int, change: Shortening) -> dict[str, Any]:
+        return self._call("POST", f"/v1/leases/{lease_id}/shorten", json=change.model_dump(exclude_none=True),
+                          answer=answers.Reshaped)
+
+    def update(self, lease_id: int, change: EndChange) -> dict[str, Any]:
+        return self._call("PATCH", f"/v1/leases/{lease_id}", json=change.model_dump(exclude_none=True),
+                          answer=answers.Reshaped)
+
+    def free_windows(self, query: FreeQuery) -> dict[str, Any]:
+        return self._call("GET", "/v1/free", params=query.model_dump(exclude_none=True), answer=answers.FreeWindows)
 
     def access(self, lease_id: int, node: int | None) -> Access:
         data = self._call("GET", f"/v1/leases/{lease_id}/access", params={} if node is None else {"node": node},

@@ -29,7 +29,7 @@ from orchestrator.runtime.host_admin import hosts_driver, read_on_hosts
 from orchestrator.runtime.vm_access import vm_access_from_json
 from orchestrator.service.backend import PAGE, Access, NoStore, VMAccess
 from orchestrator.service.identity import local_caller
-from orchestrator.service.models import LeaseSubmission
+from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening
 from orchestrator.service.models import responses as answers
 from orchestrator.service.models.responses import shaped
 from orchestrator.service.operations import LeaseService
@@ -164,6 +164,16 @@ class LocalBackend:
     def extend(self, lease_id: int, by: str) -> dict[str, Any]:
         return shaped(answers.Extended, self._reading(_no_lease(lease_id)).extend(self._caller, lease_id,
                                                                            parse_duration(by, "--by")))
+
+    def shorten(self, lease_id: int, change: Shortening) -> dict[str, Any]:
+        return shaped(answers.Reshaped, self._reading(_no_lease(lease_id)).shorten(self._caller, lease_id, change))
+
+    def update(self, lease_id: int, change: EndChange) -> dict[str, Any]:
+        return shaped(answers.Reshaped, self._reading(_no_lease(lease_id)).update(self._caller, lease_id, change))
+
+    def free_windows(self, query: FreeQuery) -> dict[str, Any]:
+        return shaped(answers.FreeWindows,
+                      self._reading("no hosts: add one with `leasewise host add`").free_windows(self._caller, query))
 
     def access(self, lease_id: int, node: int | None) -> Access:
         answer = shaped(answers.AccessAnswer, self._reading(_no_lease(lease_id)).access(self._caller, lease_id, node))

@@ -26,6 +26,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.states import RUNNING_STATES, LeaseState
+from orchestrator.model.timeutil import ZERO, iso, parse_time, positive_duration
 from orchestrator.runtime.driver_enactor import parse_vm_name
 from orchestrator.runtime.host_admin import (
     capacities,
@@ -46,7 +47,7 @@ from orchestrator.service.identity import Caller, NotAllowed
 from orchestrator.service.backend import catalogue
 from orchestrator.service.inputs import check_image_request, check_reachable
 from orchestrator.service.limits import SubmissionRate
-from orchestrator.service.models import LeaseSubmission
+from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening
 from orchestrator.state.answers import hosts_of
 from orchestrator.state.cluster import Cluster, check_site_can_hold
 from orchestrator.state.codec import image_json, migration_report_json
@@ -284,24 +285,73 @@ class LeaseService:
         return answer
 
     def extend(self, caller: Caller, lease_id: int, by: timedelta) -> dict[str, Any]:
+        def longer(cluster: Cluster, now: datetime) -> Lease:
+            try:
+                return cluster.extend(lease_id, by, now)
+            except InvalidRequest as exc:
+                if exc.field == "duration":   # the lease would end after the year 9998: --by is absurd
+                    raise InvalidRequest("--by", exc.problem) from None
+                raise
+
+        return {**self._reshape(caller, lease_id, "extend", longer), "by_s": by.total_seconds()}
+
+    def shorten(self, caller: Caller, lease_id: int, change: Shortening) -> dict[str, Any]:
+        """`lease shorten --by D | --to T`: capacity it frees goes at once to the plan and the queue."""
+        by = None if change.by is None else positive_duration(change.by, "by")
+        to = None if change.to is None else parse_time(change.to, "to")
+
+        def shorter(cluster: Cluster, now: datetime) -> Lease:
+            amount = by if by is not None else self._end_of(cluster, lease_id, "to") - to
+            if amount <= ZERO:
+                raise InvalidRequest("to", f"{iso(to)} is not before the planned end "
+                                           f"({iso(self._end_of(cluster, lease_id, 'to'))}): `lease update --end` "
+                                           "makes a lease longer")
+            return cluster.shorten(lease_id, amount, now)
+
+        return self._reshape(caller, lease_id, "shorten", shorter)
+
+    def update(self, caller: Caller, lease_id: int, change: EndChange) -> dict[str, Any]:
+        """`lease update --end T`: the planned end moved to T, earlier (as `shorten`) or later (as `extend`)."""
+        end = parse_time(change.end, "end")
+
+        def moved(cluster: Cluster, now: datetime) -> Lease:
+            delta = end - self._end_of(cluster, lease_id, "end")
+            if delta > ZERO:
+                return cluster.extend(lease_id, delta, now)
+            if delta < ZERO:
+                return cluster.shorten(lease_id, -delta, now)
+            return cluster.lease(lease_id)
+
+        return self._reshape(caller, lease_id, "update", moved)
+
+    @staticmethod
+    def _end_of(cluster: Cluster, lease_id: int, field: str) -> datetime:
+        try:
+            return cluster.scheduler.planned_end(lease_id)
+        except InvalidRequest as exc:
+            raise InvalidRequest(field, exc.problem) from None
+
+    def _reshape(self, caller: Caller, lease_id: int, verb: str,
+                 change: Callable[[Cluster, datetime], Lease]) -> dict[str, Any]:
+        """A lease's length changed by `change(cluster, now)` for its owner: the answer says its duration and
+        planned end now; the scheduler's refusal (it does not fit, it would end before now) is `Refused`."""
         lease = self._stored(lease_id)
-        self._owner_check(caller, lease, "extend")
+        self._owner_check(caller, lease, verb)
         now = self.now()
+        done = {"extend": "extended", "shorten": "shortened", "update": "updated"}[verb]
         try:
             with self.session.open() as cluster:
-                lease = cluster.extend(lease_id, by, now)
+                lease = change(cluster, now)
                 vm = lease.last_vm
                 end = vm.end if vm is not None and vm in cluster.table else None
                 duration = lease.request.duration
                 cluster.save(now)
         except InvalidRequest as exc:
-            if exc.field == "duration":   # the lease would end after the year 9998: --by is absurd
-                raise InvalidRequest("--by", exc.problem) from None
             if exc.field == "by":
-                raise Refused(f"lease {lease_id} not extended: {exc.problem}") from None
+                raise Refused(f"lease {lease_id} not {done}: {exc.problem}") from None
             raise
         self.wake()
-        return {"id": lease_id, "by_s": by.total_seconds(), "duration_s": duration.total_seconds(),
+        return {"id": lease_id, "duration_s": duration.total_seconds(),
                 "end": None if end is None else end.isoformat()}
 
     def access(self, caller: Caller, lease_id: int, node: int | None) -> dict[str, Any]:
@@ -513,6 +563,24 @@ class LeaseService:
             hosts = list(cluster.hosts)
             labels = {lease.id: cluster.workload_id(lease) or str(lease.id) for lease, _ in pairs}
         return pairs, hosts, labels
+
+    def free_windows(self, caller: Caller, query: FreeQuery) -> dict[str, Any]:
+        """`plan --free`: the next windows in which a lease of this size would fit as an advance reservation
+        (its request checked as a submission's is); anyone may look, as at `plan`."""
+        store = self.reader()
+        with store.snapshot():
+            capacities = [h.capacity for h in store.hosts()]
+        now = self.now()
+        request = request_from_fields(query.values(), now, default_user=caller.user,
+                                      site=lambda n, node: check_site_can_hold(capacities, n, node))
+        with self.session.read() as cluster:
+            windows = cluster.free_windows(request, query.count, now)
+        return {"nodes": request.numnodes, "cpus": request.nodes[0].vcpus, "memory_mib": request.nodes[0].memory,
+                "duration_s": request.duration.total_seconds(), "not_before": iso(request.start),
+                "not_after": iso(request.not_after),
+                "windows": [{"start": iso(w.start), "latest_end": iso(w.latest_end),
+                             "latest_start": iso(None if w.latest_end is None else w.latest_end - request.duration),
+                             "hosts": w.hosts} for w in windows]}
 
     def calendar(self, caller: Caller, start: datetime, end: datetime) -> CalendarWindow:
         """What the web calendar draws of [start, end): the live leases' reservations copied from the

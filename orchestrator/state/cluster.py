@@ -19,13 +19,14 @@ from datetime import datetime, timedelta
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
-from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user
+from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user, latest_start
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import UTC, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
+from orchestrator.planning.free_slots import Window
 from orchestrator.planning.drain import DrainPlan
 from orchestrator.planning.host_loss import HostLoss, hold, lose_host
 from orchestrator.planning.lease_scheduler import LeaseScheduler
@@ -88,13 +89,20 @@ class Cluster:
         quotas = self.store.quotas()
         if quotas:
             check_request(request, now, quotas, self.holdings(), self.groups_of)
+            latest = latest_start(request, now, quotas, self.groups_of) if request.earliest else None
+            if latest is not None:   # (the earliest start is looked for no further ahead than the quota allows)
+                bound = latest + request.duration
+                request = replace(request, not_after=bound if request.not_after is None
+                                  else min(request.not_after, bound))
         lease_id = self.store.next_lease_id()
         lease = self.scheduler.submit(request, now, lease_id=lease_id)
         self._live.add(lease.id)
         if workload_id is not None:
             self._workload_ids[lease.id] = workload_id
+        window = {"start": "earliest", "not_before": iso(request.start),
+                  "not_after": iso(request.not_after)} if request.earliest else {}
         self.store.append_event(now, "submitted", lease.id, type=lease.type.value, nodes=lease.numnodes,
-                                duration_s=request.duration.total_seconds())
+                                duration_s=request.duration.total_seconds(), **window)
         self.scheduler.schedule(now)
         return lease
 
@@ -124,8 +132,24 @@ class Cluster:
         self.store.append_event(now, "extended", lease_id, by_s=by.total_seconds())
         return lease
 
+    def shorten(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
+        """Make a lease shorter; what it frees is planned at once (leases planned later move earlier, the
+        queue's leases may start)."""
+        lease = self.scheduler.shorten(lease_id, by, now)
+        self.store.append_event(now, "shortened", lease_id, by_s=by.total_seconds())
+        self.scheduler.schedule(now)
+        return lease
+
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)
+
+    def free_windows(self, request: LeaseRequest, count: int, now: datetime) -> list[Window]:
+        """The next `count` windows in which `request` (an earliest start's) would fit as an advance
+        reservation submitted now: nothing is written, and no lease is made."""
+        probe = Lease(id=-1, request=request)   # (an id no lease has: nothing of its own to step over)
+        assert request.start is not None
+        first = max(request.start, now + self.scheduling.non_schedulable_interval)
+        return self.scheduler.vm.free_slots.windows(probe, first, request.not_after, request.duration, count)
 
     def holdings(self) -> dict[str, Holding]:
         """user -> what their live leases hold now."""

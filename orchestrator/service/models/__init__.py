@@ -10,8 +10,11 @@ from orchestrator.service.models.requests import (
     PRINTABLE,
     TIME,
     USER_NAME,
+    MAX_WINDOWS,
     Drain,
+    EndChange,
     Extension,
+    FreeQuery,
     HostAddition,
     HostImport,
     HostSettings,
@@ -19,13 +22,15 @@ from orchestrator.service.models.requests import (
     LeaseSubmission,
     Migration,
     QuotaChange,
+    Shortening,
     TokenRequest,
     error_line,
     error_parts,
+    model_of,
     submission_of,
 )
 
-__all__ = ["IDEMPOTENCY_KEY", "MAX_LEASE_ID", "MAX_PATH", "PRINTABLE", "TIME", "USER_NAME", "Drain", "Extension",
-           "HostAddition", "HostImport", "HostSettings", "ImageAddition", "LeasePage", "LeaseRecord",
-           "LeaseSubmission", "Migration", "QuotaChange", "TokenRequest", "error_line", "error_parts",
-           "submission_of"]
+__all__ = ["IDEMPOTENCY_KEY", "MAX_LEASE_ID", "MAX_PATH", "MAX_WINDOWS", "PRINTABLE", "TIME", "USER_NAME", "Drain",
+           "EndChange", "Extension", "FreeQuery", "HostAddition", "HostImport", "HostSettings", "ImageAddition",
+           "LeasePage", "LeaseRecord", "LeaseSubmission", "Migration", "QuotaChange", "Shortening", "TokenRequest",
+           "error_line", "error_parts", "model_of", "submission_of"]

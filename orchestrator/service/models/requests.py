@@ -15,7 +15,7 @@ import hashlib
 import json
 from datetime import datetime, timedelta
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import model_validator
@@ -88,10 +88,16 @@ Seconds = (Annotated[StrictInt, Field(gt=0, le=int(MAX_DURATION.total_seconds())
 DurationText = Annotated[StrictStr, Field(min_length=1, max_length=64, pattern=DURATION)]
 Duration = Annotated[Seconds | DurationText, Field(description="Run time: seconds, or 90s, 15m, 2h, 1h30m, 01:30:00"),
                      _checked("duration", (int, float, str), "a duration such as 90s, 15m, 2h or 01:30:00")]
-Start = Annotated[Literal["now"] | Annotated[StrictStr, Field(max_length=40, pattern=TIME)],
+Start = Annotated[Literal["now", "earliest"] | Annotated[StrictStr, Field(max_length=40, pattern=TIME)],
                   Field(description="Omit: best-effort; 'now': immediate; an ISO 8601 time with its offset: "
-                                    "advance reservation"),
-                  _checked("start", (str,), "an ISO 8601 time or 'now'")]
+                                    "advance reservation; 'earliest': an advance reservation at the earliest "
+                                    "time it fits (between not_before and not_after)"),
+                  _checked("start", (str,), "an ISO 8601 time, 'now' or 'earliest'")]
+
+
+def _window_time(key: str, description: str) -> Any:
+    return Annotated[StrictStr, Field(max_length=40, pattern=TIME, description=description),
+                     _checked(key, (str,), "an ISO 8601 time")]
 LeaseKind = Annotated[Literal["advance-reservation", "best-effort", "immediate", "AR", "BE", "IM"],
                       Field(description="Optional: inferred from start; when given, must agree with it"),
                       _checked("type", (str,), "advance-reservation, best-effort or immediate")]
@@ -133,6 +139,8 @@ class LeaseSubmission(BaseModel):
     memory: Memory
     duration: Duration
     start: Start = None   # type: ignore[assignment]
+    not_before: _window_time("not_before", "With start 'earliest': the earliest it may start (default now)") = None  # type: ignore
+    not_after: _window_time("not_after", "With start 'earliest': the latest it may end (default: no limit)") = None  # type: ignore
     preemptible: _flag("preemptible", "May be suspended for reservations (default true)") = None   # type: ignore
     image: _text("image", MAX_PATH, description="A catalogued image's name, or (admins) a disk image's "   # type: ignore
                  "absolute path on the hosts") = None
@@ -193,10 +201,13 @@ def _typed(values: dict[str, Any], label: Callable[[str], str], where: str | Non
     kind = out.get("type")
     if isinstance(kind, str) and kind.strip().lower() in _CANONICAL_TYPES:
         out["type"] = _CANONICAL_TYPES[kind.strip().lower()]
-    if isinstance(out.get("start"), datetime):
-        out["start"] = out["start"].isoformat()
-    if isinstance(out.get("start"), str) and out["start"].strip().lower() == "now":
-        out["start"] = "now"
+    for key in ("start", "not_before", "not_after"):   # (a YAML reader's time, or text as typed)
+        if isinstance(out.get(key), datetime):
+            out[key] = out[key].isoformat()
+        elif isinstance(out.get(key), str):
+            out[key] = out[key].strip()
+    if isinstance(out.get("start"), str) and out["start"].lower() in ("now", "earliest"):
+        out["start"] = out["start"].lower()
     return out
 
 
@@ -263,6 +274,9 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 def _duration_text(key: str) -> Any:
     """A positive duration: seconds, or text as `lease extend --by` takes it."""
 
@@ -291,6 +305,64 @@ class Extension(_Body):
     """`POST /v1/leases/{id}/extend`: how much longer."""
 
     by: _duration_text("by")   # type: ignore[valid-type]
+
+
+class Shortening(_Body):
+    """`POST /v1/leases/{id}/shorten`: how much shorter (`by`), or the new planned end (`to`): one of them."""
+
+    by: _duration_text("by") = None   # type: ignore[valid-type, assignment]
+    to: _time_text("to") = None   # type: ignore[valid-type, assignment]
+
+    @model_validator(mode="after")
+    def _one_of_them(self) -> "Shortening":
+        if (self.by is None) == (self.to is None):
+            raise InvalidRequest("by", "give either by (how much shorter) or to (the new end), not both"
+                                 if self.by is not None else "give by (how much shorter) or to (the new end)")
+        return self
+
+
+class EndChange(_Body):
+    """`PATCH /v1/leases/{id}`: the lease's new planned end, earlier or later."""
+
+    end: _time_text("end")   # type: ignore[valid-type]
+
+
+#: the most windows `plan --free` lists at once
+MAX_WINDOWS = 100
+
+
+class FreeQuery(_Body):
+    """`GET /v1/free` (`plan --free`): the next windows in which a lease of this size would fit as an advance
+    reservation, within [not_before, not_after]."""
+
+    nodes: Nodes = 1   # type: ignore[assignment]
+    cpus: Cpus
+    memory: Memory
+    duration: Duration
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_WINDOWS, description="How many windows (default 5)")] = 5
+    not_before: _window_time("not_before", "The earliest start (default now)") = None  # type: ignore
+    not_after: _window_time("not_after", "The latest end (default: no limit)") = None  # type: ignore
+
+    def values(self) -> dict[str, Any]:
+        """The lease fields it asks about, as `request_from_fields` takes them."""
+        return {**self.model_dump(exclude_none=True, exclude={"count"}), "start": "earliest"}
+
+
+def model_of(model: type[_M], values: Mapping[str, Any], label: Callable[[str], str] = str) -> _M:
+    """`model` from typed values (None: not given; numbers as text, as the CLI reads them), or one
+    `InvalidRequest` naming `label(field)`: how the CLI makes the requests other than a submission."""
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        typed = _typed(given, label, None)
+        for key in ("count",):
+            if isinstance(typed.get(key), str):
+                typed[key] = parse_whole(typed[key], label(key))
+        return model.model_validate(typed)
+    except InvalidRequest as exc:   # (a reader's: named with `label` already)
+        raise InvalidRequest(label(exc.field) if exc.field in model.model_fields else exc.field, exc.problem) from None
+    except ValidationError as exc:
+        field, problem = error_line(exc.errors())
+        raise InvalidRequest(label(field) if field in model.model_fields else field, problem) from None
 
 
 class Drain(_Body):

@@ -132,11 +132,35 @@ class Cancelled(BaseModel):
     hosts: list[str] = Field(description="Where its VMs ran (the daemon stops them)")
 
 
-class Extended(BaseModel):
+class Reshaped(BaseModel):
+    """A lease made shorter (`shorten`) or given another end (`update`)."""
+
     id: int
-    by_s: Number
     duration_s: Number = Field(description="Its whole run time now")
     end: Time | None = Field(description="Its planned end now")
+
+
+class Extended(Reshaped):
+    by_s: Number
+
+
+class FreeWindow(BaseModel):
+    start: Time
+    latest_end: Time | None = Field(description="The latest end of a lease starting at `start` (null: none)")
+    latest_start: Time | None = Field(description="The latest start in this window (null: none)")
+    hosts: list[str] = Field(description="The hosts a lease starting at `start` would take")
+
+
+class FreeWindows(BaseModel):
+    """`plan --free`: when a lease of this size would fit as an advance reservation."""
+
+    nodes: int
+    cpus: int
+    memory_mib: int
+    duration_s: Number
+    not_before: Time | None
+    not_after: Time | None
+    windows: list[FreeWindow]
 
 
 class AccessAnswer(BaseModel):
