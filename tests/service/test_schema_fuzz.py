@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
@@ -184,6 +184,12 @@ def test_every_route_answers_as_its_schema_says(tmp_path, unix_users):
         assert shown["lease"]["name"] == "tour" and shown["lease"]["nodes"][0]["cpu"] == 100
         call("GET", "/v1/leases/{lease_id}/access", path_parameters={"lease_id": now}, query={"node": 0})
         call("POST", "/v1/leases/{lease_id}/extend", path_parameters={"lease_id": now}, body={"by": "10m"})
+        end = call("POST", "/v1/leases/{lease_id}/shorten", path_parameters={"lease_id": now},
+                   body={"by": "5m"}).json()["end"]
+        earlier = datetime.fromisoformat(end.replace("Z", "+00:00")) - timedelta(minutes=1)
+        call("PATCH", "/v1/leases/{lease_id}", path_parameters={"lease_id": now}, body={"end": earlier.isoformat()})
+        windows = call("GET", "/v1/free", query={"nodes": 1, "cpus": 1, "memory": 512, "duration": "1h"}).json()
+        assert windows["windows"], windows
         call("GET", "/v1/events", query={"lease": now})
         plan = call("GET", "/v1/plan").json()
         assert {p["lease"] for p in plan["pairs"]} == {now, later}
