@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.model.errors import IllegalTransition, InvalidRequest
 from orchestrator.model.guest import GuestSetup
+from orchestrator.model.placement import Placement
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
@@ -86,6 +87,7 @@ class LeaseRequest:
     name: str = ""
     dirty_rate_mib_s: int | float | None = None   # per-lease memory dirty rate for live-migration predictions
     guest: GuestSetup | None = None         # disk overlay, cloud-init, network (None: the image bare)
+    placement: Placement | None = None      # constraints on hosts, spread/pack, exclusive (None: none)
 
     #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
     #: every node is alike (None otherwise)

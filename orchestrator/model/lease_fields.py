@@ -25,6 +25,7 @@ from drivers.cloudinit import parse_user_data, read_ssh_public_key
 from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.guest import GuestSetup
 from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.placement import Placement, placement_of
 from orchestrator.model.numbers import MAX_WHOLE, parse_decimal, parse_whole
 from orchestrator.model.quota import check_user
 from orchestrator.model.resources import Resources
@@ -34,7 +35,9 @@ from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, pa
 #: every key a lease file may have, in the order they are documented
 KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
         "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
-        "keep_disks")
+        "keep_disks", "where", "spread", "pack", "exclusive")
+#: the keys that say where a lease's VMs may run and how they share hosts (`orchestrator.model.placement`)
+PLACEMENT_KEYS = ("where", "spread", "pack", "exclusive")
 #: the keys that make up a lease's guest setup (they need an image with a disk)
 GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
 MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger
@@ -282,6 +285,8 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     name = f.text("name") or ""
     dirty_rate = f.number("dirty_rate", MAX_DIRTY_RATE_MIB_S)
 
+    placement = _placement(f)
+
     node = Resources.of(cpus, memory)
     try:
         if site is not None:
@@ -298,6 +303,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
             name=name,
             dirty_rate_mib_s=dirty_rate,
             guest=guest_setup,
+            placement=placement,
         )
     except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
         raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
@@ -337,6 +343,17 @@ def _guest_setup(f: Fields, image: VMImage | None, sources: GuestSources) -> Gue
                           keep_disks=bool(keep))
     except InvalidRequest as exc:
         raise f.error(exc.field, exc.problem) from None
+
+
+def _placement(f: Fields) -> Placement | None:
+    """`where` (a list of constraints, or one), `spread`, `pack`, `exclusive`: None when none is asked for."""
+    where = f.get("where")
+    if where is not None and not isinstance(where, (str, list, tuple)):
+        raise f.error("where", f"must be a list of constraints such as gpu=a100 (got {shown(where)})")
+    try:
+        return placement_of(where, f.boolean("spread"), f.boolean("pack"), f.boolean("exclusive"), f.label)
+    except InvalidRequest as exc:
+        raise InvalidRequest(exc.field, exc.problem, where=f.where) from None
 
 
 def _size_mib(f: Fields, key: str) -> int | None:
@@ -385,7 +402,8 @@ _FIELD_CHECKS: dict[str, Callable[[Fields, str], object]] = {
     "image": Fields.text, "kernel": Fields.path, "initrd": Fields.path, "cmdline": Fields.text, "user": Fields.user,
     "name": Fields.text, "dirty_rate": lambda f, k: f.number(k, MAX_DIRTY_RATE_MIB_S),
     "disk_size": lambda f, k: _size_mib(f, k), "ssh_key": _inline_keys, "user_data": _inline_user_data,
-    "hostname_prefix": _hostname_prefix,
+    "hostname_prefix": _hostname_prefix, "spread": Fields.boolean, "pack": Fields.boolean,
+    "exclusive": Fields.boolean, "where": lambda f, k: _placement(f),
 }
 
 

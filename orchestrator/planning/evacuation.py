@@ -25,7 +25,7 @@ the past, or a lease for which no host has room until its end, gets no evacuatio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -61,8 +61,11 @@ class Evacuation:
 
 class EvacuationPlanner:
     def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
-                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool]):
+                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool],
+                 allowed_hosts: Callable[[Lease], Collection[str] | None] = lambda lease: None):
+        """`allowed_hosts`: the hosts the mapper's filter step lets a lease use (None: all)."""
         self.table = table
+        self.allowed_hosts = allowed_hosts
         self.config = config
         self.overheads = overheads
         self.host_selection = host_selection
@@ -140,7 +143,8 @@ class EvacuationPlanner:
     def _destinations(self, lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
                       start: datetime, end: datetime) -> dict[int, str] | None:
         """vnode -> host for the whole lease over [start, end): staying VMs keep their hosts, moving ones
-        go, largest first, to the first host in the policy's order that can hold them until `end`.
+        go, largest first, to the first host in the policy's order that can hold them until `end`,
+        among those the lease's constraints allow; a spread lease's VM to a host none of its VMs is on.
 
         A host without room for the VM even at `start` is passed over without walking its timeline: on
         a busy site that is most of them, and the arrays read for the ranking answer it (the same
@@ -155,7 +159,10 @@ class EvacuationPlanner:
                 held[host] = add(held.get(host, NOTHING), requests[v])
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
-        candidates = [(names[row], row) for row in ranking if names[row] not in avoid]
+        allowed = self.allowed_hosts(lease) if lease.request.placement is not None else None
+        candidates = [(names[row], row) for row in ranking
+                      if names[row] not in avoid and (allowed is None or names[row] in allowed)]
+        spread = lease.request.placement is not None and lease.request.placement.spread
         fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
         went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):
@@ -166,7 +173,7 @@ class EvacuationPlanner:
             # (a VM like the last one fits on none of the hosts that one passed over: they hold the same)
             for i in range(went_to.get(request, 0), len(candidates)):
                 host, row = candidates[i]
-                if not fits_now[row]:
+                if not fits_now[row] or (spread and host in held):
                     continue   # (with the lease's VMs there too, it fits even less)
                 trial = add(held.get(host, NOTHING), request)
                 if table.fits(host, trial, start, end):

@@ -52,6 +52,7 @@ from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
 from orchestrator.planning import corrections
 from orchestrator.planning.corrections import enactment_error
 from orchestrator.planning.events import EARLY_END, END, PlanEvents
+from orchestrator.planning.policies.host_filter import HostFacts, HostFilters
 from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.slottable.core import HostTimeline
@@ -70,10 +71,12 @@ class LeaseScheduler:
         self.admission = ADMISSION.create(config.policy_admission)
         self.preemption = PREEMPTION.create(config.policy_preemption)
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
-        self.mapper = Mapper(table, self.host_selection, self.preemption)
+        #: what the filter step knows of the hosts (their properties: set before scheduling)
+        self.host_facts = HostFacts()
+        self.mapper = Mapper(table, self.host_selection, self.preemption, HostFilters(self.host_facts))
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
         self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
-                                            self.vm.may_suspend)
+                                            self.vm.may_suspend, self.mapper.allowed_hosts)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue = LeaseQueue()
@@ -142,9 +145,11 @@ class LeaseScheduler:
 
     def hosts_added(self, timelines: list[HostTimeline]) -> None:
         self._queue_dirty = True
+        self.host_facts.version += 1   # (the filters' answers name the table's hosts)
 
     def host_removed(self, name: str) -> None:
         self._queue_dirty = True
+        self.host_facts.version += 1
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason

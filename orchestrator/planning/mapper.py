@@ -33,6 +33,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
+from orchestrator.planning.policies.host_filter import HostFilters
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
 from orchestrator.planning.slottable.keys import AT_START
@@ -105,11 +106,21 @@ class _HostsAtStart(NamedTuple):
 
 
 class Mapper:
-    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy):
+    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy,
+                 filters: HostFilters | None = None):
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
+        #: the filter step's plugins (`policies.host_filter`): None, or none applying, is every host
+        self.filters = filters
         self._derived: dict[tuple, object] = {}
+
+    def allowed_hosts(self, lease: Lease, only_hosts: Collection[str] | None = None) -> Collection[str] | None:
+        """The hosts the filters let the lease use, within `only_hosts` (None: every host)."""
+        allowed = None if self.filters is None else self.filters.allowed(lease, self.table.hosts)
+        if allowed is None:
+            return only_hosts
+        return allowed if only_hosts is None else allowed.intersection(only_hosts)
 
     def map(
         self,
@@ -128,6 +139,8 @@ class Mapper:
         preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
         over, as a mapping that ends sooner is of no use to the caller."""
         floor = None if min_end is None or strict_end else max(start, min(min_end, end))
+        if lease.request.placement is not None:
+            only_hosts = self.allowed_hosts(lease, only_hosts)
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -154,6 +167,12 @@ class Mapper:
         a lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
         added up: kept up to date by the host states, so this is a lookup); otherwise the site's free
         total must cover the lease's total."""
+        if lease.request.placement is not None:
+            only_hosts = self.allowed_hosts(lease, only_hosts)
+            if only_hosts is not None and not only_hosts:
+                return False
+            if only_hosts is not None:   # (the site's free total says nothing of a few hosts)
+                return self._could_fit_on(lease, t, only_hosts)
         node = lease.request.uniform
         if node is not None:
             return self.table.room_total(node, t, only_hosts) >= lease.numnodes
@@ -163,6 +182,18 @@ class Mapper:
         if free is None:
             free = self._remember(key, (cap - used).sum(axis=0) + EPSILON)
         return bool(np.all(free >= np.array(lease.total_request)))
+
+    def _could_fit_on(self, lease: Lease, t: datetime, hosts: Collection[str]) -> bool:
+        """`could_fit_at` on a few hosts: each node needs room on some host, and a spread lease one host each."""
+        names, used, cap, _, _ = self.table.state_arrays(t)
+        rows = [self.table.row(h) for h in hosts]
+        free = (cap[rows] - used[rows]).sum(axis=0) + EPSILON
+        if not bool(np.all(free >= np.array(lease.total_request))):
+            return False
+        placement = lease.request.placement
+        if placement is not None and placement.spread:
+            return int(fits_rows(used[rows], _least(lease), cap[rows]).sum()) >= lease.numnodes
+        return True
 
     def site_full(self, t: datetime) -> bool:
         """No CPU free on any host at t."""
@@ -182,6 +213,9 @@ class Mapper:
     def _place(self, ask: _Ask) -> Mapping | None:
         """Read the hosts at the start, filter and score them, then reserve nodes on them in that order:
         host by host for alike nodes on a packing policy, else node by node."""
+        placement = ask.lease.request.placement
+        if placement is not None and (placement.affinity is not None or placement.exclusive):
+            return self._place_by_affinity(ask, placement.spread)
         alike = ask.lease.request.uniform
         packing = alike if alike is not None and self.host_selection.packs else None
         hosts = self._hosts_at_start(ask, packing)
@@ -192,6 +226,24 @@ class Mapper:
         if packing is not None:
             return _AlikePacking(self.table, ask, packing, steady).place(ranked, hosts)
         return _NodeByNode(self.table, ask, hosts, steady).place(ranked, self.host_selection.packs)
+
+    def _place_by_affinity(self, ask: _Ask, spread: bool) -> Mapping | None:
+        """A lease that says how its VMs share hosts: spread, one node per host in the policy's order;
+        pack, the hosts with the most room first, each filled before the next (as few hosts as it takes)."""
+        hosts = self._hosts_at_start(ask, None)
+        everywhere = len(ask.hosts) == len(hosts.names)
+        candidates = self._filter(hosts, None if everywhere else ask.hosts, _smallest(ask))
+        if not candidates.size:
+            return None
+        if spread:
+            if candidates.size < len(ask.vnodes):
+                return None
+            return _NodeByNode(self.table, ask, hosts, self._steady(ask), once=True).place(
+                self._score(hosts, candidates), packs=False)
+        assert hosts.used is not None
+        free = hosts.cap[candidates] - hosts.used[candidates]
+        ranked = candidates[np.lexsort((-free[:, 1], -free[:, 0]))].tolist()   # (stable: ties keep the site's order)
+        return _NodeByNode(self.table, ask, hosts, self._steady(ask)).place(ranked, packs=True)
 
     def _hosts_at_start(self, ask: _Ask, packing: Resources | None) -> _HostsAtStart:
         """Every host's usage at the start, as if the excluded reservations were gone. For alike nodes on a
@@ -313,6 +365,12 @@ class Mapper:
         return mapping
 
 
+def _least(lease: Lease) -> Resources:
+    """Per resource, the least any node of the lease asks."""
+    requests = lease.request.nodes
+    return Resources(*(min(n[i] for n in requests) for i in range(len(NOTHING))))
+
+
 def _smallest(ask: _Ask) -> Resources:
     """Per resource, the least any node asks: a host where even that does not fit can hold no node (the
     node with the least memory is not enough: it may need more CPU than another node)."""
@@ -327,10 +385,13 @@ class _NodeByNode:
     one node per round."""
 
     __slots__ = ("table", "start", "end", "strict_end", "excluding", "floor", "requests", "alike", "names",
-                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until")
+                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until", "once")
 
-    def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None):
+    def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None,
+                 once: bool = False):
+        """`once`: spreading gives each host one node and no more (a spread lease: one VM per host)."""
         self.table = table
+        self.once = once
         self.start, self.end, self.strict_end, self.excluding = ask.start, ask.end, ask.strict_end, ask.excluding
         self.floor = ask.start if ask.floor is None else ask.floor
         self.requests = ask.lease.request.nodes
@@ -373,7 +434,7 @@ class _NodeByNode:
                     break
                 if self._take_one(host, row):
                     still.append((host, row))
-            active = still
+            active = [] if self.once else still
 
     def _take_one(self, host: str, row: int) -> bool:
         """Put the first remaining node that fits on the host; False if none does."""

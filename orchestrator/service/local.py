@@ -184,6 +184,9 @@ class LocalBackend:
                     source: str) -> dict[str, Any]:
         return self._writing().host_import(self._caller, configs, cpus, memory, timeout, source)
 
+    def host_set(self, host: str, properties: dict[str, str], unset: list[str]) -> dict[str, Any]:
+        return self._reading(_no_host(host)).host_set(self._caller, host, properties, unset)
+
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
         return self._reading(_no_host(host)).host_remove(self._caller, host, drain)
 

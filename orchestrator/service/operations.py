@@ -10,7 +10,7 @@ they see the last commit and block no one).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -25,6 +25,7 @@ from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
+from orchestrator.model.placement import check_property_key, properties_of, refusal, unknown_keys
 from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.runtime.driver_enactor import parse_vm_name
 from orchestrator.runtime.host_admin import (
@@ -67,6 +68,20 @@ class Refused(LeasewiseError):
     """Well-formed, but the scheduler says no (exit code 3): an extension that does not fit."""
 
     exit_code = 3
+
+
+def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]]) -> None:
+    """A constraint on a property no host has is bad input (a typo: exit 2); constraints no host meets, or
+    more VMs to spread than hosts that meet them, are refused (exit 3) with the reason."""
+    assert request.placement is not None
+    unknown = unknown_keys(request.placement, hosts)
+    if unknown:
+        known = sorted({k for props in hosts.values() for k in props})
+        raise InvalidRequest("where", f"no host has a property {unknown[0]!r} (known: "
+                                      f"{', '.join(known) if known else 'none: `leasewise host set NAME --property KEY=VALUE`'})")
+    why = refusal(request.placement, request.numnodes, hosts)
+    if why is not None:
+        raise Refused(f"lease not submitted: {why}")
 
 
 class LeaseService:
@@ -175,10 +190,15 @@ class LeaseService:
         store = self.reader()
         with store.snapshot():
             images = store.images()
-            capacities = [h.capacity for h in store.hosts()]
+            hosts = store.hosts()
+        capacities = [h.capacity for h in hosts]
         resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
-        return request_from_fields(submission.values(), self.now(), default_user=caller.user, guest=InlineGuest(),
-                                   images=resolve, site=lambda n, node: check_site_can_hold(capacities, n, node))
+        request = request_from_fields(submission.values(), self.now(), default_user=caller.user,
+                                      guest=InlineGuest(), images=resolve,
+                                      site=lambda n, node: check_site_can_hold(capacities, n, node))
+        if request.placement is not None:
+            check_placement(request, {h.name: h.config.property_map for h in hosts})
+        return request
 
     @staticmethod
     def _answered(store: Store, caller: Caller, key: str, fingerprint: str | None) -> dict[str, Any] | None:
@@ -397,6 +417,7 @@ class LeaseService:
         is rebuilt to know the new host."""
         self._admin_check(caller, "adding hosts")
         check_reachable(config, self.config.daemon.driver)
+        properties_of(config.properties, "--property")
         refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
         with self.session.open() as cluster:
@@ -412,6 +433,7 @@ class LeaseService:
         self._admin_check(caller, "importing hosts")
         for config in configs:
             check_reachable(config, self.config.daemon.driver)
+            properties_of(config.properties, f"host {config.name!r}.properties")
         new, _ = import_partition(self.reader(), configs, source)
         found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
         with self.session.open() as cluster:
@@ -426,6 +448,31 @@ class LeaseService:
             self.wake()
         return {"added": [{"name": c.name, "vcpus": found[c.name][0], "memory_mib": found[c.name][1]} for c in new_now],
                 "skipped": skipped}
+
+    def host_set(self, caller: Caller, host: str, properties: Mapping[str, str], unset: list[str]) -> dict[str, Any]:
+        """`host set`: properties set or replaced, keys removed (the names checked here, for every client).
+        Refused, naming them, when a lease planned on the host would no longer meet its constraints."""
+        self._admin_check(caller, "changing hosts")
+        given = dict(properties_of(dict(properties), "--property"))
+        gone = [check_property_key(key, "--unset") for key in unset]
+        both = sorted(set(given) & set(gone))
+        if both:
+            raise InvalidRequest("--unset", f"{both[0]} is both set and unset")
+        with self.session.open() as cluster:
+            record = cluster.store.host(host)   # (StoreError: no host named NAME)
+            missing = [key for key in gone if key not in record.config.property_map]
+            if missing:
+                raise InvalidRequest("--unset", f"host {host!r} has no property {missing[0]!r}")
+            now_properties = {k: v for k, v in {**record.config.property_map, **given}.items() if k not in gone}
+            changed = properties_of(now_properties, "--property")
+            stranded = cluster.stranded_by(host, dict(changed))
+            if stranded:
+                raise Refused(f"host {host!r} not changed: lease(s) {', '.join(map(str, stranded))} planned there "
+                              "would no longer meet their constraints (cancel them, or drain the host first)")
+            cluster.store.set_host_properties(host, changed)
+        self.session.invalidate()
+        self.wake()   # (leases waiting for hosts with these properties may fit now)
+        return {"host": host, "properties": dict(changed)}
 
     def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
         """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""

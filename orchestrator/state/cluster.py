@@ -23,7 +23,7 @@ from orchestrator.model.quota import Holding, check_extension, check_request, ho
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
-from orchestrator.model.timeutil import UTC, iso, parse_time
+from orchestrator.model.timeutil import FOREVER, UTC, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.drain import DrainPlan
@@ -60,6 +60,8 @@ class Cluster:
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
         self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor)
+        for host in hosts:   # (what leases' constraints are tested on)
+            self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
         self._live = {l.id for l in leases if not l.is_final}
         self._workload_ids = store.workload_ids()
@@ -123,6 +125,16 @@ class Cluster:
         lease = self.scheduler.extend(lease_id, by, now)
         self.store.append_event(now, "extended", lease_id, by_s=by.total_seconds())
         return lease
+
+    def stranded_by(self, host: str, properties: dict[str, str]) -> list[int]:
+        """The live leases with reservations on `host` whose constraints its new properties would fail."""
+        out = set()
+        for rr in self.table.reservations_overlapping(_EPOCH, FOREVER, {host}):
+            lease = self.scheduler.leases.get(rr.lease_id)
+            placement = None if lease is None else lease.request.placement
+            if placement is not None and not lease.is_final and not placement.admits(properties):
+                out.add(lease.id)
+        return sorted(out)
 
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)
