@@ -17,10 +17,11 @@ so the planner's usual path costs nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.model.errors import InvalidRequest, shown
+from orchestrator.model.resources import Resources
 
 #: a property's key: a short name, as a label's (letters, digits, '_', '-', '.'), starting with a letter
 PROPERTY_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
@@ -183,16 +184,28 @@ def placement_of(where: Iterable[object] | None, spread: bool | None, pack: bool
     return Placement(where=tuple(dict.fromkeys(constraints)), affinity=affinity, exclusive=bool(exclusive))
 
 
-def refusal(placement: Placement, numnodes: int, hosts: Mapping[str, Mapping[str, str]]) -> str | None:
-    """Why no set of these hosts (name -> properties) could ever hold the lease, or None. An unknown key
-    is the caller's to refuse as bad input (`unknown_keys`)."""
+def refusal(placement: Placement, nodes: Sequence[Resources], hosts: Mapping[str, Mapping[str, str]],
+            capacity: Mapping[str, Resources]) -> str | None:
+    """Why the hosts (name -> properties, name -> capacity) could never hold the lease's `nodes`, even
+    empty, or None. An unknown key is the caller's to refuse as bad input (`unknown_keys`). Nodes of
+    different sizes are counted as the smallest of them (never a refusal that is not certain)."""
     eligible = [name for name, props in hosts.items() if placement.admits(props)]
+    meets = "meet the constraints" if placement.where else "exist"
     if not eligible:
         return f"no host meets {', '.join(map(str, placement.where))}"
+    numnodes = len(nodes)
     if placement.spread and numnodes > len(eligible):
         how = "exclusive" if placement.exclusive else "spread"
-        return (f"{numnodes} VMs {how} need {numnodes} hosts, and only {len(eligible)} "
-                + ("meet the constraints" if placement.where else "exist"))
+        return f"{numnodes} VMs {how} need {numnodes} hosts, and only {len(eligible)} {meets}"
+    least = Resources(*(min(n[i] for n in nodes) for i in range(len(Resources._fields))))
+    room = 0
+    for name in eligible:
+        cap = capacity[name]
+        most = min(int(cap[i] // least[i]) if least[i] > 0 else numnodes for i in range(len(Resources._fields)))
+        room += min(most, 1) if placement.spread else most
+    if room < numnodes:
+        which = f"the {len(eligible)} hosts that meet the constraints" if placement.where else "the hosts"
+        return f"{which} can hold {room} of its {numnodes} VMs, even empty"
     return None
 
 

@@ -130,7 +130,8 @@ class LeaseScheduler:
         lease.history.append((now, S.NEW))
         self.touch(lease)
         self.leases[lease.id] = lease
-        reason = self.admission.reject_reason(lease) or self.table.misfit(lease.request.nodes)
+        reason = (self.admission.reject_reason(lease) or self.table.misfit(lease.request.nodes)
+                  or self.mapper.misfit(lease))
         if reason:
             self._reject(lease, reason, now)
         else:

@@ -29,6 +29,7 @@ from typing import NamedTuple, TypeVar, cast
 import numpy as np
 
 from orchestrator.model.lease import Lease
+from orchestrator.model.placement import refusal
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
@@ -182,6 +183,16 @@ class Mapper:
         if free is None:
             free = self._remember(key, (cap - used).sum(axis=0) + EPSILON)
         return bool(np.all(free >= np.array(lease.total_request)))
+
+    def misfit(self, lease: Lease) -> str | None:
+        """Why the hosts a lease's placement allows could never hold it, even empty (None: they could)."""
+        placement = lease.request.placement
+        if placement is None:
+            return None
+        table = self.table
+        facts = self.filters.facts.properties if self.filters is not None else {}
+        return refusal(placement, lease.request.nodes, {h: facts.get(h, {}) for h in table.hosts},
+                       {h: table.capacity(h) for h in table.hosts})
 
     def _could_fit_on(self, lease: Lease, t: datetime, hosts: Collection[str]) -> bool:
         """`could_fit_at` on a few hosts: each node needs room on some host, and a spread lease one host each."""

@@ -121,6 +121,8 @@ class Simulator:
         hosts = resolve_site(workload, config)
         self.table = SlotTable(hosts)
         self.scheduler = LeaseScheduler(self.table, config.scheduling)
+        for host, properties in workload.properties.items():
+            self.scheduler.host_facts.set_properties(host, properties)
         self.tally = LeaseTally(config.simulation.start)
         if retire is not None:
             self.scheduler.finished = []

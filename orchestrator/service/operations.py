@@ -24,6 +24,7 @@ from drivers.inventory import HostConfig
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.resources import Resources
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.placement import check_property_key, properties_of, refusal, unknown_keys
 from orchestrator.model.states import RUNNING_STATES, LeaseState
@@ -70,7 +71,8 @@ class Refused(LeasewiseError):
     exit_code = 3
 
 
-def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]]) -> None:
+def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]],
+                    capacity: Mapping[str, Resources]) -> None:
     """A constraint on a property no host has is bad input (a typo: exit 2); constraints no host meets, or
     more VMs to spread than hosts that meet them, are refused (exit 3) with the reason."""
     assert request.placement is not None
@@ -79,7 +81,7 @@ def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]
         known = sorted({k for props in hosts.values() for k in props})
         raise InvalidRequest("where", f"no host has a property {unknown[0]!r} (known: "
                                       f"{', '.join(known) if known else 'none: `leasewise host set NAME --property KEY=VALUE`'})")
-    why = refusal(request.placement, request.numnodes, hosts)
+    why = refusal(request.placement, request.nodes, hosts, capacity)
     if why is not None:
         raise Refused(f"lease not submitted: {why}")
 
@@ -197,7 +199,8 @@ class LeaseService:
                                       guest=InlineGuest(), images=resolve,
                                       site=lambda n, node: check_site_can_hold(capacities, n, node))
         if request.placement is not None:
-            check_placement(request, {h.name: h.config.property_map for h in hosts})
+            check_placement(request, {h.name: h.config.property_map for h in hosts},
+                            {h.name: h.capacity for h in hosts})
         return request
 
     @staticmethod
