@@ -63,7 +63,10 @@ def properties_of(values: Mapping[object, object] | Iterable[tuple[object, objec
         check_property_key(key, field)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)   # (an inventory's `cores = 64`)
-        out[str(key)] = check_property_value(value, f"{field}.{key}")
+        try:
+            out[str(key)] = check_property_value(value, field)
+        except InvalidRequest as exc:
+            raise InvalidRequest(field, f"{key}: {exc.problem}") from None
     return tuple(sorted(out.items()))
 
 
@@ -196,6 +199,7 @@ def refusal(placement: Placement, nodes: Sequence[Resources], hosts: Mapping[str
     numnodes = len(nodes)
     if placement.spread and numnodes > len(eligible):
         how = "exclusive" if placement.exclusive else "spread"
+        meets = meets if len(eligible) > 1 else meets.replace("meet ", "meets ").replace("exist", "exists")
         return f"{numnodes} VMs {how} need {numnodes} hosts, and only {len(eligible)} {meets}"
     least = Resources(*(min(n[i] for n in nodes) for i in range(len(Resources._fields))))
     room = 0
@@ -204,7 +208,9 @@ def refusal(placement: Placement, nodes: Sequence[Resources], hosts: Mapping[str
         most = min(int(cap[i] // least[i]) if least[i] > 0 else numnodes for i in range(len(Resources._fields)))
         room += min(most, 1) if placement.spread else most
     if room < numnodes:
-        which = f"the {len(eligible)} hosts that meet the constraints" if placement.where else "the hosts"
+        n = len(eligible)
+        which = (f"the {n} host{'s' if n > 1 else ''} that meet{'' if n > 1 else 's'} the constraints"
+                 if placement.where else "the hosts")
         return f"{which} can hold {room} of its {numnodes} VMs, even empty"
     return None
 
