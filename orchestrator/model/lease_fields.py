@@ -36,8 +36,6 @@ from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, pa
 KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "preemptible", "image", "kernel", "initrd",
         "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
         "keep_disks", "where", "spread", "pack", "exclusive")
-#: the keys that say where a lease's VMs may run and how they share hosts (`orchestrator.model.placement`)
-PLACEMENT_KEYS = ("where", "spread", "pack", "exclusive")
 #: the keys that make up a lease's guest setup (they need an image with a disk)
 GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
 MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger

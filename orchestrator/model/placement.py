@@ -30,6 +30,8 @@ PROPERTY_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,62}")
 #: the most properties a host may have, and constraints a lease may give
 MAX_PROPERTIES = 64
 AFFINITIES = ("spread", "pack")
+#: a request's keys that make its placement (a lease file's, the API's, an LWF lease's attributes)
+PLACEMENT_KEYS = ("where", "spread", "pack", "exclusive")
 
 Properties = tuple[tuple[str, str], ...]
 

@@ -95,8 +95,9 @@ class Cluster:
         self._live.add(lease.id)
         if workload_id is not None:
             self._workload_ids[lease.id] = workload_id
+        placed = {} if request.placement is None else {"placement": request.placement.describe()}
         self.store.append_event(now, "submitted", lease.id, type=lease.type.value, nodes=lease.numnodes,
-                                duration_s=request.duration.total_seconds())
+                                duration_s=request.duration.total_seconds(), **placed)
         self.scheduler.schedule(now)
         return lease
 
