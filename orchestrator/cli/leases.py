@@ -118,6 +118,8 @@ def submit(
                                                 "or !KEY (repeatable: all must hold)"),
     spread: bool | None = typer.Option(None, "--spread", help="Each VM on a different host"),
     pack: bool | None = typer.Option(None, "--pack", help="The VMs on as few hosts as possible"),
+    exclusive: bool | None = typer.Option(None, "--exclusive",
+                                          help="Each VM has a host to itself (without --cpus/--memory: the host's size)"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
@@ -126,7 +128,7 @@ def submit(
              "user": user, "name": name, "dirty_rate": dirty_rate, "disk_size": disk_size,
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
              "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks,
-             "where": list(where) if where else None, "spread": spread, "pack": pack}
+             "where": list(where) if where else None, "spread": spread, "pack": pack, "exclusive": exclusive}
     given = [k for k in KEYS if flags.get(k) is not None]
     if file is not None:
         if given:

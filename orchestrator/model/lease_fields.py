@@ -162,6 +162,8 @@ class Fields:
 ImageResolver = Callable[[str], VMImage]
 #: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
 SiteCheck = Callable[[int, Resources], None]
+#: an exclusive lease's placement -> the VM size that takes a whole host it may get (the smallest such host)
+WholeHost = Callable[[Placement], Resources]
 
 
 class GuestSources(Protocol):
@@ -214,7 +216,7 @@ class InlineGuest:
 def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_user: str,
                         guest: GuestSources | None = None, label: Callable[[str], str] = str,
                         where: str | None = None, images: ImageResolver | None = None,
-                        site: SiteCheck | None = None) -> LeaseRequest:
+                        site: SiteCheck | None = None, whole_host: WholeHost | None = None) -> LeaseRequest:
     """Build and validate a request from raw values keyed by `KEYS` (None = not given).
 
     `label` turns a key into the name used in errors (the key itself for files, the flag for the CLI);
@@ -222,13 +224,18 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     immediate, a time = advance reservation (which must not be in the past). `site` checks the size
     against the hosts before the request's list of nodes is made (a million VMs is refused at once).
     `default_user` owns the lease when `user` is not given; `guest` reads the keys and cloud-config
-    (default: given as text, `InlineGuest`)."""
+    (default: given as text, `InlineGuest`). An exclusive lease without `cpus` or `memory` takes the host's
+    (`whole_host`: the size of the smallest host its placement allows)."""
     f = Fields(values, label, where)
     check_keys(values, label, where)
 
     nodes = f.whole("nodes", default=1)
-    cpus = f.whole("cpus")
-    memory = f.whole("memory")
+    host = None
+    if whole_host is not None and f.get("exclusive") is True and not (f.present("cpus") and f.present("memory")):
+        placement = _placement(f)
+        host = None if placement is None else whole_host(placement)
+    cpus = f.whole("cpus") if host is None or f.present("cpus") else max(1, int(host.vcpus))
+    memory = f.whole("memory") if host is None or f.present("memory") else int(host.memory)
     duration = f.duration("duration")
     start = f.start("start", now)
 

@@ -38,6 +38,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
@@ -157,6 +158,7 @@ class EvacuationPlanner:
         for v, host in vm.nodes.items():
             if v not in moving:
                 held[host] = add(held.get(host, NOTHING), requests[v])
+        exclusive = lease.request.placement is not None and lease.request.placement.exclusive
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
         allowed = self.allowed_hosts(lease) if lease.request.placement is not None else None
@@ -173,9 +175,9 @@ class EvacuationPlanner:
             # (a VM like the last one fits on none of the hosts that one passed over: they hold the same)
             for i in range(went_to.get(request, 0), len(candidates)):
                 host, row = candidates[i]
-                if not fits_now[row] or (spread and host in held):
-                    continue   # (with the lease's VMs there too, it fits even less)
-                trial = add(held.get(host, NOTHING), request)
+                if not fits_now[row] or (spread and host in held) or (exclusive and bool((used[row] > EPSILON).any())):
+                    continue   # (with the lease's VMs there too, it fits even less; exclusive: not empty)
+                trial = table.capacity(host) if exclusive else add(held.get(host, NOTHING), request)
                 if table.fits(host, trial, start, end):
                     held[host] = trial
                     nodes[v] = host
@@ -192,8 +194,12 @@ class EvacuationPlanner:
         requests = lease.request.nodes
         bandwidth = cfg.live_bandwidth
         held: dict[str, Resources] = {}
+        exclusive = lease.request.placement is not None and lease.request.placement.exclusive
         for v in moving:
             src, dst = vm.nodes[v], nodes[v]
+            if exclusive:   # (the destination whole; the source's network is the whole host its VM holds)
+                held[dst], held[src] = self.table.capacity(dst), held.get(src, NOTHING)
+                continue
             held[dst] = add(held.get(dst, NOTHING), requests[v])
             held[dst] = add(held[dst], self._metered(dst, Resources(0, 0, 0, bandwidth, 0)))
             held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))
@@ -218,7 +224,8 @@ class EvacuationPlanner:
         )
         per_host: dict[str, Resources] = {}
         for v, host in nodes.items():
-            per_host[host] = add(per_host.get(host, NOTHING), requests[v])
+            per_host[host] = (self.table.capacity(host) if exclusive
+                              else add(per_host.get(host, NOTHING), requests[v]))
         continuation = Reservation(lease_id=lease.id, kind=ReservationKind.VM, start=m_end, end=end,
                                    resources=per_host, nodes=nodes, continues=True, pre=[migration])
         migration.vm = continuation

@@ -49,15 +49,21 @@ class Mapping:
     nodes: dict[int, str]
     end: datetime
     victims: list[Lease] = field(default_factory=list)
+    #: what each host holds when it is not what the nodes add up to: an exclusive lease's hosts, whole
+    held: dict[str, Resources] | None = None
 
-    def __init__(self, nodes: dict[int, str], end: datetime, victims: list[Lease] | None = None) -> None:
+    def __init__(self, nodes: dict[int, str], end: datetime, victims: list[Lease] | None = None,
+                 held: dict[str, Resources] | None = None) -> None:
         # (written out: compiled, it is native code; one is made per placement tried)
         self.nodes = nodes
         self.end = end
         self.victims = [] if victims is None else victims
+        self.held = held
 
     def per_host(self, lease: Lease) -> dict[str, Resources]:
         """Total resources held on each host by this mapping."""
+        if self.held is not None:
+            return dict(self.held)
         alike = lease.request.uniform
         if alike is not None:   # (count the nodes per host, then one product each)
             counts: dict[str, int] = {}
@@ -168,12 +174,9 @@ class Mapper:
         a lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
         added up: kept up to date by the host states, so this is a lookup); otherwise the site's free
         total must cover the lease's total."""
-        if lease.request.placement is not None:
+        if lease.request.placement is not None:   # (the site's free total says nothing of a few hosts)
             only_hosts = self.allowed_hosts(lease, only_hosts)
-            if only_hosts is not None and not only_hosts:
-                return False
-            if only_hosts is not None:   # (the site's free total says nothing of a few hosts)
-                return self._could_fit_on(lease, t, only_hosts)
+            return self._could_fit_on(lease, t, self.table.hosts if only_hosts is None else only_hosts)
         node = lease.request.uniform
         if node is not None:
             return self.table.room_total(node, t, only_hosts) >= lease.numnodes
@@ -195,13 +198,18 @@ class Mapper:
                        {h: table.capacity(h) for h in table.hosts})
 
     def _could_fit_on(self, lease: Lease, t: datetime, hosts: Collection[str]) -> bool:
-        """`could_fit_at` on a few hosts: each node needs room on some host, and a spread lease one host each."""
+        """`could_fit_at` on some hosts: each node needs room on some host, a spread lease one host each,
+        an exclusive one an empty host each."""
+        if not hosts:
+            return False
         names, used, cap, _, _ = self.table.state_arrays(t)
         rows = [self.table.row(h) for h in hosts]
+        placement = lease.request.placement
+        if placement is not None and placement.exclusive:
+            return int((used[rows] <= EPSILON).all(axis=1).sum()) >= lease.numnodes
         free = (cap[rows] - used[rows]).sum(axis=0) + EPSILON
         if not bool(np.all(free >= np.array(lease.total_request))):
             return False
-        placement = lease.request.placement
         if placement is not None and placement.spread:
             return int(fits_rows(used[rows], _least(lease), cap[rows]).sum()) >= lease.numnodes
         return True
@@ -226,7 +234,7 @@ class Mapper:
         host by host for alike nodes on a packing policy, else node by node."""
         placement = ask.lease.request.placement
         if placement is not None and (placement.affinity is not None or placement.exclusive):
-            return self._place_by_affinity(ask, placement.spread)
+            return self._place_by_affinity(ask, placement.spread, placement.exclusive)
         alike = ask.lease.request.uniform
         packing = alike if alike is not None and self.host_selection.packs else None
         hosts = self._hosts_at_start(ask, packing)
@@ -238,18 +246,22 @@ class Mapper:
             return _AlikePacking(self.table, ask, packing, steady).place(ranked, hosts)
         return _NodeByNode(self.table, ask, hosts, steady).place(ranked, self.host_selection.packs)
 
-    def _place_by_affinity(self, ask: _Ask, spread: bool) -> Mapping | None:
-        """A lease that says how its VMs share hosts: spread, one node per host in the policy's order;
-        pack, the hosts with the most room first, each filled before the next (as few hosts as it takes)."""
+    def _place_by_affinity(self, ask: _Ask, spread: bool, exclusive: bool) -> Mapping | None:
+        """A lease that says how its VMs share hosts: spread, one node per host in the policy's order
+        (exclusive: each an empty host, held whole); pack, the hosts with the most room first, each filled
+        before the next (as few hosts as it takes)."""
         hosts = self._hosts_at_start(ask, None)
         everywhere = len(ask.hosts) == len(hosts.names)
         candidates = self._filter(hosts, None if everywhere else ask.hosts, _smallest(ask))
+        if exclusive and candidates.size:
+            assert hosts.used is not None
+            candidates = candidates[(hosts.used[candidates] <= EPSILON).all(axis=1)]
         if not candidates.size:
             return None
         if spread:
             if candidates.size < len(ask.vnodes):
                 return None
-            return _NodeByNode(self.table, ask, hosts, self._steady(ask), once=True).place(
+            return _NodeByNode(self.table, ask, hosts, self._steady(ask), once=True, whole=exclusive).place(
                 self._score(hosts, candidates), packs=False)
         assert hosts.used is not None
         free = hosts.cap[candidates] - hosts.used[candidates]
@@ -396,13 +408,16 @@ class _NodeByNode:
     one node per round."""
 
     __slots__ = ("table", "start", "end", "strict_end", "excluding", "floor", "requests", "alike", "names",
-                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until", "once")
+                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until", "once",
+                 "whole")
 
     def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None,
-                 once: bool = False):
-        """`once`: spreading gives each host one node and no more (a spread lease: one VM per host)."""
+                 once: bool = False, whole: bool = False):
+        """`once`: spreading gives each host one node and no more (a spread lease: one VM per host);
+        `whole`: each host is held whole (an exclusive lease), whatever its node asks."""
         self.table = table
         self.once = once
+        self.whole = whole
         self.start, self.end, self.strict_end, self.excluding = ask.start, ask.end, ask.strict_end, ask.excluding
         self.floor = ask.start if ask.floor is None else ask.floor
         self.requests = ask.lease.request.nodes
@@ -424,7 +439,8 @@ class _NodeByNode:
             self._spread(ranked)
         if self.remaining:
             return None
-        return Mapping(nodes=self.nodes, end=min(self.until[h] for h in self.held))
+        return Mapping(nodes=self.nodes, end=min(self.until[h] for h in self.held),
+                       held=dict(self.held) if self.whole else None)
 
     def _pack(self, ranked: list[int]) -> None:
         names, remaining = self.names, self.remaining
@@ -471,6 +487,10 @@ class _NodeByNode:
         """Add the node to the host if it fits there with the nodes the host has taken already."""
         before = self.held.get(host)
         request = self.requests[vnode]
+        if self.whole:   # (the node must fit, and the host is held whole: empty over the interval)
+            if not fits(NOTHING, request, self._at_start(row)[1]):
+                return False
+            request = self._at_start(row)[1]
         trial = request if before is None else add(before, request)
         # not even at the start: no need to walk the timeline (the filter stage already checked the
         # smallest node, which for alike nodes is any first one on the host)

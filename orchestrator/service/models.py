@@ -136,8 +136,8 @@ class LeaseSubmission(BaseModel):
 
     type: LeaseKind = None   # type: ignore[assignment]
     nodes: Nodes = None   # type: ignore[assignment]
-    cpus: Cpus
-    memory: Memory
+    cpus: Cpus = None   # type: ignore[assignment]   # (required, but for an exclusive lease: the host's)
+    memory: Memory = None   # type: ignore[assignment]
     duration: Duration
     start: Start = None   # type: ignore[assignment]
     preemptible: _flag("preemptible", "May be suspended for reservations (default true)") = None   # type: ignore

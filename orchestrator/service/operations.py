@@ -26,7 +26,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.resources import Resources
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
-from orchestrator.model.placement import check_property_key, properties_of, refusal, unknown_keys
+from orchestrator.model.placement import Placement, check_property_key, properties_of, refusal, unknown_keys
 from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.runtime.driver_enactor import parse_vm_name
 from orchestrator.runtime.host_admin import (
@@ -55,7 +55,7 @@ from orchestrator.state.codec import image_json, migration_report_json
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
-from orchestrator.state.store import Event, Store, StoreError
+from orchestrator.state.store import Event, HostRecord, Store, StoreError
 from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token, token_state
 
 T = TypeVar("T")
@@ -84,6 +84,15 @@ def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]
     why = refusal(request.placement, request.nodes, hosts, capacity)
     if why is not None:
         raise Refused(f"lease not submitted: {why}")
+
+
+def whole_host(placement: Placement, hosts: list[HostRecord]) -> Resources:
+    """The size of an exclusive VM given no `--cpus`/`--memory`: the smallest host the placement allows
+    (on a site of alike hosts, the whole host)."""
+    allowed = [h.capacity for h in hosts if placement.admits(h.config.property_map)]
+    if not allowed:
+        raise Refused(f"lease not submitted: no host meets {', '.join(map(str, placement.where))}")
+    return min(allowed, key=lambda c: (c.cpu, c.memory))
 
 
 class LeaseService:
@@ -195,12 +204,13 @@ class LeaseService:
             hosts = store.hosts()
         capacities = [h.capacity for h in hosts]
         resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
+        properties = {h.name: h.config.property_map for h in hosts}
         request = request_from_fields(submission.values(), self.now(), default_user=caller.user,
                                       guest=InlineGuest(), images=resolve,
-                                      site=lambda n, node: check_site_can_hold(capacities, n, node))
+                                      site=lambda n, node: check_site_can_hold(capacities, n, node),
+                                      whole_host=lambda p: whole_host(p, hosts))
         if request.placement is not None:
-            check_placement(request, {h.name: h.config.property_map for h in hosts},
-                            {h.name: h.capacity for h in hosts})
+            check_placement(request, properties, {h.name: h.capacity for h in hosts})
         return request
 
     @staticmethod

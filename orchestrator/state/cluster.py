@@ -89,7 +89,7 @@ class Cluster:
         `QuotaExceeded` (nothing written) when it would take its owner or a group of theirs over a quota."""
         quotas = self.store.quotas()
         if quotas:
-            check_request(request, now, quotas, self.holdings(), self.groups_of)
+            check_request(request, now, quotas, self.holdings(), self.groups_of, self._largest_host(request))
         lease_id = self.store.next_lease_id()
         lease = self.scheduler.submit(request, now, lease_id=lease_id)
         self._live.add(lease.id)
@@ -126,6 +126,14 @@ class Cluster:
         lease = self.scheduler.extend(lease_id, by, now)
         self.store.append_event(now, "extended", lease_id, by_s=by.total_seconds())
         return lease
+
+    def _largest_host(self, request: LeaseRequest) -> Resources | None:
+        """For an exclusive request, the largest host its placement allows (what a quota counts per VM)."""
+        placement = request.placement
+        if placement is None or not placement.exclusive:
+            return None
+        allowed = [h.capacity for h in self.hosts.values() if placement.admits(h.config.property_map)]
+        return max(allowed, key=lambda c: (c.cpu, c.memory), default=None)
 
     def stranded_by(self, host: str, properties: dict[str, str]) -> list[int]:
         """The live leases with reservations on `host` whose constraints its new properties would fail."""

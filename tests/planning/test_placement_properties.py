@@ -51,8 +51,11 @@ def workloads(draw, hosts, properties):
     for i in range(draw(st.integers(1, 14))):
         where = tuple(parse_constraint(c, "where") for c in draw(st.lists(st.sampled_from(CONSTRAINTS), max_size=2,
                                                                            unique=True)))
-        affinity = draw(st.sampled_from((None, "spread", "pack")))
-        placement = Placement(where=where, affinity=affinity) if where or affinity else None
+        affinity = draw(st.sampled_from((None, "spread", "pack", "exclusive")))
+        exclusive = affinity == "exclusive"
+        affinity = None if exclusive else affinity
+        placement = (Placement(where=where, affinity=affinity, exclusive=exclusive)
+                     if where or affinity or exclusive else None)
         allowed = eligible(placement, properties)
         if not allowed:
             continue
@@ -79,7 +82,8 @@ def workloads(draw, hosts, properties):
 
 
 def check_placement(sched: LeaseScheduler, properties: dict[str, dict[str, str]], now: datetime) -> None:
-    """Every VM of every lease with a placement, in every part of its plan, on hosts that keep to it."""
+    """Every VM of every lease with a placement, in every part of its plan, on hosts that keep to it; an
+    exclusive lease's hosts shared with no other lease while it holds them."""
     for lease in sched.leases.values():
         placement = lease.request.placement
         if placement is None:
@@ -96,6 +100,18 @@ def check_placement(sched: LeaseScheduler, properties: dict[str, dict[str, str]]
                     where = list(part.nodes.values())
                     assert len(set(where)) == len(where), f"{now}: spread lease {lease.id} doubled up: {part.nodes}"
             # a continuation after a live migration: the whole lease again, spread across hosts
+        if placement.exclusive:
+            for vm in lease.reservations:
+                for part in vm.all_parts():
+                    if part not in sched.table or part.kind is ReservationKind.MIGRATE:
+                        continue   # (done, or moving its memory images before it resumes)
+                    for other in sched.table.reservations_overlapping(part.start, part.end, set(part.resources)):
+                        if other.lease_id != lease.id and other.kind is not ReservationKind.UNAVAILABLE and \
+                                other.start < part.end and part.start < other.end:
+                            shared = set(other.resources) & set(part.resources)
+                            assert not shared, (f"{now}: exclusive lease {lease.id} shares {shared} with lease "
+                                                f"{other.lease_id} ({part.kind.value} {part.start}-{part.end}, "
+                                                f"{other.kind.value} {other.start}-{other.end})")
         if placement.spread:
             for vm in lease.open_vms():
                 where = list(vm.nodes.values())
