@@ -274,6 +274,8 @@ def show(
                   + f", {'preemptible' if req.preemptible else 'not preemptible'}"
                   + (f", user {escape(printable(req.user))}" if req.user else "")
                   + f", submitted {when(req.submit_time)}", soft_wrap=True)
+    if req.placement is not None:
+        console.print(f"  placement: {escape(req.placement.describe())}", soft_wrap=True)
     if req.image is not None:
         boot = (f"disk {req.image.disk}" if req.image.disk else
                 f"kernel {req.image.kernel}" + (f" initrd {req.image.initrd}" if req.image.initrd else "")
