@@ -202,16 +202,19 @@ def list_hosts(
         return
     columns = [Column("name", wraps=True), Column("uri", wraps=True, drop=2), Column("domain type", drop=3),
                Column("vCPUs", "right"), Column("memory", "right"), Column("available"),
-               Column("properties", wraps=True, drop=5),
                Column("leases now", wraps=True), Column("planned", wraps=True)]
+    properties = any(row["properties"] for row in rows)   # (a column only where hosts have some)
+    if properties:
+        columns.insert(6, Column("properties", wraps=True, drop=5))
     if libvirt:
         columns += [Column("reachable", wraps=True, drop=4), Column("versions", wraps=True, drop=1)]
     cells = []
     for row in rows:
         line = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
                 f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
-                escape(", ".join(f"{k}={v}" for k, v in sorted(row["properties"].items()))) or "-",
                 ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
+        if properties:
+            line.insert(6, escape(", ".join(f"{k}={v}" for k, v in sorted(row["properties"].items()))) or "-")
         if libvirt:
             line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
             line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")

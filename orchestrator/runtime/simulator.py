@@ -102,6 +102,7 @@ def lease_json(lease: Lease, workload_id: str) -> dict:
         "start": iso(lease.start_time),
         "end": iso(lease.end_time) if lease.state is LeaseState.DONE else None,
         "reason": lease.reason or None,
+        **({"placement": lease.request.placement.describe()} if lease.request.placement is not None else {}),
         "reservations": [reservation_json(rr) for rr in parts],
     }
 
