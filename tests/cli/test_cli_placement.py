@@ -177,7 +177,14 @@ def test_quotas_count_an_exclusive_lease_as_whole_hosts(gpu_site, store_path):
     ok(gpu_site("lease", "submit", "--cpus", "1", "--memory", "512", "--duration", "1h", "--user", "alice"))
 
 
-LWF = """<lease-workload name="placement">
+def _lease(lease_id: str, attributes: str, nodes: int, duration: str) -> str:
+    return (f'    <lease-request arrival="00:00:00">\n      <lease id="{lease_id}" {attributes}>\n'
+            f'        <nodes><node-set numnodes="{nodes}"><res type="CPU" amount="100"/>'
+            f'<res type="Memory" amount="512"/></node-set></nodes>\n'
+            f'        <start/><duration time="{duration}"/>\n      </lease>\n    </lease-request>\n')
+
+
+LWF = ("""<lease-workload name="placement">
   <site>
     <resource-types names="CPU Memory"/>
     <nodes>
@@ -186,27 +193,10 @@ LWF = """<lease-workload name="placement">
     </nodes>
   </site>
   <lease-requests>
-    <lease-request arrival="00:00:00">
-      <lease id="gpu" where="gpu=a100">
-        <nodes><node-set numnodes="1"><res type="CPU" amount="100"/><res type="Memory" amount="512"/></node-set></nodes>
-        <start/><duration time="01:00:00"/>
-      </lease>
-    </lease-request>
-    <lease-request arrival="00:00:00">
-      <lease id="apart" spread="true" where="!gpu">
-        <nodes><node-set numnodes="2"><res type="CPU" amount="100"/><res type="Memory" amount="512"/></node-set></nodes>
-        <start/><duration time="01:00:00"/>
-      </lease>
-    </lease-request>
-    <lease-request arrival="00:00:00">
-      <lease id="whole" exclusive="true">
-        <nodes><node-set numnodes="1"><res type="CPU" amount="100"/><res type="Memory" amount="512"/></node-set></nodes>
-        <start/><duration time="00:30:00"/>
-      </lease>
-    </lease-request>
-  </lease-requests>
+""" + _lease("gpu", 'where="gpu=a100"', 1, "01:00:00") + _lease("apart", 'spread="true" where="!gpu"', 2, "01:00:00")
+       + _lease("whole", 'exclusive="true"', 1, "00:30:00") + """  </lease-requests>
 </lease-workload>
-"""
+""")
 
 
 def test_a_simulated_lwf_workload_honours_the_placement(tmp_path):
