@@ -480,8 +480,8 @@ class LeaseService:
             changed = properties_of(now_properties, "--property")
             stranded = cluster.stranded_by(host, dict(changed))
             if stranded:
-                raise Refused(f"host {host!r} not changed: lease(s) {', '.join(map(str, stranded))} planned there "
-                              "would no longer meet their constraints (cancel them, or drain the host first)")
+                raise Refused(f"host {host!r} not changed: lease(s) {', '.join(map(str, stranded))} would no longer "
+                              "meet their constraints there, or anywhere (cancel them, or drain the host first)")
             cluster.store.set_host_properties(host, changed)
         self.session.invalidate()
         self.wake()   # (leases waiting for hosts with these properties may fit now)

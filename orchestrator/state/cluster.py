@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.placement import refusal
 from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
@@ -136,12 +137,21 @@ class Cluster:
         return max(allowed, key=lambda c: (c.cpu, c.memory), default=None)
 
     def stranded_by(self, host: str, properties: dict[str, str]) -> list[int]:
-        """The live leases with reservations on `host` whose constraints its new properties would fail."""
+        """The live leases that `host`'s new properties would strand: planned there against their
+        constraints, or left with no set of hosts that could ever meet their placement."""
         out = set()
         for rr in self.table.reservations_overlapping(_EPOCH, FOREVER, {host}):
             lease = self.scheduler.leases.get(rr.lease_id)
             placement = None if lease is None else lease.request.placement
             if placement is not None and not lease.is_final and not placement.admits(properties):
+                out.add(lease.id)
+        site = {name: dict(record.config.property_map) for name, record in self.hosts.items()}
+        site[host] = properties
+        capacity = {name: record.capacity for name, record in self.hosts.items()}
+        for lease in self.scheduler.leases.values():
+            placement = lease.request.placement
+            if placement is not None and not lease.is_final and refusal(placement, lease.request.nodes, site,
+                                                                        capacity) is not None:
                 out.add(lease.id)
         return sorted(out)
 

@@ -218,3 +218,21 @@ def test_a_simulated_lwf_workload_honours_the_placement(tmp_path):
     bad.write_text(LWF.replace('spread="true"', 'spread="maybe"'))
     result = CliRunner().invoke(app, ["simulate", str(bad), "--quiet"])
     assert result.exit_code == 2 and "spread: must be true or false (got 'maybe')" in result.output
+
+
+def test_a_host_keeps_properties_live_leases_need(gpu_site, store_path):
+    # lease 1 holds the GPU host for an hour; lease 2 waits for it (queued or planned after it)
+    ok(submit(gpu_site, "--cpus", "4", "--memory", "512", "--where", "gpu"))
+    ok(submit(gpu_site, "--cpus", "4", "--memory", "512", "--where", "gpu=a100"))
+    before = snapshot(store_path)
+    result = gpu_site("host", "set", "g1", "--unset", "gpu")
+    assert result.exit_code == 3 and lines(result.stderr) == [
+        "error: host 'g1' not changed: lease(s) 1, 2 would no longer meet their constraints there, or anywhere "
+        "(cancel them, or drain the host first)"]
+    assert snapshot(store_path) == before
+    ok(gpu_site("host", "set", "c1", "--property", "gpu=a100"))   # another host with it: g1's may go now?
+    result = gpu_site("host", "set", "g1", "--unset", "gpu")
+    assert result.exit_code == 3 and "lease(s) 1, 2 would" in result.stderr   # (planned there: still needed)
+    ok(gpu_site("lease", "cancel", "1"))
+    ok(gpu_site("lease", "cancel", "2"))
+    ok(gpu_site("host", "set", "g1", "--unset", "gpu"))

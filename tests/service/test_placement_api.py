@@ -139,5 +139,5 @@ def test_submit_with_placement_through_the_server(running, local, unix_users):
         assert len(store.leases()) == 4
     # a host's properties may not change under a lease planned there that needs them
     refused = _cli("host", "set", "h1", "--unset", "gpu", "--server", running.url)
-    assert refused.exit_code == 3 and "lease(s) 1 planned there would no longer meet their constraints" in refused.stderr
+    assert refused.exit_code == 3 and "lease(s) 1 would no longer meet their constraints" in refused.stderr
     assert _properties(running.store_path)["h1"] == {"gpu": "a100"}
