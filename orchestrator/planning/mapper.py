@@ -1,8 +1,10 @@
 """The mapper: places a lease's virtual nodes on hosts for [start, end), preempting if it must.
 
-Stages, as in the Kubernetes scheduler framework: *filter* (hosts where the smallest node fits at the
-start), *score* (the host-selection policy orders them), *reserve* (nodes assigned greedily in that
-order, packing or spreading per the policy). *Bind* is the scheduler's job: it turns the mapping into
+Stages, as in the Kubernetes scheduler framework: *filter* (the host-filter plugins a lease's placement
+calls on, `policies/host_filter.py`, then the hosts where the smallest node fits at the start), *score*
+(the host-selection policy orders them), *reserve* (nodes assigned greedily in that order, packing or
+spreading per the policy, or per the lease's own `--spread`/`--pack`; `--exclusive`: one empty host each,
+held whole). *Bind* is the scheduler's job: it turns the mapping into
 reservations. With `strict_end` off the mapping may end early (the latest end that fits on every host
 used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
 `min_end` are passed over, so a placement cut too short to be worth running is not built while one that
