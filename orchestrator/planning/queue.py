@@ -66,8 +66,8 @@ class FailureMemo:
     """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
 
     Exact for leases whose nodes are all alike, that are not resuming (those carry host restrictions
-    and extra overheads) and that ask for no placement (constraints, spread or pack). Each is compared by the shortest run a placement of it must last now
-    (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
+    and extra overheads) and that ask for no placement (constraints, spread, pack, exclusive). Each is
+    compared by the shortest run a placement of it must last now (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
     that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
     told that shortest run and, for alike nodes, finds a placement lasting that long whenever one
     exists), then n' >= n nodes of size r' >= r have none lasting e' >= e either: any n of its nodes
