@@ -67,8 +67,8 @@ class FailureMemo:
 
     Exact for leases whose nodes are all alike, that are not resuming (those carry host restrictions
     and extra overheads) and that ask for no placement (constraints, spread, pack, exclusive). Each is
-    compared by the shortest run a placement of it must last now (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
-    that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
+    compared by the shortest run a placement of it must last now (`VMScheduler.shortest_run`: its whole
+    run, or its scheduling threshold when it may be suspended and that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
     told that shortest run and, for alike nodes, finds a placement lasting that long whenever one
     exists), then n' >= n nodes of size r' >= r have none lasting e' >= e either: any n of its nodes
     would be one. If they do not even fit at the instant ("instant"), no larger lease does, whatever its
