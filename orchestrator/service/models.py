@@ -160,6 +160,16 @@ class LeaseSubmission(BaseModel):
     pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
     exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
 
+    @model_validator(mode="before")
+    @classmethod
+    def _size_given(cls, values: Any) -> Any:
+        """`cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
+        if isinstance(values, dict) and values.get("exclusive") is not True:
+            for key in ("cpus", "memory"):
+                if values.get(key) is None:
+                    raise InvalidRequest(key, "is required")
+        return values
+
     def values(self) -> dict[str, Any]:
         """The fields given, as `request_from_fields` takes them."""
         return {key: value for key, value in self.model_dump(exclude_none=True).items()}
