@@ -49,6 +49,9 @@ class HostConfig:
     network_type: str = "bridge"             # bridge | network
     disk_dir: str | None = None              # the libvirt pool directory for overlays and seeds
     peer_uri: str | None = None              # how the other hosts' libvirtd reach this one (peer-to-peer migration)
+    #: what leases may ask of the host (`--where gpu=a100`): (key, value) pairs sorted by key; an inventory
+    #: gives them as a table (`properties = { gpu = "a100" }`); the service checks their names
+    properties: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("name", "uri"):
@@ -80,6 +83,21 @@ class HostConfig:
                                     f"must be one of {', '.join(NETWORK_TYPES)} (got {self.network_type!r})")
         if self.disk_dir is not None and not posixpath.isabs(self.disk_dir):
             raise DriverConfigError("disk_dir", f"must be an absolute path (got {self.disk_dir!r})")
+        pairs = self.properties.items() if isinstance(self.properties, Mapping) else self.properties
+        if isinstance(pairs, str) or not isinstance(pairs, Iterable):
+            raise DriverConfigError("properties", "must be a table of names, e.g. { gpu = \"a100\" }")
+        checked = {}
+        for pair in pairs:
+            if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                    or not all(isinstance(p, str) and p.strip() for p in pair)):
+                raise DriverConfigError("properties", f"must be a table of names, e.g. {{ gpu = \"a100\" }} "
+                                                      f"(got {pair!r})")
+            checked[pair[0]] = pair[1]
+        object.__setattr__(self, "properties", tuple(sorted(checked.items())))
+
+    @property
+    def property_map(self) -> dict[str, str]:
+        return dict(self.properties)
 
     @property
     def is_remote(self) -> bool:
@@ -110,7 +128,7 @@ def is_under(path: str, prefixes: Iterable[str]) -> bool:
 
 
 _KEYS = frozenset(f.name for f in fields(HostConfig))
-_STRING_KEYS = _KEYS - {"shared_storage"}
+_STRING_KEYS = _KEYS - {"shared_storage", "properties"}
 
 
 def _host_from_table(table: object, index: int, where: str) -> HostConfig:
@@ -131,6 +149,11 @@ def _host_from_table(table: object, index: int, where: str) -> HostConfig:
             raise DriverConfigError(f"{label}.{key}", f"must be a string (got {table[key]!r})", where=where)
     if "shared_storage" in table and not isinstance(table["shared_storage"], list):
         raise DriverConfigError(f"{label}.shared_storage", "must be a list of absolute paths", where=where)
+    if "properties" in table:
+        props = table["properties"]
+        if not isinstance(props, Mapping) or not all(isinstance(v, str) for v in props.values()):
+            raise DriverConfigError(f"{label}.properties", 'must be a table of strings, e.g. { gpu = "a100" }',
+                                    where=where)
     try:
         return HostConfig(**dict(table))
     except DriverConfigError as exc:
@@ -190,6 +213,9 @@ def dump_inventory(hosts: Iterable[HostConfig]) -> str:
                 continue
             if f.name == "shared_storage":
                 lines.append(f"shared_storage = [{', '.join(_toml_string(p) for p in value)}]")
+            elif f.name == "properties":
+                if value:
+                    lines.append(f"properties = {{ {', '.join(f'{_toml_string(k)} = {_toml_string(v)}' for k, v in value)} }}")
             else:
                 lines.append(f"{f.name} = {_toml_string(value)}")
         blocks.append("\n".join(lines) + "\n")

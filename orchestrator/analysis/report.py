@@ -239,6 +239,8 @@ class Report:
     lease_id: int | None = None        # the lease the report is limited to, if any
     skipped: int = 0                   # "enactment-skipped" events (idempotent no-ops)
     host_losses: list[HostLossRow] = field(default_factory=list)   # what each lost host cost
+    #: lease id -> its placement as submitted (`--where`, spread or pack, exclusive), for leases with one
+    placements: dict[int, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -274,6 +276,7 @@ class Report:
             "skipped": self.skipped,
             "live_migration_fidelity": None if self.live_fidelity is None else self.live_fidelity.to_json(),
             "host_losses": [row.to_json() for row in self.host_losses],
+            "placements": {str(i): text for i, text in sorted(self.placements.items())},
         }
 
 
@@ -500,8 +503,11 @@ def build_report(events: Iterable[EventLike], lease_id: int | None = None) -> Re
     """The plan-vs-enacted report of an event log (of one lease when `lease_id` is given)."""
     events = list(events)
     rows, unattributed, skipped = build_rows(events, lease_id)
+    placements = {e.lease_id: str(e.detail["placement"]) for e in events
+                  if e.kind == "submitted" and isinstance(e.detail, dict) and e.detail.get("placement")
+                  and e.lease_id is not None and lease_id in (None, e.lease_id)}
     return Report(rows=rows, summary=summarize(rows), unattributed=unattributed, lease_id=lease_id,
-                  skipped=skipped, host_losses=host_losses(events))
+                  skipped=skipped, host_losses=host_losses(events), placements=placements)
 
 
 # -- text for people (the CLI's tables) ----------------------------------------------------------------------------------------------

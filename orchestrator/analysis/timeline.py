@@ -107,6 +107,7 @@ class LeaseInfo:
     label: str
     type: str      # AR / BE / IM
     state: str
+    placement: str = ""   # its constraints, spread or pack, exclusive (`Placement.describe`); "" for none
 
 
 @dataclass
@@ -258,8 +259,9 @@ def build_timeline(pairs: Iterable[tuple[Lease, Reservation]], hosts: Iterable[s
     leases = {}
     for lease, _ in pairs:
         if lease.id in shown_ids and lease.id not in leases:
+            placement = lease.request.placement
             leases[lease.id] = LeaseInfo(lease.id, (labels or {}).get(lease.id) or str(lease.id), lease.type.short,
-                                         lease.state.value)
+                                         lease.state.value, "" if placement is None else placement.describe())
     return Timeline(rows=rows, start=window[0], end=window[1], now=now, leases=dict(sorted(leases.items())))
 
 
@@ -490,7 +492,8 @@ def render_terminal(timeline: Timeline, width: int | None = None, console: "Cons
         items.append((NOW_MARK, "bold red", "now"))
     _wrapped(out, "legend:", items, width)
     if timeline.leases and len(timeline.leases) <= 40:
-        _wrapped(out, "leases:", [(info.label, "bold", f"{info.type} {info.state}")
+        _wrapped(out, "leases:", [(info.label, "bold", f"{info.type} {info.state}"
+                                                       + (f" ({info.placement})" if info.placement else ""))
                                   for info in timeline.leases.values()], width)
 
 

@@ -45,6 +45,7 @@ from orchestrator.cli.common import StoreOptions, store_options
 from orchestrator.cli.output import counted, emit_json, make_console, when
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.model.numbers import parse_decimal, parse_whole
+from orchestrator.model.placement import check_property_key, parse_assignment
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
 from orchestrator.service.inputs import host_config
 
@@ -68,13 +69,14 @@ def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str 
                          ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
                          state_dir: str | None, shared_storage: list[str] | None, network: str | None = None,
                          network_type: str = "bridge", disk_dir: str | None = None,
-                         peer_uri: str | None = None) -> HostConfig:
+                         peer_uri: str | None = None, properties: list[str] | None = None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
     values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
                               "shared_storage": tuple(shared_storage or ()), "network": network,
-                              "network_type": network_type, "disk_dir": disk_dir, "peer_uri": peer_uri}
+                              "network_type": network_type, "disk_dir": disk_dir, "peer_uri": peer_uri,
+                              "properties": _assignments(properties, "--property")}
     if state_dir is not None:
         values["state_dir"] = state_dir
     if ssh is not None:
@@ -85,6 +87,11 @@ def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str 
         if not address or not 0 < port < 65536:
             raise fail(f"--ssh: {ssh!r} is not USER@ADDRESS[:PORT]")
     return host_config(values, lambda field: "NAME" if field == "name" else "--" + field.replace("_", "-"))
+
+
+def _assignments(given: list[str] | None, option: str) -> dict[str, str]:
+    """`--property KEY=VALUE` options (the last of a key wins), each checked as the service checks them."""
+    return dict(parse_assignment(text, option) for text in given or ())
 
 
 # -- add / import ------------------------------------------------------------------------------------------
@@ -110,6 +117,9 @@ def add(
                                         help="Where VMs' disks and seeds go (default: under the first --shared-storage)"),
     cpus: str | None = typer.Option(None, "--cpus", metavar="N", help="vCPUs (default: ask libvirt)"),
     memory: str | None = typer.Option(None, "--memory", metavar="MIB", help="Memory, MiB (default: ask libvirt)"),
+    properties: list[str] | None = typer.Option(None, "--property", metavar="KEY=VALUE",
+                                                help="A property leases may ask for with --where, e.g. gpu=a100 "
+                                                     "(repeatable)"),
     timeout_text: str = typer.Option("15", "--timeout", metavar="S", help="How long to wait for the host"),
 ) -> None:
     """Add a host; its capacity comes from the driver unless --cpus and --memory are given."""
@@ -117,7 +127,7 @@ def add(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
-                               shared_storage, network, network_type, disk_dir, peer_uri)
+                               shared_storage, network, network_type, disk_dir, peer_uri, properties)
     with opts.backend() as hosts:
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
     make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "
@@ -150,6 +160,27 @@ def import_hosts(
     console.print(f"{len(done['added'])} added, {len(done['skipped'])} skipped", soft_wrap=True)
 
 
+@host_app.command("set")
+@store_options()
+def set_properties(
+    opts: StoreOptions,
+    name: str = typer.Argument(..., metavar="NAME", help="Host name"),
+    properties: list[str] | None = typer.Option(None, "--property", metavar="KEY=VALUE",
+                                                help="Set (or replace) a property (repeatable)"),
+    unset: list[str] | None = typer.Option(None, "--unset", metavar="KEY", help="Remove a property (repeatable)"),
+) -> None:
+    """Set or remove a host's properties (what leases ask for with --where); refused while a lease planned
+    there would no longer meet its constraints."""
+    given = _assignments(properties, "--property")
+    gone = [check_property_key(key, "--unset") for key in unset or ()]
+    if not given and not gone:
+        raise fail("host set: give --property KEY=VALUE or --unset KEY")
+    with opts.backend() as hosts:
+        done = hosts.host_set(name, given, gone)
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(done["properties"].items())) or "none"
+    make_console().print(f"host {escape(name)} properties: {escape(shown)}", soft_wrap=True)
+
+
 # -- list -------------------------------------------------------------------------------------------------------
 @host_app.command("list")
 @store_options()
@@ -172,6 +203,9 @@ def list_hosts(
     columns = [Column("name", wraps=True), Column("uri", wraps=True, drop=2), Column("domain type", drop=3),
                Column("vCPUs", "right"), Column("memory", "right"), Column("available"),
                Column("leases now", wraps=True), Column("planned", wraps=True)]
+    properties = any(row["properties"] for row in rows)   # (a column only where hosts have some)
+    if properties:
+        columns.insert(6, Column("properties", wraps=True, drop=5))
     if libvirt:
         columns += [Column("reachable", wraps=True, drop=4), Column("versions", wraps=True, drop=1)]
     cells = []
@@ -179,6 +213,8 @@ def list_hosts(
         line = [escape(row["name"]), escape(row["uri"]), row["domain_type"], str(row["vcpus"]),
                 f"{row['memory_mib']} MiB", "yes" if row["available"] else "no",
                 ", ".join(map(str, row["leases_now"])) or "-", ", ".join(map(str, row["leases_planned"])) or "-"]
+        if properties:
+            line.insert(6, escape(", ".join(f"{k}={v}" for k, v in sorted(row["properties"].items()))) or "-")
         if libvirt:
             line.append("yes" if row["reachable"] else f"no: {escape(row['error'] or '')}")
             line.append(escape(f"{row['hypervisor']}, libvirt {row['libvirt_version']}") if row["reachable"] else "-")

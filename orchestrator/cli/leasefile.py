@@ -25,6 +25,8 @@ A lease file is one YAML mapping, read with `yaml.safe_load` (no tags, no object
     user: alice
     name: experiment-7
     dirty_rate: 20        # MiB/s, for live-migration predictions
+    where: [gpu=a100, "!old"]   # only hosts whose properties meet all of these (KEY=VALUE, KEY!=VALUE, KEY, !KEY)
+    spread: true          # each VM on a different host (or pack: true, as few hosts as possible)
 
 `type` (advance-reservation | best-effort | immediate, or AR | BE | IM) is optional: it is inferred from
 `start` and, when given, must agree with it. Unknown keys are refused by name.

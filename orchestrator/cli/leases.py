@@ -119,6 +119,13 @@ def submit(
     hostname_prefix: str | None = typer.Option(None, "--hostname-prefix", metavar="P", help="VM n calls itself P-n"),
     network: bool | None = typer.Option(None, "--network/--no-network", help="One NIC on the hosts' network (default: yes)"),
     keep_disks: bool | None = typer.Option(None, "--keep-disks", help="Keep the VMs' disks when the lease ends"),
+    where: list[str] | None = typer.Option(None, "--where", metavar="EXPR",
+                                           help="Only hosts whose properties meet EXPR: KEY=VALUE, KEY!=VALUE, KEY "
+                                                "or !KEY (repeatable: all must hold)"),
+    spread: bool | None = typer.Option(None, "--spread", help="Each VM on a different host"),
+    pack: bool | None = typer.Option(None, "--pack", help="The VMs on as few hosts as possible"),
+    exclusive: bool | None = typer.Option(None, "--exclusive",
+                                          help="Each VM has a host to itself (without --cpus/--memory: the host's size)"),
     json_out: bool = typer.Option(False, "--json", help="Answer as JSON"),
 ) -> None:
     """Submit a lease and answer at once: accepted (planned start, end, hosts), queued, or rejected (exit 3)."""
@@ -126,7 +133,8 @@ def submit(
              "not_before": not_before, "not_after": not_after, "preemptible": preemptible, "image": image, "kernel": kernel, "initrd": initrd, "cmdline": cmdline,
              "user": user, "name": name, "dirty_rate": dirty_rate, "disk_size": disk_size,
              "ssh_key": list(ssh_key) if ssh_key else None, "user_data": user_data,
-             "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks}
+             "hostname_prefix": hostname_prefix, "network": network, "keep_disks": keep_disks,
+             "where": list(where) if where else None, "spread": spread, "pack": pack, "exclusive": exclusive}
     given = [k for k in KEYS if flags.get(k) is not None]
     if file is not None:
         if given:
@@ -274,6 +282,8 @@ def show(
                   + f", {'preemptible' if req.preemptible else 'not preemptible'}"
                   + (f", user {escape(printable(req.user))}" if req.user else "")
                   + f", submitted {when(req.submit_time)}", soft_wrap=True)
+    if req.placement is not None:
+        console.print(f"  placement: {escape(req.placement.describe())}", soft_wrap=True)
     if req.image is not None:
         boot = (f"disk {req.image.disk}" if req.image.disk else
                 f"kernel {req.image.kernel}" + (f" initrd {req.image.initrd}" if req.image.initrd else "")

@@ -164,7 +164,8 @@ def _timeline_json(timeline: Timeline) -> dict:
                                      "kind": bar.kind.value, "state": bar.state.value, "role": bar.role or None,
                                      "start": iso(bar.start), "end": iso(bar.end)} for bar in row.bars]}
                   for row in timeline.rows],
-        "leases": [{"id": info.id, "label": info.label, "type": info.type, "state": info.state}
+        "leases": [{"id": info.id, "label": info.label, "type": info.type, "state": info.state,
+                    "placement": info.placement or None}
                    for info in timeline.leases.values()],
     }
 

@@ -79,6 +79,8 @@ def _show(result: Report, lease_id: int | None, json_out: Path | None, png: Path
         return
     if result.rows:
         print_report(result, console)
+    for lease, placement in sorted(result.placements.items()):
+        console.print(f"lease {lease} placed by: {escape(placement)}", soft_wrap=True)
     print_host_losses(result.host_losses, console)
     if png is not None:
         write_png(render_png, result, png, console)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.model.errors import IllegalTransition, InvalidRequest
 from orchestrator.model.guest import GuestSetup
+from orchestrator.model.placement import Placement
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState, can_transition
@@ -90,6 +91,7 @@ class LeaseRequest:
     #: `not_after` the latest it may end, None: no limit); once planned, the request has its start fixed
     earliest: bool = False
     not_after: datetime | None = None
+    placement: Placement | None = None      # constraints on hosts, spread/pack, exclusive (None: none)
 
     #: derived once here, read on every scheduling attempt: all nodes added up, and the node size when
     #: every node is alike (None otherwise)

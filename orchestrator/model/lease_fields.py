@@ -25,6 +25,7 @@ from drivers.cloudinit import parse_user_data, read_ssh_public_key
 from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.guest import GuestSetup
 from orchestrator.model.lease import MAX_DIRTY_RATE_MIB_S, LeaseRequest, LeaseType, VMImage
+from orchestrator.model.placement import Placement, placement_of
 from orchestrator.model.numbers import MAX_WHOLE, parse_decimal, parse_whole
 from orchestrator.model.quota import check_user
 from orchestrator.model.resources import Resources
@@ -32,9 +33,9 @@ from orchestrator.model.text import check_printable
 from orchestrator.model.timeutil import duration_from_seconds, in_range, iso, parse_duration, parse_time
 
 #: every key a lease file may have, in the order they are documented
-KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "not_before", "not_after", "preemptible", "image", "kernel", "initrd",
-        "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
-        "keep_disks")
+KEYS = ("type", "nodes", "cpus", "memory", "duration", "start", "not_before", "not_after", "preemptible", "image",
+        "kernel", "initrd", "cmdline", "user", "name", "dirty_rate", "disk_size", "ssh_key", "user_data", "hostname_prefix", "network",
+        "keep_disks", "where", "spread", "pack", "exclusive")
 #: the keys that make up a lease's guest setup (they need an image with a disk)
 GUEST_KEYS = ("disk_size", "ssh_key", "user_data", "hostname_prefix", "network", "keep_disks")
 MAX_USER_DATA_BYTES = 64 * 1024   # what fits a NoCloud seed comfortably; cloud-init's own limit is larger
@@ -169,6 +170,8 @@ class Fields:
 ImageResolver = Callable[[str], VMImage]
 #: (number of VMs, size of each) -> None, or `InvalidRequest` when the site could never hold them
 SiteCheck = Callable[[int, Resources], None]
+#: an exclusive lease's placement -> the VM size that takes a whole host it may get (the smallest such host)
+WholeHost = Callable[[Placement], Resources]
 
 
 class GuestSources(Protocol):
@@ -221,7 +224,7 @@ class InlineGuest:
 def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_user: str,
                         guest: GuestSources | None = None, label: Callable[[str], str] = str,
                         where: str | None = None, images: ImageResolver | None = None,
-                        site: SiteCheck | None = None) -> LeaseRequest:
+                        site: SiteCheck | None = None, whole_host: WholeHost | None = None) -> LeaseRequest:
     """Build and validate a request from raw values keyed by `KEYS` (None = not given).
 
     `label` turns a key into the name used in errors (the key itself for files, the flag for the CLI);
@@ -229,13 +232,18 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     immediate, a time = advance reservation (which must not be in the past). `site` checks the size
     against the hosts before the request's list of nodes is made (a million VMs is refused at once).
     `default_user` owns the lease when `user` is not given; `guest` reads the keys and cloud-config
-    (default: given as text, `InlineGuest`)."""
+    (default: given as text, `InlineGuest`). An exclusive lease without `cpus` or `memory` takes the host's
+    (`whole_host`: the size of the smallest host its placement allows)."""
     f = Fields(values, label, where)
     check_keys(values, label, where)
 
     nodes = f.whole("nodes", default=1)
-    cpus = f.whole("cpus")
-    memory = f.whole("memory")
+    host = None
+    if whole_host is not None and f.get("exclusive") is True and not (f.present("cpus") and f.present("memory")):
+        placement = _placement(f)
+        host = None if placement is None else whole_host(placement)
+    cpus = f.whole("cpus") if host is None or f.present("cpus") else max(1, int(host.vcpus))
+    memory = f.whole("memory") if host is None or f.present("memory") else int(host.memory)
     duration = f.duration("duration")
     start = f.start("start", now)
     earliest = start == "earliest"
@@ -292,6 +300,8 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
     name = f.text("name") or ""
     dirty_rate = f.number("dirty_rate", MAX_DIRTY_RATE_MIB_S)
 
+    placement = _placement(f)
+
     node = Resources.of(cpus, memory)
     try:
         if site is not None:
@@ -310,6 +320,7 @@ def request_from_fields(values: Mapping[str, Any], now: datetime, *, default_use
             guest=guest_setup,
             earliest=earliest,
             not_after=not_after,
+            placement=placement,
         )
     except InvalidRequest as exc:   # the site's and the request's own checks (a lease ending after 9998)
         raise f.error(exc.field, exc.problem) if exc.field in KEYS else InvalidRequest(
@@ -367,6 +378,17 @@ def _guest_setup(f: Fields, image: VMImage | None, sources: GuestSources) -> Gue
         raise f.error(exc.field, exc.problem) from None
 
 
+def _placement(f: Fields) -> Placement | None:
+    """`where` (a list of constraints, or one), `spread`, `pack`, `exclusive`: None when none is asked for."""
+    where = f.get("where")
+    if where is not None and not isinstance(where, (str, list, tuple)):
+        raise f.error("where", f"must be a list of constraints such as gpu=a100 (got {shown(where)})")
+    try:
+        return placement_of(where, f.boolean("spread"), f.boolean("pack"), f.boolean("exclusive"), f.label)
+    except InvalidRequest as exc:
+        raise InvalidRequest(exc.field, exc.problem, where=f.where) from None
+
+
 def _size_mib(f: Fields, key: str) -> int | None:
     """A size as 20G, 512M, 2048 (MiB), 1.5GiB... in whole MiB."""
     value = f.get(key)
@@ -414,7 +436,8 @@ _FIELD_CHECKS: dict[str, Callable[[Fields, str], object]] = {
     "image": Fields.text, "kernel": Fields.path, "initrd": Fields.path, "cmdline": Fields.text, "user": Fields.user,
     "name": Fields.text, "dirty_rate": lambda f, k: f.number(k, MAX_DIRTY_RATE_MIB_S),
     "disk_size": lambda f, k: _size_mib(f, k), "ssh_key": _inline_keys, "user_data": _inline_user_data,
-    "hostname_prefix": _hostname_prefix,
+    "hostname_prefix": _hostname_prefix, "spread": Fields.boolean, "pack": Fields.boolean,
+    "exclusive": Fields.boolean, "where": lambda f, k: _placement(f),
 }
 
 

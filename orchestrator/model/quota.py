@@ -121,10 +121,24 @@ def vm_memory_mib(node: Resources) -> int:
     return max(1, math.ceil(node.memory - EPSILON))
 
 
-def holding_of(request: LeaseRequest) -> Holding:
-    """What a request holds while it is live."""
+def holding_of(request: LeaseRequest, whole: Resources | None = None) -> Holding:
+    """What a request holds while it is live. An exclusive one holds whole hosts: `whole` (the largest
+    host it may get, when known) per VM."""
+    placement = request.placement
+    if whole is not None and placement is not None and placement.exclusive:
+        n = request.numnodes
+        return Holding(vm_vcpus(whole) * n, vm_memory_mib(whole) * n, n)
     return Holding(sum(vm_vcpus(n) for n in request.nodes), sum(vm_memory_mib(n) for n in request.nodes),
                    request.numnodes)
+
+
+def lease_holding(lease: Lease) -> Holding:
+    """What a live lease holds: an exclusive lease planned on hosts, those hosts whole."""
+    placement, vm = lease.request.placement, lease.last_vm
+    if placement is not None and placement.exclusive and vm is not None and vm.resources:
+        held = vm.resources.values()
+        return Holding(sum(vm_vcpus(r) for r in held), sum(vm_memory_mib(r) for r in held), lease.numnodes)
+    return holding_of(lease.request)
 
 
 def holdings_by_user(leases: Iterable[Lease]) -> dict[str, Holding]:
@@ -133,7 +147,7 @@ def holdings_by_user(leases: Iterable[Lease]) -> dict[str, Holding]:
     for lease in leases:
         if not lease.is_final:
             user = lease.request.user
-            out[user] = out.get(user, NOTHING) + holding_of(lease.request)
+            out[user] = out.get(user, NOTHING) + lease_holding(lease)
     return out
 
 
@@ -210,11 +224,11 @@ def _held_by(subject: str, held: Mapping[str, Holding], groups_of: Callable[[str
 
 
 def check_request(request: LeaseRequest, now: datetime, quotas: Mapping[str, Quota], held: Mapping[str, Holding],
-                  groups_of: Callable[[str], frozenset[str]]) -> None:
+                  groups_of: Callable[[str], frozenset[str]], whole: Resources | None = None) -> None:
     """Refuse a new request over its owner's quota or one of its owner's groups' (`QuotaExceeded`, the first
     exceeded limit: the user's own before its groups', and vCPUs, memory, VMs, duration, ahead in that order).
-    `held`: user -> what they hold now, the request not included."""
-    adding = holding_of(request)
+    `held`: user -> what they hold now, the request not included; `whole`: see `holding_of`."""
+    adding = holding_of(request, whole)
     ahead = ahead_of(request, now)
     for subject, quota in applicable(request.user, quotas, groups_of):
         check_holding(subject, quota, _held_by(subject, held, groups_of), adding)

@@ -21,6 +21,8 @@ class Workload:
 
     requests: list[tuple[str, LeaseRequest]]
     site: list[tuple[str, Resources]] | None = None
+    #: host -> its properties, for leases that carry `where` constraints (an LWF site's `properties`)
+    properties: dict[str, dict[str, str]] = field(default_factory=dict)
     source: str = ""
     skipped: dict[str, int] = field(default_factory=dict)   # reason -> number of trace entries left out
     name: str = ""

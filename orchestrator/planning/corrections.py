@@ -173,11 +173,11 @@ def planned_end(s: Planner, lease_id: int) -> datetime:
     return vm.final_end
 
 
-def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> tuple[Lease, datetime | None]:
+def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> Lease:
     """Make a lease shorter by `by`: its planned end comes earlier (a lease planned to be suspended that
-    would now finish before the suspension ends then instead), or, not planned yet, it will run less.
-    Returns the lease and until when capacity was freed (None: none was). Refused, with the reason, when
-    it would end before it started or at or before now."""
+    would now finish before the suspension ends then instead), or, not planned yet, it will run less. What
+    it frees goes at once to the leases planned after it and the queue. Refused, with the reason, when it
+    would end before it started or at or before now."""
     lease = s.lease(lease_id)
     if by <= ZERO:
         raise InvalidRequest("by", f"must be positive (got {by})")
@@ -193,13 +193,13 @@ def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> tuple[Le
     vm = lease.last_vm
     if lease.state in (S.PENDING, S.QUEUED, S.SUSPENDED_QUEUED) or vm is None or vm not in s.table:
         lease.request = request
-        return lease, None
+        return lease
     shutdown = s.vm.overheads.shutdown_time(lease)
     if vm.is_suspending:
         run = duration - lease.accumulated
         if vm.start + run >= vm.end:   # (still more to run than this stretch: it resumes for less)
             lease.request = request
-            return lease, None
+            return lease
         new_end = vm.start + run + shutdown
     else:
         new_end = vm.final_end - by
@@ -216,4 +216,5 @@ def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> tuple[Le
     vm.end = new_end
     s.vm.plan_shutdown(lease, vm)
     s.replan(lease)
-    return lease, old_end
+    s.reevaluate(now, old_end)
+    return lease

@@ -17,7 +17,7 @@ from orchestrator.model.errors import (
     NotSchedulable,
 )
 from orchestrator.model.lease import Lease, LeaseType
-from orchestrator.model.reservations import Reservation
+from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import FOREVER, iso
 from orchestrator.planning.planner import Planner
@@ -110,3 +110,28 @@ def _planned_vm(lease: Lease) -> Reservation:
     if vm is None:
         raise InconsistentSchedule(f"lease {lease.id} was scheduled but has no VM reservation")
     return vm
+
+
+def block_host(scheduler: Planner, host: str, since: datetime) -> Reservation:
+    """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
+    block = Reservation(lease_id=0, kind=ReservationKind.UNAVAILABLE, start=since, end=FOREVER,
+                        resources={host: scheduler.table.capacity(host)})
+    scheduler.table.add(block)
+    scheduler.blocks[host] = block
+    return block
+
+
+def unblock_host(scheduler: Planner, host: str) -> Reservation | None:
+    """Take a drained host's block out of the plan (the block, or None if the host had none)."""
+    block = scheduler.blocks.pop(host, None)
+    if block is not None:
+        scheduler.table.remove(block)
+    return block
+
+
+def undrain(scheduler: Planner, host: str, now: datetime) -> None:
+    """Make a drained host available again: leases planned in the future may move earlier onto it (leases
+    that moved away and run elsewhere stay where they are)."""
+    if scheduler.unblock_host(host) is None:
+        raise InvalidRequest("host", f"{host} is not drained")
+    scheduler.reevaluate(now, FOREVER)

@@ -25,7 +25,7 @@ the past, or a lease for which no host has room until its end, gets no evacuatio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -38,6 +38,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
+from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
@@ -61,8 +62,11 @@ class Evacuation:
 
 class EvacuationPlanner:
     def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
-                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool]):
+                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool],
+                 allowed_hosts: Callable[[Lease], Collection[str] | None] = lambda lease: None):
+        """`allowed_hosts`: the hosts the mapper's filter step lets a lease use (None: all)."""
         self.table = table
+        self.allowed_hosts = allowed_hosts
         self.config = config
         self.overheads = overheads
         self.host_selection = host_selection
@@ -140,7 +144,8 @@ class EvacuationPlanner:
     def _destinations(self, lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
                       start: datetime, end: datetime) -> dict[int, str] | None:
         """vnode -> host for the whole lease over [start, end): staying VMs keep their hosts, moving ones
-        go, largest first, to the first host in the policy's order that can hold them until `end`.
+        go, largest first, to the first host in the policy's order that can hold them until `end`,
+        among those the lease's constraints allow; a spread lease's VM to a host none of its VMs is on.
 
         A host without room for the VM even at `start` is passed over without walking its timeline: on
         a busy site that is most of them, and the arrays read for the ranking answer it (the same
@@ -153,9 +158,13 @@ class EvacuationPlanner:
         for v, host in vm.nodes.items():
             if v not in moving:
                 held[host] = add(held.get(host, NOTHING), requests[v])
+        exclusive = lease.request.placement is not None and lease.request.placement.exclusive
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
-        candidates = [(names[row], row) for row in ranking if names[row] not in avoid]
+        allowed = self.allowed_hosts(lease) if lease.request.placement is not None else None
+        candidates = [(names[row], row) for row in ranking
+                      if names[row] not in avoid and (allowed is None or names[row] in allowed)]
+        spread = lease.request.placement is not None and lease.request.placement.spread
         fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
         went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):
@@ -166,9 +175,9 @@ class EvacuationPlanner:
             # (a VM like the last one fits on none of the hosts that one passed over: they hold the same)
             for i in range(went_to.get(request, 0), len(candidates)):
                 host, row = candidates[i]
-                if not fits_now[row]:
-                    continue   # (with the lease's VMs there too, it fits even less)
-                trial = add(held.get(host, NOTHING), request)
+                if not fits_now[row] or (spread and host in held) or (exclusive and bool((used[row] > EPSILON).any())):
+                    continue   # (with the lease's VMs there too, it fits even less; exclusive: not empty)
+                trial = table.capacity(host) if exclusive else add(held.get(host, NOTHING), request)
                 if table.fits(host, trial, start, end):
                     held[host] = trial
                     nodes[v] = host
@@ -185,8 +194,12 @@ class EvacuationPlanner:
         requests = lease.request.nodes
         bandwidth = cfg.live_bandwidth
         held: dict[str, Resources] = {}
+        exclusive = lease.request.placement is not None and lease.request.placement.exclusive
         for v in moving:
             src, dst = vm.nodes[v], nodes[v]
+            if exclusive:   # (the destination whole; the source's network is the whole host its VM holds)
+                held[dst], held[src] = self.table.capacity(dst), held.get(src, NOTHING)
+                continue
             held[dst] = add(held.get(dst, NOTHING), requests[v])
             held[dst] = add(held[dst], self._metered(dst, Resources(0, 0, 0, bandwidth, 0)))
             held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))
@@ -211,7 +224,8 @@ class EvacuationPlanner:
         )
         per_host: dict[str, Resources] = {}
         for v, host in nodes.items():
-            per_host[host] = add(per_host.get(host, NOTHING), requests[v])
+            per_host[host] = (self.table.capacity(host) if exclusive
+                              else add(per_host.get(host, NOTHING), requests[v]))
         continuation = Reservation(lease_id=lease.id, kind=ReservationKind.VM, start=m_end, end=end,
                                    resources=per_host, nodes=nodes, continues=True, pre=[migration])
         migration.vm = continuation

@@ -38,7 +38,7 @@ from orchestrator.model.reservations import (
 )
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState as S
-from orchestrator.model.timeutil import FOREVER, ZERO
+from orchestrator.model.timeutil import ZERO
 from orchestrator.planning.enactment import (
     EnactmentError,
     Enactor,
@@ -50,9 +50,10 @@ from orchestrator.planning.drain import DrainPlan, plan_drain
 from orchestrator.planning.evacuation import Evacuation, EvacuationPlanner
 from orchestrator.planning.mapper import Mapper
 from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
-from orchestrator.planning import corrections
+from orchestrator.planning import corrections, drain
 from orchestrator.planning.corrections import enactment_error
 from orchestrator.planning.events import EARLY_END, END, PlanEvents
+from orchestrator.planning.policies.host_filter import HostFacts, HostFilters
 from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.slottable.core import HostTimeline
@@ -71,10 +72,12 @@ class LeaseScheduler:
         self.admission = ADMISSION.create(config.policy_admission)
         self.preemption = PREEMPTION.create(config.policy_preemption)
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
-        self.mapper = Mapper(table, self.host_selection, self.preemption)
+        #: what the filter step knows of the hosts (their properties: set before scheduling)
+        self.host_facts = HostFacts()
+        self.mapper = Mapper(table, self.host_selection, self.preemption, HostFilters(self.host_facts))
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
         self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
-                                            self.vm.may_suspend)
+                                            self.vm.may_suspend, self.mapper.allowed_hosts)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue = LeaseQueue()
@@ -128,7 +131,8 @@ class LeaseScheduler:
         lease.history.append((now, S.NEW))
         self.touch(lease)
         self.leases[lease.id] = lease
-        reason = self.admission.reject_reason(lease) or self.table.misfit(lease.request.nodes)
+        reason = (self.admission.reject_reason(lease) or self.table.misfit(lease.request.nodes)
+                  or self.mapper.misfit(lease))
         if reason:
             self._reject(lease, reason, now)
         else:
@@ -143,9 +147,11 @@ class LeaseScheduler:
 
     def hosts_added(self, timelines: list[HostTimeline]) -> None:
         self._queue_dirty = True
+        self.host_facts.version += 1   # (the filters' answers name the table's hosts)
 
     def host_removed(self, name: str) -> None:
         self._queue_dirty = True
+        self.host_facts.version += 1
 
     def _reject(self, lease: Lease, reason: str, now: datetime) -> None:
         lease.reason = reason
@@ -619,26 +625,13 @@ class LeaseScheduler:
         return plan_drain(self, host, by, now)
 
     def block_host(self, host: str, since: datetime) -> Reservation:
-        """Hold all of `host` from `since` on (a drained host); nothing may be planned there then."""
-        block = Reservation(lease_id=0, kind=ReservationKind.UNAVAILABLE, start=since, end=FOREVER,
-                            resources={host: self.table.capacity(host)})
-        self.table.add(block)
-        self.blocks[host] = block
-        return block
+        return drain.block_host(self, host, since)
 
     def unblock_host(self, host: str) -> Reservation | None:
-        """Take a drained host's block out of the plan (the block, or None if the host had none)."""
-        block = self.blocks.pop(host, None)
-        if block is not None:
-            self.table.remove(block)
-        return block
+        return drain.unblock_host(self, host)
 
     def undrain(self, host: str, now: datetime) -> None:
-        """Make a drained host available again: leases planned in the future may move earlier onto it
-        (leases that moved away and run elsewhere stay where they are)."""
-        if self.unblock_host(host) is None:
-            raise InvalidRequest("host", f"{host} is not drained")
-        self.reevaluate(now, FOREVER)
+        drain.undrain(self, host, now)
 
     # -- persistence, and corrections from outside (`corrections`) ------------------------------------------
     def restore(self, leases: list[Lease], future: Collection[int] = (), counters: dict | None = None) -> None:
@@ -681,11 +674,7 @@ class LeaseScheduler:
         return corrections.extend(self, lease_id, by, now)
 
     def shorten(self, lease_id: int, by: timedelta, now: datetime) -> Lease:
-        """A lease made shorter: what it frees goes at once to the leases planned after it and the queue."""
-        lease, freed_until = corrections.shorten(self, lease_id, by, now)
-        if freed_until is not None:
-            self.reevaluate(now, freed_until)
-        return lease
+        return corrections.shorten(self, lease_id, by, now)
 
     def planned_end(self, lease_id: int) -> datetime:
         return corrections.planned_end(self, lease_id)

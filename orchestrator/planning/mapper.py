@@ -1,8 +1,10 @@
 """The mapper: places a lease's virtual nodes on hosts for [start, end), preempting if it must.
 
-Stages, as in the Kubernetes scheduler framework: *filter* (hosts where the smallest node fits at the
-start), *score* (the host-selection policy orders them), *reserve* (nodes assigned greedily in that
-order, packing or spreading per the policy). *Bind* is the scheduler's job: it turns the mapping into
+Stages, as in the Kubernetes scheduler framework: *filter* (the host-filter plugins a lease's placement
+calls on, `policies/host_filter.py`, then the hosts where the smallest node fits at the start), *score*
+(the host-selection policy orders them), *reserve* (nodes assigned greedily in that order, packing or
+spreading per the policy, or per the lease's own `--spread`/`--pack`; `--exclusive`: one empty host each,
+held whole). *Bind* is the scheduler's job: it turns the mapping into
 reservations. With `strict_end` off the mapping may end early (the latest end that fits on every host
 used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
 `min_end` are passed over, so a placement cut too short to be worth running is not built while one that
@@ -29,10 +31,12 @@ from typing import NamedTuple, TypeVar, cast
 import numpy as np
 
 from orchestrator.model.lease import Lease
+from orchestrator.model.placement import refusal
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
+from orchestrator.planning.policies.host_filter import HostFilters
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
 from orchestrator.planning.slottable.keys import AT_START
@@ -47,15 +51,21 @@ class Mapping:
     nodes: dict[int, str]
     end: datetime
     victims: list[Lease] = field(default_factory=list)
+    #: what each host holds when it is not what the nodes add up to: an exclusive lease's hosts, whole
+    held: dict[str, Resources] | None = None
 
-    def __init__(self, nodes: dict[int, str], end: datetime, victims: list[Lease] | None = None) -> None:
+    def __init__(self, nodes: dict[int, str], end: datetime, victims: list[Lease] | None = None,
+                 held: dict[str, Resources] | None = None) -> None:
         # (written out: compiled, it is native code; one is made per placement tried)
         self.nodes = nodes
         self.end = end
         self.victims = [] if victims is None else victims
+        self.held = held
 
     def per_host(self, lease: Lease) -> dict[str, Resources]:
         """Total resources held on each host by this mapping."""
+        if self.held is not None:
+            return dict(self.held)
         alike = lease.request.uniform
         if alike is not None:   # (count the nodes per host, then one product each)
             counts: dict[str, int] = {}
@@ -105,11 +115,21 @@ class _HostsAtStart(NamedTuple):
 
 
 class Mapper:
-    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy):
+    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy,
+                 filters: HostFilters | None = None):
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
+        #: the filter step's plugins (`policies.host_filter`): None, or none applying, is every host
+        self.filters = filters
         self._derived: dict[tuple, object] = {}
+
+    def allowed_hosts(self, lease: Lease, only_hosts: Collection[str] | None = None) -> Collection[str] | None:
+        """The hosts the filters let the lease use, within `only_hosts` (None: every host)."""
+        allowed = None if self.filters is None else self.filters.allowed(lease, self.table.hosts)
+        if allowed is None:
+            return only_hosts
+        return allowed if only_hosts is None else allowed.intersection(only_hosts)
 
     def map(
         self,
@@ -128,6 +148,8 @@ class Mapper:
         preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
         over, as a mapping that ends sooner is of no use to the caller."""
         floor = None if min_end is None or strict_end else max(start, min(min_end, end))
+        if lease.request.placement is not None:
+            only_hosts = self.allowed_hosts(lease, only_hosts)
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -154,6 +176,9 @@ class Mapper:
         a lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
         added up: kept up to date by the host states, so this is a lookup); otherwise the site's free
         total must cover the lease's total."""
+        if lease.request.placement is not None:   # (the site's free total says nothing of a few hosts)
+            only_hosts = self.allowed_hosts(lease, only_hosts)
+            return self._could_fit_on(lease, t, self.table.hosts if only_hosts is None else only_hosts)
         node = lease.request.uniform
         if node is not None:
             return self.table.room_total(node, t, only_hosts) >= lease.numnodes
@@ -163,6 +188,33 @@ class Mapper:
         if free is None:
             free = self._remember(key, (cap - used).sum(axis=0) + EPSILON)
         return bool(np.all(free >= np.array(lease.total_request)))
+
+    def misfit(self, lease: Lease) -> str | None:
+        """Why the hosts a lease's placement allows could never hold it, even empty (None: they could)."""
+        placement = lease.request.placement
+        if placement is None:
+            return None
+        table = self.table
+        facts = self.filters.facts.properties if self.filters is not None else {}
+        return refusal(placement, lease.request.nodes, {h: facts.get(h, {}) for h in table.hosts},
+                       {h: table.capacity(h) for h in table.hosts})
+
+    def _could_fit_on(self, lease: Lease, t: datetime, hosts: Collection[str]) -> bool:
+        """`could_fit_at` on some hosts: each node needs room on some host, a spread lease one host each,
+        an exclusive one an empty host each."""
+        if not hosts:
+            return False
+        names, used, cap, _, _ = self.table.state_arrays(t)
+        rows = [self.table.row(h) for h in hosts]
+        placement = lease.request.placement
+        if placement is not None and placement.exclusive:
+            return int((used[rows] <= EPSILON).all(axis=1).sum()) >= lease.numnodes
+        free = (cap[rows] - used[rows]).sum(axis=0) + EPSILON
+        if not bool(np.all(free >= np.array(lease.total_request))):
+            return False
+        if placement is not None and placement.spread:
+            return int(fits_rows(used[rows], _least(lease), cap[rows]).sum()) >= lease.numnodes
+        return True
 
     def site_full(self, t: datetime) -> bool:
         """No CPU free on any host at t."""
@@ -182,6 +234,9 @@ class Mapper:
     def _place(self, ask: _Ask) -> Mapping | None:
         """Read the hosts at the start, filter and score them, then reserve nodes on them in that order:
         host by host for alike nodes on a packing policy, else node by node."""
+        placement = ask.lease.request.placement
+        if placement is not None and (placement.affinity is not None or placement.exclusive):
+            return self._place_by_affinity(ask, placement.spread, placement.exclusive)
         alike = ask.lease.request.uniform
         packing = alike if alike is not None and self.host_selection.packs else None
         hosts = self._hosts_at_start(ask, packing)
@@ -192,6 +247,28 @@ class Mapper:
         if packing is not None:
             return _AlikePacking(self.table, ask, packing, steady).place(ranked, hosts)
         return _NodeByNode(self.table, ask, hosts, steady).place(ranked, self.host_selection.packs)
+
+    def _place_by_affinity(self, ask: _Ask, spread: bool, exclusive: bool) -> Mapping | None:
+        """A lease that says how its VMs share hosts: spread, one node per host in the policy's order
+        (exclusive: each an empty host, held whole); pack, the hosts with the most room first, each filled
+        before the next (as few hosts as it takes)."""
+        hosts = self._hosts_at_start(ask, None)
+        everywhere = len(ask.hosts) == len(hosts.names)
+        candidates = self._filter(hosts, None if everywhere else ask.hosts, _smallest(ask))
+        if exclusive and candidates.size:
+            assert hosts.used is not None
+            candidates = candidates[(hosts.used[candidates] <= EPSILON).all(axis=1)]
+        if not candidates.size:
+            return None
+        if spread:
+            if candidates.size < len(ask.vnodes):
+                return None
+            return _NodeByNode(self.table, ask, hosts, self._steady(ask), once=True, whole=exclusive).place(
+                self._score(hosts, candidates), packs=False)
+        assert hosts.used is not None
+        free = hosts.cap[candidates] - hosts.used[candidates]
+        ranked = candidates[np.lexsort((-free[:, 1], -free[:, 0]))].tolist()   # (stable: ties keep the site's order)
+        return _NodeByNode(self.table, ask, hosts, self._steady(ask)).place(ranked, packs=True)
 
     def _hosts_at_start(self, ask: _Ask, packing: Resources | None) -> _HostsAtStart:
         """Every host's usage at the start, as if the excluded reservations were gone. For alike nodes on a
@@ -313,6 +390,12 @@ class Mapper:
         return mapping
 
 
+def _least(lease: Lease) -> Resources:
+    """Per resource, the least any node of the lease asks."""
+    requests = lease.request.nodes
+    return Resources(*(min(n[i] for n in requests) for i in range(len(NOTHING))))
+
+
 def _smallest(ask: _Ask) -> Resources:
     """Per resource, the least any node asks: a host where even that does not fit can hold no node (the
     node with the least memory is not enough: it may need more CPU than another node)."""
@@ -327,10 +410,16 @@ class _NodeByNode:
     one node per round."""
 
     __slots__ = ("table", "start", "end", "strict_end", "excluding", "floor", "requests", "alike", "names",
-                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until")
+                 "used", "cap", "steady", "end_key", "at_start", "remaining", "nodes", "held", "until", "once",
+                 "whole")
 
-    def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None):
+    def __init__(self, table: SlotTable, ask: _Ask, hosts: _HostsAtStart, steady: np.ndarray | None,
+                 once: bool = False, whole: bool = False):
+        """`once`: spreading gives each host one node and no more (a spread lease: one VM per host);
+        `whole`: each host is held whole (an exclusive lease), whatever its node asks."""
         self.table = table
+        self.once = once
+        self.whole = whole
         self.start, self.end, self.strict_end, self.excluding = ask.start, ask.end, ask.strict_end, ask.excluding
         self.floor = ask.start if ask.floor is None else ask.floor
         self.requests = ask.lease.request.nodes
@@ -352,7 +441,8 @@ class _NodeByNode:
             self._spread(ranked)
         if self.remaining:
             return None
-        return Mapping(nodes=self.nodes, end=min(self.until[h] for h in self.held))
+        return Mapping(nodes=self.nodes, end=min(self.until[h] for h in self.held),
+                       held=dict(self.held) if self.whole else None)
 
     def _pack(self, ranked: list[int]) -> None:
         names, remaining = self.names, self.remaining
@@ -373,7 +463,7 @@ class _NodeByNode:
                     break
                 if self._take_one(host, row):
                     still.append((host, row))
-            active = still
+            active = [] if self.once else still
 
     def _take_one(self, host: str, row: int) -> bool:
         """Put the first remaining node that fits on the host; False if none does."""
@@ -399,6 +489,10 @@ class _NodeByNode:
         """Add the node to the host if it fits there with the nodes the host has taken already."""
         before = self.held.get(host)
         request = self.requests[vnode]
+        if self.whole:   # (the node must fit, and the host is held whole: empty over the interval)
+            if not fits(NOTHING, request, self._at_start(row)[1]):
+                return False
+            request = self._at_start(row)[1]
         trial = request if before is None else add(before, request)
         # not even at the start: no need to walk the timeline (the filter stage already checked the
         # smallest node, which for alike nodes is any first one on the host)

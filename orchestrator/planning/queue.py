@@ -65,10 +65,10 @@ class LeaseQueue:
 class FailureMemo:
     """Within one pass over the queue, skip leases that cannot fit now because a smaller one did not.
 
-    Exact for leases whose nodes are all alike and that are not resuming (those carry host restrictions
-    and extra overheads). Each is compared by the shortest run a placement of it must last now
-    (`VMScheduler.shortest_run`: its whole run, or its scheduling threshold when it may be suspended and
-    that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
+    Exact for leases whose nodes are all alike, that are not resuming (those carry host restrictions
+    and extra overheads) and that ask for no placement (constraints, spread, pack, exclusive). Each is
+    compared by the shortest run a placement of it must last now (`VMScheduler.shortest_run`: its whole
+    run, or its scheduling threshold when it may be suspended and that is shorter). If n nodes of size r have no placement lasting e ("strict" or "short": the mapper is
     told that shortest run and, for alike nodes, finds a placement lasting that long whenever one
     exists), then n' >= n nodes of size r' >= r have none lasting e' >= e either: any n of its nodes
     would be one. If they do not even fit at the instant ("instant"), no larger lease does, whatever its
@@ -81,7 +81,8 @@ class FailureMemo:
 
     def _shape(self, lease: Lease) -> tuple[int, Resources, timedelta] | None:
         node = lease.request.uniform
-        if node is None or lease.state is not S.QUEUED:
+        # (a lease restricted to some hosts, or spread, is no measure of the others, nor they of it)
+        if node is None or lease.state is not S.QUEUED or lease.request.placement is not None:
             return None
         return lease.numnodes, node, self._shortest_run(lease)
 

@@ -226,6 +226,9 @@ class VMScheduler:
         held = {}
         nodes, uniform = lease.request.nodes, lease.request.uniform
         capacity = self.table.capacity
+        placement = lease.request.placement
+        if placement is not None and placement.exclusive:   # (its hosts stay whole: nothing else meanwhile)
+            return {host: capacity(host) for host in steps_nodes}
         made: dict[tuple, Resources] = {}
         for host, vnodes in steps_nodes.items():
             cap = capacity(host)

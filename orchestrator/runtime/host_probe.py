@@ -65,6 +65,7 @@ def host_rows(records, usage: dict[str, dict[str, list[int]]], infos: dict[str, 
             "name": r.name, "uri": r.config.uri, "domain_type": r.config.domain_type, "vcpus": r.vcpus,
             "memory_mib": r.memory_mib, "available": r.available, "leases_now": usage[r.name]["now"],
             "leases_planned": usage[r.name]["planned"], "added_at": iso(r.added_at),
+            "properties": dict(r.config.properties),
         }
         if infos is not None:
             info = infos[r.name]

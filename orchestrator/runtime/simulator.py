@@ -102,6 +102,7 @@ def lease_json(lease: Lease, workload_id: str) -> dict:
         "start": iso(lease.start_time),
         "end": iso(lease.end_time) if lease.state is LeaseState.DONE else None,
         "reason": lease.reason or None,
+        **({"placement": lease.request.placement.describe()} if lease.request.placement is not None else {}),
         "reservations": [reservation_json(rr) for rr in parts],
     }
 
@@ -121,6 +122,8 @@ class Simulator:
         hosts = resolve_site(workload, config)
         self.table = SlotTable(hosts)
         self.scheduler = LeaseScheduler(self.table, config.scheduling)
+        for host, properties in workload.properties.items():
+            self.scheduler.host_facts.set_properties(host, properties)
         self.tally = LeaseTally(config.simulation.start)
         if retire is not None:
             self.scheduler.finished = []

@@ -52,6 +52,7 @@ from orchestrator.service.models import (
     FreeQuery,
     HostAddition,
     HostImport,
+    HostPropertyChange,
     ImageAddition,
     LeaseSubmission,
     Migration,
@@ -248,6 +249,10 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
         configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
         return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
+
+    @app.patch("/v1/hosts/{host}/properties", response_model=answers.HostPropertiesSet)
+    def host_set(host: HostPath, body: HostPropertyChange, who: Caller = Who) -> dict[str, Any]:
+        return service.host_set(who, host, body.set, body.unset)
 
     @app.delete("/v1/hosts/{host}", response_model=answers.HostRemoved)
     def host_remove(host: HostPath, drain: bool = False, who: Caller = Who) -> dict[str, Any]:

@@ -264,15 +264,19 @@ class Client:
         return self._call("POST", f"/v1/hosts/{_segment(host)}/undrain", answer=answers.Undrained)
 
     def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]:
-        return self._call("POST", "/v1/hosts", json={"config": asdict(config), "cpus": cpus, "memory": memory,
+        return self._call("POST", "/v1/hosts", json={"config": _host_json(config), "cpus": cpus, "memory": memory,
                                                      "timeout": timeout}, timeout=self._http.timeout.read + timeout,
                           answer=answers.HostAdded)
 
     def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
                     source: str) -> dict[str, Any]:
-        return self._call("POST", "/v1/hosts/import", json={"hosts": [asdict(c) for c in configs], "cpus": cpus,
+        return self._call("POST", "/v1/hosts/import", json={"hosts": [_host_json(c) for c in configs], "cpus": cpus,
                                                             "memory": memory, "timeout": timeout, "source": source},
                           timeout=self._http.timeout.read + timeout, answer=answers.HostsImported)
+
+    def host_set(self, host: str, properties: dict[str, str], unset: list[str]) -> dict[str, Any]:
+        return self._call("PATCH", f"/v1/hosts/{_segment(host)}/properties", json={"set": properties, "unset": unset},
+                          answer=answers.HostPropertiesSet)
 
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
         return self._call("DELETE", f"/v1/hosts/{_segment(host)}", params={"drain": drain}, answer=answers.HostRemoved)
@@ -409,3 +413,8 @@ def token_for(token_file: str | None, env: Mapping[str, str] | None = None) -> s
         except (UnicodeDecodeError, IndexError):
             raise RemoteError(f"client.token_file: {token_file} holds no token (one line of text)", 2) from None
     return env.get("LEASEWISE_TOKEN") or None
+
+
+def _host_json(config: HostConfig) -> dict[str, Any]:
+    """A host's settings as the API takes them (its properties a JSON object)."""
+    return {**asdict(config), "properties": dict(config.properties)}

@@ -24,6 +24,13 @@ class NotAllowed(LeasewiseError):
     exit_code = 4
 
 
+class Refused(LeasewiseError):
+    """Well-formed, but the scheduler says no (exit code 3): an extension that does not fit, a placement
+    no host meets, a host change that would strand a lease."""
+
+    exit_code = 3
+
+
 class NotAuthenticated(NotAllowed):
     """The caller could not be identified (no peer credentials, no valid token)."""
 

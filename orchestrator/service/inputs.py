@@ -16,6 +16,7 @@ from drivers.errors import DriverConfigError
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import ConfigError, InvalidRequest, shown
 from orchestrator.model.lease_fields import MAX_PATH
+from orchestrator.model.placement import properties_of
 from orchestrator.model.text import check_printable
 from orchestrator.model.images import IMAGE_FORMATS, CatalogImage
 
@@ -40,7 +41,11 @@ def host_config(values: dict[str, Any], option_of: Callable[[str], str] = lambda
     if isinstance(name, str) and not HOST_NAME.fullmatch(name):
         raise InvalidRequest(option_of("name"), f"{shown(name)} is not a short host name (letters, digits and "
                                                 "'-', at most 63, not starting or ending with '-')")
+    if values.get("properties") is not None:   # (short names, checked here for every client)
+        values = {**values, "properties": properties_of(values["properties"], option_of("properties"))}
     for key, value in values.items():
+        if key == "properties":
+            continue
         for text in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(text, str):
                 check_printable(text, option_of(key), max_length=MAX_PATH, allow_empty=True)

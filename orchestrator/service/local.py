@@ -199,6 +199,9 @@ class LocalBackend:
         done = self._writing().host_import(self._caller, configs, cpus, memory, timeout, source)
         return shaped(answers.HostsImported, done)
 
+    def host_set(self, host: str, properties: dict[str, str], unset: list[str]) -> dict[str, Any]:
+        return self._reading(_no_host(host)).host_set(self._caller, host, properties, unset)
+
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
         return shaped(answers.HostRemoved, self._reading(_no_host(host)).host_remove(self._caller, host, drain))
 

@@ -10,7 +10,7 @@ they see the last commit and block no one).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -18,43 +18,29 @@ from typing import Any, TypeVar
 
 from drivers.base import Driver
 from drivers.clock import Clock
-from drivers.base import MigrationReport
-from drivers.errors import DriverError, MigrationFailed
-from drivers.inventory import HostConfig
+from drivers.errors import DriverError
 from orchestrator.config import Config
-from orchestrator.model.errors import InvalidRequest, LeasewiseError
+from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.resources import Resources
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
+from orchestrator.model.placement import Placement, refusal, unknown_keys
 from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.model.timeutil import ZERO, iso, parse_time, positive_duration
-from orchestrator.runtime.driver_enactor import parse_vm_name
-from orchestrator.runtime.host_admin import (
-    capacities,
-    capacity_source,
-    image_on_hosts,
-    import_partition,
-    refuse_image_taken,
-    refuse_taken,
-    remove_host,
-    run_checks,
-    run_pair_checks,
-)
-from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.runtime.host_watch import SILENT_HOSTS
 from orchestrator.runtime.vm_access import lease_vms
 from orchestrator.service.calendar import CalendarWindow, Copied
-from orchestrator.service.identity import Caller, NotAllowed
+from orchestrator.service.host_use_cases import HostUseCases
+from orchestrator.service.identity import Caller, NotAllowed, Refused
 from orchestrator.service.backend import catalogue
-from orchestrator.service.inputs import check_image_request, check_reachable
 from orchestrator.service.limits import SubmissionRate
 from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening
 from orchestrator.state.answers import hosts_of
 from orchestrator.state.cluster import Cluster, check_site_can_hold
-from orchestrator.state.codec import image_json, migration_report_json
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
-from orchestrator.state.store import Event, Store, StoreError
+from orchestrator.state.store import Event, HostRecord, Store, StoreError
 from orchestrator.state.tokens import check_note, create_token, list_tokens, revoke_token, token_state
 
 T = TypeVar("T")
@@ -64,13 +50,31 @@ _VMS_EXIST = frozenset(RUNNING_STATES) | {LeaseState.SUSPENDED_PENDING, LeaseSta
                                           LeaseState.SUSPENDED_SCHEDULED, LeaseState.MIGRATING}
 
 
-class Refused(LeasewiseError):
-    """Well-formed, but the scheduler says no (exit code 3): an extension that does not fit."""
+def check_placement(request: LeaseRequest, hosts: Mapping[str, Mapping[str, str]],
+                    capacity: Mapping[str, Resources]) -> None:
+    """A constraint on a property no host has is bad input (a typo: exit 2); constraints no host meets, or
+    more VMs to spread than hosts that meet them, are refused (exit 3) with the reason."""
+    assert request.placement is not None
+    unknown = unknown_keys(request.placement, hosts)
+    if unknown:
+        known = sorted({k for props in hosts.values() for k in props})
+        raise InvalidRequest("where", f"no host has a property {unknown[0]!r} (known: "
+                                      f"{', '.join(known) if known else 'none: `leasewise host set NAME --property KEY=VALUE`'})")
+    why = refusal(request.placement, request.nodes, hosts, capacity)
+    if why is not None:
+        raise Refused(f"lease not submitted: {why}")
 
-    exit_code = 3
+
+def whole_host(placement: Placement, hosts: list[HostRecord]) -> Resources:
+    """The size of an exclusive VM given no `--cpus`/`--memory`: the smallest host the placement allows
+    (on a site of alike hosts, the whole host)."""
+    allowed = [h.capacity for h in hosts if placement.admits(h.config.property_map)]
+    if not allowed:
+        raise Refused(f"lease not submitted: no host meets {', '.join(map(str, placement.where))}")
+    return min(allowed, key=lambda c: (c.cpu, c.memory))
 
 
-class LeaseService:
+class LeaseService(HostUseCases):
     def __init__(self, store: Store, config: Config, session: ClusterSession, clock: Clock, driver: Driver | None,
                  *, wake: Callable[[], None] = lambda: None, vms_driver: Callable[[], Driver] | None = None,
                  one_connection: bool = False, submissions: SubmissionRate | None = None):
@@ -128,11 +132,6 @@ class LeaseService:
         if not caller.may_act_for(owner):
             raise NotAllowed(f"lease {lease.id} belongs to {owner or 'nobody'}: only its owner or an admin may {doing} it")
 
-    @staticmethod
-    def _admin_check(caller: Caller, doing: str) -> None:
-        if not caller.admin:
-            raise NotAllowed(f"{doing} is for admins ({caller.user} is not one)")
-
     @contextmanager
     def _vm_lookup(self) -> Iterator[Driver]:
         """The driver that finds a lease's VMs: the daemon's, else one made for this call."""
@@ -176,10 +175,17 @@ class LeaseService:
         store = self.reader()
         with store.snapshot():
             images = store.images()
-            capacities = [h.capacity for h in store.hosts()]
+            hosts = store.hosts()
+        capacities = [h.capacity for h in hosts]
         resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
-        return request_from_fields(submission.values(), self.now(), default_user=caller.user, guest=InlineGuest(),
-                                   images=resolve, site=lambda n, node: check_site_can_hold(capacities, n, node))
+        properties = {h.name: h.config.property_map for h in hosts}
+        request = request_from_fields(submission.values(), self.now(), default_user=caller.user,
+                                      guest=InlineGuest(), images=resolve,
+                                      site=lambda n, node: check_site_can_hold(capacities, n, node),
+                                      whole_host=lambda p: whole_host(p, hosts))
+        if request.placement is not None:
+            check_placement(request, properties, {h.name: h.capacity for h in hosts})
+        return request
 
     @staticmethod
     def _answered(store: Store, caller: Caller, key: str, fingerprint: str | None) -> dict[str, Any] | None:
@@ -370,180 +376,6 @@ class LeaseService:
             except (DriverError, NotImplementedError) as exc:
                 console, console_error = None, str(exc)
         return {"vm": vm.to_json(), "console": console, "console_error": console_error}
-
-    # -- hosts -------------------------------------------------------------------------------------------------
-    def drain(self, caller: Caller, host: str, by: datetime | None) -> dict[str, Any]:
-        self._admin_check(caller, "draining a host")
-        now = self.now()
-        with self.session.open() as cluster:
-            if host not in cluster.hosts:
-                raise InvalidRequest("host", f"no host named {host!r}")
-            plan = cluster.drain(host, by or now, now)
-            cluster.save(now)
-        self.wake()
-        return {"host": host, "unavailable_from": plan.unavailable_from.isoformat(),
-                "leases": [{"id": i, "change": what} for i, what in sorted(plan.leases.items())]}
-
-    def undrain(self, caller: Caller, host: str) -> dict[str, Any]:
-        self._admin_check(caller, "undraining a host")
-        now = self.now()
-        with self.session.open() as cluster:
-            if host not in cluster.hosts:
-                raise InvalidRequest("host", f"no host named {host!r}")
-            cluster.undrain(host, now)
-            cluster.save(now)
-        self.wake()
-        return {"host": host}
-
-    def hosts(self, caller: Caller, timeout: float) -> list[dict[str, Any]]:
-        """`host list`'s rows; the hosts are asked (libvirt) after the lock is let go."""
-        now = self.now()
-        with self.session.read() as cluster:
-            records = list(cluster.hosts.values())
-            usage = leases_on_hosts(cluster, now)
-        infos = probe_hosts([r.config for r in records], timeout) if self.config.daemon.driver == "libvirt" else None
-        return host_rows(records, usage, infos)
-
-    def images(self, caller: Caller) -> list[dict[str, Any]]:
-        """The catalogue, each image with the leases that use it (`image list`)."""
-        store = self.reader()
-        with store.snapshot():
-            return [{**image_json(i), "leases": store.leases_using_image(i.name)} for i in store.images()]
-
-    def image_remove(self, caller: Caller, name: str) -> None:
-        self._admin_check(caller, "removing an image from the catalogue")
-        with self.session.open() as cluster:
-            cluster.store.remove_image(name)
-
-    # -- host and catalogue administration (admins): hosts are asked before the lock is taken -----------------
-    # The daemon's driver knows every host the store has (and for a moment more, never fewer): it learns a
-    # new host in the transaction that adds it (one it refuses is not added), before the scheduler in memory
-    # is rebuilt with it, and forgets a host once its removal is committed. Without a driver (a CLI's own
-    # store) the next `run` makes its driver from the store.
-    def _reach(self, added: list[tuple[HostConfig, int, int]]) -> None:
-        """The new hosts (config, vCPUs, MiB) to the driver, inside the store's transaction."""
-        if self.driver is None:
-            return
-        known = set(self.driver.hosts())   # (a driver made with a host already keeps it as it is)
-        reached: list[str] = []
-        try:
-            for config, vcpus, mib in added:
-                if config.name not in known:
-                    self.driver.add_host(config, vcpus, mib)
-                    reached.append(config.name)
-        except (DriverError, ValueError) as exc:
-            for name in reached:
-                self.driver.remove_host(name)
-            raise LeasewiseError(f"host {config.name!r}: the server's driver refused it ({exc}): nothing added") from None
-
-    def _forget(self, host: str) -> None:
-        """A removed host out of the driver, after the commit."""
-        if self.driver is not None and host in self.driver.hosts():
-            self.driver.remove_host(host)
-
-    def host_add(self, caller: Caller, config: HostConfig, cpus: int | None, memory: int | None,
-                 timeout: float) -> dict[str, Any]:
-        """`host add`: the capacity given, else asked of the host (off the lock); the scheduler in memory
-        is rebuilt to know the new host."""
-        self._admin_check(caller, "adding hosts")
-        check_reachable(config, self.config.daemon.driver)
-        refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
-        vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
-        with self.session.open() as cluster:
-            cluster.store.add_host(config, vcpus, mib)
-            self._reach([(config, vcpus, mib)])
-        self.session.invalidate()
-        self.wake()   # (leases waiting for room may fit now)
-        return {"name": config.name, "vcpus": vcpus, "memory_mib": mib, "source": capacity_source(info)}
-
-    def host_import(self, caller: Caller, configs: list[HostConfig], cpus: int | None, memory: int | None,
-                    timeout: float, source: str) -> dict[str, Any]:
-        """`host import`: the new hosts of an inventory in one transaction (`source` names it in errors)."""
-        self._admin_check(caller, "importing hosts")
-        for config in configs:
-            check_reachable(config, self.config.daemon.driver)
-        new, _ = import_partition(self.reader(), configs, source)
-        found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
-        with self.session.open() as cluster:
-            new_now, skipped = import_partition(cluster.store, configs, source)   # again, under the lock
-            for cfg in new_now:
-                if cfg.name not in found:   # added by someone else meanwhile and removed again: ask
-                    raise LeasewiseError(f"host {cfg.name!r} changed in the store while importing: run the import again")
-                cluster.store.add_host(cfg, *found[cfg.name][:2])
-            self._reach([(c, *found[c.name][:2]) for c in new_now])
-        if new_now:
-            self.session.invalidate()
-            self.wake()
-        return {"added": [{"name": c.name, "vcpus": found[c.name][0], "memory_mib": found[c.name][1]} for c in new_now],
-                "skipped": skipped}
-
-    def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
-        """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""
-        self._admin_check(caller, "removing hosts")
-        now = self.now()
-        with self.session.open() as cluster:
-            moved = remove_host(cluster, host, drain, now)
-        self._forget(host)
-        self.wake()
-        return {"host": host, "requeued": moved}
-
-    def host_check(self, caller: Caller, host: str, timeout: float) -> dict[str, Any]:
-        """`host check`'s rows, by a connection of its own, and the rows of every pair of hosts with it on
-        either side; for admins, since it reaches the host with the server's credentials (its libvirt, its
-        ssh key)."""
-        self._admin_check(caller, "checking hosts")
-        store = self.reader()
-        with store.snapshot():
-            record = store.host(host)
-            records = store.hosts()
-            images = store.images()
-        driver = self.config.daemon.driver
-        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
-                "pairs": run_pair_checks(records, driver, timeout, host)}
-
-    def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
-        """`image add`: catalogued once every host read the file (asked off the lock); `values` are
-        CatalogImage's fields as given (`format` None: as the hosts read it)."""
-        self._admin_check(caller, "adding an image to the catalogue")
-        check_image_request(values)
-        store = self.reader()
-        with store.snapshot():
-            records = store.hosts()
-            refuse_image_taken(store, values["name"])
-        image = image_on_hosts(records, self.config.daemon.driver, values, caller.user)
-        with self.session.open() as cluster:
-            refuse_image_taken(cluster.store, image.name)
-            cluster.store.add_image(image)
-        return {**image_json(image), "hosts": len(records)}
-
-    def migrate(self, caller: Caller, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None,
-                timeout_s: float, on_timeout: str) -> dict[str, Any]:
-        """`migrate VM --to HOST`: one live migration by hand, through the server's driver, off the lock.
-
-        For admins only, not a lease's owner: as on the head node (where it needs the hosts' libvirt), it
-        moves a domain behind the scheduler's back, so the plan no longer says where its memory is, and it
-        takes room on the destination that the plan may have given to other leases. For the same reason the
-        VMs of leases the plan still holds are refused: `host drain` moves those, and the plan with them."""
-        self._admin_check(caller, "migrating a VM by hand")
-        owner = parse_vm_name(vm)
-        if owner is not None:
-            try:
-                lease = self.reader().lease(owner[0])
-            except StoreError:
-                lease = None
-            if lease is not None and not lease.is_final:
-                raise InvalidRequest("VM", f"{vm} is lease {lease.id}'s, which the plan places: move it with "
-                                           "`leasewise host drain HOST` (the plan moves with it)")
-        try:
-            report = self.driver.migrate(vm, to, max_downtime_ms=max_downtime_ms, bandwidth_mib_s=bandwidth_mib_s,
-                                         timeout_s=timeout_s, on_timeout=on_timeout)  # type: ignore[arg-type]
-        except MigrationFailed as exc:
-            if not isinstance(exc.report, MigrationReport):
-                raise
-            return {"report": migration_report_json(exc.report), "error": str(exc)}
-        except ValueError as exc:
-            raise LeasewiseError(str(exc)) from None
-        return {"report": migration_report_json(report), "error": None}
 
     def events(self, caller: Caller, lease_id: int | None) -> list[Event]:
         """The event log (of one lease): what `report` is computed from."""

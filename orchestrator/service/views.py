@@ -70,6 +70,7 @@ def request_json(lease: Lease) -> dict[str, Any]:
         "name": req.name,
         "dirty_rate_mib_s": req.dirty_rate_mib_s,
         "submit_time": iso(req.submit_time),
+        "placement": None if req.placement is None else req.placement.to_json(),
     }
 
 

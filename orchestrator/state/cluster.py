@@ -19,11 +19,12 @@ from datetime import datetime, timedelta
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.placement import refusal
 from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user, latest_start
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import FINAL_STATES, LeaseState
-from orchestrator.model.timeutil import UTC, iso, parse_time
+from orchestrator.model.timeutil import FOREVER, UTC, iso, parse_time
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.free_slots import Window
@@ -61,6 +62,8 @@ class Cluster:
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
         self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor)
+        for host in hosts:   # (what leases' constraints are tested on)
+            self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
         self._live = {l.id for l in leases if not l.is_final}
         self._workload_ids = store.workload_ids()
@@ -88,7 +91,7 @@ class Cluster:
         `QuotaExceeded` (nothing written) when it would take its owner or a group of theirs over a quota."""
         quotas = self.store.quotas()
         if quotas:
-            check_request(request, now, quotas, self.holdings(), self.groups_of)
+            check_request(request, now, quotas, self.holdings(), self.groups_of, self._largest_host(request))
             latest = latest_start(request, now, quotas, self.groups_of) if request.earliest else None
             if latest is not None:   # (the earliest start is looked for no further ahead than the quota allows)
                 bound = latest + request.duration
@@ -101,8 +104,9 @@ class Cluster:
             self._workload_ids[lease.id] = workload_id
         window = {"start": "earliest", "not_before": iso(request.start),
                   "not_after": iso(request.not_after)} if request.earliest else {}
+        placed = {} if request.placement is None else {"placement": request.placement.describe()}
         self.store.append_event(now, "submitted", lease.id, type=lease.type.value, nodes=lease.numnodes,
-                                duration_s=request.duration.total_seconds(), **window)
+                                duration_s=request.duration.total_seconds(), **window, **placed)
         self.scheduler.schedule(now)
         return lease
 
@@ -139,6 +143,33 @@ class Cluster:
         self.store.append_event(now, "shortened", lease_id, by_s=by.total_seconds())
         self.scheduler.schedule(now)
         return lease
+
+    def _largest_host(self, request: LeaseRequest) -> Resources | None:
+        """For an exclusive request, the largest host its placement allows (what a quota counts per VM)."""
+        placement = request.placement
+        if placement is None or not placement.exclusive:
+            return None
+        allowed = [h.capacity for h in self.hosts.values() if placement.admits(h.config.property_map)]
+        return max(allowed, key=lambda c: (c.cpu, c.memory), default=None)
+
+    def stranded_by(self, host: str, properties: dict[str, str]) -> list[int]:
+        """The live leases that `host`'s new properties would strand: planned there against their
+        constraints, or left with no set of hosts that could ever meet their placement."""
+        out = set()
+        for rr in self.table.reservations_overlapping(_EPOCH, FOREVER, {host}):
+            lease = self.scheduler.leases.get(rr.lease_id)
+            placement = None if lease is None else lease.request.placement
+            if placement is not None and not lease.is_final and not placement.admits(properties):
+                out.add(lease.id)
+        site = {name: dict(record.config.property_map) for name, record in self.hosts.items()}
+        site[host] = properties
+        capacity = {name: record.capacity for name, record in self.hosts.items()}
+        for lease in self.scheduler.leases.values():
+            placement = lease.request.placement
+            if placement is not None and not lease.is_final and refusal(placement, lease.request.nodes, site,
+                                                                        capacity) is not None:
+                out.add(lease.id)
+        return sorted(out)
 
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)

@@ -4,12 +4,12 @@
       <description>...</description>                                   optional
       <site>                                                           optional
         <resource-types names="CPU Memory"/>
-        <nodes><node-set numnodes="4"><res type="CPU" amount="100"/>...</node-set></nodes>
+        <nodes><node-set numnodes="4" properties="gpu=a100 rack=r1"><res type="CPU" amount="100"/>...</node-set></nodes>
       </site>
       <lease-requests>
         <lease-request arrival="DD:HH:MM:SS">                          relative to simulation.start
           <realduration time="DD:HH:MM:SS"/>                           optional (simulation: real run time)
-          <lease id="1" preemptible="true">
+          <lease id="1" preemptible="true" where="gpu=a100 !old" spread="true">   (or pack, exclusive)
             <nodes><node-set numnodes="1"><res type="CPU" amount="100"/>...</node-set></nodes>
             <start/> | <start><now/></start> | <start><exact time="..."/></start>
             <duration time="01:00:00"/>
@@ -22,6 +22,10 @@
 Times are `[+][DD:]HH:MM:SS[.ff]`. An exact start in that form is relative to `simulation.start` (as
 Haizea reads it, with or without the `+`); anything else is read as an absolute ISO 8601 time with a zone.
 CPU is in percent of a core, Memory/Disk in MB (read as MiB), Net-in/Net-out in MB/s.
+
+`properties` (a site's node-set: each of its hosts has them) and a lease's `where` (constraints, separated
+by spaces), `spread`, `pack` and `exclusive` (true or false) are leasewise's extension of the format: the
+same placement as `lease submit --where/--spread/--pack/--exclusive` (docs/simulation.md).
 
 The file is parsed strictly: an unknown element or attribute is an error naming it, so a typo never
 silently turns an advance reservation into a best-effort lease.
@@ -39,6 +43,7 @@ from xml.parsers import expat
 from orchestrator.model.errors import InvalidRequest, WorkloadError
 from orchestrator.model.lease import LeaseRequest, LeaseType, VMImage
 from orchestrator.model.numbers import ascii_decimal, ascii_whole
+from orchestrator.model.placement import PLACEMENT_KEYS, placement_of, properties_of, refusal, unknown_keys
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import MAX_DURATION, ZERO, duration_from_seconds, iso, parse_time
 from orchestrator.config import MAX_SITE_HOSTS
@@ -187,7 +192,9 @@ class _Reader:
         return value
 
     # -- nodes (shared by the site and the leases) ---------------------------------------------------------
-    def nodes(self, elem: ET.Element, path: str, declared: dict[str, str] | None) -> list[Resources]:
+    def nodes(self, elem: ET.Element, path: str, declared: dict[str, str] | None,
+              properties: list[dict[str, str]] | None = None) -> list[Resources]:
+        """The nodes of every node-set; with `properties` (a site's), each node's properties appended there."""
         self.check(elem, path, children=("node-set",))
         sets = elem.findall("node-set")
         if not sets:
@@ -195,8 +202,17 @@ class _Reader:
         result: list[Resources] = []
         for node_set in sets:
             sp = f"{path}.node-set"
-            self.check(node_set, sp, attrs=("numnodes",), children=("res",), required=("numnodes",))
+            self.check(node_set, sp, attrs=("numnodes",) + (("properties",) if properties is not None else ()),
+                       children=("res",), required=("numnodes",))
             numnodes = self.count(node_set.get("numnodes", ""), f"{sp}.numnodes", node_set)
+            if properties is not None:
+                try:
+                    props = dict(properties_of([tuple(p.split("=", 1)) if "=" in p else (p, None)
+                                                for p in node_set.get("properties", "").split()],
+                                               f"{sp}.properties"))
+                except InvalidRequest as exc:
+                    raise self.fail(exc.field, exc.problem, node_set) from None
+                properties.extend([props] * numnodes)
             amounts: dict[str, float] = {}
             for res in node_set.findall("res"):
                 rp = f"{sp}.res"
@@ -227,13 +243,16 @@ class _Reader:
         if description is not None:
             self.check(description, "description", text=True)
         site_elem = self.one(root, "site", "lease-workload", optional=True)
-        site, declared = (None, None) if site_elem is None else self.site(site_elem)
+        properties: list[dict[str, str]] = []
+        site, declared = (None, None) if site_elem is None else self.site(site_elem, properties)
         requests_elem = self.one(root, "lease-requests", "lease-workload")
         self.check(requests_elem, "lease-requests", children=("lease-request",))
 
         hosts = self.config.simulation.hosts if self.config.simulation.site is not None else site
         if self.config.simulation.site is not None:
             declared = None  # the file's resource-type list describes the file's site, not the configured one
+            properties = []  # (and its properties its hosts)
+        by_host = {} if hosts is None else {name: p for (name, _), p in zip(hosts, properties or [{}] * len(hosts))}
         fit_cache: dict = {}
         first_line: dict[str, int] = {}
         requests: list[tuple[str, LeaseRequest]] = []
@@ -242,18 +261,33 @@ class _Reader:
             lease_id, request = self.lease_request(req_elem, declared, first_line)
             if hosts is not None:
                 check_fits_site(request, hosts, self.where, fit_cache)
+                if request.placement is not None:
+                    self.check_placement(request, hosts, by_host)
             requests.append((lease_id, request))
         self.where = self.source
         requests.sort(key=lambda item: item[1].submit_time)
         return Workload(
             requests=requests,
             site=site,
+            properties=by_host if site is not None and properties else {},
             source=self.source,
             name=root.get("name", ""),
             description=" ".join((description.text or "").split()) if description is not None else "",
         )
 
-    def site(self, elem: ET.Element) -> tuple[list[tuple[str, Resources]], dict[str, str] | None]:
+    def check_placement(self, request: LeaseRequest, hosts: list[tuple[str, Resources]],
+                        properties: dict[str, dict[str, str]]) -> None:
+        """A lease's placement against the site: a key no host has, or no way to meet it, is an error."""
+        assert request.placement is not None
+        unknown = unknown_keys(request.placement, properties)
+        if unknown:
+            raise WorkloadError("where", f"no host of the site has a property {unknown[0]!r}", where=self.where)
+        why = refusal(request.placement, request.nodes, properties, dict(hosts))
+        if why is not None:
+            raise WorkloadError("where", why, where=self.where)
+
+    def site(self, elem: ET.Element, properties: list[dict[str, str]]) \
+            -> tuple[list[tuple[str, Resources]], dict[str, str] | None]:
         self.check(elem, "site", children=("resource-types", "nodes"))
         declared: dict[str, str] | None = None
         types_elem = self.one(elem, "resource-types", "site", optional=True)
@@ -265,7 +299,7 @@ class _Reader:
                     raise self.fail("site.resource-types.names",
                                     f"unknown resource type {name!r} (expected {', '.join(_RES_NAMES)})", types_elem)
             declared = {n.lower(): n for n in names}  # lower-case -> as written
-        nodes = self.nodes(self.one(elem, "nodes", "site"), "site.nodes", declared)  # type: ignore[arg-type]
+        nodes = self.nodes(self.one(elem, "nodes", "site"), "site.nodes", declared, properties)  # type: ignore[arg-type]
         for capacity in nodes:
             try:
                 capacity.validate("site.nodes")
@@ -299,7 +333,8 @@ class _Reader:
             if real_duration <= ZERO:
                 raise self.fail("realduration", f"must be positive (got {real_elem.get('time')})", real_elem)
 
-        self.check(lease, "", attrs=("id", "preemptible"), children=("nodes", "start", "duration", "software"))
+        self.check(lease, "", attrs=("id", "preemptible") + PLACEMENT_KEYS,
+                   children=("nodes", "start", "duration", "software"))
         preemptible = True
         if "preemptible" in lease.attrib:
             text = lease.get("preemptible", "").strip().lower()
@@ -324,9 +359,17 @@ class _Reader:
             image = self.software(software)
 
         try:
+            flags = {}
+            for key in ("spread", "pack", "exclusive"):
+                text = lease.get(key)
+                if text is not None and text.strip().lower() not in ("true", "false"):
+                    raise InvalidRequest(key, f"must be true or false (got {text!r})")
+                flags[key] = None if text is None else text.strip().lower() == "true"
+            where = lease.get("where")
+            placement = placement_of(None if where is None else where.split(), **flags)
             request = LeaseRequest(
                 type=lease_type, nodes=tuple(nodes), duration=duration, submit_time=submit, start=start,
-                preemptible=preemptible, real_duration=real_duration, image=image,
+                preemptible=preemptible, real_duration=real_duration, image=image, placement=placement,
             )
         except InvalidRequest as exc:
             raise self.fail(exc.field, exc.problem) from None

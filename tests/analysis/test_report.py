@@ -174,7 +174,16 @@ def test_nothing_enacted_is_an_empty_report():
     assert report.empty and report.summary == [] and report.overall is None
     assert json.loads(json.dumps(report.to_json())) == {"lease": None, "rows": [], "summary": {},
                                                         "unattributed": 0, "skipped": 0,
-                                                        "live_migration_fidelity": None, "host_losses": []}
+                                                        "live_migration_fidelity": None, "host_losses": [],
+                                                        "placements": {}}
+
+
+def test_the_report_names_each_lease_s_placement_as_submitted():
+    log = (Log().add("submitted", 1, 0, type="best-effort", placement="gpu=a100; spread")
+           .add("submitted", 2, 0, type="best-effort"))
+    assert build_report(log.events).placements == {1: "gpu=a100; spread"}
+    assert build_report(log.events, lease_id=2).placements == {}
+    assert build_report(log.events).to_json()["placements"] == {"1": "gpu=a100; spread"}
 
 
 def test_a_failure_logged_without_its_reservation_is_matched_to_the_plan():

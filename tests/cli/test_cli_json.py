@@ -64,9 +64,9 @@ def test_plan_json_is_the_timeline_each_hosts_reservations_and_the_leases(site):
     assert (3, "vm", "2027-03-01T12:00:00Z", "2027-03-01T13:00:00Z") in lab1
     assert {r["lease"] for r in hosts["lab2"]} == {2, 3}
     assert all(r["state"] == "scheduled" and r["label"] == str(r["lease"]) for rs in hosts.values() for r in rs)
-    assert data["leases"] == [{"id": 1, "label": "1", "type": "BE", "state": "scheduled"},
-                              {"id": 2, "label": "2", "type": "BE", "state": "scheduled"},
-                              {"id": 3, "label": "3", "type": "AR", "state": "scheduled"}]
+    assert data["leases"] == [{"id": 1, "label": "1", "type": "BE", "state": "scheduled", "placement": None},
+                              {"id": 2, "label": "2", "type": "BE", "state": "scheduled", "placement": None},
+                              {"id": 3, "label": "3", "type": "AR", "state": "scheduled", "placement": None}]
 
 
 def test_plan_json_of_a_window_with_nothing_in_it_and_of_no_store(site, tmp_path, clock):

@@ -362,7 +362,11 @@ def remove_lease_domains(libvirt, conns) -> None:
         for dom in domains:
             if dom.name().startswith("lw-"):
                 if dom.isActive():
-                    dom.destroy()
+                    try:
+                        dom.destroy()
+                    except libvirt.libvirtError:   # (it stopped meanwhile: a daemon stopping its VMs)
+                        if dom.isActive():
+                            raise
                 dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
 
 

@@ -17,6 +17,7 @@ from orchestrator.service.models.requests import (
     FreeQuery,
     HostAddition,
     HostImport,
+    HostPropertyChange,
     HostSettings,
     ImageAddition,
     LeaseSubmission,
@@ -31,6 +32,7 @@ from orchestrator.service.models.requests import (
 )
 
 __all__ = ["IDEMPOTENCY_KEY", "MAX_LEASE_ID", "MAX_PATH", "MAX_WINDOWS", "PRINTABLE", "TIME", "USER_NAME", "Drain",
-           "EndChange", "Extension", "FreeQuery", "HostAddition", "HostImport", "HostSettings", "ImageAddition",
+           "EndChange", "Extension", "FreeQuery", "HostAddition", "HostImport", "HostPropertyChange",
+           "HostSettings", "ImageAddition",
            "LeasePage", "LeaseRecord", "LeaseSubmission", "Migration", "QuotaChange", "Shortening", "TokenRequest",
            "error_line", "error_parts", "model_of", "submission_of"]

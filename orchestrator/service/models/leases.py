@@ -52,6 +52,15 @@ class GuestRecord(BaseModel):
     macs: list[str] = []
 
 
+class PlacementRecord(BaseModel):
+    """Where the lease's VMs may go: constraints on the hosts' properties (`KEY=VALUE`, `KEY!=VALUE`, `KEY`,
+    `!KEY`), spread or pack, whole hosts."""
+
+    where: list[str] = []
+    affinity: Literal["spread", "pack"] | None = None
+    exclusive: bool = False
+
+
 class HistoryEntry(BaseModel):
     time: Time
     state: LeaseStateValue
@@ -98,6 +107,7 @@ class LeaseRecord(BaseModel):
     dirty_rate: Number | None = Field(description="The memory dirty rate asked for, MiB/s")
     real_duration_s: Number | None = Field(description="How long its work takes (simulations)")
     guest: GuestRecord | None
+    placement: PlacementRecord | None = None
     state: LeaseStateValue
     accumulated_s: Number | None = Field(description="How long it has run so far")
     reason: str

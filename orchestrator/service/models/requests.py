@@ -38,6 +38,7 @@ from orchestrator.model.lease_fields import (
     check_keys,
 )
 from orchestrator.model.numbers import MAX_WHOLE, parse_decimal, parse_whole
+from orchestrator.model.placement import MAX_PROPERTIES, check_property_key, properties_of
 from orchestrator.service.inputs import check_image_request
 from orchestrator.state.tokens import MAX_NOTE
 from orchestrator.model.timeutil import MAX_DURATION, duration_from_seconds, parse_duration, parse_time
@@ -126,6 +127,12 @@ UserData = Annotated[StrictStr, Field(min_length=1, max_length=MAX_USER_DATA_BYT
                                       description="A #cloud-config document, as cloud-init takes it"),
                      _checked("user_data", (str,), "a #cloud-config document")]
 
+Constraints = Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=160)]],
+                        Field(min_length=1, max_length=MAX_PROPERTIES,
+                              description="Tests on host properties, all of which must hold: KEY=VALUE, "
+                                          "KEY!=VALUE, KEY (has it) or !KEY (has it not)"),
+                        _checked("where", (list,), "a list of constraints such as gpu=a100")]
+
 
 class LeaseSubmission(BaseModel):
     """A lease request (`POST /v1/leases`), with the keys of a lease file: `ssh_key` holds public key
@@ -135,8 +142,8 @@ class LeaseSubmission(BaseModel):
 
     type: LeaseKind = None   # type: ignore[assignment]
     nodes: Nodes = None   # type: ignore[assignment]
-    cpus: Cpus
-    memory: Memory
+    cpus: Cpus = None   # type: ignore[assignment]   # (required, but for an exclusive lease: the host's)
+    memory: Memory = None   # type: ignore[assignment]
     duration: Duration
     start: Start = None   # type: ignore[assignment]
     not_before: _window_time("not_before", "With start 'earliest': the earliest it may start (default now)") = None  # type: ignore
@@ -156,6 +163,20 @@ class LeaseSubmission(BaseModel):
     hostname_prefix: _text("hostname_prefix", 42, HOSTNAME_PREFIX, "VM n calls itself PREFIX-n") = None  # type: ignore
     network: _flag("network", "One NIC on the hosts' network (default true)") = None   # type: ignore
     keep_disks: _flag("keep_disks", "Keep the VMs' disks when the lease ends (default false)") = None  # type: ignore
+    where: Constraints = None   # type: ignore[assignment]
+    spread: _flag("spread", "Each VM on a different host (anti-affinity)") = None   # type: ignore
+    pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
+    exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_given(cls, values: Any) -> Any:
+        """`cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
+        if isinstance(values, dict) and values.get("exclusive") is not True:
+            for key in ("cpus", "memory"):
+                if values.get(key) is None:
+                    raise InvalidRequest(key, "is required")
+        return values
 
     def values(self) -> dict[str, Any]:
         """The fields given, as `request_from_fields` takes them."""
@@ -198,6 +219,8 @@ def _typed(values: dict[str, Any], label: Callable[[str], str], where: str | Non
     for key in ("duration", "start", "disk_size", "type"):   # (text typed or read from YAML: spaces around)
         if isinstance(out.get(key), str):
             out[key] = out[key].strip()
+    if isinstance(out.get("where"), str):   # (one constraint, as a lease file may give it)
+        out["where"] = [out["where"]]
     kind = out.get("type")
     if isinstance(kind, str) and kind.strip().lower() in _CANONICAL_TYPES:
         out["type"] = _CANONICAL_TYPES[kind.strip().lower()]
@@ -377,6 +400,15 @@ Path_ = Annotated[StrictStr, Field(min_length=1, max_length=MAX_PATH, pattern=AB
 Text = Annotated[StrictStr, Field(min_length=1, max_length=MAX_PATH, pattern=PRINTABLE)]
 
 
+def _properties(value: Any) -> Any:
+    """A host's properties in the service's words (`orchestrator.model.placement`)."""
+    return dict(properties_of(value, "properties"))
+
+
+PropertyTable = Annotated[dict[StrictStr, StrictStr], BeforeValidator(_properties),
+                          Field(description="Short names leases may ask for, e.g. {\"gpu\": \"a100\"}")]
+
+
 class HostSettings(_Body):
     """A host's settings (an inventory's `[[host]]` table)."""
 
@@ -397,9 +429,23 @@ class HostSettings(_Body):
                                                 pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$",
                                                 description="How the other hosts' libvirtd reach this one "
                                                             "(peer-to-peer live migration)")] = None
+    properties: PropertyTable = {}
 
     def values(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
+
+
+def _property_keys(value: Any) -> Any:
+    if not isinstance(value, list):
+        raise InvalidRequest("unset", f"must be a list of property names (got {shown(value)})")
+    return [check_property_key(key, "unset") for key in value]
+
+
+class HostPropertyChange(_Body):
+    """`PATCH /v1/hosts/{host}/properties` (`host set`): properties set (or replaced) and keys removed."""
+
+    set: PropertyTable = {}
+    unset: Annotated[list[StrictStr], BeforeValidator(_property_keys), Field(max_length=MAX_PROPERTIES)] = []
 
 
 Timeout = Annotated[StrictInt | StrictFloat, Field(gt=0, le=3600, description="Seconds")]

@@ -200,10 +200,18 @@ class HostRow(BaseModel):
     leases_now: list[int]
     leases_planned: list[int]
     added_at: Time | None
+    properties: dict[str, str] = Field({}, description="What leases may ask for with --where")
     reachable: bool | None = None
     hypervisor: str | None = None
     libvirt_version: str | None = None
     error: str | None = None
+
+
+class HostPropertiesSet(BaseModel):
+    """`host set`: the host's properties now."""
+
+    host: str
+    properties: dict[str, str]
 
 
 class HostList(BaseModel):

@@ -37,7 +37,7 @@ class HostRecord:
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
-                 "network_type", "disk_dir", "peer_uri")
+                 "network_type", "disk_dir", "peer_uri", "properties")
 
 
 def _capacity(value: object, what: str, host: str) -> int:
@@ -58,7 +58,7 @@ class HostRepository(StoreConnection):
         values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
                   config.migration_uri, config.state_dir, encode_json(list(config.shared_storage)), record.vcpus,
                   record.memory_mib, int(record.available), encode_time(record.added_at), None, config.network,
-                  config.network_type, config.disk_dir, config.peer_uri)
+                  config.network_type, config.disk_dir, config.peer_uri, encode_json(dict(config.properties)))
         self._insert_new("hosts", _HOST_COLUMNS, values, f"host {name!r}")
         return record
 
@@ -70,6 +70,10 @@ class HostRepository(StoreConnection):
     def update_host_capacity(self, name: str, vcpus: int, memory_mib: int) -> None:
         self._update_host(name, "vcpus = ?, memory_mib = ?",
                           (_capacity(vcpus, "vcpus", name), _capacity(memory_mib, "memory_mib", name)))
+
+    def set_host_properties(self, name: str, properties: tuple[tuple[str, str], ...]) -> None:
+        """Replace a host's properties (checked by the caller: `orchestrator.model.placement`)."""
+        self._update_host(name, "properties = ?", (encode_json(dict(properties)),))
 
     def set_host_available(self, name: str, available: bool, since: datetime | None = None) -> None:
         """Mark a host (un)available to leases; `since`: from when (a drain), kept until it is available again."""
@@ -95,12 +99,13 @@ class HostRepository(StoreConnection):
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri) = row
+         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
                                 shared_storage=tuple(json.loads(shared)), network=network,
-                                network_type=network_type, disk_dir=disk_dir, peer_uri=peer_uri)
+                                network_type=network_type, disk_dir=disk_dir, peer_uri=peer_uri,
+                                properties=tuple(sorted(json.loads(properties).items())))
         except LeasewiseError as exc:
             raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None
         return HostRecord(config=config, vcpus=vcpus, memory_mib=memory, available=bool(available),

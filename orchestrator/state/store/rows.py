@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.model.guest import GuestSetup
+from orchestrator.model.placement import Placement
 from orchestrator.model.lease import Lease, LeaseRequest, LeaseType, VMImage
 from orchestrator.model.reservations import Reservation, ReservationKind, ReservationState
 from orchestrator.model.resources import Resources
@@ -102,8 +103,8 @@ def reservation_detail(rr: Reservation) -> dict[str, Any]:
 # -- the lease tables' columns ----------------------------------------------------------------------------
 #: the columns that hold the (immutable) request: a lease saved again must not change them
 REQUEST_COLUMNS = ("name", "user", "type", "preemptible", "nodes", "duration_s", "start", "submit_time", "image",
-                   "dirty_rate", "real_duration_s", "guest")
-JSON_REQUEST_COLUMNS = ("nodes", "image", "guest")
+                   "dirty_rate", "real_duration_s", "guest", "placement")
+JSON_REQUEST_COLUMNS = ("nodes", "image", "guest", "placement")
 STATE_COLUMNS = ("state", "accumulated_s", "reason", "suspensions", "migrations", "requeues", "start_time",
                  "end_time")
 LEASE_COLUMNS = ("id", "workload_id") + REQUEST_COLUMNS + STATE_COLUMNS
@@ -131,6 +132,7 @@ def request_row(req: LeaseRequest) -> tuple:
         None if req.image is None else encode_json(_image_dict(req.image)),
         req.dirty_rate_mib_s, encode_seconds(req.real_duration),
         None if req.guest is None else encode_json(req.guest.as_dict()),
+        None if req.placement is None else encode_json(req.placement.to_json()),
     )
 
 
@@ -286,6 +288,7 @@ def lease_from_row(row: tuple) -> Lease:
         name=values["name"],
         dirty_rate_mib_s=values["dirty_rate"],
         guest=None if values["guest"] is None else GuestSetup.from_dict(json.loads(values["guest"])),
+        placement=None if values["placement"] is None else Placement.from_json(json.loads(values["placement"])),
     )
     return Lease(
         id=values["id"], request=request, state=LeaseState(values["state"]),

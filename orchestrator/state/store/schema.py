@@ -233,10 +233,17 @@ _V10 = (
     "ALTER TABLE hosts ADD COLUMN peer_uri TEXT",
 )
 
+_V11 = (
+    # where leases may run: each host's properties (JSON object of short names, e.g. {"gpu": "a100"}), and
+    # a lease's placement (JSON: its constraints on them, spread or pack, exclusive; NULL: none asked for)
+    "ALTER TABLE hosts ADD COLUMN properties TEXT NOT NULL DEFAULT '{}'",
+    "ALTER TABLE leases ADD COLUMN placement TEXT",
+)
+
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
