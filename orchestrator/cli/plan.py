@@ -64,11 +64,19 @@ def plan(
                                           help="With --free: windows starting no earlier (default now)"),
     not_after: str | None = typer.Option(None, "--not-after", metavar="ISO",
                                          help="With --free: leases ending by then"),
+    where: list[str] | None = typer.Option(None, "--where", metavar="EXPR",
+                                           help="With --free: only hosts whose properties meet EXPR (repeatable)"),
+    spread: bool | None = typer.Option(None, "--spread", help="With --free: each VM on a different host"),
+    pack: bool | None = typer.Option(None, "--pack", help="With --free: the VMs on as few hosts as possible"),
+    exclusive: bool | None = typer.Option(None, "--exclusive",
+                                          help="With --free: each VM a host to itself (without --cpus/--memory: "
+                                               "the host's size)"),
 ) -> None:
     """Show the plan as a timeline per host: VMs, suspensions, resumptions, migrations, shutdowns; with --free,
     when a lease of a given size would fit (each window: its start, its latest end, its hosts)."""
     asked = {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration, "count": count,
-             "not_before": not_before, "not_after": not_after}
+             "not_before": not_before, "not_after": not_after, "where": where or None, "spread": spread,
+             "pack": pack, "exclusive": exclusive}
     if free:
         if from_ is not None or to is not None or png is not None:
             raise fail(f"{'--from' if from_ else '--to' if to else '--png'}: is for the timeline, not with --free "
@@ -102,7 +110,7 @@ def plan(
 
 def _free_windows(opts: StoreOptions, asked: dict, json_out: bool) -> None:
     """`plan --free`: the windows, as a table or JSON."""
-    for key in ("cpus", "memory", "duration"):
+    for key in ("duration",) if asked["exclusive"] else ("cpus", "memory", "duration"):
         if asked[key] is None:
             raise fail(f"{flag_label(key)}: is required with --free")
     query = model_of(FreeQuery, asked, flag_label)
@@ -120,7 +128,7 @@ def _free_windows(opts: StoreOptions, asked: dict, json_out: bool) -> None:
         return
     console = make_console()
     size = (f"{answer['nodes']} × {answer['cpus']:g} vCPU / {answer['memory_mib']:g} MiB for "
-            f"{_duration_text(answer['duration_s'])}")
+            f"{_duration_text(answer['duration_s'])}" + (f" ({answer['placement']})" if answer.get("placement") else ""))
     if not answer["windows"]:
         until = f" ending by {when(_time(answer['not_after']))}" if answer["not_after"] else ""
         console.print(f"no window for {size}{until}", soft_wrap=True)

@@ -38,6 +38,7 @@ from orchestrator.service.identity import Caller, NotAllowed, NotAuthenticated, 
 from orchestrator.service.limits import RateLimited
 from orchestrator.service.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from orchestrator.service.metrics import RequestMetrics, TimedApp
+from orchestrator.model.placement import MAX_PROPERTIES
 from orchestrator.service.models import (
     IDEMPOTENCY_KEY,
     MAX_LEASE_ID,
@@ -212,14 +213,18 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return service.update(who, lease_id, body)
 
     @app.get("/v1/free", response_model=answers.FreeWindows)
-    def free_windows(nodes: int = Query(1, ge=1, le=MAX_WHOLE), cpus: int = Query(ge=1, le=MAX_WHOLE),
-                     memory: int = Query(ge=1, le=MAX_WHOLE), duration: str = Query(max_length=64),
+    def free_windows(nodes: int = Query(1, ge=1, le=MAX_WHOLE), cpus: int | None = Query(None, ge=1, le=MAX_WHOLE),
+                     memory: int | None = Query(None, ge=1, le=MAX_WHOLE), duration: str = Query(max_length=64),
                      count: int = Query(5, ge=1, le=MAX_WINDOWS), not_before: TimeQuery = None,
-                     not_after: TimeQuery = None, who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
+                     not_after: TimeQuery = None,
+                     where: list[str] | None = Query(None, max_length=MAX_PROPERTIES),
+                     spread: bool | None = None, pack: bool | None = None, exclusive: bool | None = None,
+                     who: Caller = Who) -> dict[str, Any]:   # type: ignore[assignment]
         """The next `count` windows in which a lease of this size would fit as an advance reservation
         (`plan --free`): each a start, the latest end (null: none) and the hosts."""
         query = model_of(FreeQuery, {"nodes": nodes, "cpus": cpus, "memory": memory, "duration": duration,
-                                     "count": count, "not_before": not_before, "not_after": not_after})
+                                     "count": count, "not_before": not_before, "not_after": not_after,
+                                     "where": where, "spread": spread, "pack": pack, "exclusive": exclusive})
         return service.free_windows(who, query)
 
     @app.get("/v1/leases/{lease_id}/access", response_model=answers.AccessAnswer)

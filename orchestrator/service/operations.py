@@ -401,10 +401,15 @@ class LeaseService(HostUseCases):
         (its request checked as a submission's is); anyone may look, as at `plan`."""
         store = self.reader()
         with store.snapshot():
-            capacities = [h.capacity for h in store.hosts()]
+            hosts = store.hosts()
+        capacities = [h.capacity for h in hosts]
         now = self.now()
         request = request_from_fields(query.values(), now, default_user=caller.user,
-                                      site=lambda n, node: check_site_can_hold(capacities, n, node))
+                                      site=lambda n, node: check_site_can_hold(capacities, n, node),
+                                      whole_host=lambda p: whole_host(p, hosts))
+        if request.placement is not None:
+            check_placement(request, {h.name: h.config.property_map for h in hosts},
+                            {h.name: h.capacity for h in hosts})
         with self.session.read() as cluster:
             windows = cluster.free_windows(request, query.count, now)
         return {"nodes": request.numnodes, "cpus": request.nodes[0].vcpus, "memory_mib": request.nodes[0].memory,
@@ -412,7 +417,8 @@ class LeaseService(HostUseCases):
                 "not_after": iso(request.not_after),
                 "windows": [{"start": iso(w.start), "latest_end": iso(w.latest_end),
                              "latest_start": iso(None if w.latest_end is None else w.latest_end - request.duration),
-                             "hosts": w.hosts} for w in windows]}
+                             "hosts": w.hosts} for w in windows],
+                **({} if request.placement is None else {"placement": request.placement.describe()})}
 
     def calendar(self, caller: Caller, start: datetime, end: datetime) -> CalendarWindow:
         """What the web calendar draws of [start, end): the live leases' reservations copied from the

@@ -186,3 +186,32 @@ def test_a_running_lease_shortened_ends_at_its_new_end(site, store_path, clock):
     daemon_step(store_path, T(9, 30))
     lease = stored(store_path, 1)
     assert lease.state is LeaseState.DONE and lease.end_time == T(9, 30)
+
+
+def test_plan_free_asks_about_a_placed_lease_as_submit_places_it(site, store_path):
+    """--where, --exclusive and --spread with --free: the windows are those of a lease placed so; a key no host
+    has is exit 2, a placement no hosts could meet exit 3."""
+    assert site("host", "set", "lab2", "--property", "gpu=a100").exit_code == 0
+    # lab2 (the GPU host) is held whole 09:30-10:30 by a reservation; lab1 is free
+    held = site("lease", "submit", "--nodes", "1", "--cpus", "8", "--memory", "16384", "--duration", "1h",
+                "--start", "2027-03-01T09:30:00Z", "--no-preemptible", "--where", "gpu=a100")
+    assert held.exit_code == 0, held.output
+    gpu = site("plan", "--free", "--cpus", "1", "--memory", "512", "--duration", "1h", "--where", "gpu=a100",
+               "--json")
+    assert gpu.exit_code == 0, gpu.output
+    answer = json.loads(gpu.stdout)
+    assert answer["placement"] == "gpu=a100"
+    assert all(w["hosts"] == ["lab2"] for w in answer["windows"]), answer
+    assert answer["windows"][0]["start"] == "2027-03-01T10:30:00Z", answer   # (09:00-09:30 is too short)
+    anywhere = json.loads(site("plan", "--free", "--cpus", "1", "--memory", "512", "--duration", "1h",
+                               "--json").stdout)
+    assert anywhere["windows"][0]["latest_end"] is None   # (lab1 is free from now on)
+    # a whole host: lab1 now, or lab2 after the reservation; its size is the host's
+    whole = json.loads(site("plan", "--free", "--nodes", "2", "--exclusive", "--duration", "1h", "--json").stdout)
+    assert (whole["cpus"], whole["memory_mib"]) == (8, 16384)
+    assert whole["windows"][0]["start"] == "2027-03-01T10:30:00Z" and whole["windows"][0]["hosts"] == ["lab1", "lab2"]
+    typo = site("plan", "--free", "--cpus", "1", "--memory", "512", "--duration", "1h", "--where", "gpu2=x")
+    assert typo.exit_code == 2 and "no host has a property 'gpu2'" in typo.output, typo.output
+    spread = site("plan", "--free", "--nodes", "2", "--cpus", "1", "--memory", "512", "--duration", "1h",
+                  "--where", "gpu=a100", "--spread")
+    assert spread.exit_code == 3 and spread.output.count("\n") == 1, spread.output

@@ -40,6 +40,13 @@ def test_earliest_start_and_free_windows_through_the_api(running):
         (tomorrow(9), tomorrow(10), ["h1", "h2"]), (tomorrow(12), None, ["h1", "h2"])]
     raw = client.get("/v1/free", nodes=2, cpus=8, memory=1024, duration="30m", count=1, not_before=tomorrow(10))
     assert [w["start"] for w in raw["windows"]] == [tomorrow(12)]
+    # placed: the same query with a whole host each (the size: the host's) and a constraint; the constraint's
+    # key checked as at submit (no host has it: the field named, exit 2)
+    whole = client.get("/v1/free", nodes=2, exclusive="true", duration="30m", count=1, not_before=tomorrow(10))
+    assert (whole["cpus"], whole["placement"], whole["windows"][0]["start"]) == (8, "exclusive", tomorrow(12))
+    with pytest.raises(InvalidRequest) as caught:
+        client.free_windows(model_of(FreeQuery, {**WHOLE, "duration": "30m", "where": ["gpu=a100"]}))
+    assert caught.value.field == "where" and "no host has a property 'gpu'" in caught.value.problem
     schema = client.get("/openapi.json")
     assert {"/v1/free", "/v1/leases/{lease_id}/shorten"} <= set(schema["paths"])
     assert "patch" in schema["paths"]["/v1/leases/{lease_id}"]

@@ -171,12 +171,7 @@ class LeaseSubmission(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _size_given(cls, values: Any) -> Any:
-        """`cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
-        if isinstance(values, dict) and values.get("exclusive") is not True:
-            for key in ("cpus", "memory"):
-                if values.get(key) is None:
-                    raise InvalidRequest(key, "is required")
-        return values
+        return _size_given(values)
 
     def values(self) -> dict[str, Any]:
         """The fields given, as `request_from_fields` takes them."""
@@ -354,17 +349,35 @@ class EndChange(_Body):
 MAX_WINDOWS = 100
 
 
+def _size_given(values: Any) -> Any:
+    """`cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
+    if isinstance(values, dict) and values.get("exclusive") is not True:
+        for key in ("cpus", "memory"):
+            if values.get(key) is None:
+                raise InvalidRequest(key, "is required")
+    return values
+
+
 class FreeQuery(_Body):
     """`GET /v1/free` (`plan --free`): the next windows in which a lease of this size would fit as an advance
     reservation, within [not_before, not_after]."""
 
     nodes: Nodes = 1   # type: ignore[assignment]
-    cpus: Cpus
-    memory: Memory
+    cpus: Cpus = None   # type: ignore[assignment]   # (required, but for an exclusive lease: the host's)
+    memory: Memory = None   # type: ignore[assignment]
     duration: Duration
     count: Annotated[StrictInt, Field(ge=1, le=MAX_WINDOWS, description="How many windows (default 5)")] = 5
     not_before: _window_time("not_before", "The earliest start (default now)") = None  # type: ignore
     not_after: _window_time("not_after", "The latest end (default: no limit)") = None  # type: ignore
+    where: Constraints = None   # type: ignore[assignment]
+    spread: _flag("spread", "Each VM on a different host (anti-affinity)") = None   # type: ignore
+    pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
+    exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_given(cls, values: Any) -> Any:
+        return _size_given(values)
 
     def values(self) -> dict[str, Any]:
         """The lease fields it asks about, as `request_from_fields` takes them."""

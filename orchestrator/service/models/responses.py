@@ -161,6 +161,8 @@ class FreeWindows(BaseModel):
     not_before: Time | None
     not_after: Time | None
     windows: list[FreeWindow]
+    placement: str | None = Field(None, description="Where the lease may go (constraints; spread or pack; "
+                                                    "exclusive), as `plan` shows it")
 
 
 class AccessAnswer(BaseModel):
