@@ -205,6 +205,8 @@ class MigrationReport:
 
 
 ProgressCallback = Callable[[MigrationProgress], None]
+#: (bytes sent so far, bytes in all) of a file being copied to a host
+ByteProgress = Callable[[int, int], None]
 
 
 def validate_migration_args(
@@ -357,6 +359,18 @@ class Driver(ABC):
         """What `host` sees at `path` (a base image): format and virtual size; `OperationFailed` naming the
         problem when it cannot read it."""
         raise NotImplementedError(f"{self.name} driver cannot read images")
+
+    def image_checksum(self, host: str, path: str) -> str | None:
+        """The SHA-256 (hex) of the file at `path` on `host`, computed there (over leasewise's own SSH when
+        the host has it, else read back through the driver's link); None when `host` has no such file."""
+        raise NotImplementedError(f"{self.name} driver cannot checksum images")
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        """Copy this machine's file `source` to `path` on `host` (its directory made if missing) through the
+        driver's own link to the host, `progress(sent, total)` told as bytes go; then the SHA-256 `host`
+        computes of what it stored, which must be the source's (`OperationFailed`, and the copy deleted,
+        when it is not). A file already at `path` is replaced."""
+        raise NotImplementedError(f"{self.name} driver cannot copy images")
 
     def vm_addresses(self, vm: str) -> list[VMAddress]:
         """The VM's network addresses: from the guest agent, else the DHCP leases, else ARP (libvirt's

@@ -8,6 +8,7 @@ and removes memory images; `Migrations` live-migrates; host.py answers `host_inf
 from __future__ import annotations
 
 from drivers.base import (
+    ByteProgress,
     Driver,
     HostCheck,
     HostInfo,
@@ -30,6 +31,7 @@ from .connection import Connections, RetryPolicy, import_libvirt
 from .console import wait_for_console_line
 from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
+from .image_copy import ImageCopies
 from .lifecycle import Lifecycle
 from .migration import Migrations
 from .pair_check import check_pair
@@ -74,6 +76,7 @@ class LibvirtDriver(Driver):
         self._storage = Storage(self._connections)
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
         self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
+        self._images = ImageCopies(self._connections, self._storage, ssh_timeout_s)
         self._migrations = Migrations(self._connections, self._lifecycle,
                                       DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
 
@@ -130,6 +133,12 @@ class LibvirtDriver(Driver):
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
+
+    def image_checksum(self, host: str, path: str) -> str | None:
+        return self._images.checksum(host, path)
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        return self._images.upload(host, path, source, progress)
 
     def discard(self, vm: str, host: str) -> bool:
         return self._lifecycle.discard(host, vm)

@@ -73,7 +73,8 @@ class Storage:
         return isinstance(exc, lv.libvirtError) and exc.get_error_code() == getattr(lv, code_name, None)
 
     def _pool(self, conn: Any, name: str, directory: str, build: bool) -> Any:
-        """The active, freshly refreshed `dir` pool `name` over `directory` (defined on first use)."""
+        """The active, freshly refreshed `dir` pool `name` over `directory` (defined on first use; its
+        directory made when `build`, also for a pool defined earlier without it)."""
         lv = self._connections.libvirt
         try:
             pool = conn.storagePoolLookupByName(name)
@@ -85,12 +86,30 @@ class Storage:
                 pool.build(0)   # mkdir -p the directory (owned by the host, not by us)
             pool.setAutostart(1)
         if not pool.isActive():
+            if build:
+                pool.build(0)   # (idempotent: the directory may be gone since the pool was defined)
             pool.create(0)
         pool.refresh(0)
         return pool
 
     def vm_pool(self, conn: Any, host: str) -> Any:
         return self._pool(conn, VM_POOL, self._connections.host_config(host).vm_disk_dir, build=True)
+
+    def directory_pool(self, conn: Any, directory: str, build: bool) -> Any | None:
+        """The pool over a base image's `directory` (made, with the directory, when `build`); None when the
+        directory is missing and not to be made."""
+        name = IMAGE_POOL_PREFIX + hashlib.sha1(directory.encode()).hexdigest()[:12]
+        lv = self._connections.libvirt
+        try:
+            return self._pool(conn, name, directory, build=build)
+        except lv.libvirtError:
+            if build:
+                raise
+            return None
+
+    def lookup(self, pool: Any, name: str) -> Any | None:
+        """The volume `name` of `pool`, or None."""
+        return self._lookup(pool, name)
 
     def _lookup(self, pool: Any, name: str) -> Any | None:
         lv = self._connections.libvirt

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from drivers.base import (
+    ByteProgress,
     HOST_CHECKS,
     PAIR_CHECKS,
     CheckItem,
@@ -33,6 +34,7 @@ from drivers.base import (
 from drivers.clock import UTC, SimulatedClock
 from drivers.domain_xml import render_domain_xml
 from drivers.errors import HostUnreachable, OperationFailed, UnknownHost, VMAlreadyExists, VMNotFound
+from drivers.files import file_sha256
 from drivers.inventory import is_under
 
 from .config import MIB, HostCapacity, OperationTimes, RatedTimes, SimulatedDriverConfig, host_capacity
@@ -142,6 +144,7 @@ class SimulatedDriver(Driver):
                     state.disks.pop(name, None)
                 state.images = {key: image for key, image in state.images.items() if key[0] != host}
                 state.left = {key: vm for key, vm in state.left.items() if key[0] != host}
+                state.base_copies = {key: sha for key, sha in state.base_copies.items() if key[0] != host}
             del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
@@ -297,6 +300,31 @@ class SimulatedDriver(Driver):
         with self._lock.held():
             self._up(host)
             return probe_image(path)
+
+    def image_checksum(self, host: str, path: str) -> str | None:
+        """A copy uploaded to `host`, else this machine's file when `path` is on the shared storage."""
+        with self._lock.held():
+            self._up(host)
+            copied = self._state.base_copies.get((host, path))
+        if copied is not None:
+            return copied
+        if is_under(path, self.config.shared_storage) and os.path.isfile(path):
+            return file_sha256(path)
+        return None
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        """Recorded as held by `host` (nothing is written), after the time a memory image of its size takes."""
+        try:
+            digest = file_sha256(source, progress)
+            size = os.path.getsize(source)
+        except OSError as exc:
+            raise OperationFailed(f"image {source}: cannot be read here ({exc.strerror or exc})") from None
+        with self._lock.held():
+            self._up(host)
+            self._spend(self._times.move_state(size, False))
+            with self._changing(f"copy {source} to {path} on {host}", host):
+                self._state.base_copies[(host, path)] = digest
+        return digest
 
     def discard(self, vm: str, host: str) -> bool:
         with self._lock.held():

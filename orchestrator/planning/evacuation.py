@@ -41,6 +41,7 @@ from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.slottable.hoststates import fits_rows
 from orchestrator.planning.slottable.table import SlotTable
 
@@ -61,8 +62,11 @@ class Evacuation:
 
 class EvacuationPlanner:
     def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
-                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool]):
+                 host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool],
+                 images: ImageHolders = NO_IMAGE_FILTER):
         self.table = table
+        #: a VM booting an image copied to hosts' own storage moves only to a host holding it
+        self.images = images
         self.config = config
         self.overheads = overheads
         self.host_selection = host_selection
@@ -155,7 +159,9 @@ class EvacuationPlanner:
                 held[host] = add(held.get(host, NOTHING), requests[v])
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
-        candidates = [(names[row], row) for row in ranking if names[row] not in avoid]
+        holding = self.images.hosts_for(lease)
+        candidates = [(names[row], row) for row in ranking
+                      if names[row] not in avoid and (holding is None or names[row] in holding)]
         fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
         went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):

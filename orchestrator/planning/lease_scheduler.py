@@ -52,6 +52,7 @@ from orchestrator.planning.policies import ADMISSION, HOST_SELECTION, PREEMPTION
 from orchestrator.planning import corrections
 from orchestrator.planning.corrections import enactment_error
 from orchestrator.planning.events import EARLY_END, END, PlanEvents
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.slottable.core import HostTimeline
@@ -62,7 +63,9 @@ log = logging.getLogger(__name__)
 
 
 class LeaseScheduler:
-    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None):
+    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None,
+                 images: ImageHolders = NO_IMAGE_FILTER):
+        """`images`: the hosts holding each image copied to hosts' own storage (its leases go only there)."""
         self.table = table
         self.config = config
         self.enactor: Enactor = enactor or NullEnactor()
@@ -70,10 +73,10 @@ class LeaseScheduler:
         self.admission = ADMISSION.create(config.policy_admission)
         self.preemption = PREEMPTION.create(config.policy_preemption)
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
-        self.mapper = Mapper(table, self.host_selection, self.preemption)
+        self.mapper = Mapper(table, self.host_selection, self.preemption, images)
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
         self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
-                                            self.vm.may_suspend)
+                                            self.vm.may_suspend, images)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue = LeaseQueue()
@@ -99,6 +102,13 @@ class LeaseScheduler:
         self.finished: list[Lease] | None = None
 
     # -- leases -------------------------------------------------------------------------------------------
+    def set_image_holders(self, images: ImageHolders) -> None:
+        """Which hosts hold each copied image, from now on (the queue is looked at again: a lease waiting
+        for a copy may fit now)."""
+        self.mapper.images = images
+        self.evacuation.images = images
+        self._queue_dirty = True
+
     def touch(self, lease: Lease) -> None:
         """Note a change to the lease that the slot table does not see (a reservation's state, a longer
         request), for a store that writes back only the leases that changed."""

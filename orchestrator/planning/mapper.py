@@ -32,6 +32,7 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
@@ -105,10 +106,13 @@ class _HostsAtStart(NamedTuple):
 
 
 class Mapper:
-    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy):
+    def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy,
+                 images: ImageHolders = NO_IMAGE_FILTER):
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
+        #: the hosts holding each image copied to hosts' own storage (a lease booting one goes only there)
+        self.images = images
         self._derived: dict[tuple, object] = {}
 
     def map(
@@ -128,6 +132,7 @@ class Mapper:
         preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
         over, as a mapping that ends sooner is of no use to the caller."""
         floor = None if min_end is None or strict_end else max(start, min(min_end, end))
+        only_hosts = self.images.restrict(lease, only_hosts)
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -154,6 +159,7 @@ class Mapper:
         a lease whose nodes are alike it is exact for that instant (how many nodes each host can take,
         added up: kept up to date by the host states, so this is a lookup); otherwise the site's free
         total must cover the lease's total."""
+        only_hosts = self.images.restrict(lease, only_hosts)
         node = lease.request.uniform
         if node is not None:
             return self.table.room_total(node, t, only_hosts) >= lease.numnodes

@@ -22,6 +22,13 @@ from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
 from orchestrator.runtime.host_probe import probe_hosts
+from orchestrator.runtime.image_copies import (
+    CopyProgress,
+    HostCopy,
+    local_checksums,
+    needs_copies,
+    place_on_host,
+)
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import HostRecord, Store
 
@@ -243,15 +250,33 @@ def refuse_image_taken(store: Store, name: str) -> None:
         raise InvalidRequest("NAME", f"image {name!r} already exists (remove it first, or pick another name)")
 
 
-def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str, Any], added_by: str) -> CatalogImage:
+def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str, Any], added_by: str,
+                   progress: CopyProgress | None = None) -> tuple[CatalogImage, list[HostCopy]]:
     """The catalogue entry for `values` (CatalogImage's fields, `format` None: as the hosts read it) once
-    every host has read the file: the format they agree on, its largest virtual size."""
+    the hosts hold it: hosts that see its files on storage they share read them there; the others are
+    given copies of this machine's files (when it has them), checked on each host. The format the hosts
+    agree on, its largest virtual size, and what became of each host. Refused when a host that should read
+    it cannot, when no host could be given a copy, or when a host holds another file at its path."""
     if not records:
         raise InvalidRequest("image", "there are no hosts to check it on (add one with `leasewise host add`)")
     path, fmt = values["path"], values.get("format")
+    files = tuple(f for f in (path, values.get("kernel"), values.get("initrd")) if f is not None)
+    copying = [r for r in records if needs_copies(r.config, files)]
+    checksums = local_checksums(files) if copying else None
     driver = hosts_driver(records, driver_name)
     try:
-        seen = read_on_hosts(driver, [r.name for r in records], path)
+        copies = {r.name: HostCopy(r.name, "shared") for r in records}
+        if checksums is not None:
+            refuse_different_files(driver, [r.config for r in copying], checksums)
+            for record in copying:
+                copies[record.name] = place_on_host(driver, record.config, checksums, overwrite=False,
+                                                    progress=progress)
+            if not any(copies[r.name].holds for r in copying):
+                first = copies[copying[0].name]
+                raise InvalidRequest("PATH", f"could not be copied to any host without shared storage "
+                                             f"({first.host}: {first.detail})")
+        holders = [h for h, c in copies.items() if c.holds]
+        seen = read_on_hosts(driver, holders, path)
     finally:
         driver.close()
     missing = {h: why for h, why in seen.items() if isinstance(why, str)}
@@ -270,5 +295,41 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
         raise InvalidRequest("PATH", f"is a {found} image; leasewise boots {' or '.join(IMAGE_FORMATS)} images")
     if max(i.virtual_size for i in infos) <= 0:   # (/dev/null, an empty file: read as a raw image of 0 bytes)
         raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
-    return CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
-                        added_by=added_by)
+    image = CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
+                         added_by=added_by, checksums=tuple(checksums.items()) if checksums is not None else ())
+    return image, list(copies.values())
+
+
+def refuse_different_files(driver: Driver, configs: list[HostConfig], checksums: dict[str, str]) -> None:
+    """Before anything is copied: refuse when a host holds another file at one of the image's paths."""
+    for config in configs:
+        for path, wanted in checksums.items():
+            if config.is_shared(path):
+                continue
+            try:
+                found = driver.image_checksum(config.name, path)
+            except DriverError:
+                continue   # (the copy will fail on it, and say why)
+            if found is not None and found != wanted:
+                raise InvalidRequest("PATH", f"{config.name} holds a different file at {path} "
+                                             f"(sha256 {found[:16]}...); remove it there, or use another path")
+
+
+def sync_image(records: list[HostRecord], driver_name: str, image: CatalogImage,
+               progress: CopyProgress | None = None) -> list[HostCopy]:
+    """`image sync`: every host of `records` given the copied image's files it lacks or holds wrong, from
+    this machine's files (refused when they are no longer the ones catalogued)."""
+    if not image.copied:
+        raise InvalidRequest("NAME", f"image {image.name!r} is on storage the hosts share: nothing to copy")
+    here = local_checksums(image.files)
+    if here is None:
+        raise InvalidRequest("NAME", f"image {image.name!r}: {', '.join(image.files)} is no longer here to copy")
+    if here != dict(image.checksums):
+        changed = next(f for f in image.files if here.get(f) != dict(image.checksums).get(f))
+        raise InvalidRequest("NAME", f"image {image.name!r}: {changed} changed since it was added "
+                                     "(remove the image and add it again)")
+    driver = hosts_driver(records, driver_name)
+    try:
+        return [place_on_host(driver, r.config, here, overwrite=True, progress=progress) for r in records]
+    finally:
+        driver.close()

@@ -48,6 +48,7 @@ from orchestrator.service.models import (
     HostAddition,
     HostImport,
     ImageAddition,
+    ImageSync,
     LeaseSubmission,
     Migration,
     QuotaChange,
@@ -232,6 +233,10 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.post("/v1/images", status_code=201)
     def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
         return service.image_add(who, body.values())
+
+    @app.post("/v1/images/{name}/sync")
+    def image_sync(name: NamePath, body: ImageSync, who: Caller = Who) -> dict[str, Any]:
+        return service.image_sync(who, name, body.host)
 
     @app.post("/v1/vms/{vm}/migrate")
     def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:

@@ -27,10 +27,12 @@ from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.states import RUNNING_STATES, LeaseState
 from orchestrator.runtime.driver_enactor import parse_vm_name
+from orchestrator.runtime.image_copies import CopyProgress, copy_json
 from orchestrator.runtime.host_admin import (
     capacities,
     capacity_source,
     image_on_hosts,
+    sync_image,
     import_partition,
     refuse_image_taken,
     refuse_taken,
@@ -358,7 +360,8 @@ class LeaseService:
         """The catalogue, each image with the leases that use it (`image list`)."""
         store = self.reader()
         with store.snapshot():
-            return [{**image_json(i), "leases": store.leases_using_image(i.name)} for i in store.images()]
+            return [{**image_json(i), "leases": store.leases_using_image(i.name), "hosts": store.image_hosts(i.name)}
+                    for i in store.images()]
 
     def image_remove(self, caller: Caller, name: str) -> None:
         self._admin_check(caller, "removing an image from the catalogue")
@@ -451,20 +454,52 @@ class LeaseService:
         return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
                 "pairs": run_pair_checks(records, driver, timeout, host)}
 
-    def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
-        """`image add`: catalogued once every host read the file (asked off the lock); `values` are
-        CatalogImage's fields as given (`format` None: as the hosts read it)."""
+    def image_add(self, caller: Caller, values: dict[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
+        """`image add`: catalogued once the hosts hold it (asked, and given copies where they share no storage
+        with this machine, off the lock); `values` are CatalogImage's fields as given (`format` None: as the
+        hosts read it)."""
         self._admin_check(caller, "adding an image to the catalogue")
         check_image_request(values)
         store = self.reader()
         with store.snapshot():
             records = store.hosts()
             refuse_image_taken(store, values["name"])
-        image = image_on_hosts(records, self.config.daemon.driver, values, caller.user)
+        image, copies = image_on_hosts(records, self.config.daemon.driver, values, caller.user, progress)
         with self.session.open() as cluster:
             refuse_image_taken(cluster.store, image.name)
-            cluster.store.add_image(image)
-        return {**image_json(image), "hosts": len(records)}
+            known = set(cluster.hosts)
+            held = {c.host: c.how for c in copies if c.holds and c.host in known} if image.copied else {}
+            cluster.store.add_image(image, held)
+            cluster.refresh_images()
+        return {**image_json(image), "hosts": sum(c.holds for c in copies), "copies": [copy_json(c) for c in copies]}
+
+    def image_sync(self, caller: Caller, name: str, host: str | None = None,
+                   progress: CopyProgress | None = None) -> dict[str, Any]:
+        """`image sync`: the copied image given to the hosts (or `host`) that lack it or hold a wrong copy,
+        off the lock; what became of each host is recorded (a host that failed no longer counts as holding
+        it)."""
+        self._admin_check(caller, "copying images to hosts")
+        store = self.reader()
+        with store.snapshot():
+            image = next((i for i in store.images() if i.name == name), None)
+            records = store.hosts()
+        if image is None:
+            raise InvalidRequest("NAME", f"no image named {name!r}")
+        if host is not None:
+            records = [r for r in records if r.name == host]
+            if not records:
+                raise InvalidRequest("--host", f"no host named {host!r}")
+        copies = sync_image(records, self.config.daemon.driver, image, progress)
+        with self.session.open() as cluster:
+            if any(i.name == name for i in cluster.store.images()):
+                known = set(cluster.hosts)
+                for copy in copies:
+                    if copy.holds and copy.host in known:
+                        cluster.store.set_image_host(name, copy.host, copy.how)
+                    elif not copy.holds:
+                        cluster.store.drop_image_host(name, copy.host)
+                cluster.refresh_images()
+        return {"name": name, "copies": [copy_json(c) for c in copies]}
 
     def migrate(self, caller: Caller, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None,
                 timeout_s: float, on_timeout: str) -> dict[str, Any]:
