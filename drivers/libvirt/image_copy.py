@@ -23,7 +23,7 @@ from drivers.errors import DriverError, HostUnreachable, OperationFailed
 from drivers.files import CHUNK_BYTES
 
 from .connection import Connections
-from .ssh import SSHFailed, open_ssh
+from .ssh import SSHFailed, import_paramiko, open_ssh
 from .storage import Storage
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ class ImageCopies:
             out = stdout.read().decode(errors="replace")
             status = stdout.channel.recv_exit_status()
             err = stderr.read().decode(errors="replace").strip()
-        except (OSError, EOFError) as exc:
-            raise HostUnreachable(f"ssh to {host}: {exc}") from None
+        except (OSError, EOFError, import_paramiko().SSHException) as exc:
+            raise HostUnreachable(f"ssh to {host}: {exc or type(exc).__name__}") from None
         finally:
             client.close()
         if status != 0:

@@ -60,6 +60,16 @@ def seed_xml(vm: str, size: int) -> str:
     return ET.tostring(_volume(seed_volume_name(vm), size, "raw", "0644"), encoding="unicode")
 
 
+def _pool_over(conn: Any, directory: str) -> Any | None:
+    """A pool the host has over `directory` already, or None."""
+    wanted = posixpath.normpath(directory)
+    for pool in conn.listAllStoragePools(0):
+        path = ET.fromstring(pool.XMLDesc(0)).findtext("target/path")
+        if path is not None and posixpath.normpath(path) == wanted:
+            return pool
+    return None
+
+
 class Storage:
     """Creates, inspects and deletes the volumes of VMs on the hosts of `connections`."""
 
@@ -81,6 +91,8 @@ class Storage:
         except lv.libvirtError as exc:
             if not self._is_missing(exc, "VIR_ERR_NO_STORAGE_POOL"):
                 raise
+            pool = _pool_over(conn, directory)   # (the host's own pool there: libvirt allows one per directory)
+        if pool is None:
             pool = conn.storagePoolDefineXML(pool_xml(name, directory), 0)
             if build:
                 pool.build(0)   # mkdir -p the directory (owned by the host, not by us)
