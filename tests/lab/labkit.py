@@ -163,9 +163,10 @@ class Lab:
         self.transport = transport
         self.generation += 1
 
-    def up(self, transport: str) -> None:
-        """The lab brought up again (replacing the one up) over `transport`."""
-        lab_command("up", "-n", str(LAB_HOSTS), "--transport", transport, timeout=1800)
+    def up(self, transport: str, storage: str = "shared") -> None:
+        """The lab brought up again (replacing the one up) over `transport`, its image directory `storage`
+        (shared by the hosts, or each host's own: local)."""
+        lab_command("up", "-n", str(LAB_HOSTS), "--transport", transport, "--storage", storage, timeout=1800)
         self.load(transport)
 
     def crash(self, name: str) -> None:

@@ -1,0 +1,144 @@
+"""Hosts without shared storage on the real lab (deploy/lab/lab up --storage local, brought up for this module
+and back to shared storage afterwards): each host's /var/lib/libvirt/images is its own. `image add` copies the
+Debian image (disk, kernel, initrd) to every host through libvirt's volume upload, each copy's checksum equal
+to the source's; `image sync` gives a host that lost its copy a new one; a 2-VM lease boots on the hosts' own
+disks (overlay and seed in the VM's host's own directory), answers ssh, and leaves nothing once cancelled."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.lab.labkit import CLI, LAB_TRANSPORT, REPO, daemon_config, remove_lease_domains
+
+pytestmark = pytest.mark.lab
+
+IMAGE_BUILD = REPO / "deploy" / "images" / "build"
+IMAGES = "/var/lib/libvirt/images"
+BOOT_TIMEOUT_S = 480
+
+
+@pytest.fixture(scope="module", autouse=True)
+def over_local_storage(lab):
+    lab.up(LAB_TRANSPORT, "local")
+    yield lab
+    lab.up(LAB_TRANSPORT)
+
+
+def _cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert done.returncode == 0, f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _on_host(lab, name: str, path: str) -> Path:
+    """Where host `name`'s own file `path` (under its image directory) is, seen from this machine."""
+    assert path.startswith(IMAGES + "/"), path
+    return lab.host_dir(name) / "images" / path[len(IMAGES) + 1:]
+
+
+@pytest.fixture(scope="module")
+def site(lab, tmp_path_factory):
+    """The lab's hosts imported into a store, the Debian image built (cached) but not yet catalogued."""
+    proc = subprocess.run([str(IMAGE_BUILD), "debian12", "--quiet"], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"deploy/images/build debian12 failed:\n{proc.stdout}\n{proc.stderr}"
+    with open(Path(IMAGES) / "leasewise-images" / "debian12" / "image.toml", "rb") as handle:
+        debian = tomllib.load(handle)
+    root = tmp_path_factory.mktemp("local-storage")
+    state, config = root / "state.sqlite", root / "leasewise.toml"
+    daemon_config(config)
+    common = ["--state", str(state), "--config", str(config)]
+    _cli("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "2048", *common)
+    key = root / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab-test", "-f", str(key)], check=True)
+    return {"common": common, "debian": debian, "key": key}
+
+
+def test_local_storage_image_add_copies_to_every_host_and_sync_gives_a_lost_copy_back(lab, site):
+    debian, common = site["debian"], site["common"]
+    assert "# storage: local" in lab.inventory.read_text()
+    files = [debian["disk"], debian["kernel"], debian["initrd"]]
+    sums = {f: _sha256(Path(f)) for f in files}
+    assert not any(_on_host(lab, name, f).exists() for name in lab.names for f in files)
+    t0 = time.monotonic()
+    added = _cli("image", "add", "debian12", debian["disk"], "--login-user", debian["login_user"],
+                 "--kernel", debian["kernel"], "--initrd", debian["initrd"],
+                 "--cmdline", Path(debian["cmdline"]).read_text().strip(), *common, timeout=900)
+    print(f"\nimage add: {len(lab.names)} hosts given {sum(Path(f).stat().st_size for f in files) / 2**20:.0f} MiB "
+          f"each in {time.monotonic() - t0:.1f} s")
+    assert added.stdout.count("copied, checksum verified on the host") == len(lab.names), added.stdout
+    for name in lab.names:
+        for f in files:
+            assert _sha256(_on_host(lab, name, f)) == sums[f], f"{f} on {name}"
+    listed = {i["name"]: i for i in json.loads(_cli("image", "list", "--json", *common).stdout)}["debian12"]
+    assert listed["hosts"] == {name: "copied" for name in lab.names}
+    assert dict(map(tuple, listed["checksums"])) == sums
+
+    lost = lab.names[-1]
+    _on_host(lab, lost, debian["disk"]).unlink()
+    synced = _cli("image", "sync", "debian12", *common, timeout=900)
+    assert f"held by {len(lab.names)} of {len(lab.names)} hosts (1 copied now)" in synced.stdout, synced.stdout
+    assert _sha256(_on_host(lab, lost, debian["disk"])) == sums[debian["disk"]]
+
+
+def test_local_storage_a_two_vm_lease_boots_on_the_hosts_own_disks_and_leaves_nothing(lab, conns, libvirt_mod, site):
+    common = site["common"]
+    if not json.loads(_cli("image", "list", "--json", *common).stdout):
+        pytest.fail("the image was not added (test_local_storage_image_add_... runs first)")
+    submitted = _cli("lease", "submit", "--nodes", "2", "--cpus", "1", "--memory", "768", "--duration", "30m",
+                     "--image", "debian12", "--ssh-key", f"{site['key']}.pub", "--start", "now", "--json", *common)
+    assert json.loads(submitted.stdout)["state"] in ("scheduled", "active", "ready"), submitted.stdout
+    daemon = subprocess.Popen([*CLI, "run", *common], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+
+    def ssh(node: int, *command: str) -> subprocess.CompletedProcess:
+        return _cli("lease", "ssh", f"1/{node}", "-i", str(site["key"]), "-o", "ConnectTimeout=5", "-o",
+                    "BatchMode=yes", *common, "--", *command, timeout=40, check=False)
+
+    try:
+        t0 = time.monotonic()
+        up: set[int] = set()
+        while len(up) < 2:
+            assert time.monotonic() - t0 < BOOT_TIMEOUT_S, "the VMs did not answer ssh"
+            assert daemon.poll() is None, daemon.stdout.read()
+            up |= {node for node in {0, 1} - up if ssh(node, "true").returncode == 0}
+            time.sleep(3)
+        vms = json.loads(_cli("lease", "show", "1", "--json", *common).stdout)["vms"]
+        hosts = [v["host"] for v in vms]
+        assert len(set(hosts)) == 2
+        for node, host in enumerate(hosts):
+            assert ssh(node, "hostname").stdout.strip() == f"lw-1-{node}"
+            own = [_on_host(lab, name, f"{IMAGES}/leasewise-vms/lw-1-{node}.qcow2").exists() for name in lab.names]
+            assert own == [name == host for name in lab.names], (node, host, own)   # on its host's disk only
+        _cli("lease", "cancel", "1", *common)
+        deadline = time.monotonic() + 120
+        while True:
+            left = [p for name in lab.names for p in _on_host(lab, name, f"{IMAGES}/leasewise-vms/x").parent.glob("lw-1-*")]
+            domains = [d.name() for conn in conns.values() for d in conn.listAllDomains(0) if d.name().startswith("lw-")]
+            if not left and not domains:
+                break
+            assert time.monotonic() < deadline, (left, domains)
+            time.sleep(2)
+    finally:
+        if daemon.poll() is None:
+            daemon.terminate()
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        remove_lease_domains(libvirt_mod, conns)
