@@ -199,6 +199,7 @@ class MigrationReport:
     iterations: int                  # passes over memory, first copy and stop-and-copy included (memory_iteration)
     bytes_transferred: int           # memory bytes sent (libvirt: memory_processed)
     memory_total: int = 0            # guest memory, bytes
+    disk_bytes: int = 0              # disk bytes copied with it (a block migration; libvirt: disk_processed)
     outcome: Literal["completed", "forced", "aborted", "failed"] = "completed"
     error: str = ""
     samples: tuple[MigrationProgress, ...] = field(default=(), repr=False)

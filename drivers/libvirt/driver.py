@@ -28,6 +28,7 @@ from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
+from .block_migration import BlockMigration
 from .console import wait_for_console_line
 from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
@@ -78,7 +79,8 @@ class LibvirtDriver(Driver):
         self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
         self._images = ImageCopies(self._connections, self._storage, ssh_timeout_s)
         self._migrations = Migrations(self._connections, self._lifecycle,
-                                      DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
+                                      DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s,
+                                      BlockMigration(self._connections, self._storage))
 
     # -- hosts -----------------------------------------------------------------------------------
 

@@ -90,10 +90,13 @@ class EvacuationPlanner:
         if limit is None:
             return None
         rate, factor = self.dirty_rate(lease, vnode)
+        # (a VM booting an image copied to the hosts' own storage has its overlay there: it moves with it)
+        disk = cfg.live_migration_disk_mib if self.images.hosts_for(lease) is not None else 0.0
         return predict_precopy(
             lease.request.nodes[vnode].memory, cfg.live_bandwidth, rate, limit,
             overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
             switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
+            disk_mib=disk,
         )
 
     def fallback_time(self, lease: Lease) -> timedelta:
