@@ -215,7 +215,8 @@ class EvacuationPlanner:
                 "bandwidth_mib_s": cfg.live_migration_bandwidth,
                 "predicted": {str(v): {"seconds": predicted[v].total_seconds,
                                        "downtime_ms": predicted[v].downtime_ms,
-                                       "passes": predicted[v].passes} for v in moving},
+                                       "passes": predicted[v].passes,
+                                       "disk_seconds": predicted[v].disk_seconds} for v in moving},
             },
         )
         per_host: dict[str, Resources] = {}

@@ -497,6 +497,7 @@ class DriverEnactor:
             guess = predicted.get(str(vnode), {})
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
                         "predicted_downtime_ms": guess.get("downtime_ms"),
+                        "predicted_disk_seconds": guess.get("disk_seconds"),
                         "max_downtime_ms": extra.get("max_downtime_ms")}
             if self._await_job(lease.id, name, ("migration-out", "migration-in"), abort_at, rr) is not None \
                     and self._where(name) == dst:   # (its predecessor's migration went through)
@@ -534,7 +535,8 @@ class DriverEnactor:
             self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
                                                            report.bytes_transferred), rr=rr, **expected,
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
-                          iterations=report.iterations, outcome=report.outcome, **network)
+                          iterations=report.iterations, outcome=report.outcome,
+                          disk_mib=report.disk_bytes / 2**20, **network)
 
     def _start_probe(self, vm: str) -> Probe | None:
         """A network probe of the VM's first IPv4 address, running, or None (no prober, no address, no reply)."""

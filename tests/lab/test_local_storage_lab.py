@@ -2,7 +2,9 @@
 and back to shared storage afterwards): each host's /var/lib/libvirt/images is its own. `image add` copies the
 Debian image (disk, kernel, initrd) to every host through libvirt's volume upload, each copy's checksum equal
 to the source's; `image sync` gives a host that lost its copy a new one; a 2-VM lease boots on the hosts' own
-disks (overlay and seed in the VM's host's own directory), answers ssh, and leaves nothing once cancelled."""
+disks (overlay and seed in the VM's host's own directory) and answers ssh; one VM is live-migrated by the
+daemon (its host drained) with its overlay copied (a block migration), keeping a file written before and an
+ssh session open across it; nothing is left once the lease is cancelled."""
 
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def over_local_storage(lab):
 def _cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
     if check:
-        assert done.returncode == 0, f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, \
+            f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     return done
 
 
@@ -61,12 +64,13 @@ def site(lab, tmp_path_factory):
         debian = tomllib.load(handle)
     root = tmp_path_factory.mktemp("local-storage")
     state, config = root / "state.sqlite", root / "leasewise.toml"
-    daemon_config(config)
+    # (the lab's 1 Gbit/s links; a wide downtime limit: see test_guest_lab.py)
+    daemon_config(config, "live_migration_bandwidth = 100\nmax_downtime_ms = 1000\nlive_migration_disk_mib = 256\n")
     common = ["--state", str(state), "--config", str(config)]
     _cli("host", "import", str(lab.inventory), "--cpus", "1", "--memory", "2048", *common)
     key = root / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "lab-test", "-f", str(key)], check=True)
-    return {"common": common, "debian": debian, "key": key}
+    return {"common": common, "debian": debian, "key": key, "root": root}
 
 
 def test_local_storage_image_add_copies_to_every_host_and_sync_gives_a_lost_copy_back(lab, site):
@@ -96,7 +100,7 @@ def test_local_storage_image_add_copies_to_every_host_and_sync_gives_a_lost_copy
     assert _sha256(_on_host(lab, lost, debian["disk"])) == sums[debian["disk"]]
 
 
-def test_local_storage_a_two_vm_lease_boots_on_the_hosts_own_disks_and_leaves_nothing(lab, conns, libvirt_mod, site):
+def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, conns, libvirt_mod, site):
     common = site["common"]
     if not json.loads(_cli("image", "list", "--json", *common).stdout):
         pytest.fail("the image was not added (test_local_storage_image_add_... runs first)")
@@ -110,6 +114,7 @@ def test_local_storage_a_two_vm_lease_boots_on_the_hosts_own_disks_and_leaves_no
         return _cli("lease", "ssh", f"1/{node}", "-i", str(site["key"]), "-o", "ConnectTimeout=5", "-o",
                     "BatchMode=yes", *common, "--", *command, timeout=40, check=False)
 
+    session = None
     try:
         t0 = time.monotonic()
         up: set[int] = set()
@@ -125,16 +130,54 @@ def test_local_storage_a_two_vm_lease_boots_on_the_hosts_own_disks_and_leaves_no
             assert ssh(node, "hostname").stdout.strip() == f"lw-1-{node}"
             own = [_on_host(lab, name, f"{IMAGES}/leasewise-vms/lw-1-{node}.qcow2").exists() for name in lab.names]
             assert own == [name == host for name in lab.names], (node, host, own)   # on its host's disk only
+
+        # -- a block migration by the daemon (the VM's host drained), a file and an ssh session kept
+        assert ssh(0, "sh", "-c", "'echo written-before > ~/mine && sync'").returncode == 0
+        source = hosts[0]
+        session = subprocess.Popen(
+            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+             "-o", "ServerAliveCountMax=6", *common, "--",
+             "sh", "-c", "'for i in $(seq 1 150); do sleep 1; done; echo alive'"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        drained = _cli("host", "drain", source, "--by", "+120s", *common)
+        assert "live-migrates" in drained.stdout, drained.stdout
+        deadline = time.monotonic() + 240
+        while True:
+            vms = json.loads(_cli("lease", "show", "1", "--json", *common).stdout)["vms"]
+            if vms[0]["host"] != source and vms[0]["state"] == "running":
+                break
+            assert time.monotonic() < deadline, f"lw-1-0 never left {source}: {vms}"
+            time.sleep(2)
+        out, err = session.communicate(timeout=240)
+        assert session.returncode == 0 and out.strip() == "alive", (out, err)
+        session = None
+        assert ssh(0, "cat", "mine").stdout.strip() == "written-before"
+        target = vms[0]["host"]
+        own = [_on_host(lab, name, f"{IMAGES}/leasewise-vms/lw-1-0.qcow2").exists() for name in lab.names]
+        assert own == [name == target for name in lab.names], (source, target, own)   # moved, not copied
+        report_file = site["root"] / "report.json"
+        _cli("report", "--lease", "1", "--json", str(report_file), *common)
+        report = json.loads(report_file.read_text())
+        live = [r for r in report["rows"] if r["kind"] == "live-migrate"]
+        assert live and live[0]["disk_mib"] and live[0]["disk_mib"] > 0, live
+        print(f"\nblock migration of lw-1-0: {live[0]['disk_mib']:.0f} MiB of disk, measured "
+              f"{live[0]['measured_seconds']} s, predicted {live[0]['predicted_seconds']} s")
+        _cli("host", "undrain", source, *common)
         _cli("lease", "cancel", "1", *common)
         deadline = time.monotonic() + 120
         while True:
-            left = [p for name in lab.names for p in _on_host(lab, name, f"{IMAGES}/leasewise-vms/x").parent.glob("lw-1-*")]
-            domains = [d.name() for conn in conns.values() for d in conn.listAllDomains(0) if d.name().startswith("lw-")]
+            left = [p for name in lab.names
+                    for p in _on_host(lab, name, f"{IMAGES}/leasewise-vms/x").parent.glob("lw-1-*")]
+            domains = [d.name() for conn in conns.values() for d in conn.listAllDomains(0)
+                       if d.name().startswith("lw-")]
             if not left and not domains:
                 break
             assert time.monotonic() < deadline, (left, domains)
             time.sleep(2)
     finally:
+        if session is not None and session.poll() is None:
+            session.kill()
         if daemon.poll() is None:
             daemon.terminate()
             try:
