@@ -393,6 +393,11 @@ class Driver(ABC):
         started elsewhere since may use the same shared disk. False when `host` has no such VM."""
         raise NotImplementedError(f"{self.name} driver cannot discard VMs")
 
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        """Whether a VM's disks on host `a` are where host `b` sees them too (so a VM that moves between them
+        takes no copy along, and leaves none behind)."""
+        return True
+
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         """Delete what a VM left on `host`'s storage (its overlay unless `keep_disk`, its seed); returns the
         paths deleted. Nothing to do when there is none."""

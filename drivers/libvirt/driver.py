@@ -76,8 +76,8 @@ class LibvirtDriver(Driver):
         )
         self._storage = Storage(self._connections)
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
-        self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
         self._images = ImageCopies(self._connections, self._storage, ssh_timeout_s)
+        self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s, self._checksum_if_ssh)
         self._migrations = Migrations(self._connections, self._lifecycle,
                                       DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s,
                                       BlockMigration(self._connections, self._storage))
@@ -135,6 +135,13 @@ class LibvirtDriver(Driver):
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
+
+    def _checksum_if_ssh(self, host: str, path: str) -> str | None:
+        """A copied memory image's checksum on `host` (over SSH, which copied it; libvirt cannot read it)."""
+        return self._images.checksum(host, path)
+
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        return self._connections.host_config(a).shares_vm_disks_with(self._connections.host_config(b))
 
     def image_checksum(self, host: str, path: str) -> str | None:
         return self._images.checksum(host, path)

@@ -4,12 +4,14 @@ Debian image (disk, kernel, initrd) to every host through libvirt's volume uploa
 to the source's; `image sync` gives a host that lost its copy a new one; a 2-VM lease boots on the hosts' own
 disks (overlay and seed in the VM's host's own directory) and answers ssh; one VM is live-migrated by the
 daemon (its host drained) with its overlay copied (a block migration), keeping a file written before and an
-ssh session open across it; nothing is left once the lease is cancelled."""
+ssh session open across it; another is suspended and resumed on another host, its overlay and seed moved with
+its memory image; nothing is left once the lease is cancelled."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import subprocess
 import time
 import tomllib
@@ -164,7 +166,37 @@ def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, co
         print(f"\nblock migration of lw-1-0: {live[0]['disk_mib']:.0f} MiB of disk, measured "
               f"{live[0]['measured_seconds']} s, predicted {live[0]['predicted_seconds']} s")
         _cli("host", "undrain", source, *common)
+
+        # -- a suspended VM resumed on another host: its memory image, overlay and seed go with it
+        daemon.terminate()
+        daemon.wait(timeout=60)
+        from drivers.inventory import load_inventory
+        from drivers.libvirt.driver import LibvirtDriver
+
+        assert ssh(1, "sh", "-c", "'echo kept > ~/before && sync'").returncode == 0
+        driver = LibvirtDriver(load_inventory(lab.inventory))
+        try:
+            path = "/var/lib/libvirt/qemu/save/lw-1-1.state"
+            driver.suspend("lw-1-1", path)
+            moved = driver.move_state(path, hosts[1], source)
+            assert moved.bytes > 0
+            driver.resume("lw-1-1", path, source)
+            for host in (hosts[1], source):
+                driver.remove_state(path, host)
+            assert not driver.shares_vm_storage(hosts[1], source)
+            left = driver.remove_vm_storage("lw-1-1", hosts[1])
+            assert sorted(posixpath.basename(p) for p in left) == ["lw-1-1-seed.iso", "lw-1-1.qcow2"], left
+        finally:
+            driver.close()
+        deadline = time.monotonic() + 60
+        while ssh(1, "true").returncode != 0:
+            assert time.monotonic() < deadline, "lw-1-1 not reachable after its restore on another host"
+            time.sleep(2)
+        assert ssh(1, "cat", "before").stdout.strip() == "kept"
+        # (cancelled before the daemon runs again: it releases the lease, on every host it used)
         _cli("lease", "cancel", "1", *common)
+        daemon = subprocess.Popen([*CLI, "run", *common], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
         deadline = time.monotonic() + 120
         while True:
             left = [p for name in lab.names
