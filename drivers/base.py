@@ -393,6 +393,11 @@ class Driver(ABC):
         started elsewhere since may use the same shared disk. False when `host` has no such VM."""
         raise NotImplementedError(f"{self.name} driver cannot discard VMs")
 
+    def domain_macs(self, host: str) -> set[str]:
+        """The MAC addresses of every domain's NICs on `host` (leasewise's or not): an installation draws its
+        MAC prefix clear of them."""
+        return set()
+
     def shares_vm_storage(self, a: str, b: str) -> bool:
         """Whether a VM's disks on host `a` are where host `b` sees them too (so a VM that moves between them
         takes no copy along, and leaves none behind)."""

@@ -110,6 +110,9 @@ class LibvirtDriver(Driver):
     def list_vms(self, host: str) -> list[VMInfo]:
         return self._lifecycle.list_vms(host)
 
+    def domain_macs(self, host: str) -> set[str]:
+        return self._lifecycle.domain_macs(host)
+
     def locate(self, vm: str) -> str | None:
         return self._lifecycle.locate(vm)
 

@@ -363,9 +363,13 @@ class SimulatedDriver(Driver):
             mac = record.spec.mac
             if record.state != "running" or mac is None:
                 return []
-            octets = [int(x, 16) for x in mac.split(":")[3:]]
-            return [VMAddress(mac=mac, address=f"10.{octets[0]}.{octets[1]}.{octets[2] or 1}", prefix=8,
-                              family="ipv4", source="simulated", interface="eth0")]
+            return [VMAddress(mac=mac, address=simulated_address(mac), prefix=8, family="ipv4", source="simulated",
+                              interface="eth0")]
+
+    def domain_macs(self, host: str) -> set[str]:
+        with self._lock.held():
+            self._up(host)
+            return {r.spec.mac for r in self._state.vms.values() if r.host == host and r.spec.mac is not None}
 
     def console_command(self, vm: str) -> list[str]:
         with self._lock.held():
@@ -548,3 +552,10 @@ class SimulatedDriver(Driver):
             with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
                 record.host = dst_host
             return attempt.report(cost.outcome, figures)
+
+
+def simulated_address(mac: str) -> str:
+    """The 10.0.0.0/8 address a simulated VM has: its MAC's last three octets as a number n, one address each
+    (10.0.0.1 for n = 0, never the network's or the broadcast address), as DHCP with a host per MAC gives."""
+    n = int(mac.replace(":", "")[-6:], 16) % ((1 << 24) - 2) + 1
+    return f"10.{n >> 16}.{n >> 8 & 0xFF}.{n & 0xFF}"

@@ -333,3 +333,28 @@ def sync_image(records: list[HostRecord], driver_name: str, image: CatalogImage,
         return [place_on_host(driver, r.config, here, overwrite=True, progress=progress) for r in records]
     finally:
         driver.close()
+
+
+# -- MAC addresses --------------------------------------------------------------------------------------------
+def mac_prefixes_in_use(configs: list[HostConfig], driver_name: str) -> set[str]:
+    """The MAC prefixes (three octets) of the domains on these hosts, leasewise's or not, which a new
+    installation's prefix must avoid; a host that does not answer adds none (it was asked for its capacity
+    already, so it usually does)."""
+    if driver_name != "libvirt" or not configs:
+        return set()
+    from orchestrator.runtime.driver_factory import make_driver
+
+    try:
+        driver = make_driver(driver_name, configs, retry_attempts=1)
+    except (DriverError, ValueError):
+        return set()
+    prefixes: set[str] = set()
+    try:
+        for config in configs:
+            try:
+                prefixes.update(mac[:8] for mac in driver.domain_macs(config.name))
+            except DriverError:
+                continue
+    finally:
+        driver.close()
+    return prefixes

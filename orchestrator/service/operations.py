@@ -32,6 +32,7 @@ from orchestrator.runtime.host_admin import (
     capacities,
     capacity_source,
     image_on_hosts,
+    mac_prefixes_in_use,
     sync_image,
     import_partition,
     refuse_image_taken,
@@ -402,8 +403,10 @@ class LeaseService:
         check_reachable(config, self.config.daemon.driver)
         refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
+        avoid = self._mac_prefixes_to_avoid([config])
         with self.session.open() as cluster:
             cluster.store.add_host(config, vcpus, mib)
+            cluster.store.ensure_mac_prefix(avoid)
             self._reach([(config, vcpus, mib)])
         self.session.invalidate()
         self.wake()   # (leases waiting for room may fit now)
@@ -417,18 +420,28 @@ class LeaseService:
             check_reachable(config, self.config.daemon.driver)
         new, _ = import_partition(self.reader(), configs, source)
         found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
+        avoid = self._mac_prefixes_to_avoid(new)
         with self.session.open() as cluster:
             new_now, skipped = import_partition(cluster.store, configs, source)   # again, under the lock
             for cfg in new_now:
                 if cfg.name not in found:   # added by someone else meanwhile and removed again: ask
                     raise LeasewiseError(f"host {cfg.name!r} changed in the store while importing: run the import again")
                 cluster.store.add_host(cfg, *found[cfg.name][:2])
+            if new_now:
+                cluster.store.ensure_mac_prefix(avoid)
             self._reach([(c, *found[c.name][:2]) for c in new_now])
         if new_now:
             self.session.invalidate()
             self.wake()
         return {"added": [{"name": c.name, "vcpus": found[c.name][0], "memory_mib": found[c.name][1]} for c in new_now],
                 "skipped": skipped}
+
+    def _mac_prefixes_to_avoid(self, configs: list[HostConfig]) -> set[str]:
+        """Before the installation's MAC prefix is drawn (with its first hosts): the prefixes the domains on
+        these hosts use, asked off the lock."""
+        if self.reader().mac_prefix() is not None:
+            return set()
+        return mac_prefixes_in_use(configs, self.config.daemon.driver)
 
     def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
         """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""

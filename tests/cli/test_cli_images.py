@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
+from drivers.simulated.driver import simulated_address
 from orchestrator.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.planning.precopy import predict_precopy
@@ -86,8 +87,7 @@ def test_image_lease_ssh_and_nothing_left_after_the_end(site, store_path, image,
     line = CliRunner().invoke(app, ["lease", "ssh", "1/1", "--print", "-i", str(key), "--state", str(store_path),
                                     "--", "hostname"])
     assert line.exit_code == 0, line.output
-    octets = [int(x, 16) for x in request.guest.macs[1].split(":")[3:]]
-    assert line.stdout.split()[-2:] == [f"alice@10.{octets[0]}.{octets[1]}.{octets[2] or 1}", "hostname"]
+    assert line.stdout.split()[-2:] == [f"alice@{simulated_address(request.guest.macs[1])}", "hostname"]
     assert f"-i {key}" in line.stdout
     console = site("lease", "console", "1/0", "--print")
     assert console.exit_code == 0 and console.stdout.split()[-2:] == ["console", "lw-1-0"]
