@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import signal
@@ -437,3 +438,32 @@ def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, di
     with Store.open(state) as store:
         store.update_host_capacity(small, 1, 384)   # room for the 256 MiB VM, not for a 512 MiB node of the AR
     return EvacuationSite(first, second, small, state, common, guest)
+
+
+def run_cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    """`leasewise ARGS` from this checkout; with `check`, it must succeed (its output in the failure message)."""
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert done.returncode == 0, \
+            f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stop_processes(session: subprocess.Popen | None, daemon: subprocess.Popen) -> None:
+    """What a test started, gone: an ssh session killed, the daemon stopped (killed if it will not stop)."""
+    if session is not None and session.poll() is None:
+        session.kill()
+    if daemon.poll() is None:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()

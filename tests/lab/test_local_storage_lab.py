@@ -9,7 +9,6 @@ its memory image; nothing is left once the lease is cancelled."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 import subprocess
@@ -20,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.lab.labkit import CLI, LAB_TRANSPORT, REPO, daemon_config, remove_lease_domains
+from tests.lab.labkit import run_cli as _cli
+from tests.lab.labkit import sha256_file as _sha256
+from tests.lab.labkit import stop_processes
 
 pytestmark = pytest.mark.lab
 
@@ -33,22 +35,6 @@ def over_local_storage(lab):
     lab.up(LAB_TRANSPORT, "local")
     yield lab
     lab.up(LAB_TRANSPORT)
-
-
-def _cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    if check:
-        assert done.returncode == 0, \
-            f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _on_host(lab, name: str, path: str) -> Path:
@@ -208,12 +194,5 @@ def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, co
             assert time.monotonic() < deadline, (left, domains)
             time.sleep(2)
     finally:
-        if session is not None and session.poll() is None:
-            session.kill()
-        if daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+        stop_processes(session, daemon)
         remove_lease_domains(libvirt_mod, conns)
