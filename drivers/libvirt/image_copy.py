@@ -158,6 +158,7 @@ def _raw_volume_xml(name: str, size: int) -> str:
     vol = ET.Element("volume")
     ET.SubElement(vol, "name").text = name
     ET.SubElement(vol, "capacity", {"unit": "bytes"}).text = str(size)
+    ET.SubElement(vol, "allocation", {"unit": "bytes"}).text = "0"   # (sparse: the upload writes it)
     target = ET.SubElement(vol, "target")
     ET.SubElement(target, "format", {"type": "raw"})
     ET.SubElement(ET.SubElement(target, "permissions"), "mode").text = "0644"
