@@ -38,7 +38,7 @@ from drivers.files import file_sha256
 from drivers.inventory import is_under
 
 from .config import MIB, HostCapacity, OperationTimes, RatedTimes, SimulatedDriverConfig, host_capacity
-from .images import probe_image
+from drivers.image_file import probe_image
 from .lock import OperationLock
 from .migration import SimulatedMigration, migration_cost, run_passes
 from .state_file import HostsState, ImageKey, SaveImage, SimulatedVM, StateFile

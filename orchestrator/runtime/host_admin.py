@@ -15,6 +15,7 @@ from typing import Any
 from drivers.base import PAIR_CHECKS, Driver, HostInfo, ImageInfo
 from drivers.deadline import answers_within
 from drivers.errors import DriverError
+from drivers.image_file import probe_image
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.images import IMAGE_FORMATS, CatalogImage
@@ -263,6 +264,8 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
     files = tuple(f for f in (path, values.get("kernel"), values.get("initrd")) if f is not None)
     copying = [r for r in records if needs_copies(r.config, files)]
     checksums = local_checksums(files) if copying else None
+    if checksums is not None:   # (bad input refused before anything is copied)
+        check_image_file(path, fmt)
     driver = hosts_driver(records, driver_name)
     try:
         copies = {r.name: HostCopy(r.name, "shared") for r in records}
@@ -298,6 +301,18 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
     image = CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
                          added_by=added_by, checksums=tuple(checksums.items()) if checksums is not None else ())
     return image, list(copies.values())
+
+
+def check_image_file(path: str, fmt: str | None) -> None:
+    """What this machine's file is, before it is copied: a disk image leasewise boots, in the format given."""
+    try:
+        found = probe_image(path)
+    except DriverError as exc:
+        raise InvalidRequest("PATH", str(exc)) from None
+    if fmt is not None and fmt != found.format:
+        raise InvalidRequest("--format", f"{path} is {found.format}, not {fmt}")
+    if found.virtual_size <= 0:
+        raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
 
 
 def refuse_different_files(driver: Driver, configs: list[HostConfig], checksums: dict[str, str]) -> None:
