@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 import socket
 import time
 import uuid
@@ -171,6 +172,7 @@ class StateTransfer:
                 sftp_session(dst, timeout, "copy save images") as dst_sftp:
             try:
                 size = int(src_sftp.stat(path).st_size or 0)
+                _make_directories(dst_sftp, posixpath.dirname(path))   # (a disk's: new to this host, maybe)
                 with src_sftp.open(path, "rb") as reader, dst_sftp.open(partial, "wb") as writer:
                     reader.prefetch(size)
                     writer.set_pipelined(True)
@@ -224,3 +226,17 @@ def _remove_quietly(sftp: Any, path: str) -> None:
         sftp.remove(path)
     except (OSError, EOFError):
         pass
+
+
+def _make_directories(sftp: Any, directory: str) -> None:
+    """`mkdir -p directory` over SFTP."""
+    missing = []
+    while directory not in ("", "/"):
+        try:
+            sftp.stat(directory)
+            break
+        except FileNotFoundError:
+            missing.append(directory)
+            directory = posixpath.dirname(directory)
+    for path in reversed(missing):
+        sftp.mkdir(path, 0o755)
