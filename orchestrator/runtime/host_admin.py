@@ -179,7 +179,8 @@ def run_checks(record: HostRecord, driver: str, timeout: float,
                 image_rows.append({"check": f"image {image.name}", "status": "PASS",
                                    "detail": f"{image.path}: {seen.format}, {seen.virtual_size / 2**30:.1f} GiB"})
             except DriverError as exc:
-                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": str(exc)})
+                hint = f" (`leasewise image sync {image.name} --host {record.name}` copies it)" if image.copied else ""
+                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": f"{exc}{hint}"})
     finally:
         checker.close()
     rows = []
