@@ -177,6 +177,7 @@ class MigrationProgress:
     dirty_rate_bytes_s: float
     iteration: int
     max_downtime_ms: float           # the value in force (Nova-style steps raise it)
+    disk_processed: int = 0          # disk bytes copied so far (a block migration)
 
     @property
     def percent(self) -> float:

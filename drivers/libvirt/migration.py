@@ -78,6 +78,7 @@ def progress_from_job_stats(stats: Mapping[str, Any], elapsed_s: float, max_down
         dirty_rate_bytes_s=float(stats.get("memory_dirty_rate", 0)) * page,
         iteration=int(stats.get("memory_iteration", 0)),
         max_downtime_ms=max_downtime_ms,
+        disk_processed=int(stats.get("disk_processed", 0)),
     )
 
 
@@ -98,7 +99,9 @@ def migration_report(
         downtime_ms=float(figures.get("downtime", 0.0)),
         iterations=int(figures.get("memory_iteration", 0)),
         bytes_transferred=int(figures.get("memory_processed", figures.get("data_processed", 0))),
-        disk_bytes=int(figures.get("disk_processed", 0)),
+        # (the completed job's statistics, taken from the destination after a peer-to-peer migration, may
+        # lack the disk's: the last sample has them, the mirror being in sync from before memory moves)
+        disk_bytes=max(int(figures.get("disk_processed", 0)), max((s.disk_processed for s in samples), default=0)),
         # the guest's memory (as base.py defines it), not QEMU's total, which adds device memory
         memory_total=int(memory_total or figures.get("memory_total", 0)),
         outcome=outcome,

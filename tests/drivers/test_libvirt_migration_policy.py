@@ -91,3 +91,14 @@ def test_block_migration_report_counts_the_disk_bytes_copied():
                               stats={"time_elapsed": 2500, "memory_processed": 10 << 20, "disk_processed": 300 << 20})
     assert (report.disk_bytes, report.bytes_transferred, report.total_seconds) == (300 << 20, 10 << 20, 2.5)
     assert migration_report("vm", "a", "b", "completed", elapsed_s=1.0).disk_bytes == 0
+
+
+def test_block_migration_disk_bytes_come_from_the_samples_when_the_completed_statistics_lack_them():
+    from drivers.libvirt.migration import migration_report, progress_from_job_stats  # noqa: PLC0415
+
+    running = {"memory_total": 512 << 20, "memory_processed": 64 << 20, "disk_processed": 120 << 20}
+    sample = progress_from_job_stats(running, 1.5, 300.0)
+    assert sample.disk_processed == 120 << 20
+    report = migration_report("vm", "a", "b", "completed", elapsed_s=3.0, stats={"time_elapsed": 3000},
+                              samples=(sample,))
+    assert report.disk_bytes == 120 << 20
