@@ -467,3 +467,13 @@ def stop_processes(session: subprocess.Popen | None, daemon: subprocess.Popen) -
             daemon.wait(timeout=60)
         except subprocess.TimeoutExpired:
             daemon.kill()
+
+
+def held_ssh_session(vm: str, key: Path, common: list[str], seconds: int = 150) -> subprocess.Popen:
+    """`leasewise lease ssh VM` held open for `seconds`, printing "alive" at the end if it lasted (a session
+    that dies, e.g. in a migration, ends within 30 s and says so, rather than hanging)."""
+    return subprocess.Popen(
+        [*CLI, "lease", "ssh", vm, "-i", str(key), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+         "-o", "ServerAliveCountMax=6", *common, "--", "sh", "-c",
+         f"'for i in $(seq 1 {seconds}); do sleep 1; done; echo alive'"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -21,7 +21,7 @@ import pytest
 from tests.lab.labkit import REPO, daemon_config, remove_lease_domains
 from tests.lab.labkit import run_cli as _cli
 from tests.lab.labkit import sha256_file as _sha256
-from tests.lab.labkit import stop_processes
+from tests.lab.labkit import held_ssh_session, stop_processes
 
 pytestmark = pytest.mark.lab
 
@@ -128,12 +128,7 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
 
         # -- live migration by the daemon (the VM's host is drained), an ssh session open across it
         source = vms[0]["host"]
-        session = subprocess.Popen(
-            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes",
-             # a session that died in the migration ends within 30 s and says so, rather than hanging
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6", *common, "--",
-             "sh", "-c", "'for i in $(seq 1 150); do sleep 1; done; echo alive'"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        session = held_ssh_session("1/0", site["key"], common)
         time.sleep(3)
         # (the migration is planned to end just before the deadline, leaving time for a fallback)
         drained = _cli("host", "drain", source, "--by", "+90s", *common)

@@ -21,7 +21,7 @@ import pytest
 from tests.lab.labkit import CLI, LAB_TRANSPORT, REPO, daemon_config, remove_lease_domains
 from tests.lab.labkit import run_cli as _cli
 from tests.lab.labkit import sha256_file as _sha256
-from tests.lab.labkit import stop_processes
+from tests.lab.labkit import held_ssh_session, stop_processes
 
 pytestmark = pytest.mark.lab
 
@@ -122,11 +122,7 @@ def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, co
         # -- a block migration by the daemon (the VM's host drained), a file and an ssh session kept
         assert ssh(0, "sh", "-c", "'echo written-before > ~/mine && sync'").returncode == 0
         source = hosts[0]
-        session = subprocess.Popen(
-            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
-             "-o", "ServerAliveCountMax=6", *common, "--",
-             "sh", "-c", "'for i in $(seq 1 150); do sleep 1; done; echo alive'"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        session = held_ssh_session("1/0", site["key"], common)
         time.sleep(3)
         drained = _cli("host", "drain", source, "--by", "+120s", *common)
         assert "live-migrates" in drained.stdout, drained.stdout
