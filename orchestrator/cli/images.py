@@ -7,10 +7,11 @@ checksummed on the host), and a lease naming it is planned on the hosts holding 
 copies it to hosts added later (or holding a wrong copy). The file itself is never changed: each VM boots
 an overlay of its own.
 
-Exit codes: 0 done; 1 some host could not be given its copy (the others hold it); 2 bad input (a name taken or unknown, a file a host cannot read, a format that does
-not match, an image still used by a lease); through a server, 4 for a caller who is not an admin (adding
-and removing images is theirs). Each command makes one call on the backend its shared options select, the
-server's client or the local store (`orchestrator.service.backend`).
+Exit codes: 0 done; 1 some host could not be given its copy (the others hold it); 2 bad input (a name taken or
+unknown, a file a host cannot read, a format that does not match, an image still used by a lease); through a
+server, 4 for a caller who is not an admin (adding and removing images is theirs). Each command makes one call
+on the backend its shared options select, the server's client or the local store
+(`orchestrator.service.backend`).
 """
 
 # No `from __future__ import annotations`: typer reads the option types at runtime.

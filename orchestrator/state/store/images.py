@@ -30,7 +30,8 @@ class ImageRepository(StoreConnection):
         name is taken."""
         added = image if image.added_at is not None else replace(image, added_at=datetime.now(UTC))
         values = tuple(getattr(added, c) for c in _IMAGE_COLUMNS)
-        values = (*values[:9], encode_time(added.added_at), added.added_by, encode_json([list(c) for c in added.checksums]))
+        values = (*values[:9], encode_time(added.added_at), added.added_by,
+                  encode_json([list(pair) for pair in added.checksums]))
         with self.transaction():
             self._insert_new("images", _IMAGE_COLUMNS, values, f"image {image.name!r}")
             for host, how in (held_by or {}).items():
