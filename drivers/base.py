@@ -177,6 +177,7 @@ class MigrationProgress:
     dirty_rate_bytes_s: float
     iteration: int
     max_downtime_ms: float           # the value in force (Nova-style steps raise it)
+    disk_processed: int = 0          # disk bytes copied so far (a block migration)
 
     @property
     def percent(self) -> float:
@@ -199,12 +200,15 @@ class MigrationReport:
     iterations: int                  # passes over memory, first copy and stop-and-copy included (memory_iteration)
     bytes_transferred: int           # memory bytes sent (libvirt: memory_processed)
     memory_total: int = 0            # guest memory, bytes
+    disk_bytes: int = 0              # disk bytes copied with it (a block migration; libvirt: disk_processed)
     outcome: Literal["completed", "forced", "aborted", "failed"] = "completed"
     error: str = ""
     samples: tuple[MigrationProgress, ...] = field(default=(), repr=False)
 
 
 ProgressCallback = Callable[[MigrationProgress], None]
+#: (bytes sent so far, bytes in all) of a file being copied to a host
+ByteProgress = Callable[[int, int], None]
 
 
 def validate_migration_args(
@@ -358,6 +362,18 @@ class Driver(ABC):
         problem when it cannot read it."""
         raise NotImplementedError(f"{self.name} driver cannot read images")
 
+    def image_checksum(self, host: str, path: str) -> str | None:
+        """The SHA-256 (hex) of the file at `path` on `host`, computed there (over leasewise's own SSH when
+        the host has it, else read back through the driver's link); None when `host` has no such file."""
+        raise NotImplementedError(f"{self.name} driver cannot checksum images")
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        """Copy this machine's file `source` to `path` on `host` (its directory made if missing) through the
+        driver's own link to the host, `progress(sent, total)` told as bytes go; then the SHA-256 `host`
+        computes of what it stored, which must be the source's (`OperationFailed`, and the copy deleted,
+        when it is not). A file already at `path` is replaced."""
+        raise NotImplementedError(f"{self.name} driver cannot copy images")
+
     def vm_addresses(self, vm: str) -> list[VMAddress]:
         """The VM's network addresses: from the guest agent, else the DHCP leases, else ARP (libvirt's
         `interfaceAddresses` sources, in that order); empty when none answers yet."""
@@ -377,6 +393,16 @@ class Driver(ABC):
         kept (shut off by a power cut, or run on through a network cut) after its lease moved on; a copy
         started elsewhere since may use the same shared disk. False when `host` has no such VM."""
         raise NotImplementedError(f"{self.name} driver cannot discard VMs")
+
+    def domain_macs(self, host: str) -> set[str]:
+        """The MAC addresses of every domain's NICs on `host` (leasewise's or not): an installation draws its
+        MAC prefix clear of them."""
+        return set()
+
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        """Whether a VM's disks on host `a` are where host `b` sees them too (so a VM that moves between them
+        takes no copy along, and leaves none behind)."""
+        return True
 
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
         """Delete what a VM left on `host`'s storage (its overlay unless `keep_disk`, its seed); returns the

@@ -5,11 +5,31 @@ Here, at the bottom of the layers, so the drivers' inventory and every reader of
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+
+
+#: how much of a file is read at a time when it is hashed or copied
+CHUNK_BYTES = 1024 * 1024
+
+
+def file_sha256(path: str | os.PathLike[str], progress: Callable[[int, int], None] | None = None) -> str:
+    """The SHA-256 (hex) of the file at `path` on this machine (`progress(read, total)` told as it goes)."""
+    digest = hashlib.sha256()
+    total = os.path.getsize(path)
+    done = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
+    return digest.hexdigest()
 
 
 def write_whole(path: Path, text: str) -> None:

@@ -112,6 +112,12 @@ class HostConfig:
         parent = self.shared_storage[0] if self.shared_storage else FALLBACK_DISK_PARENT
         return posixpath.join(parent, DISK_DIR_NAME)
 
+    def shares_vm_disks_with(self, other: HostConfig) -> bool:
+        """Whether a VM's overlay and seed on this host are where `other` sees them too (one directory on
+        storage both share), so a VM moving between them needs no copy of its disks."""
+        disk_dir = self.vm_disk_dir
+        return disk_dir == other.vm_disk_dir and self.is_shared(disk_dir) and other.is_shared(disk_dir)
+
     def is_shared(self, path: str) -> bool:
         """Whether `path` is on storage every host sees, so no copy is needed."""
         return is_under(path, self.shared_storage)

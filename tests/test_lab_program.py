@@ -75,3 +75,32 @@ def test_the_inventory_the_lab_writes_is_one_leasewise_reads(transport, tmp_path
             assert peer.params["keyfile"].startswith("/etc/libvirt/leasewise/")
         if transport == "tls":
             assert link.params["pkipath"].endswith("run/pki/head") and peer.params["pkipath"] == "/etc/libvirt/pki"
+
+
+@pytest.mark.parametrize("storage", ["shared", "local"])
+def test_the_inventory_says_whether_the_hosts_share_their_image_directory(storage, tmp_path, monkeypatch):
+    """`up --storage local`: no host names shared storage, each keeps its VMs' disks in its own directory, and
+    the file says so; `shared` (the default) is the image directory every host sees."""
+    monkeypatch.syspath_prepend(str(LAB_DIR))
+    from lablib import inventory as lab_inventory  # noqa: PLC0415
+
+    from drivers.inventory import load_inventory  # noqa: PLC0415
+
+    monkeypatch.setattr(lab_inventory, "INVENTORY", tmp_path / "inventory.toml")
+    path = lab_inventory.write_inventory(2, "ssh", storage)
+    hosts = load_inventory(path)
+    assert f"# storage: {storage}" in path.read_text()
+    for host in hosts:
+        if storage == "local":
+            assert host.shared_storage == () and not host.is_shared("/var/lib/libvirt/images/x.qcow2")
+            assert host.vm_disk_dir == "/var/lib/libvirt/images/leasewise-vms"
+        else:
+            assert host.shared_storage == ("/var/lib/libvirt/images",) and host.disk_dir is None
+
+
+def test_with_local_storage_each_host_binds_its_own_image_directory(monkeypatch):
+    monkeypatch.syspath_prepend(str(LAB_DIR))
+    from lablib.hosts import holder_script  # noqa: PLC0415
+
+    bind = 'mount --bind "$dir/images" /var/lib/libvirt/images'
+    assert bind in holder_script("local") and bind not in holder_script("shared")

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """leasewise lab: N libvirt "hosts" on this one machine, for the lab test tier and for VMs a person can use.
 
-    deploy/lab/lab up [-n N] [--transport ssh|tls|tcp] [--link-rate 1gbit|none] [--link-delay 0.2ms]
-                                 bring up N hosts (default 3) reached over TRANSPORT (default ssh),
-                                 replacing any lab already up
+    deploy/lab/lab up [-n N] [--transport ssh|tls|tcp] [--storage shared|local] [--link-rate 1gbit|none]
+                      [--link-delay 0.2ms]
+                                 bring up N hosts (default 3) reached over TRANSPORT (default ssh), their
+                                 image directory shared (default) or each host's own, replacing any lab
+                                 already up
     deploy/lab/lab status        per host: namespace, VM bridge, daemons, libvirt (over the lab's
                                  transport) and SSH reachability, running domains; the DHCP server
     deploy/lab/lab crash HOST    HOST loses its power: all its processes (QEMU, libvirtd, sshd) killed at once
@@ -25,7 +27,8 @@ Each host labN (N = 1..) is
     host's own /etc/hosts, and its own users: `leasewise` in its `libvirt` group), and /run/libvirt,
     /var/lib/libvirt/qemu, /var/cache/libvirt, /var/log/libvirt and /etc/libvirt are bind mounts of
     deploy/lab/run/hostN/...
-    /var/lib/libvirt/images stays shared by every host, like NFS in a real lab.
+    /var/lib/libvirt/images stays shared by every host, like NFS in a real lab; with `--storage local`
+    each host has its own (run/hostN/images bound over it), as hosts with only their own disks.
   * a shaped link: each veth end sends at most `--link-rate` (default 1gbit, a token bucket `tbf` on
     both ends, so traffic into and out of each host is limited, as on a lab's switch port), and with
     `--link-delay` also delayed (netem; refused at once if this kernel lacks it). Unshaped veths run at
@@ -45,7 +48,7 @@ route for 10.77.0.0/24 (metric 4077, under the bridge's own route) stays after `
 talking to a lab address fails at once instead of sending its packets out through the default route.
 
 `up` writes run/inventory.toml (the leasewise host inventory; each host's VMs attach to its bridge br0),
-run/id_ed25519 (the head node's key), run/known_hosts (the hosts' keys), run/transport, and for tls
+run/id_ed25519 (the head node's key), run/known_hosts (the hosts' keys), run/transport, run/storage, and for tls
 run/pki/. Everything under run/ is generated (and gitignored).
 
 Only the standard library is used; needs root.
@@ -65,6 +68,7 @@ from lablib.common import (
     DHCP_FIRST,
     DHCP_LAST,
     DNSMASQ_LEASES,
+    DEFAULT_STORAGE,
     DIR_BINDS,
     GATEWAY,
     GUARD_METRIC,
@@ -73,6 +77,7 @@ from lablib.common import (
     PREFIXLEN,
     RUN,
     SHARED_IMAGES,
+    STORAGES,
     SUBNET,
     VM_BRIDGE,
     acquire_lab_lock,
@@ -90,10 +95,12 @@ from lablib.common import (
     pid_comm,
     quiet,
     read_pid,
+    read_storage,
     require_root,
     run,
     say,
     veth,
+    write_storage,
 )
 from lablib.dhcp import dhcp_leases, dnsmasq_pids, start_dhcp
 from lablib.hosts import prepare_host_dir, start_daemons, start_holder
@@ -186,8 +193,11 @@ def down(verbose: bool = True) -> int:
 
 # --------------------------------------------------------------------------------------------------- up
 
-def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, delay: str | None = None) -> int:
+def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, delay: str | None = None,
+       storage: str = DEFAULT_STORAGE) -> int:
     require_root()
+    if storage not in STORAGES:
+        die(f"--storage must be one of {', '.join(STORAGES)} (got {storage!r})")
     if not 1 <= count <= MAX_HOSTS:
         die(f"-n must be between 1 and {MAX_HOSTS}")
     if transport not in TRANSPORTS:
@@ -212,6 +222,7 @@ def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, 
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         Path("/run/netns").mkdir(exist_ok=True)
         write_transport(transport)
+        write_storage(storage)
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "leasewise-lab-head", "-f", str(HEAD_KEY)])
         head_pub = HEAD_KEY.with_suffix(".pub").read_text().strip()
 
@@ -222,7 +233,7 @@ def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, 
         start_dhcp()
 
         for n in hosts:
-            prepare_host_dir(n, count, transport)
+            prepare_host_dir(n, count, transport, storage)
         make_users(count)
         HEAD_KNOWN_HOSTS.write_text("\n".join(line for n in hosts for line in known_hosts_lines(n)) + "\n")
         make_ssh_trust(count, head_pub)
@@ -232,18 +243,19 @@ def up(count: int, transport: str = DEFAULT_TRANSPORT, rate: str | None = None, 
         for n in hosts:
             make_network(n)
             shape_link(n, rate, delay)
-            holders[n] = start_holder(n)
+            holders[n] = start_holder(n, storage)
         for n in hosts:
             start_daemons(n, holders[n], transport)
         wait_libvirt(hosts, transport)
         wait_ssh(hosts)
         prewarm(hosts, transport)
-        inv = write_inventory(count, transport)
+        inv = write_inventory(count, transport, storage)
     except BaseException:
         say("up failed; logs are in run/hostN/ (kept until `down`)")
         raise
     link = " ".join(x for x in (rate or "unshaped", f"delay {delay}" if delay else "") if x)
-    say(f"up: {count} host(s) over {transport} in {time.monotonic() - t0:.1f} s; links {link}; inventory {inv}")
+    say(f"up: {count} host(s) over {transport}, {storage} storage, in {time.monotonic() - t0:.1f} s; "
+        f"links {link}; inventory {inv}")
     say(f"  VMs: bridge {VM_BRIDGE} on each host; DHCP {DHCP_FIRST}-{DHCP_LAST} (leases in {DNSMASQ_LEASES})")
     for n in hosts:
         say(f"  {host_name(n)}  virsh -c '{head_uri(n, transport)}'")
@@ -262,7 +274,7 @@ def status() -> int:
     transport = read_transport()
     ok = True
     bridge = "up" if link_exists(BRIDGE) else "MISSING"
-    print(f"bridge {BRIDGE} ({GATEWAY}/{PREFIXLEN}): {bridge}; transport {transport}")
+    print(f"bridge {BRIDGE} ({GATEWAY}/{PREFIXLEN}): {bridge}; transport {transport}; storage {read_storage()}")
     ok &= bridge == "up"
     guard = leak_guard_present()
     print(f"leak guard (unreachable {SUBNET} metric {GUARD_METRIC}): {'present' if guard else 'MISSING'}")
@@ -317,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--transport", choices=TRANSPORTS, default=DEFAULT_TRANSPORT,
                       help=f"how libvirt reaches the hosts and they reach each other (default {DEFAULT_TRANSPORT}: "
                            f"as {LAB_USER} over libssh2; tls: certificates; tcp: no authentication)")
+    p_up.add_argument("--storage", choices=STORAGES, default=DEFAULT_STORAGE,
+                      help=f"the image directory {SHARED_IMAGES}: one every host shares (default "
+                           f"{DEFAULT_STORAGE}, as NFS), or each host's own (local)")
     p_up.add_argument("--link-rate", default=DEFAULT_LINK_RATE, metavar="RATE",
                       help=f"each host's link rate, as tc reads it (default {DEFAULT_LINK_RATE}; none: unshaped)")
     p_up.add_argument("--link-delay", default=None, metavar="DELAY",
@@ -333,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     require_root()
     lock = acquire_lab_lock(args.cmd)  # noqa: F841  (held until this process exits)
     if args.cmd == "up":
-        return up(args.n, args.transport, parse_rate(args.link_rate), parse_delay(args.link_delay))
+        return up(args.n, args.transport, parse_rate(args.link_rate), parse_delay(args.link_delay), args.storage)
     if args.cmd == "crash":
         crash(host_number(args.host, lab_host_numbers()))
         return 0

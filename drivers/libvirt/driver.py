@@ -8,6 +8,7 @@ and removes memory images; `Migrations` live-migrates; host.py answers `host_inf
 from __future__ import annotations
 
 from drivers.base import (
+    ByteProgress,
     Driver,
     HostCheck,
     HostInfo,
@@ -27,9 +28,11 @@ from drivers.errors import DriverError
 from drivers.inventory import HostConfig
 
 from .connection import Connections, RetryPolicy, import_libvirt
+from .block_migration import BlockMigration
 from .console import wait_for_console_line
 from .addresses import vm_addresses
 from .host import read_host_info, run_host_checks
+from .image_copy import ImageCopies
 from .lifecycle import Lifecycle
 from .migration import Migrations
 from .pair_check import check_pair
@@ -73,9 +76,11 @@ class LibvirtDriver(Driver):
         )
         self._storage = Storage(self._connections)
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
-        self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s)
+        self._images = ImageCopies(self._connections, self._storage, ssh_timeout_s)
+        self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s, self._checksum_if_ssh)
         self._migrations = Migrations(self._connections, self._lifecycle,
-                                      DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s)
+                                      DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s,
+                                      BlockMigration(self._connections, self._storage))
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -105,6 +110,9 @@ class LibvirtDriver(Driver):
     def list_vms(self, host: str) -> list[VMInfo]:
         return self._lifecycle.list_vms(host)
 
+    def domain_macs(self, host: str) -> set[str]:
+        return self._lifecycle.domain_macs(host)
+
     def locate(self, vm: str) -> str | None:
         return self._lifecycle.locate(vm)
 
@@ -130,6 +138,19 @@ class LibvirtDriver(Driver):
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
+
+    def _checksum_if_ssh(self, host: str, path: str) -> str | None:
+        """A copied memory image's checksum on `host` (over SSH, which copied it; libvirt cannot read it)."""
+        return self._images.checksum(host, path)
+
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        return self._connections.host_config(a).shares_vm_disks_with(self._connections.host_config(b))
+
+    def image_checksum(self, host: str, path: str) -> str | None:
+        return self._images.checksum(host, path)
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        return self._images.upload(host, path, source, progress)
 
     def discard(self, vm: str, host: str) -> bool:
         return self._lifecycle.discard(host, vm)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import timedelta
+import xml.etree.ElementTree as ET
 from typing import Any
 
 from drivers.base import OperationReport, VMInfo, VMSpec, VMStateName
@@ -125,6 +126,22 @@ class Lifecycle:
             return found
 
         return self._connections.call(host, "list domains", listing)
+
+    def domain_macs(self, host: str) -> set[str]:
+        """The MAC addresses of every domain's NICs on `host`, leasewise's or not."""
+        def reading(conn: Any) -> set[str]:
+            macs: set[str] = set()
+            for dom in conn.listAllDomains(0):
+                try:
+                    root = ET.fromstring(dom.XMLDesc(0))
+                except self._connections.libvirt.libvirtError as exc:
+                    if not self._connections.is_no_domain(exc):
+                        raise
+                    continue
+                macs.update(m.get("address", "").lower() for m in root.findall("devices/interface/mac"))
+            return macs - {""}
+
+        return self._connections.call(host, "read the domains' MAC addresses", reading)
 
     # -- starting and stopping -------------------------------------------------------------------
 

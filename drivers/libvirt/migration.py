@@ -31,6 +31,7 @@ from drivers.downtime import DowntimeSchedule, allowed_at
 from drivers.errors import DriverError, MigrationFailed
 from drivers.inventory import HostConfig
 
+from .block_migration import BlockMigration, local_disks
 from .connection import Connections, error_text
 from .lifecycle import Lifecycle
 from .transport import peer_uri
@@ -77,6 +78,7 @@ def progress_from_job_stats(stats: Mapping[str, Any], elapsed_s: float, max_down
         dirty_rate_bytes_s=float(stats.get("memory_dirty_rate", 0)) * page,
         iteration=int(stats.get("memory_iteration", 0)),
         max_downtime_ms=max_downtime_ms,
+        disk_processed=int(stats.get("disk_processed", 0)),
     )
 
 
@@ -97,6 +99,9 @@ def migration_report(
         downtime_ms=float(figures.get("downtime", 0.0)),
         iterations=int(figures.get("memory_iteration", 0)),
         bytes_transferred=int(figures.get("memory_processed", figures.get("data_processed", 0))),
+        # (the completed job's statistics, taken from the destination after a peer-to-peer migration, may
+        # lack the disk's: the last sample has them, the mirror being in sync from before memory moves)
+        disk_bytes=max(int(figures.get("disk_processed", 0)), max((s.disk_processed for s in samples), default=0)),
         # the guest's memory (as base.py defines it), not QEMU's total, which adds device memory
         memory_total=int(memory_total or figures.get("memory_total", 0)),
         outcome=outcome,
@@ -129,8 +134,9 @@ class Migrations:
     """migrate and measured_dirty_rate of the libvirt driver."""
 
     def __init__(self, connections: Connections, lifecycle: Lifecycle, downtime: DowntimeSchedule,
-                 poll_interval_s: float):
+                 poll_interval_s: float, block: BlockMigration):
         self._connections = connections
+        self._block = block
         self._lifecycle = lifecycle
         self._downtime = downtime
         self._poll_interval_s = poll_interval_s
@@ -161,15 +167,24 @@ class Migrations:
             src_conn = self._connections.call(src_host, "connect", lambda c: c)
             dom = src_conn.lookupByName(vm)
             memory_total = int(dom.info()[1]) * 1024
-            disks = disk_sources(dom.XMLDesc(0))
+            xml = dom.XMLDesc(0)
+            disks = disk_sources(xml)
         except (DriverError, lv.libvirtError) as exc:
             raise attempt.failed(str(exc)) from exc
-        unshared = [d for d in disks if not (src_cfg.is_shared(d) and dst_cfg.is_shared(d))]
-        if unshared:
-            raise attempt.failed(f"{vm}'s disk {unshared[0]} is not on storage {src_host} and {dst_host} share "
-                                 "(their shared_storage): a live migration would leave it behind")
+        local = local_disks(xml, lambda d: src_cfg.is_shared(d) and dst_cfg.is_shared(d))
+        made: list[str] = []
+        if local:
+            # a block migration: the overlay goes with the memory, on the base image the destination holds
+            try:
+                made = self._block.prepare(vm, src_host, dst_host, local)
+            except DriverError as exc:
+                raise attempt.failed(f"the destination cannot take {vm}'s disks: {exc}") from exc
 
         flags, params = self._flags_and_params(src_cfg, dst_cfg, bandwidth_mib_s)
+        copied = [d.dev for d in local if not d.readonly]
+        if copied:
+            flags |= lv.VIR_MIGRATE_NON_SHARED_INC
+            params[lv.VIR_MIGRATE_PARAM_MIGRATE_DISKS] = copied
         if disks:
             # Every disk is on storage the inventory says both hosts share. libvirt calls a migration
             # "unsafe" unless the disks use cache=none or it recognises the file system as shared (NFS,
@@ -237,7 +252,10 @@ class Migrations:
         stats = self._completed_stats(src_host, dst_host, vm, dom)
         ended = migration_outcome(on_dst, on_src, action)
         if ended in ("completed", "forced"):
+            self._block.remove(src_host, [d.path for d in local])   # (libvirt leaves the source's copies)
             return attempt.report(ended, stats=stats, memory_total=memory_total, samples=tuple(samples))
+        if on_dst is False:   # (not where it would run: what was made for it there goes)
+            self._block.remove(dst_host, made)
 
         # Failed: make sure the guest runs where it was.
         self._resume_if_paused(src_host, vm)

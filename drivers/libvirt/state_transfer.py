@@ -1,5 +1,7 @@
 """A VM's memory as a file: save (suspend) and restore (resume) through libvirt, and the save image copied
-between hosts (or removed) over SFTP when the hosts do not share the storage it is on.
+between hosts (or removed) over SFTP when the hosts do not share the storage it is on. A VM whose disks
+(its overlay, its seed) are on storage the two hosts do not share has them copied with it, so it can be
+restored there; every file copied is checksummed on the destination host against what was sent.
 
 Save and restore check the domain's state first, so a retry after a lost reply does not fail on work the
 first attempt did. A copy is written under a temporary name and renamed, so a host never sees half an
@@ -8,18 +10,22 @@ image under the real name.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import posixpath
 import socket
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from typing import Any
 
 from drivers.base import OperationReport
 from drivers.errors import DriverError, HostUnreachable, OperationFailed, VMAlreadyExists
 from drivers.inventory import HostConfig
 
+from .block_migration import LocalDisk, local_disks
 from .connection import Connections
 from .lifecycle import Lifecycle
 from .ssh import sftp_session
@@ -32,7 +38,10 @@ COPY_CHUNK_BYTES = 1024 * 1024
 class StateTransfer:
     """suspend, resume, move_state and remove_state of the libvirt driver."""
 
-    def __init__(self, connections: Connections, lifecycle: Lifecycle, ssh_timeout_s: float):
+    def __init__(self, connections: Connections, lifecycle: Lifecycle, ssh_timeout_s: float,
+                 checksum: Callable[[str, str], str | None]):
+        """`checksum(host, path)`: the SHA-256 of a file as the host computes it (None: no such file)."""
+        self._checksum = checksum
         self._connections = connections
         self._lifecycle = lifecycle
         self._ssh_timeout_s = ssh_timeout_s
@@ -127,7 +136,8 @@ class StateTransfer:
     def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
         src = self._connections.host_config(src_host)
         dst = self._connections.host_config(dst_host)
-        if src_host == dst_host or (src.is_shared(state_path) and dst.is_shared(state_path)):
+        if src_host == dst_host or (src.is_shared(state_path) and dst.is_shared(state_path)
+                                    and src.shares_vm_disks_with(dst)):
             return OperationReport("move_state", "", dst_host, 0.0, 0)
         began = time.perf_counter()
         retrying = self._connections.retry.retrying(
@@ -138,32 +148,52 @@ class StateTransfer:
                 state.outcome.exception() if state.outcome else None,
             ),
         )
-        copied = retrying(lambda: self._copy(src, dst, state_path))
+        copied = 0
+        if not (src.is_shared(state_path) and dst.is_shared(state_path)):
+            copied += retrying(lambda: self._copy(src, dst, state_path))
+        if not src.shares_vm_disks_with(dst):   # (its overlay and seed go with it)
+            for disk in self._unshared_disks(src, dst, state_path):
+                copied += retrying(lambda path=disk.path: self._copy(src, dst, path))
         return OperationReport("move_state", "", dst_host, time.perf_counter() - began, copied)
 
+    def _unshared_disks(self, src: HostConfig, dst: HostConfig, state_path: str) -> list[LocalDisk]:
+        """The disks of the VM saved at `state_path` on `src` that `dst` does not see (they go with it)."""
+        xml = self._connections.call(src.name, f"read save image {state_path}",
+                                     lambda conn: conn.saveImageGetXMLDesc(state_path, 0))
+        return local_disks(xml, lambda path: src.is_shared(path) and dst.is_shared(path))
+
     def _copy(self, src: HostConfig, dst: HostConfig, path: str) -> int:
-        """Stream `path` from src to dst through this machine; written under a temporary name, then renamed."""
+        """Stream `path` from src to dst through this machine; written under a temporary name, checksummed on
+        dst (when it has ssh) against what was read, then renamed."""
         partial = f"{path}.part-{uuid.uuid4().hex[:8]}"
+        digest = hashlib.sha256()
         timeout = self._ssh_timeout_s
         with sftp_session(src, timeout, "copy save images") as src_sftp, \
                 sftp_session(dst, timeout, "copy save images") as dst_sftp:
             try:
                 size = int(src_sftp.stat(path).st_size or 0)
+                _make_directories(dst_sftp, posixpath.dirname(path))   # (a disk's: new to this host, maybe)
                 with src_sftp.open(path, "rb") as reader, dst_sftp.open(partial, "wb") as writer:
                     reader.prefetch(size)
                     writer.set_pipelined(True)
                     copied = 0
                     while chunk := reader.read(COPY_CHUNK_BYTES):
                         writer.write(chunk)
+                        digest.update(chunk)
                         copied += len(chunk)
+                if copied == size:
+                    stored = self._checksum(dst.name, partial)
+                    if stored != digest.hexdigest():
+                        raise OperationFailed(f"move_state {path} {src.name} -> {dst.name}: the copy's checksum on "
+                                              f"{dst.name} ({stored}) is not the source's ({digest.hexdigest()})")
                 dst_sftp.posix_rename(partial, path)
             except FileNotFoundError:
                 raise OperationFailed(f"move_state: no save image at {path} on {src.name}") from None
+            except OperationFailed:
+                _remove_quietly(dst_sftp, partial)
+                raise
             except (OSError, EOFError) as exc:
-                try:
-                    dst_sftp.remove(partial)
-                except (OSError, EOFError):
-                    pass
+                _remove_quietly(dst_sftp, partial)
                 if isinstance(exc, (socket.timeout, ConnectionError, EOFError)):
                     raise HostUnreachable(f"move_state {path} {src.name} -> {dst.name}: {exc}") from None
                 raise OperationFailed(f"move_state {path} {src.name} -> {dst.name}: {exc}") from None
@@ -189,3 +219,24 @@ class StateTransfer:
         except (OSError, DriverError) as exc:
             error = HostUnreachable if isinstance(exc, HostUnreachable) else OperationFailed
             raise error(f"could not remove {state_path} on {host}: {exc}") from exc
+
+
+def _remove_quietly(sftp: Any, path: str) -> None:
+    try:
+        sftp.remove(path)
+    except (OSError, EOFError):
+        pass
+
+
+def _make_directories(sftp: Any, directory: str) -> None:
+    """`mkdir -p directory` over SFTP."""
+    missing = []
+    while directory not in ("", "/"):
+        try:
+            sftp.stat(directory)
+            break
+        except FileNotFoundError:
+            missing.append(directory)
+            directory = posixpath.dirname(directory)
+    for path in reversed(missing):
+        sftp.mkdir(path, 0o755)

@@ -60,6 +60,16 @@ def seed_xml(vm: str, size: int) -> str:
     return ET.tostring(_volume(seed_volume_name(vm), size, "raw", "0644"), encoding="unicode")
 
 
+def _pool_over(conn: Any, directory: str) -> Any | None:
+    """A pool the host has over `directory` already, or None."""
+    wanted = posixpath.normpath(directory)
+    for pool in conn.listAllStoragePools(0):
+        path = ET.fromstring(pool.XMLDesc(0)).findtext("target/path")
+        if path is not None and posixpath.normpath(path) == wanted:
+            return pool
+    return None
+
+
 class Storage:
     """Creates, inspects and deletes the volumes of VMs on the hosts of `connections`."""
 
@@ -73,24 +83,45 @@ class Storage:
         return isinstance(exc, lv.libvirtError) and exc.get_error_code() == getattr(lv, code_name, None)
 
     def _pool(self, conn: Any, name: str, directory: str, build: bool) -> Any:
-        """The active, freshly refreshed `dir` pool `name` over `directory` (defined on first use)."""
+        """The active, freshly refreshed `dir` pool `name` over `directory` (defined on first use; its
+        directory made when `build`, also for a pool defined earlier without it)."""
         lv = self._connections.libvirt
         try:
             pool = conn.storagePoolLookupByName(name)
         except lv.libvirtError as exc:
             if not self._is_missing(exc, "VIR_ERR_NO_STORAGE_POOL"):
                 raise
+            pool = _pool_over(conn, directory)   # (the host's own pool there: libvirt allows one per directory)
+        if pool is None:
             pool = conn.storagePoolDefineXML(pool_xml(name, directory), 0)
             if build:
                 pool.build(0)   # mkdir -p the directory (owned by the host, not by us)
             pool.setAutostart(1)
         if not pool.isActive():
+            if build:
+                pool.build(0)   # (idempotent: the directory may be gone since the pool was defined)
             pool.create(0)
         pool.refresh(0)
         return pool
 
     def vm_pool(self, conn: Any, host: str) -> Any:
         return self._pool(conn, VM_POOL, self._connections.host_config(host).vm_disk_dir, build=True)
+
+    def directory_pool(self, conn: Any, directory: str, build: bool) -> Any | None:
+        """The pool over a base image's `directory` (made, with the directory, when `build`); None when the
+        directory is missing and not to be made."""
+        name = IMAGE_POOL_PREFIX + hashlib.sha1(directory.encode()).hexdigest()[:12]
+        lv = self._connections.libvirt
+        try:
+            return self._pool(conn, name, directory, build=build)
+        except lv.libvirtError:
+            if build:
+                raise
+            return None
+
+    def lookup(self, pool: Any, name: str) -> Any | None:
+        """The volume `name` of `pool`, or None."""
+        return self._lookup(pool, name)
 
     def _lookup(self, pool: Any, name: str) -> Any | None:
         lv = self._connections.libvirt

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from .config import OPERATIONS, HostCapacity, OperationTimes, RatedTimes, SimulatedDriverConfig
 from .driver import SIMULATED_DISK_DIR, SimulatedDriver
-from .images import probe_image
+from drivers.image_file import probe_image
 
 __all__ = ["OPERATIONS", "SIMULATED_DISK_DIR", "HostCapacity", "OperationTimes", "RatedTimes", "SimulatedDriver",
            "SimulatedDriverConfig", "probe_image"]

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from drivers.base import (
+    ByteProgress,
     HOST_CHECKS,
     PAIR_CHECKS,
     CheckItem,
@@ -33,10 +34,11 @@ from drivers.base import (
 from drivers.clock import UTC, SimulatedClock
 from drivers.domain_xml import render_domain_xml
 from drivers.errors import HostUnreachable, OperationFailed, UnknownHost, VMAlreadyExists, VMNotFound
+from drivers.files import file_sha256
 from drivers.inventory import is_under
 
 from .config import MIB, HostCapacity, OperationTimes, RatedTimes, SimulatedDriverConfig, host_capacity
-from .images import probe_image
+from drivers.image_file import probe_image
 from .lock import OperationLock
 from .migration import SimulatedMigration, migration_cost, run_passes
 from .state_file import HostsState, ImageKey, SaveImage, SimulatedVM, StateFile
@@ -142,6 +144,7 @@ class SimulatedDriver(Driver):
                     state.disks.pop(name, None)
                 state.images = {key: image for key, image in state.images.items() if key[0] != host}
                 state.left = {key: vm for key, vm in state.left.items() if key[0] != host}
+                state.base_copies = {key: sha for key, sha in state.base_copies.items() if key[0] != host}
             del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
@@ -298,6 +301,31 @@ class SimulatedDriver(Driver):
             self._up(host)
             return probe_image(path)
 
+    def image_checksum(self, host: str, path: str) -> str | None:
+        """A copy uploaded to `host`, else this machine's file when `path` is on the shared storage."""
+        with self._lock.held():
+            self._up(host)
+            copied = self._state.base_copies.get((host, path))
+        if copied is not None:
+            return copied
+        if is_under(path, self.config.shared_storage) and os.path.isfile(path):
+            return file_sha256(path)
+        return None
+
+    def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
+        """Recorded as held by `host` (nothing is written), after the time a memory image of its size takes."""
+        try:
+            digest = file_sha256(source, progress)
+            size = os.path.getsize(source)
+        except OSError as exc:
+            raise OperationFailed(f"image {source}: cannot be read here ({exc.strerror or exc})") from None
+        with self._lock.held():
+            self._up(host)
+            self._spend(self._times.move_state(size, False))
+            with self._changing(f"copy {source} to {path} on {host}", host):
+                self._state.base_copies[(host, path)] = digest
+        return digest
+
     def discard(self, vm: str, host: str) -> bool:
         with self._lock.held():
             self._up(host)
@@ -335,9 +363,13 @@ class SimulatedDriver(Driver):
             mac = record.spec.mac
             if record.state != "running" or mac is None:
                 return []
-            octets = [int(x, 16) for x in mac.split(":")[3:]]
-            return [VMAddress(mac=mac, address=f"10.{octets[0]}.{octets[1]}.{octets[2] or 1}", prefix=8,
-                              family="ipv4", source="simulated", interface="eth0")]
+            return [VMAddress(mac=mac, address=simulated_address(mac), prefix=8, family="ipv4", source="simulated",
+                              interface="eth0")]
+
+    def domain_macs(self, host: str) -> set[str]:
+        with self._lock.held():
+            self._up(host)
+            return {r.spec.mac for r in self._state.vms.values() if r.host == host and r.spec.mac is not None}
 
     def console_command(self, vm: str) -> list[str]:
         with self._lock.held():
@@ -520,3 +552,10 @@ class SimulatedDriver(Driver):
             with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
                 record.host = dst_host
             return attempt.report(cost.outcome, figures)
+
+
+def simulated_address(mac: str) -> str:
+    """The 10.0.0.0/8 address a simulated VM has: its MAC's last three octets as a number n, one address each
+    (10.0.0.1 for n = 0, never the network's or the broadcast address), as DHCP with a host per MAC gives."""
+    n = int(mac.replace(":", "")[-6:], 16) % ((1 << 24) - 2) + 1
+    return f"10.{n >> 16}.{n >> 8 & 0xFF}.{n & 0xFF}"

@@ -57,11 +57,13 @@ class HostsState:
     #: (host, VM) -> a copy a host that was down kept while the VM was started again elsewhere (libvirt keeps
     #: one definition per host, so a VM's name can be on two hosts: the live one is in `vms`)
     left: dict[tuple[str, str], SimulatedVM] = field(default_factory=dict)
+    #: (host, path) -> SHA-256 of a base image copied to that host's own storage (`upload_image`)
+    base_copies: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def copy(self) -> HostsState:
         """A copy an operation can be undone to (the VM records are copied: operations change them)."""
         return HostsState({name: replace(vm) for name, vm in self.vms.items()}, dict(self.images), dict(self.disks),
-                          {key: replace(vm) for key, vm in self.left.items()})
+                          {key: replace(vm) for key, vm in self.left.items()}, dict(self.base_copies))
 
 
 def spec_from_json(data: object) -> VMSpec:
@@ -127,6 +129,8 @@ class StateFile:
                         "spec": spec_json(image.spec)}
                        for (host, image_path), image in state.images.items()],
             "left": [{"host": vm.host, "state": vm.state, "spec": spec_json(vm.spec)} for vm in state.left.values()],
+            "base_copies": [{"host": host, "path": path, "sha256": digest}
+                            for (host, path), digest in state.base_copies.items()],
         }
 
 
@@ -166,4 +170,9 @@ def _parse(data: Any, hosts: Collection[str]) -> HostsState:
         if entry["host"] not in hosts or entry["state"] not in _VM_STATES:
             raise ValueError(f"bad copy of VM {spec.name!r} left on {entry['host']!r}")
         left[(entry["host"], spec.name)] = SimulatedVM(spec, entry["host"], entry["state"])
-    return HostsState(vms, images, dict(disks), left)
+    copies = {}
+    for entry in data.get("base_copies", []):   # (absent from files written before images were copied)
+        if entry["host"] not in hosts or not all(isinstance(entry[k], str) for k in ("path", "sha256")):
+            raise ValueError(f"bad copy of a base image {entry!r}")
+        copies[(entry["host"], entry["path"])] = entry["sha256"]
+    return HostsState(vms, images, dict(disks), left, copies)

@@ -104,6 +104,7 @@ class ReportRow:
     predicted_downtime_ms: float | None = None
     downtime_ms: float | None = None
     network_outage_ms: float | None = None      # the longest silence of the VM's address (pinged every 10 ms)
+    disk_mib: float | None = None               # block migrations: the disk copied with the VMs (all of them)
     outcome: str | None = None
     first_event: int = 0
     comparisons: tuple[Comparison, ...] = ()    # live migrations: predicted vs measured, one per VM moved
@@ -187,6 +188,7 @@ class ReportRow:
                 "downtime_ms": self.downtime_ms,
                 "downtime_error_ms": self.downtime_error,
                 "network_outage_ms": self.network_outage_ms,
+                "disk_mib": self.disk_mib,
                 "outcome": self.outcome,
             })
         return out
@@ -334,6 +336,7 @@ class _Group:
     predicted_downtime: list[float] = field(default_factory=list)
     downtime: list[float] = field(default_factory=list)
     network_outage: list[float] = field(default_factory=list)
+    disk: list[float] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
 
@@ -361,7 +364,7 @@ class _Group:
             self.ends.append(end)
         for values, key in ((self.predicted, "predicted_seconds"), (self.measured, "total_seconds"),
                             (self.predicted_downtime, "predicted_downtime_ms"), (self.downtime, "downtime_ms"),
-                            (self.network_outage, "network_outage_ms")):
+                            (self.network_outage, "network_outage_ms"), (self.disk, "disk_mib")):
             number = _number(detail.get(key))
             if number is not None:
                 values.append(number)
@@ -395,6 +398,7 @@ class _Group:
             predicted_downtime_ms=max(self.predicted_downtime) if self.predicted_downtime else None,
             downtime_ms=max(self.downtime) if self.downtime else None,
             network_outage_ms=max(self.network_outage) if self.network_outage else None,
+            disk_mib=math.fsum(self.disk) if self.disk else None,
             outcome="/".join(self.outcomes) or None,
             first_event=self.first_event,
             comparisons=tuple(self.comparisons),

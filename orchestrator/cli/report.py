@@ -144,12 +144,12 @@ def print_report(report: Report, console: Console) -> None:
                    Column("measured\ns", "right"), Column("error\ns", "right", drop=1),
                    Column("predicted\ndowntime ms", "right"), Column("downtime\nms", "right"),
                    Column("error\nms", "right", drop=1), Column("network\noutage ms", "right", drop=2),
-                   Column("outcome", wraps=True)]
+                   Column("disk\nMiB", "right", drop=2), Column("outcome", wraps=True)]
         cells = [[str(r.lease_id), str(r.reservation_id or "-"), str(len(r.vms)), escape(", ".join(r.hosts)),
                   plain_number(r.predicted_seconds), plain_number(r.measured_seconds), signed_seconds(r.duration_error),
                   plain_number(r.predicted_downtime_ms, 1), plain_number(r.downtime_ms, 1),
                   signed_seconds(r.downtime_error), plain_number(r.network_outage_ms, 1),
-                  escape(r.outcome or ("failed" if r.failed else "-"))]
+                  plain_number(r.disk_mib, 1) if r.disk_mib else "-", escape(r.outcome or ("failed" if r.failed else "-"))]
                  for r in live]
         print_table(console, columns, cells, title_justify="left",
                     title="live migrations: predicted vs measured (slowest VM of each)")

@@ -70,6 +70,7 @@ class SchedulingConfig:
     dirty_rate: float = 0.0                         # MiB/s a VM dirties when its lease does not say
     dirty_rate_margin: float = 1.25                 # a measured dirty rate is planned with this factor
     live_migration_margin: timedelta = timedelta(seconds=30)   # evacuations end this long before the AR
+    live_migration_disk_mib: float = 1024.0         # a VM's overlay, copied with it between hosts sharing no storage
 
     def __post_init__(self) -> None:
         p = "scheduling."
@@ -113,6 +114,8 @@ class SchedulingConfig:
             set_field(self, name, read_duration(p + name, getattr(self, name)))
         set_field(self, "live_migration_dirty_factor",
                   read_number(p + "live_migration_dirty_factor", self.live_migration_dirty_factor, maximum=MAX_FACTOR))
+        set_field(self, "live_migration_disk_mib",
+                  read_number(p + "live_migration_disk_mib", self.live_migration_disk_mib, maximum=float(1 << 30)))
         set_field(self, "max_downtime_ms", read_number(p + "max_downtime_ms", self.max_downtime_ms, positive=True))
         set_field(self, "live_migration_switchover_ms",
                   read_number(p + "live_migration_switchover_ms", self.live_migration_switchover_ms,

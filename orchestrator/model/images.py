@@ -1,4 +1,5 @@
-"""A catalogued base image: a disk on the hosts' shared storage that leases name instead of a path.
+"""A catalogued base image: a disk on the hosts' shared storage, or copied to each host's own storage, that
+leases name instead of a path.
 
 The catalogue is what `leasewise image add` records; a lease that names an image gets a `VMImage` made
 from it, so the lease keeps what it booted even if the catalogue changes later.
@@ -35,6 +36,8 @@ class CatalogImage:
     size_bytes: int = 0                 # the disk's virtual size: an overlay is at least this big
     added_at: datetime | None = None
     added_by: str = ""
+    #: (path, SHA-256) of each file copied to the hosts' own storage; empty for an image on shared storage
+    checksums: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -53,6 +56,16 @@ class CatalogImage:
             raise InvalidRequest("kernel", "initrd and cmdline need a kernel (direct kernel boot)")
         if isinstance(self.size_bytes, bool) or not isinstance(self.size_bytes, int) or self.size_bytes < 0:
             raise InvalidRequest("size", f"must be a whole number of bytes (got {self.size_bytes!r})")
+
+    @property
+    def copied(self) -> bool:
+        """Whether hosts hold copies of their own (so a lease is planned only on the hosts holding it)."""
+        return bool(self.checksums)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files a host needs to boot it: the disk, and a kernel and initrd for direct kernel boot."""
+        return tuple(f for f in (self.path, self.kernel, self.initrd) if f is not None)
 
     def vm_image(self) -> VMImage:
         """What a lease naming this image boots."""

@@ -173,6 +173,16 @@ def planned_end(s: Planner, lease_id: int) -> datetime:
     return vm.final_end
 
 
+def end_early(s: Planner, lease_id: int, now: datetime) -> Lease:
+    """The lease's VMs stopped by themselves before its planned end (seen on the hosts): done now."""
+    lease = s.lease(lease_id)
+    vm = lease.running_vm
+    if lease.state is not S.ACTIVE or vm is None:
+        raise InvalidRequest("lease", f"lease {lease_id} is {lease.state}, not running")
+    s.handle_premature_end(vm, now)
+    return lease
+
+
 def shorten(s: Planner, lease_id: int, by: timedelta, now: datetime) -> Lease:
     """Make a lease shorter by `by`: its planned end comes earlier (a lease planned to be suspended that
     would now finish before the suspension ends then instead), or, not planned yet, it will run less. What

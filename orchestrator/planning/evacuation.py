@@ -42,6 +42,7 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.slottable.hoststates import fits_rows
 from orchestrator.planning.slottable.table import SlotTable
 
@@ -63,10 +64,14 @@ class Evacuation:
 class EvacuationPlanner:
     def __init__(self, table: SlotTable, config: SchedulingConfig, overheads: Overheads,
                  host_selection: HostSelectionPolicy, may_suspend: Callable[[Lease], bool],
-                 allowed_hosts: Callable[[Lease], Collection[str] | None] = lambda lease: None):
-        """`allowed_hosts`: the hosts the mapper's filter step lets a lease use (None: all)."""
+                 allowed_hosts: Callable[[Lease], Collection[str] | None] = lambda lease: None,
+                 images: ImageHolders = NO_IMAGE_FILTER):
+        """`allowed_hosts`: the hosts the mapper's filter step lets a lease use (None: all); `images`: the
+        hosts holding each image copied to hosts' own storage (a VM booting one moves only to a host holding
+        it, with its disk)."""
         self.table = table
         self.allowed_hosts = allowed_hosts
+        self.images = images
         self.config = config
         self.overheads = overheads
         self.host_selection = host_selection
@@ -90,10 +95,13 @@ class EvacuationPlanner:
         if limit is None:
             return None
         rate, factor = self.dirty_rate(lease, vnode)
+        # (a VM booting an image copied to the hosts' own storage has its overlay there: it moves with it)
+        disk = cfg.live_migration_disk_mib if self.images.hosts_for(lease) is not None else 0.0
         return predict_precopy(
             lease.request.nodes[vnode].memory, cfg.live_bandwidth, rate, limit,
             overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
             switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
+            disk_mib=disk,
         )
 
     def fallback_time(self, lease: Lease) -> timedelta:
@@ -161,7 +169,7 @@ class EvacuationPlanner:
         exclusive = lease.request.placement is not None and lease.request.placement.exclusive
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
-        allowed = self.allowed_hosts(lease) if lease.request.placement is not None else None
+        allowed = self.images.restrict(lease, self.allowed_hosts(lease))
         candidates = [(names[row], row) for row in ranking
                       if names[row] not in avoid and (allowed is None or names[row] in allowed)]
         spread = lease.request.placement is not None and lease.request.placement.spread
@@ -219,7 +227,8 @@ class EvacuationPlanner:
                 "bandwidth_mib_s": cfg.live_migration_bandwidth,
                 "predicted": {str(v): {"seconds": predicted[v].total_seconds,
                                        "downtime_ms": predicted[v].downtime_ms,
-                                       "passes": predicted[v].passes} for v in moving},
+                                       "passes": predicted[v].passes,
+                                       "disk_seconds": predicted[v].disk_seconds} for v in moving},
             },
         )
         per_host: dict[str, Resources] = {}

@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 import numpy as np
 
 from orchestrator.model.lease import Lease
-from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
 from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.mapper import Mapping

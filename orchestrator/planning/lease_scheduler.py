@@ -54,6 +54,7 @@ from orchestrator.planning import corrections, drain
 from orchestrator.planning.corrections import enactment_error
 from orchestrator.planning.events import EARLY_END, END, PlanEvents
 from orchestrator.planning.policies.host_filter import HostFacts, HostFilters
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.queue import Entry, FailureMemo, LeaseQueue
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.slottable.core import HostTimeline
@@ -64,7 +65,9 @@ log = logging.getLogger(__name__)
 
 
 class LeaseScheduler:
-    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None):
+    def __init__(self, table: SlotTable, config: SchedulingConfig, enactor: Enactor | None = None,
+                 images: ImageHolders = NO_IMAGE_FILTER):
+        """`images`: the hosts holding each image copied to hosts' own storage (its leases go only there)."""
         self.table = table
         self.config = config
         self.enactor: Enactor = enactor or NullEnactor()
@@ -74,10 +77,10 @@ class LeaseScheduler:
         self.host_selection = HOST_SELECTION.create(config.policy_host_selection)
         #: what the filter step knows of the hosts (their properties: set before scheduling)
         self.host_facts = HostFacts()
-        self.mapper = Mapper(table, self.host_selection, self.preemption, HostFilters(self.host_facts))
+        self.mapper = Mapper(table, self.host_selection, self.preemption, HostFilters(self.host_facts), images)
         self.vm = VMScheduler(table, self.mapper, config, self.lease)
         self.evacuation = EvacuationPlanner(table, config, self.vm.overheads, self.host_selection,
-                                            self.vm.may_suspend, self.mapper.allowed_hosts)
+                                            self.vm.may_suspend, self.mapper.allowed_hosts, images)
         self.leases: dict[int, Lease] = {}
         self.pending: list[Lease] = []
         self.queue = LeaseQueue()
@@ -103,6 +106,12 @@ class LeaseScheduler:
         self.finished: list[Lease] | None = None
 
     # -- leases -------------------------------------------------------------------------------------------
+    def set_image_holders(self, images: ImageHolders) -> None:
+        """Which hosts hold each copied image, from now on (the queue is looked at again: a lease waiting
+        for a copy may fit now)."""
+        self.mapper.images = self.evacuation.images = images
+        self._queue_dirty = True
+
     def touch(self, lease: Lease) -> None:
         """Note a change to the lease that the slot table does not see (a reservation's state, a longer
         request), for a store that writes back only the leases that changed."""
@@ -460,7 +469,7 @@ class LeaseScheduler:
             kind, rr = event
             handled = True
             if kind == EARLY_END:
-                self._handle_premature_end(rr, now)
+                self.handle_premature_end(rr, now)
             elif kind == END:
                 self._handle_end(rr, now)
             else:
@@ -490,7 +499,7 @@ class LeaseScheduler:
                     return
             if rr.premature_end is not None and rr.premature_end <= now:
                 # (its work was done as it started: the early end, due at the same instant, came first)
-                self._handle_premature_end(rr, now)
+                self.handle_premature_end(rr, now)
                 return
         elif kind is ReservationKind.SHUTDOWN:
             if not self._enact(Operation.STOP_VMS, lease, rr):
@@ -549,7 +558,7 @@ class LeaseScheduler:
             predicted = rr.extra.get("predicted", {})
             self.counters["predicted_downtime_ms_total"] += sum(p["downtime_ms"] for p in predicted.values())
 
-    def _handle_premature_end(self, vm: Reservation, now: datetime) -> None:
+    def handle_premature_end(self, vm: Reservation, now: datetime) -> None:
         """The lease's work finished before its VM reservation did: stop it now, free the rest."""
         lease = self._lease_of(vm)
         self.touch(lease)
@@ -656,13 +665,7 @@ class LeaseScheduler:
         self._queue_dirty = True
 
     def end_early(self, lease_id: int, now: datetime) -> Lease:
-        """The lease's VMs stopped by themselves before its planned end (seen on the hosts): done now."""
-        lease = self.lease(lease_id)
-        vm = lease.running_vm
-        if lease.state is not S.ACTIVE or vm is None:
-            raise InvalidRequest("lease", f"lease {lease_id} is {lease.state}, not running")
-        self._handle_premature_end(vm, now)
-        return lease
+        return corrections.end_early(self, lease_id, now)
 
     def lose(self, lease_id: int, now: datetime, requeue: bool, reason: str) -> Lease:
         return corrections.lose(self, lease_id, now, requeue, reason)

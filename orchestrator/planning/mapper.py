@@ -35,6 +35,7 @@ from orchestrator.model.placement import refusal
 from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import NOTHING, Resources, add, fits, scale
 from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.policies.host_filter import HostFilters
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
@@ -116,17 +117,23 @@ class _HostsAtStart(NamedTuple):
 
 class Mapper:
     def __init__(self, table: SlotTable, host_selection: HostSelectionPolicy, preemption: PreemptionPolicy,
-                 filters: HostFilters | None = None):
+                 filters: HostFilters | None = None, images: ImageHolders = NO_IMAGE_FILTER):
         self.table = table
         self.host_selection = host_selection
         self.preemption = preemption
         #: the filter step's plugins (`policies.host_filter`): None, or none applying, is every host
         self.filters = filters
+        #: the hosts holding each image copied to hosts' own storage (a lease booting one goes only there)
+        self.images = images
         self._derived: dict[tuple, object] = {}
 
     def allowed_hosts(self, lease: Lease, only_hosts: Collection[str] | None = None) -> Collection[str] | None:
-        """The hosts the filters let the lease use, within `only_hosts` (None: every host)."""
-        allowed = None if self.filters is None else self.filters.allowed(lease, self.table.hosts)
+        """The hosts the filter step lets the lease use, within `only_hosts` (None: every host): those holding
+        its image when it is copied to hosts' own storage, and those its placement's plugins admit."""
+        only_hosts = self.images.restrict(lease, only_hosts)
+        if self.filters is None or lease.request.placement is None:
+            return only_hosts
+        allowed = self.filters.allowed(lease, self.table.hosts)
         if allowed is None:
             return only_hosts
         return allowed if only_hosts is None else allowed.intersection(only_hosts)
@@ -148,8 +155,7 @@ class Mapper:
         preemption. `min_end` (capped at `end`): hosts that would hold their nodes for less are passed
         over, as a mapping that ends sooner is of no use to the caller."""
         floor = None if min_end is None or strict_end else max(start, min(min_end, end))
-        if lease.request.placement is not None:
-            only_hosts = self.allowed_hosts(lease, only_hosts)
+        only_hosts = self.allowed_hosts(lease, only_hosts)
         hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
@@ -179,6 +185,7 @@ class Mapper:
         if lease.request.placement is not None:   # (the site's free total says nothing of a few hosts)
             only_hosts = self.allowed_hosts(lease, only_hosts)
             return self._could_fit_on(lease, t, self.table.hosts if only_hosts is None else only_hosts)
+        only_hosts = self.images.restrict(lease, only_hosts)
         node = lease.request.uniform
         if node is not None:
             return self.table.room_total(node, t, only_hosts) >= lease.numnodes

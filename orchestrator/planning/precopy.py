@@ -19,6 +19,10 @@ no pre-copy can keep it and the migration does not converge. The limit may rise 
 migration (`drivers.downtime.DowntimeSchedule`, as Nova does), and the model checks each pass against
 the step in force, as the libvirt driver sets them.
 
+Between hosts that share no storage for the VM's disk, its overlay (`disk_mib`) is copied first, at the same
+bandwidth, and the memory passes start once it is (libvirt mirrors the disks, then migrates memory): the
+disk adds its transfer to the time before stage 1.
+
 Deviations from SimGrid, on purpose: the bandwidth is a given effective rate (no network model), and
 the timeout ends the pre-copy as libvirt's completion timeout does (abort, or pause and finish). A pass
 that is cut by the timeout counts the pages dirtied until then; the remainder never exceeds memory.
@@ -63,6 +67,7 @@ class PrecopyResult:
     outcome: Outcome
     rounds: tuple[Round, ...]
     remaining_mib: float = 0.0
+    disk_seconds: float = 0.0       # the overlay's copy before the memory passes (a block migration)
 
     @property
     def passes(self) -> int:
@@ -112,11 +117,12 @@ def predict_precopy(
     max_iterations: int = 1000,
     switchover_ms: float = 0.0,
     downtime_schedule: DowntimeSchedule | None = None,
+    disk_mib: float = 0.0,
 ) -> PrecopyResult:
     """Simulate a pre-copy migration and return its cost; raises `ValueError` naming a bad parameter.
 
     `max_downtime_ms` is the limit the migration job is given (see `downtime_limit_ms`); the predicted
-    downtime adds `switchover_ms` to the final transfer. `timeout_s` counts from the start of the migration, setup overhead included. A migration still above
+    downtime adds `switchover_ms` to the final transfer; `disk_mib` is a disk copied before memory. `timeout_s` counts from the start of the migration, setup overhead included. A migration still above
     the downtime threshold after `max_iterations` stage-2 passes is treated as one that will not
     converge: with a timeout it keeps sending (at the last remainder) until the timeout; without one it
     ends there, per `on_timeout`.
@@ -128,6 +134,7 @@ def predict_precopy(
     overhead = _check("overhead_s", overhead_s, positive=False)
     factor = _check("dirty_factor", dirty_factor, positive=False)
     switchover = _check("switchover_ms", switchover_ms, positive=False)
+    disk_seconds = _check("disk_mib", disk_mib, positive=False) / bandwidth
     schedule = downtime_schedule if downtime_schedule is not None else DowntimeSchedule()
     if working_set_mib is None:
         working_set = memory * DEFAULT_WORKING_SET_FRACTION
@@ -153,7 +160,7 @@ def predict_precopy(
         return remaining * 1000.0 / bandwidth <= schedule.allowed_at(max_downtime, memory_bytes, elapsed)
 
     rounds: list[Round] = []
-    elapsed = overhead
+    elapsed = overhead + disk_seconds
     to_send = memory
     stage2_passes = 0
     timed_out = False
@@ -200,6 +207,7 @@ def predict_precopy(
             outcome="completed" if converged else "forced",
             rounds=tuple(rounds),
             remaining_mib=remaining,
+            disk_seconds=disk_seconds,
         )
     return PrecopyResult(
         total_seconds=timeout if timed_out and timeout is not None else elapsed,
@@ -210,4 +218,5 @@ def predict_precopy(
         outcome="aborted",
         rounds=tuple(rounds),
         remaining_mib=remaining,
+        disk_seconds=disk_seconds,
     )

@@ -424,7 +424,10 @@ class DriverEnactor:
                         problem = f"already running on {elsewhere}"
                 raise self._error(lease.id, "resume", name, vnode, host, problem, path=path, rr=rr) from exc
             self._enacted(lease.id, vnode, report, rr=rr, path=path)
-            self._remove_images(lease.id, name, path, {host, self._suspended_on(lease, rr, vnode) or host})
+            suspended_on = self._suspended_on(lease, rr, vnode) or host
+            self._remove_images(lease.id, name, path, {host, suspended_on})
+            if suspended_on != host:
+                self._remove_left_disks(lease.id, name, suspended_on, host)
 
     def _remove_images(self, lease_id: int, vm: str, path: str, hosts: Iterable[str]) -> list[str]:
         """Delete a memory image nothing needs any more (the VM runs again, or its lease is over) from
@@ -438,6 +441,15 @@ class DriverEnactor:
                 log.warning("lease %s: could not delete the memory image %s of %s on %s: %s",
                             lease_id, path, vm, host, exc)
         return removed
+
+    def _remove_left_disks(self, lease_id: int, vm: str, left: str, now_on: str) -> None:
+        """A VM resumed on `now_on` with copies of its disks (hosts sharing no storage): the ones it left on
+        `left` go (a host that cannot be reached keeps them until the lease's release)."""
+        try:
+            if not self.driver.shares_vm_storage(left, now_on):
+                self.driver.remove_vm_storage(vm, left)
+        except DriverError as exc:
+            log.warning("lease %s: could not delete the disks %s left on %s: %s", lease_id, vm, left, exc)
 
     def release(self, lease: Lease) -> list[str]:
         """Everything a finished lease left on its hosts goes: VMs still running or defined (a cancelled
@@ -497,6 +509,7 @@ class DriverEnactor:
             guess = predicted.get(str(vnode), {})
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
                         "predicted_downtime_ms": guess.get("downtime_ms"),
+                        "predicted_disk_seconds": guess.get("disk_seconds"),
                         "max_downtime_ms": extra.get("max_downtime_ms")}
             if self._await_job(lease.id, name, ("migration-out", "migration-in"), abort_at, rr) is not None \
                     and self._where(name) == dst:   # (its predecessor's migration went through)
@@ -534,7 +547,8 @@ class DriverEnactor:
             self._enacted(lease.id, vnode, OperationReport("migrate", name, src, report.total_seconds,
                                                            report.bytes_transferred), rr=rr, **expected,
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
-                          iterations=report.iterations, outcome=report.outcome, **network)
+                          iterations=report.iterations, outcome=report.outcome,
+                          disk_mib=report.disk_bytes / 2**20, **network)
 
     def _start_probe(self, vm: str) -> Probe | None:
         """A network probe of the VM's first IPv4 address, running, or None (no prober, no address, no reply)."""

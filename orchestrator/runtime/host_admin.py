@@ -15,6 +15,7 @@ from typing import Any
 from drivers.base import PAIR_CHECKS, Driver, HostInfo, ImageInfo
 from drivers.deadline import answers_within
 from drivers.errors import DriverError
+from drivers.image_file import probe_image
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.images import IMAGE_FORMATS, CatalogImage
@@ -22,6 +23,13 @@ from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
 from orchestrator.runtime.host_probe import probe_hosts
+from orchestrator.runtime.image_copies import (
+    CopyProgress,
+    HostCopy,
+    local_checksums,
+    needs_copies,
+    place_on_host,
+)
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import HostRecord, Store
 
@@ -171,7 +179,8 @@ def run_checks(record: HostRecord, driver: str, timeout: float,
                 image_rows.append({"check": f"image {image.name}", "status": "PASS",
                                    "detail": f"{image.path}: {seen.format}, {seen.virtual_size / 2**30:.1f} GiB"})
             except DriverError as exc:
-                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": str(exc)})
+                hint = f" (`leasewise image sync {image.name} --host {record.name}` copies it)" if image.copied else ""
+                image_rows.append({"check": f"image {image.name}", "status": "FAIL", "detail": f"{exc}{hint}"})
     finally:
         checker.close()
     rows = []
@@ -243,15 +252,35 @@ def refuse_image_taken(store: Store, name: str) -> None:
         raise InvalidRequest("NAME", f"image {name!r} already exists (remove it first, or pick another name)")
 
 
-def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str, Any], added_by: str) -> CatalogImage:
+def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str, Any], added_by: str,
+                   progress: CopyProgress | None = None) -> tuple[CatalogImage, list[HostCopy]]:
     """The catalogue entry for `values` (CatalogImage's fields, `format` None: as the hosts read it) once
-    every host has read the file: the format they agree on, its largest virtual size."""
+    the hosts hold it: hosts that see its files on storage they share read them there; the others are
+    given copies of this machine's files (when it has them), checked on each host. The format the hosts
+    agree on, its largest virtual size, and what became of each host. Refused when a host that should read
+    it cannot, when no host could be given a copy, or when a host holds another file at its path."""
     if not records:
         raise InvalidRequest("image", "there are no hosts to check it on (add one with `leasewise host add`)")
     path, fmt = values["path"], values.get("format")
+    files = tuple(f for f in (path, values.get("kernel"), values.get("initrd")) if f is not None)
+    copying = [r for r in records if needs_copies(r.config, files)]
+    checksums = local_checksums(files) if copying else None
+    if checksums is not None:   # (bad input refused before anything is copied)
+        check_image_file(path, fmt)
     driver = hosts_driver(records, driver_name)
     try:
-        seen = read_on_hosts(driver, [r.name for r in records], path)
+        copies = {r.name: HostCopy(r.name, "shared") for r in records}
+        if checksums is not None:
+            refuse_different_files(driver, [r.config for r in copying], checksums)
+            for record in copying:
+                copies[record.name] = place_on_host(driver, record.config, checksums, overwrite=False,
+                                                    progress=progress)
+            if not any(copies[r.name].holds for r in copying):
+                first = copies[copying[0].name]
+                raise InvalidRequest("PATH", f"could not be copied to any host without shared storage "
+                                             f"({first.host}: {first.detail})")
+        holders = [h for h, c in copies.items() if c.holds]
+        seen = read_on_hosts(driver, holders, path)
     finally:
         driver.close()
     missing = {h: why for h, why in seen.items() if isinstance(why, str)}
@@ -270,5 +299,78 @@ def image_on_hosts(records: list[HostRecord], driver_name: str, values: dict[str
         raise InvalidRequest("PATH", f"is a {found} image; leasewise boots {' or '.join(IMAGE_FORMATS)} images")
     if max(i.virtual_size for i in infos) <= 0:   # (/dev/null, an empty file: read as a raw image of 0 bytes)
         raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
-    return CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
-                        added_by=added_by)
+    image = CatalogImage(**{**values, "format": found}, size_bytes=max(i.virtual_size for i in infos),
+                         added_by=added_by, checksums=tuple(checksums.items()) if checksums is not None else ())
+    return image, list(copies.values())
+
+
+def check_image_file(path: str, fmt: str | None) -> None:
+    """What this machine's file is, before it is copied: a disk image leasewise boots, in the format given."""
+    try:
+        found = probe_image(path)
+    except DriverError as exc:
+        raise InvalidRequest("PATH", str(exc)) from None
+    if fmt is not None and fmt != found.format:
+        raise InvalidRequest("--format", f"{path} is {found.format}, not {fmt}")
+    if found.virtual_size <= 0:
+        raise InvalidRequest("PATH", f"{path} holds nothing (0 bytes): not a disk image")
+
+
+def refuse_different_files(driver: Driver, configs: list[HostConfig], checksums: dict[str, str]) -> None:
+    """Before anything is copied: refuse when a host holds another file at one of the image's paths."""
+    for config in configs:
+        for path, wanted in checksums.items():
+            if config.is_shared(path):
+                continue
+            try:
+                found = driver.image_checksum(config.name, path)
+            except DriverError:
+                continue   # (the copy will fail on it, and say why)
+            if found is not None and found != wanted:
+                raise InvalidRequest("PATH", f"{config.name} holds a different file at {path} "
+                                             f"(sha256 {found[:16]}...); remove it there, or use another path")
+
+
+def sync_image(records: list[HostRecord], driver_name: str, image: CatalogImage,
+               progress: CopyProgress | None = None) -> list[HostCopy]:
+    """`image sync`: every host of `records` given the copied image's files it lacks or holds wrong, from
+    this machine's files (refused when they are no longer the ones catalogued)."""
+    if not image.copied:
+        raise InvalidRequest("NAME", f"image {image.name!r} is on storage the hosts share: nothing to copy")
+    here = local_checksums(image.files)
+    if here is None:
+        raise InvalidRequest("NAME", f"image {image.name!r}: {', '.join(image.files)} is no longer here to copy")
+    if here != dict(image.checksums):
+        changed = next(f for f in image.files if here.get(f) != dict(image.checksums).get(f))
+        raise InvalidRequest("NAME", f"image {image.name!r}: {changed} changed since it was added "
+                                     "(remove the image and add it again)")
+    driver = hosts_driver(records, driver_name)
+    try:
+        return [place_on_host(driver, r.config, here, overwrite=True, progress=progress) for r in records]
+    finally:
+        driver.close()
+
+
+# -- MAC addresses --------------------------------------------------------------------------------------------
+def mac_prefixes_in_use(configs: list[HostConfig], driver_name: str) -> set[str]:
+    """The MAC prefixes (three octets) of the domains on these hosts, leasewise's or not, which a new
+    installation's prefix must avoid; a host that does not answer adds none (it was asked for its capacity
+    already, so it usually does)."""
+    if driver_name != "libvirt" or not configs:
+        return set()
+    from orchestrator.runtime.driver_factory import make_driver
+
+    try:
+        driver = make_driver(driver_name, configs, retry_attempts=1)
+    except (DriverError, ValueError):
+        return set()
+    prefixes: set[str] = set()
+    try:
+        for config in configs:
+            try:
+                prefixes.update(mac[:8] for mac in driver.domain_macs(config.name))
+            except DriverError:
+                continue
+    finally:
+        driver.close()
+    return prefixes

@@ -55,6 +55,7 @@ from orchestrator.service.models import (
     HostImport,
     HostPropertyChange,
     ImageAddition,
+    ImageSync,
     LeaseSubmission,
     Migration,
     QuotaChange,
@@ -270,6 +271,10 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
     @app.post("/v1/images", status_code=201, response_model=answers.ImageAdded)
     def image_add(body: ImageAddition, who: Caller = Who) -> dict[str, Any]:
         return service.image_add(who, body.values())
+
+    @app.post("/v1/images/{name}/sync", response_model=answers.ImageSynced)
+    def image_sync(name: NamePath, body: ImageSync, who: Caller = Who) -> dict[str, Any]:
+        return service.image_sync(who, name, body.host)
 
     @app.post("/v1/vms/{vm}/migrate", response_model=answers.Migrated)
     def migrate(vm: NamePath, body: Migration, who: Caller = Who) -> dict[str, Any]:

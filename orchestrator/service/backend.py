@@ -21,6 +21,7 @@ from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.images import CatalogImage
 from orchestrator.model.lease import Lease, VMImage
+from orchestrator.runtime.image_copies import CopyProgress
 from orchestrator.runtime.vm_access import VMAccess
 from orchestrator.state.store import Event
 
@@ -134,7 +135,9 @@ class Backend(Protocol):
 
     def images(self) -> list[dict[str, Any]]: ...
 
-    def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]: ...
+    def image_add(self, values: Mapping[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]: ...
+
+    def image_sync(self, name: str, host: str | None = None, progress: CopyProgress | None = None) -> dict[str, Any]: ...
 
     def image_remove(self, name: str) -> None: ...
 

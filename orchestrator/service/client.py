@@ -33,6 +33,7 @@ from drivers.files import UserFileError, read_user_file
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease
+from orchestrator.runtime.image_copies import CopyProgress
 from orchestrator.runtime.vm_access import VMAccess, vm_access_from_json
 from orchestrator.service.backend import MAX_PAGE, Access
 from orchestrator.state.codec import (
@@ -286,8 +287,13 @@ class Client:
         return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
                           timeout=self._http.timeout.read + 16 * timeout, answer=answers.HostChecked)
 
-    def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("POST", "/v1/images", json=dict(values), answer=answers.ImageAdded)
+    def image_add(self, values: Mapping[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
+        """(The server copies the image to the hosts: no progress reaches this client but the answer.)"""
+        return self._call("POST", "/v1/images", json=dict(values), timeout=None, answer=answers.ImageAdded)
+
+    def image_sync(self, name: str, host: str | None = None, progress: CopyProgress | None = None) -> dict[str, Any]:
+        return self._call("POST", f"/v1/images/{_segment(name)}/sync", json={"host": host}, timeout=None,
+                          answer=answers.ImageSynced)
 
     def migrate(self, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None, timeout_s: float,
                 on_timeout: str) -> tuple[MigrationReport, str | None]:

@@ -16,7 +16,10 @@ from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.placement import check_property_key, properties_of
 from orchestrator.runtime.driver_enactor import parse_vm_name
+from orchestrator.runtime.image_copies import CopyProgress, copy_json
 from orchestrator.runtime.host_admin import (
+    mac_prefixes_in_use,
+    sync_image,
     capacities,
     capacity_source,
     image_on_hosts,
@@ -93,7 +96,8 @@ class HostUseCases:
         """The catalogue, each image with the leases that use it (`image list`)."""
         store = self.reader()
         with store.snapshot():
-            return [{**image_json(i), "leases": store.leases_using_image(i.name)} for i in store.images()]
+            return [{**image_json(i), "leases": store.leases_using_image(i.name), "hosts": store.image_hosts(i.name)}
+                    for i in store.images()]
 
     def image_remove(self, caller: Caller, name: str) -> None:
         self._admin_check(caller, "removing an image from the catalogue")
@@ -135,8 +139,10 @@ class HostUseCases:
         properties_of(config.properties, "--property")
         refuse_taken(self.reader(), config.name)   # before contacting it; checked again on insert
         vcpus, mib, info = capacities([config], self.config.daemon.driver, cpus, memory, timeout)[config.name]
+        avoid = self._mac_prefixes_to_avoid([config])
         with self.session.open() as cluster:
             cluster.store.add_host(config, vcpus, mib)
+            cluster.store.ensure_mac_prefix(avoid)
             self._reach([(config, vcpus, mib)])
         self.session.invalidate()
         self.wake()   # (leases waiting for room may fit now)
@@ -151,12 +157,15 @@ class HostUseCases:
             properties_of(config.properties, f"host {config.name!r}.properties")
         new, _ = import_partition(self.reader(), configs, source)
         found = capacities(new, self.config.daemon.driver, cpus, memory, timeout) if new else {}
+        avoid = self._mac_prefixes_to_avoid(new)
         with self.session.open() as cluster:
             new_now, skipped = import_partition(cluster.store, configs, source)   # again, under the lock
             for cfg in new_now:
                 if cfg.name not in found:   # added by someone else meanwhile and removed again: ask
                     raise LeasewiseError(f"host {cfg.name!r} changed in the store while importing: run the import again")
                 cluster.store.add_host(cfg, *found[cfg.name][:2])
+            if new_now:
+                cluster.store.ensure_mac_prefix(avoid)
             self._reach([(c, *found[c.name][:2]) for c in new_now])
         if new_now:
             self.session.invalidate()
@@ -189,6 +198,13 @@ class HostUseCases:
         self.wake()   # (leases waiting for hosts with these properties may fit now)
         return {"host": host, "properties": dict(changed)}
 
+    def _mac_prefixes_to_avoid(self, configs: list[HostConfig]) -> set[str]:
+        """Before the installation's MAC prefix is drawn (with its first hosts): the prefixes the domains on
+        these hosts use, asked off the lock."""
+        if self.reader().mac_prefix() is not None:
+            return set()
+        return mac_prefixes_in_use(configs, self.config.daemon.driver)
+
     def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
         """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""
         self._admin_check(caller, "removing hosts")
@@ -213,20 +229,52 @@ class HostUseCases:
         return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
                 "pairs": run_pair_checks(records, driver, timeout, host)}
 
-    def image_add(self, caller: Caller, values: dict[str, Any]) -> dict[str, Any]:
-        """`image add`: catalogued once every host read the file (asked off the lock); `values` are
-        CatalogImage's fields as given (`format` None: as the hosts read it)."""
+    def image_add(self, caller: Caller, values: dict[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
+        """`image add`: catalogued once the hosts hold it (asked, and given copies where they share no storage
+        with this machine, off the lock); `values` are CatalogImage's fields as given (`format` None: as the
+        hosts read it)."""
         self._admin_check(caller, "adding an image to the catalogue")
         check_image_request(values)
         store = self.reader()
         with store.snapshot():
             records = store.hosts()
             refuse_image_taken(store, values["name"])
-        image = image_on_hosts(records, self.config.daemon.driver, values, caller.user)
+        image, copies = image_on_hosts(records, self.config.daemon.driver, values, caller.user, progress)
         with self.session.open() as cluster:
             refuse_image_taken(cluster.store, image.name)
-            cluster.store.add_image(image)
-        return {**image_json(image), "hosts": len(records)}
+            known = set(cluster.hosts)
+            held = {c.host: c.how for c in copies if c.holds and c.host in known} if image.copied else {}
+            cluster.store.add_image(image, held)
+            cluster.refresh_images()
+        return {**image_json(image), "hosts": sum(c.holds for c in copies), "copies": [copy_json(c) for c in copies]}
+
+    def image_sync(self, caller: Caller, name: str, host: str | None = None,
+                   progress: CopyProgress | None = None) -> dict[str, Any]:
+        """`image sync`: the copied image given to the hosts (or `host`) that lack it or hold a wrong copy,
+        off the lock; what became of each host is recorded (a host that failed no longer counts as holding
+        it)."""
+        self._admin_check(caller, "copying images to hosts")
+        store = self.reader()
+        with store.snapshot():
+            image = next((i for i in store.images() if i.name == name), None)
+            records = store.hosts()
+        if image is None:
+            raise InvalidRequest("NAME", f"no image named {name!r}")
+        if host is not None:
+            records = [r for r in records if r.name == host]
+            if not records:
+                raise InvalidRequest("--host", f"no host named {host!r}")
+        copies = sync_image(records, self.config.daemon.driver, image, progress)
+        with self.session.open() as cluster:
+            if any(i.name == name for i in cluster.store.images()):
+                known = set(cluster.hosts)
+                for copy in copies:
+                    if copy.holds and copy.host in known:
+                        cluster.store.set_image_host(name, copy.host, copy.how)
+                    elif not copy.holds:
+                        cluster.store.drop_image_host(name, copy.host)
+                cluster.refresh_images()
+        return {"name": name, "copies": [copy_json(c) for c in copies]}
 
     def migrate(self, caller: Caller, vm: str, to: str, max_downtime_ms: float, bandwidth_mib_s: float | None,
                 timeout_s: float, on_timeout: str) -> dict[str, Any]:
@@ -256,4 +304,3 @@ class HostUseCases:
         except ValueError as exc:
             raise LeasewiseError(str(exc)) from None
         return {"report": migration_report_json(report), "error": None}
-

@@ -26,6 +26,7 @@ from orchestrator.model.errors import InvalidRequest, LeasewiseError
 from orchestrator.model.lease import Lease, LeaseRequest, VMImage
 from orchestrator.model.timeutil import parse_duration, parse_time
 from orchestrator.runtime.host_admin import hosts_driver, read_on_hosts
+from orchestrator.runtime.image_copies import CopyProgress
 from orchestrator.runtime.vm_access import vm_access_from_json
 from orchestrator.service.backend import PAGE, Access, NoStore, VMAccess
 from orchestrator.service.identity import local_caller
@@ -130,8 +131,17 @@ class LocalBackend:
 
     def _readable_everywhere(self, service: LeaseService, image: VMImage) -> None:
         """Refuse a lease whose catalogued image some available host cannot read, before anything is
-        written: its VMs would otherwise start on some hosts and fail on others."""
-        records = [r for r in service.reader().hosts() if r.available]
+        written: its VMs would otherwise start on some hosts and fail on others. An image copied to the
+        hosts' own storage is asked of the hosts holding it (the planner places its VMs there only)."""
+        store = service.reader()
+        with store.snapshot():
+            records = [r for r in store.hosts() if r.available]
+            holders = store.image_holders().get(image.name) if image.name is not None else None
+        if holders is not None:
+            records = [r for r in records if r.name in holders]
+            if not records:
+                raise InvalidRequest("image", f"{image.name}: no available host holds a copy of it "
+                                              f"(`leasewise image sync {image.name}`)")
         if not records:
             return
         driver: Driver = hosts_driver(records, self._config.daemon.driver)
@@ -200,7 +210,8 @@ class LocalBackend:
         return shaped(answers.HostsImported, done)
 
     def host_set(self, host: str, properties: dict[str, str], unset: list[str]) -> dict[str, Any]:
-        return self._reading(_no_host(host)).host_set(self._caller, host, properties, unset)
+        return shaped(answers.HostPropertiesSet,
+                      self._reading(_no_host(host)).host_set(self._caller, host, properties, unset))
 
     def host_remove(self, host: str, drain: bool) -> dict[str, Any]:
         return shaped(answers.HostRemoved, self._reading(_no_host(host)).host_remove(self._caller, host, drain))
@@ -219,8 +230,12 @@ class LocalBackend:
         images = self._writing().images(self._caller) if self._exists() else []
         return shaped(answers.ImageList, {"images": images})["images"]
 
-    def image_add(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        return shaped(answers.ImageAdded, self._writing().image_add(self._caller, dict(values)))
+    def image_add(self, values: Mapping[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
+        return shaped(answers.ImageAdded, self._writing().image_add(self._caller, dict(values), progress))
+
+    def image_sync(self, name: str, host: str | None = None, progress: CopyProgress | None = None) -> dict[str, Any]:
+        return shaped(answers.ImageSynced,
+                      self._reading(f"no image named {name!r}").image_sync(self._caller, name, host, progress))
 
     def image_remove(self, name: str) -> None:
         self._reading(f"no image named {name!r}").image_remove(self._caller, name)

@@ -30,6 +30,7 @@ from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.free_slots import Window
 from orchestrator.planning.drain import DrainPlan
 from orchestrator.planning.host_loss import HostLoss, hold, lose_host
+from orchestrator.planning.image_filter import ImageHolders
 from orchestrator.planning.lease_scheduler import LeaseScheduler
 from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.answers import moved_entry, submit_answer
@@ -61,7 +62,7 @@ class Cluster:
         self.table.skip_ids(store.max_reservation_id())
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
-        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor)
+        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor, ImageHolders(store.image_holders()))
         for host in hosts:   # (what leases' constraints are tested on)
             self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
@@ -84,6 +85,10 @@ class Cluster:
         self._shown: dict[int, tuple] = {l.id: _shown(l) for l in leases if not l.is_final}
         # the leases the scheduler changes from now on (the table's, and those it notes itself)
         self.table.changed_leases = set()
+
+    def refresh_images(self) -> None:
+        """The planner's image filter read again from the store (an image added, or copied to more hosts)."""
+        self.scheduler.set_image_holders(ImageHolders(self.store.image_holders()))
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:

@@ -59,6 +59,7 @@ def image_json(image: CatalogImage) -> dict[str, Any]:
 def image_from_json(data: Mapping[str, Any]) -> CatalogImage:
     values = {k: v for k, v in data.items() if k in {f.name for f in fields(CatalogImage)}}
     values["added_at"] = decode_time(values.get("added_at"))
+    values["checksums"] = tuple(tuple(pair) for pair in values.get("checksums", ()))
     return CatalogImage(**values)
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from drivers.clock import SimulatedClock
 from drivers.simulated import SimulatedDriver
+from drivers.simulated.driver import simulated_address
 from orchestrator.config import Config
 from orchestrator.model.states import LeaseState
 from orchestrator.planning.precopy import predict_precopy
@@ -86,8 +87,7 @@ def test_image_lease_ssh_and_nothing_left_after_the_end(site, store_path, image,
     line = CliRunner().invoke(app, ["lease", "ssh", "1/1", "--print", "-i", str(key), "--state", str(store_path),
                                     "--", "hostname"])
     assert line.exit_code == 0, line.output
-    octets = [int(x, 16) for x in request.guest.macs[1].split(":")[3:]]
-    assert line.stdout.split()[-2:] == [f"alice@10.{octets[0]}.{octets[1]}.{octets[2] or 1}", "hostname"]
+    assert line.stdout.split()[-2:] == [f"alice@{simulated_address(request.guest.macs[1])}", "hostname"]
     assert f"-i {key}" in line.stdout
     console = site("lease", "console", "1/0", "--print")
     assert console.exit_code == 0 and console.stdout.split()[-2:] == ["console", "lw-1-0"]
@@ -146,7 +146,8 @@ def test_image_add_refuses_what_the_hosts_cannot_read(site, tmp_path, image):
     missing = site("image", "add", "deb", str(tmp_path / "missing.qcow2"))
     assert missing.exit_code == 2 and "PATH: lab1 cannot read it" in missing.output and "no such file" in missing.output
     wrong = site("image", "add", "deb", str(image), "--format", "raw")
-    assert wrong.exit_code == 2 and "--format: the hosts read" in wrong.output
+    # (the hosts name no shared storage: the file is checked here before it would be copied to them)
+    assert wrong.exit_code == 2 and f"--format: {image} is qcow2, not raw" in wrong.output
     assert site("image", "add", "bad name", str(image)).exit_code == 2
     assert site("image", "add", "deb", str(image)).exit_code == 0
     again = site("image", "add", "deb", str(image))

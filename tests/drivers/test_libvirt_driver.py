@@ -8,8 +8,10 @@ paramiko servers run in this process, one per host with its own root directory.
 Migration cannot be exercised here (the test driver has no virDomainMigrate3); the lab covers it.
 """
 
+import hashlib
 import logging
 import os
+import posixpath
 import socket
 import sys
 import uuid
@@ -25,6 +27,7 @@ from drivers.deadline import answer_within
 from drivers.domain_xml import LEASEWISE_NS, lease_id_from_xml, render_domain_xml
 from drivers.errors import (
     DriverConfigError,
+    DriverError,
     DriverUnavailable,
     HostUnreachable,
     MigrationFailed,
@@ -544,3 +547,37 @@ def test_remove_state_over_sftp_here_or_not_at_all(ssh_hosts, hosts, tmp_path):
             remote.remove_state("/x.save", "far")
     finally:
         remote.close()
+
+
+# -- base images on hosts without shared storage ---------------------------------------------------
+
+
+def test_local_storage_image_checksum_is_computed_on_the_host_over_ssh(ssh_hosts):
+    servers, configs, _ = ssh_hosts
+    data = os.urandom(2 * 1024 * 1024 + 5)
+    (servers["src"].root / "images").mkdir()
+    (servers["src"].root / "images" / "base img.qcow2").write_bytes(data)
+    drv = LibvirtDriver(configs, retry_attempts=1)
+    try:
+        assert drv.image_checksum("src", "/images/base img.qcow2") == hashlib.sha256(data).hexdigest()
+        assert drv.image_checksum("dst", "/images/base img.qcow2") is None   # (no such file there)
+        with pytest.raises(OperationFailed, match="not an absolute path"):
+            drv.image_checksum("src", "images/base.qcow2")
+    finally:
+        drv.close()
+
+
+def test_local_storage_an_upload_the_host_cannot_take_fails_and_leaves_no_volume(driver, tmp_path):
+    # (libvirt's test hypervisor has no volume upload: the copy fails as on a host whose libvirt refuses it)
+    source = tmp_path / "base.qcow2"
+    source.write_bytes(os.urandom(4096))
+    target = f"/default-pool/{name('img')}.qcow2"
+    with pytest.raises(DriverError, match="virStorageVolUpload"):
+        driver.upload_image("a", target, str(source))
+    conn = libvirt.open("test:///default")
+    try:
+        pool = conn.storagePoolLookupByName("default-pool")
+        pool.refresh(0)
+        assert posixpath.basename(target) not in pool.listVolumes()
+    finally:
+        conn.close()

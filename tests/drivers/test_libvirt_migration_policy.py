@@ -69,3 +69,36 @@ def test_the_report_prefers_completed_job_stats_then_the_last_sample_then_our_cl
     assert (aborted.success, aborted.outcome, aborted.error) == (False, "aborted", "timed out")
     assert (aborted.total_seconds, aborted.iterations, aborted.bytes_transferred) == (2.5, 2, 400 * MIB)
     assert aborted.samples == (last,)
+
+
+def test_block_migration_local_disks_are_the_unshared_ones_with_their_devices():
+    from drivers.base import DiskSpec, VMSpec  # noqa: PLC0415
+    from drivers.domain_xml import render_domain_xml  # noqa: PLC0415
+    from drivers.libvirt.block_migration import LocalDisk, local_disks  # noqa: PLC0415
+
+    spec = VMSpec("lw-1-0", 1, 512, disk_image="/local/vms/lw-1-0.qcow2", seed_image="/local/vms/lw-1-0-seed.iso",
+                  disk=DiskSpec(base="/local/img/deb.qcow2"), kernel="/local/img/vmlinuz")
+    xml = render_domain_xml(spec, "qemu")
+    assert local_disks(xml, lambda path: False) == [LocalDisk("/local/vms/lw-1-0.qcow2", "vda", False),
+                                                     LocalDisk("/local/vms/lw-1-0-seed.iso", "vdb", True)]
+    assert local_disks(xml, lambda path: path.startswith("/local/")) == []
+
+
+def test_block_migration_report_counts_the_disk_bytes_copied():
+    from drivers.libvirt.migration import migration_report  # noqa: PLC0415
+
+    report = migration_report("vm", "a", "b", "completed", elapsed_s=3.0,
+                              stats={"time_elapsed": 2500, "memory_processed": 10 << 20, "disk_processed": 300 << 20})
+    assert (report.disk_bytes, report.bytes_transferred, report.total_seconds) == (300 << 20, 10 << 20, 2.5)
+    assert migration_report("vm", "a", "b", "completed", elapsed_s=1.0).disk_bytes == 0
+
+
+def test_block_migration_disk_bytes_come_from_the_samples_when_the_completed_statistics_lack_them():
+    from drivers.libvirt.migration import migration_report, progress_from_job_stats  # noqa: PLC0415
+
+    running = {"memory_total": 512 << 20, "memory_processed": 64 << 20, "disk_processed": 120 << 20}
+    sample = progress_from_job_stats(running, 1.5, 300.0)
+    assert sample.disk_processed == 120 << 20
+    report = migration_report("vm", "a", "b", "completed", elapsed_s=3.0, stats={"time_elapsed": 3000},
+                              samples=(sample,))
+    assert report.disk_bytes == 120 << 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import signal
@@ -163,9 +164,10 @@ class Lab:
         self.transport = transport
         self.generation += 1
 
-    def up(self, transport: str) -> None:
-        """The lab brought up again (replacing the one up) over `transport`."""
-        lab_command("up", "-n", str(LAB_HOSTS), "--transport", transport, timeout=1800)
+    def up(self, transport: str, storage: str = "shared") -> None:
+        """The lab brought up again (replacing the one up) over `transport`, its image directory `storage`
+        (shared by the hosts, or each host's own: local)."""
+        lab_command("up", "-n", str(LAB_HOSTS), "--transport", transport, "--storage", storage, timeout=1800)
         self.load(transport)
 
     def crash(self, name: str) -> None:
@@ -440,3 +442,42 @@ def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, di
     with Store.open(state) as store:
         store.update_host_capacity(small, 1, 384)   # room for the 256 MiB VM, not for a 512 MiB node of the AR
     return EvacuationSite(first, second, small, state, common, guest)
+
+
+def run_cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    """`leasewise ARGS` from this checkout; with `check`, it must succeed (its output in the failure message)."""
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check:
+        assert done.returncode == 0, \
+            f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stop_processes(session: subprocess.Popen | None, daemon: subprocess.Popen) -> None:
+    """What a test started, gone: an ssh session killed, the daemon stopped (killed if it will not stop)."""
+    if session is not None and session.poll() is None:
+        session.kill()
+    if daemon.poll() is None:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+
+
+def held_ssh_session(vm: str, key: Path, common: list[str], seconds: int = 150) -> subprocess.Popen:
+    """`leasewise lease ssh VM` held open for `seconds`, printing "alive" at the end if it lasted (a session
+    that dies, e.g. in a migration, ends within 30 s and says so, rather than hanging)."""
+    return subprocess.Popen(
+        [*CLI, "lease", "ssh", vm, "-i", str(key), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+         "-o", "ServerAliveCountMax=6", *common, "--", "sh", "-c",
+         f"'for i in $(seq 1 {seconds}); do sleep 1; done; echo alive'"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

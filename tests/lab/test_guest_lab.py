@@ -9,7 +9,6 @@ The guest boots under TCG (about two minutes), so the module runs one lease thro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -20,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.lab.labkit import REPO, daemon_config, remove_lease_domains
+from tests.lab.labkit import run_cli as _cli
+from tests.lab.labkit import sha256_file as _sha256
+from tests.lab.labkit import held_ssh_session, stop_processes
 
 pytestmark = pytest.mark.lab
 
@@ -28,21 +30,6 @@ IMAGE_BUILD = REPO / "deploy" / "images" / "build"
 BOOT_TIMEOUT_S = 480
 MEMORY_MIB = "768"
 VM_DISK_DIR = Path("/var/lib/libvirt/images/leasewise-vms")
-
-
-def _cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    if check:
-        assert done.returncode == 0, f"leasewise {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _pool_volumes(conns) -> set[str]:
@@ -141,12 +128,7 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
 
         # -- live migration by the daemon (the VM's host is drained), an ssh session open across it
         source = vms[0]["host"]
-        session = subprocess.Popen(
-            [*CLI, "lease", "ssh", "1/0", "-i", str(site["key"]), "-o", "BatchMode=yes",
-             # a session that died in the migration ends within 30 s and says so, rather than hanging
-             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6", *common, "--",
-             "sh", "-c", "'for i in $(seq 1 150); do sleep 1; done; echo alive'"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        session = held_ssh_session("1/0", site["key"], common)
         time.sleep(3)
         # (the migration is planned to end just before the deadline, leaving time for a fallback)
         drained = _cli("host", "drain", source, "--by", "+90s", *common)
@@ -221,14 +203,7 @@ def test_a_two_vm_lease_boots_private_disks_answers_ssh_migrates_suspends_and_le
             saved = lab.private_path(name, "/var/lib/libvirt/qemu/save")
             assert not list(saved.glob("lw-1-*")), f"memory images left on {name}: {list(saved.glob('lw-1-*'))}"
     finally:
-        if session is not None and session.poll() is None:
-            session.kill()
-        if daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+        stop_processes(session, daemon)
         remove_lease_domains(libvirt_mod, conns)
         # (the pool's directory is shared storage: it outlives the lab, so a failed run cleans up here)
         for left in VM_DISK_DIR.glob("lw-1-[01]*"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,25 @@ def test_destinations_as_the_plain_first_fit_in_policy_order(case, policy, prese
     planner = EvacuationPlanner(table, config, Overheads(config), HOST_SELECTION.create(policy), lambda _: True)
     want = reference(table, policy, lease, vm, moving, avoid, start, end)
     assert planner._destinations(lease, vm, moving, avoid, start, end) == want
+
+
+def test_local_storage_a_vm_moves_only_to_a_host_holding_its_image_and_its_disk_is_counted():
+    from orchestrator.model.lease import VMImage  # noqa: PLC0415
+    from orchestrator.planning.image_filter import ImageHolders  # noqa: PLC0415
+
+    table = SlotTable({h: Resources.of(4, 8192) for h in ("h1", "h2", "h3")})
+    request = LeaseRequest(type=LeaseType.BEST_EFFORT, nodes=(Resources.of(1, 1024),), duration=timedelta(hours=1),
+                           submit_time=T(-60), image=VMImage(disk="/img/deb.qcow2", name="deb"))
+    lease = Lease(1, request)
+    vm = Reservation(lease.id, ReservationKind.VM, T(0), T(60), {"h1": Resources.of(1, 1024)}, nodes={0: "h1"})
+    config = SchedulingConfig(live_migration_bandwidth=100.0, live_migration_disk_mib=500.0)
+    everywhere = EvacuationPlanner(table, config, Overheads(config), HOST_SELECTION.create("greedy"), lambda _: True)
+    holders = ImageHolders({"deb": {"h1", "h3"}})
+    held = EvacuationPlanner(table, config, Overheads(config), HOST_SELECTION.create("greedy"), lambda _: True,
+                             images=holders)
+    assert everywhere._destinations(lease, vm, [0], {"h1"}, T(10), T(60)) == {0: "h2"}
+    assert held._destinations(lease, vm, [0], {"h1"}, T(10), T(60)) == {0: "h3"}
+    # its overlay moves with it: 500 MiB at 100 MiB/s before the memory
+    assert held.predict(lease, 0).total_seconds == pytest.approx(everywhere.predict(lease, 0).total_seconds + 5.0)
+    assert held.predict(lease, 0).disk_seconds == pytest.approx(5.0)
+    assert held._destinations(lease, vm, [0], {"h1", "h3"}, T(10), T(60)) is None

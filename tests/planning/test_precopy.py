@@ -202,3 +202,22 @@ def test_with_the_limit_left_after_the_switch_over_a_converged_downtime_stays_wi
                              on_timeout=on_timeout, max_iterations=200)
     if result.converged:
         assert result.downtime_ms <= max_dt * (1 + 1e-9)
+
+
+def test_block_migration_copies_the_disk_first_then_memory():
+    memory_only = predict_precopy(1024, 100, 20, 300)
+    with_disk = predict_precopy(1024, 100, 20, 300, disk_mib=500)
+    assert with_disk.disk_seconds == pytest.approx(5.0)
+    # the memory passes are those of the memory alone, after the disk
+    assert [r.mib for r in with_disk.rounds] == [r.mib for r in memory_only.rounds]
+    assert with_disk.total_seconds == pytest.approx(memory_only.total_seconds + 5.0)
+    assert with_disk.transferred_mib == pytest.approx(memory_only.transferred_mib)
+
+
+def test_block_migration_disk_counts_against_the_timeout():
+    # 500 MiB of disk at 100 MiB/s leaves 1 s of a 6 s timeout for 1 GiB of memory
+    cut = predict_precopy(1024, 100, 0, 300, disk_mib=500, timeout_s=6, on_timeout="abort")
+    assert cut.outcome == "aborted" and cut.total_seconds == pytest.approx(6.0)
+    assert cut.rounds[0].mib == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="disk_mib must not be negative"):
+        predict_precopy(1024, 100, 0, 300, disk_mib=-1)

@@ -306,7 +306,10 @@ def test_image_add_through_the_server(running, local, shared, tmp_path, unix_use
     here = _cli("image", "add", "deb", str(image), "--state", str(local))
     there = _cli("image", "add", "deb", str(image), "--server", running.url)
     assert here.exit_code == there.exit_code == 0, (here.output, there.output)
-    assert here.stdout == there.stdout == f"image deb added: {image} (qcow2, 1.0 GiB; readable on 2 hosts)\n"
+    # (the hosts name no shared storage: each is given a copy of its own)
+    assert here.stdout == there.stdout == (f"image deb added: {image} (qcow2, 1.0 GiB; copied to or held by 2 hosts)\n"
+                                           "  h1: copied, checksum verified on the host\n"
+                                           "  h2: copied, checksum verified on the host\n")
     with Store.open(running.store_path) as store:
         assert [(i.name, i.added_by) for i in store.images()] == [("deb", "root")]
 
@@ -324,6 +327,13 @@ def test_image_add_through_the_server(running, local, shared, tmp_path, unix_use
         assert _lines(here.output) == _lines(there.output) and len(_lines(there.output)) == 1, (args, there.output)
     with Store.open(running.store_path) as store:
         assert [i.name for i in store.images()] == ["deb"]
+    # image sync through the server: admins only; a host that lost its copy is given one again
+    synced = _cli("image", "sync", "deb", "--host", "h2", "--server", running.url)
+    assert synced.exit_code == 0 and "image deb: held by 1 of 1 host" in synced.stdout, synced.output
+    code, out, err = _cli_as("lwalice", "image", "sync", "deb", "--server", running.url)
+    assert (code, _lines(err)) == (4, ["error: copying images to hosts is for admins (lwalice is not one)"])
+    unknown = _cli("image", "sync", "nope", "--server", running.url)
+    assert unknown.exit_code == 2 and "NAME: no image named 'nope'" in unknown.output
 
 
 # -- migrate -------------------------------------------------------------------------------------------------

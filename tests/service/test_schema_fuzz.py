@@ -201,7 +201,10 @@ def test_every_route_answers_as_its_schema_says(tmp_path, unix_users):
         call("POST", "/v1/hosts/{host}/drain", path_parameters={"host": "h9"}, body={})
         call("POST", "/v1/hosts/{host}/undrain", path_parameters={"host": "h9"})
         call("DELETE", "/v1/hosts/{host}", path_parameters={"host": "h9"}, query={"drain": "true"})
+        call("PATCH", "/v1/hosts/{host}/properties", path_parameters={"host": "h8"},
+             body={"set": {"gpu": "a100"}, "unset": []})
         call("POST", "/v1/images", body={"name": "tiny", "path": str(image)})
+        call("POST", "/v1/images/{name}/sync", path_parameters={"name": "tiny"}, body={})
         call("GET", "/v1/images")
         call("DELETE", "/v1/images/{name}", path_parameters={"name": "tiny"})
         call("PUT", "/v1/quotas/{subject}", path_parameters={"subject": "lwalice"},

@@ -720,3 +720,23 @@ def test_lease_records_json_decodes_to_lease_records(tmp_path):
     assert isinstance(first["nodes"], list) and isinstance(first["preemptible"], bool)
     assert isinstance(first["plan"][0]["resources"], dict) and isinstance(first["plan"][0]["continues"], bool)
     assert set(first["history"][0]) == {"time", "state"}
+
+
+def test_local_storage_the_hosts_holding_a_copied_image_go_with_the_image_or_the_host(store):
+    from orchestrator.model.images import CatalogImage  # noqa: PLC0415
+
+    for name in ("h1", "h2"):
+        store.add_host(HostConfig(name, "test:///default"), 2, 2048)
+    store.add_image(CatalogImage("shared", "/nfs/a.qcow2", size_bytes=1))
+    copied = store.add_image(CatalogImage("deb", "/img/deb.qcow2", size_bytes=1,
+                                          checksums=(("/img/deb.qcow2", "ab" * 32),)), {"h1": "copied", "h2": "copied"})
+    assert store.image("deb").checksums == copied.checksums and store.image("deb").copied
+    assert store.image_holders() == {"deb": frozenset({"h1", "h2"})}   # (an image on shared storage: not listed)
+    store.drop_image_host("deb", "h2")
+    assert store.image_hosts("deb") == {"h1": "copied"}
+    store.remove_host("h1")
+    assert store.image_holders() == {"deb": frozenset()}   # (copied, held by no host: planned nowhere)
+    with pytest.raises(StoreError, match="must be one of copied, shared"):
+        store.set_image_host("deb", "h2", "maybe")
+    store.remove_image("deb")
+    assert store.image_holders() == {} and store.image_hosts("deb") == {}

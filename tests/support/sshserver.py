@@ -1,12 +1,16 @@
 """An SSH + SFTP server in this process, on 127.0.0.1, for tests of what leasewise does over SSH
-(`move_state`, `host check`): public-key auth for one client key, SFTP rooted at a directory, and
-`date +%s` answered with an optional clock skew."""
+(`move_state`, `host check`, image checksums): public-key auth for one client key, SFTP rooted at a
+directory, `date +%s` answered with an optional clock skew, and a file's `sha256sum` (the real one, on the
+file under the root)."""
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
+import shlex
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -55,6 +59,10 @@ class _RootedSFTP(paramiko.SFTPServerInterface):
     rename = posix_rename
 
 
+#: the one shell command the server runs besides `date +%s`: a file's checksum (drivers/libvirt/image_copy.py)
+_CHECKSUM = re.compile(r"test -e (.+?) \|\| exit 0; sha256sum -- \1")
+
+
 class _KeyServer(paramiko.ServerInterface):
     def __init__(self, owner: "SSHServer"):
         self.owner = owner
@@ -70,6 +78,24 @@ class _KeyServer(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_exec_request(self, channel, command):
+        checksum = _CHECKSUM.fullmatch(command.decode(errors="replace"))
+        if checksum is not None and self.owner.root is not None:
+            # (the driver's checksum of an image on the host: the real sha256sum, run on the file under root)
+            path = shlex.split(checksum.group(1))[0]
+            real = self.owner.root / path.lstrip("/")
+
+            def reply():
+                if real.exists():
+                    done = subprocess.run(["sha256sum", "--", str(real)], capture_output=True)
+                    channel.sendall(done.stdout.replace(str(real).encode(), path.encode()))
+                    channel.sendall_stderr(done.stderr)
+                    channel.send_exit_status(done.returncode)
+                else:
+                    channel.send_exit_status(0)
+                channel.close()
+
+            threading.Timer(0.05, reply).start()
+            return True
         if command != b"date +%s":
             return False
 

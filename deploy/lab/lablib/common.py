@@ -76,6 +76,14 @@ DIR_BINDS = {
     "log": "/var/log/libvirt",
     "etc": "/etc/libvirt",
 }
+#: `up --storage`: `shared` (default) keeps /var/lib/libvirt/images one directory every host sees, as NFS would;
+#: `local` gives each host its own (run/hostN/images bound over it), as hosts with only their own disks
+STORAGES = ("shared", "local")
+DEFAULT_STORAGE = "shared"
+STORAGE_FILE = RUN / "storage"
+#: with local storage: the host's private directory bound over the image directory
+LOCAL_IMAGES_BIND = ("images", str(SHARED_IMAGES))
+
 #: a host's own /etc: a copy of this machine's made at `up`, with the host's own hosts, passwd, group and shadow
 #: (bound over the whole directory first, then /etc/libvirt over it: a bind over a single file would be undone
 #: the moment anything on this machine replaces that file, as useradd replaces /etc/passwd)
@@ -84,6 +92,19 @@ ETC_COPY = "rootetc"
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+def write_storage(storage: str) -> None:
+    STORAGE_FILE.write_text(storage + "\n")
+
+
+def read_storage() -> str:
+    """The storage of the lab that is up (shared for a lab brought up before storages were recorded)."""
+    try:
+        text = STORAGE_FILE.read_text().strip()
+    except OSError:
+        return DEFAULT_STORAGE
+    return text if text in STORAGES else DEFAULT_STORAGE
+
 
 def say(msg: str) -> None:
     print(f"lab: {msg}", flush=True)

@@ -5,17 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import RUN, SHARED_IMAGES, STATE_DIR, VM_BRIDGE, host_ip, host_name
+from .common import DEFAULT_STORAGE, RUN, SHARED_IMAGES, STATE_DIR, VM_BRIDGE, host_ip, host_name
 from .transports import HEAD_KEY, HEAD_KNOWN_HOSTS, inventory_uri, peer_uri
 
 INVENTORY = RUN / "inventory.toml"
+#: with local storage, each host's VM overlays and seeds (leasewise's default directory name)
+LOCAL_DISK_DIR = "leasewise-vms"
 
 
-def write_inventory(count: int, transport: str) -> Path:
+def write_inventory(count: int, transport: str, storage: str = DEFAULT_STORAGE) -> Path:
     """Each host's libvirt link and peer link over `transport`; leasewise's own SSH (root, the lab key, the
-    lab's known_hosts, which also pins the libvirt link over ssh); its storage and VM bridge."""
+    lab's known_hosts, which also pins the libvirt link over ssh); its storage (`shared`: the image
+    directory every host sees; `local`: no shared storage, each host's VM disks in its own directory) and
+    VM bridge."""
     out = ["# leasewise host inventory of the local lab, written by deploy/lab/lab up", "",
-           f"# transport: {transport}", ""]
+           f"# transport: {transport}",
+           f"# storage: {storage}" + ("" if storage == "shared" else
+                                       f" (each host has its own {SHARED_IMAGES}: no shared storage)"), ""]
     for n in range(1, count + 1):
         values: dict[str, object] = {
             "name": host_name(n),
@@ -27,7 +33,8 @@ def write_inventory(count: int, transport: str) -> Path:
             "known_hosts": str(HEAD_KNOWN_HOSTS),
             "migration_uri": f"tcp://{host_ip(n)}",
             "state_dir": STATE_DIR,
-            "shared_storage": [str(SHARED_IMAGES)],
+            "shared_storage": [str(SHARED_IMAGES)] if storage == "shared" else [],
+            "disk_dir": None if storage == "shared" else f"{SHARED_IMAGES}/{LOCAL_DISK_DIR}",
             "network": VM_BRIDGE,
             "network_type": "bridge",
         }

@@ -20,6 +20,7 @@ from orchestrator.service.models.requests import (
     HostPropertyChange,
     HostSettings,
     ImageAddition,
+    ImageSync,
     LeaseSubmission,
     Migration,
     QuotaChange,
@@ -33,6 +34,6 @@ from orchestrator.service.models.requests import (
 
 __all__ = ["IDEMPOTENCY_KEY", "MAX_LEASE_ID", "MAX_PATH", "MAX_WINDOWS", "PRINTABLE", "TIME", "USER_NAME", "Drain",
            "EndChange", "Extension", "FreeQuery", "HostAddition", "HostImport", "HostPropertyChange",
-           "HostSettings", "ImageAddition",
+           "HostSettings", "ImageAddition", "ImageSync",
            "LeasePage", "LeaseRecord", "LeaseSubmission", "Migration", "QuotaChange", "Shortening", "TokenRequest",
            "error_line", "error_parts", "model_of", "submission_of"]

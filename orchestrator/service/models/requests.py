@@ -516,6 +516,12 @@ class ImageAddition(_Body):
         return self.model_dump(exclude_none=True) | {"format": self.format}
 
 
+class ImageSync(_Body):
+    """`POST /v1/images/{name}/sync`: copy a copied image to the hosts that lack it (or to `host` alone)."""
+
+    host: HostName | None = None
+
+
 class Migration(_Body):
     """`POST /v1/vms/{vm}/migrate`: one live migration by hand (admins)."""
 

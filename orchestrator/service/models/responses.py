@@ -9,7 +9,7 @@ asked).
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -305,10 +305,23 @@ class CatalogEntry(BaseModel):
     size_bytes: int = Field(description="The disk's virtual size")
     added_at: Time | None
     added_by: str
+    checksums: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = Field(
+        [], description="[path, SHA-256] of each file copied to hosts' own storage ([]: on shared storage)")
 
 
 class ListedImage(CatalogEntry):
     leases: list[int] = Field(description="The leases that use it")
+    hosts: dict[str, Literal["copied", "shared"]] = Field(
+        {}, description="For an image copied to hosts' own storage: the hosts holding it, and how")
+
+
+class HostCopy(BaseModel):
+    """What became of one host when an image was given to the hosts."""
+
+    host: str
+    outcome: Literal["shared", "held", "copied", "failed"] = Field(
+        description="copied, held already, shared (read on storage it shares), or failed")
+    detail: str
 
 
 class ImageList(BaseModel):
@@ -316,7 +329,13 @@ class ImageList(BaseModel):
 
 
 class ImageAdded(CatalogEntry):
-    hosts: int = Field(description="How many hosts read it")
+    hosts: int = Field(description="How many hosts hold it (copied to them, or read on shared storage)")
+    copies: list[HostCopy] = Field([], description="Each host's outcome")
+
+
+class ImageSynced(BaseModel):
+    name: str
+    copies: list[HostCopy]
 
 
 class ImageRemoved(BaseModel):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -11,22 +13,59 @@ from orchestrator.model.states import FINAL_STATES
 from orchestrator.model.timeutil import UTC
 from orchestrator.state.store.connection import StoreConnection
 from orchestrator.state.store.errors import StoreError
-from orchestrator.state.store.rows import decode_time, encode_time
+from orchestrator.state.store.rows import decode_time, encode_json, encode_time
 
 _IMAGE_COLUMNS = ("name", "path", "format", "login_user", "os", "kernel", "initrd", "cmdline", "size_bytes",
-                  "added_at", "added_by")
+                  "added_at", "added_by", "checksums")
+#: how a host holds an image: a copy of its own, or the file on storage it shares
+HOLDINGS = ("copied", "shared")
 
 
 class ImageRepository(StoreConnection):
-    """The images table: catalogued base images, refused removal while a lease uses one."""
+    """The images table: catalogued base images, refused removal while a lease uses one; and which hosts
+    hold a copied image (image_hosts)."""
 
-    def add_image(self, image: CatalogImage) -> CatalogImage:
-        """Catalogue a base image; `StoreError` if the name is taken."""
+    def add_image(self, image: CatalogImage, held_by: Mapping[str, str] | None = None) -> CatalogImage:
+        """Catalogue a base image, and the hosts holding it (host -> one of HOLDINGS); `StoreError` if the
+        name is taken."""
         added = image if image.added_at is not None else replace(image, added_at=datetime.now(UTC))
         values = tuple(getattr(added, c) for c in _IMAGE_COLUMNS)
-        values = (*values[:9], encode_time(added.added_at), added.added_by)
-        self._insert_new("images", _IMAGE_COLUMNS, values, f"image {image.name!r}")
+        values = (*values[:9], encode_time(added.added_at), added.added_by,
+                  encode_json([list(pair) for pair in added.checksums]))
+        with self.transaction():
+            self._insert_new("images", _IMAGE_COLUMNS, values, f"image {image.name!r}")
+            for host, how in (held_by or {}).items():
+                self.set_image_host(image.name, host, how)
         return added
+
+    def set_image_host(self, name: str, host: str, how: str, at: datetime | None = None) -> None:
+        """Record that `host` holds the image `name` (`how`: one of HOLDINGS)."""
+        if how not in HOLDINGS:
+            raise StoreError(f"how a host holds an image must be one of {', '.join(HOLDINGS)} (got {how!r})")
+        self._conn.execute("INSERT INTO image_hosts (image, host, how, at) VALUES (?, ?, ?, ?) "
+                           "ON CONFLICT (image, host) DO UPDATE SET how = excluded.how, at = excluded.at",
+                           (name, host, how, encode_time(at or datetime.now(UTC))))
+
+    def drop_image_host(self, name: str, host: str) -> None:
+        """`host` no longer holds the image `name` (its copy is missing or wrong)."""
+        self._conn.execute("DELETE FROM image_hosts WHERE image = ? AND host = ?", (name, host))
+
+    def image_hosts(self, name: str) -> dict[str, str]:
+        """host -> how it holds the image `name` (one of HOLDINGS), by host name."""
+        rows = self._conn.execute("SELECT host, how FROM image_hosts WHERE image = ? ORDER BY host", (name,))
+        return dict(rows.fetchall())
+
+    def image_holders(self) -> dict[str, frozenset[str]]:
+        """For each image copied to the hosts' own storage, the hosts holding it (an image on shared storage,
+        which every host reads, is not listed): what the planner's image filter reads."""
+        rows = self._conn.execute("SELECT i.name, h.host FROM images i LEFT JOIN image_hosts h ON h.image = i.name "
+                                  "WHERE i.checksums != '[]'").fetchall()
+        holders: dict[str, set[str]] = {}
+        for name, host in rows:
+            holders.setdefault(name, set())
+            if host is not None:
+                holders[name].add(host)
+        return {name: frozenset(hosts) for name, hosts in holders.items()}
 
     def images(self) -> list[CatalogImage]:
         rows = self._conn.execute(f"SELECT {', '.join(_IMAGE_COLUMNS)} FROM images ORDER BY name").fetchall()
@@ -42,6 +81,7 @@ class ImageRepository(StoreConnection):
     def _image(self, row: tuple) -> CatalogImage:
         values = dict(zip(_IMAGE_COLUMNS, row))
         values["added_at"] = decode_time(values["added_at"])
+        values["checksums"] = tuple(tuple(pair) for pair in json.loads(values["checksums"]))
         try:
             return CatalogImage(**values)
         except LeasewiseError as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrator.model.guest import MAC_COUNT, mac_address
+from collections.abc import Collection
+
+from orchestrator.model.guest import MAC_COUNT, draw_mac_prefix, mac_address
 from orchestrator.state.store.connection import StoreConnection
 from orchestrator.state.store.errors import StoreError
 from orchestrator.state.store.rows import encode_json
@@ -40,11 +42,26 @@ class MetaRepository(StoreConnection):
         """The largest reservation id stored: a new slot table must hand out ids above it."""
         return self._conn.execute("SELECT coalesce(max(id), 0) FROM reservations").fetchone()[0]
 
+    def mac_prefix(self) -> str | None:
+        """The prefix this installation's VMs' MACs are under, once drawn."""
+        return self.get_meta("mac_prefix")
+
+    def ensure_mac_prefix(self, avoid: Collection[str] = ()) -> str:
+        """The installation's MAC prefix, drawn at random (not one of `avoid`) the first time."""
+        with self.transaction():
+            prefix = self.mac_prefix()
+            if prefix is None:
+                prefix = draw_mac_prefix(avoid)
+                self.set_meta("mac_prefix", prefix)
+        return prefix
+
     def allocate_macs(self, count: int) -> tuple[str, ...]:
-        """`count` MAC addresses no other VM of this store was given (a counter under the write lock)."""
+        """`count` MAC addresses no other VM of this store was given (a counter under the write lock, under
+        the installation's prefix)."""
         if count <= 0:
             return ()
         with self.transaction():
+            prefix = self.ensure_mac_prefix()
             row = self._conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'next_mac' "
                                      "RETURNING CAST(value AS INTEGER) - ?", (count, count)).fetchone()
             if row is None:
@@ -52,5 +69,5 @@ class MetaRepository(StoreConnection):
                 row = (0,)
         first = int(row[0])
         if first + count > MAC_COUNT:
-            raise StoreError("no MAC addresses left under 52:54:00 (16,777,216 handed out)")
-        return tuple(mac_address(first + i) for i in range(count))
+            raise StoreError(f"no MAC addresses left under {prefix} (16,777,216 handed out)")
+        return tuple(mac_address(prefix, first + i) for i in range(count))

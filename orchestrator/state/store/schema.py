@@ -240,10 +240,23 @@ _V11 = (
     "ALTER TABLE leases ADD COLUMN placement TEXT",
 )
 
+_V12 = (
+    # hosts without shared storage: the SHA-256 of each file of an image copied to the hosts' own storage
+    # (JSON [[path, sha256], ...]; [] for an image on shared storage), and which hosts hold a copied image
+    "ALTER TABLE images ADD COLUMN checksums TEXT NOT NULL DEFAULT '[]'",
+    """CREATE TABLE image_hosts (
+        image TEXT NOT NULL REFERENCES images (name) ON DELETE CASCADE,
+        host TEXT NOT NULL REFERENCES hosts (name) ON DELETE CASCADE,
+        how TEXT NOT NULL CHECK (how IN ('copied', 'shared')),   -- copied to it, or read on shared storage
+        at TEXT NOT NULL,
+        PRIMARY KEY (image, host)
+    ) WITHOUT ROWID""",
+)
+
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

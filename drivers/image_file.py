@@ -1,4 +1,6 @@
-"""What a simulated host reads of a disk image: the simulated hosts see this machine's files."""
+"""What a disk image file on this machine is (format and virtual size), read from its header: what the
+simulated hosts, which see this machine's files, read there, and what `image add` checks before it copies a
+file to hosts that share no storage with this machine."""
 
 from __future__ import annotations
 
