@@ -134,7 +134,28 @@ Constraints = Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length
                         _checked("where", (list,), "a list of constraints such as gpu=a100")]
 
 
-class LeaseSubmission(BaseModel):
+class _Placed(BaseModel):
+    """Where a lease's VMs may go (a submission's, or a free-window query's), and the size rule this brings:
+    `cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    where: Constraints = None   # type: ignore[assignment]
+    spread: _flag("spread", "Each VM on a different host (anti-affinity)") = None   # type: ignore
+    pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
+    exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_given(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("exclusive") is not True:
+            for key in ("cpus", "memory"):
+                if values.get(key) is None:
+                    raise InvalidRequest(key, "is required")
+        return values
+
+
+class LeaseSubmission(_Placed):
     """A lease request (`POST /v1/leases`), with the keys of a lease file: `ssh_key` holds public key
     lines and `user_data` the #cloud-config document itself (the server reads no file for anyone)."""
 
@@ -163,15 +184,6 @@ class LeaseSubmission(BaseModel):
     hostname_prefix: _text("hostname_prefix", 42, HOSTNAME_PREFIX, "VM n calls itself PREFIX-n") = None  # type: ignore
     network: _flag("network", "One NIC on the hosts' network (default true)") = None   # type: ignore
     keep_disks: _flag("keep_disks", "Keep the VMs' disks when the lease ends (default false)") = None  # type: ignore
-    where: Constraints = None   # type: ignore[assignment]
-    spread: _flag("spread", "Each VM on a different host (anti-affinity)") = None   # type: ignore
-    pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
-    exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
-
-    @model_validator(mode="before")
-    @classmethod
-    def _size_given(cls, values: Any) -> Any:
-        return _size_given(values)
 
     def values(self) -> dict[str, Any]:
         """The fields given, as `request_from_fields` takes them."""
@@ -349,16 +361,7 @@ class EndChange(_Body):
 MAX_WINDOWS = 100
 
 
-def _size_given(values: Any) -> Any:
-    """`cpus` and `memory` are required, but of an exclusive lease (then: its host's)."""
-    if isinstance(values, dict) and values.get("exclusive") is not True:
-        for key in ("cpus", "memory"):
-            if values.get(key) is None:
-                raise InvalidRequest(key, "is required")
-    return values
-
-
-class FreeQuery(_Body):
+class FreeQuery(_Placed):
     """`GET /v1/free` (`plan --free`): the next windows in which a lease of this size would fit as an advance
     reservation, within [not_before, not_after]."""
 
@@ -369,15 +372,6 @@ class FreeQuery(_Body):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_WINDOWS, description="How many windows (default 5)")] = 5
     not_before: _window_time("not_before", "The earliest start (default now)") = None  # type: ignore
     not_after: _window_time("not_after", "The latest end (default: no limit)") = None  # type: ignore
-    where: Constraints = None   # type: ignore[assignment]
-    spread: _flag("spread", "Each VM on a different host (anti-affinity)") = None   # type: ignore
-    pack: _flag("pack", "The VMs on as few hosts as possible (affinity)") = None   # type: ignore
-    exclusive: _flag("exclusive", "Each VM has a host to itself for the lease's whole time") = None   # type: ignore
-
-    @model_validator(mode="before")
-    @classmethod
-    def _size_given(cls, values: Any) -> Any:
-        return _size_given(values)
 
     def values(self) -> dict[str, Any]:
         """The lease fields it asks about, as `request_from_fields` takes them."""

@@ -435,16 +435,8 @@ class TokenFields(BaseModel):
     note: str
 
 
-class TokenMade(BaseModel):
+class TokenMade(TokenFields):
     token: str = Field(description="The token itself: shown this once")
-    id: int
-    user: str
-    admin: bool
-    created_at: Time
-    expires_at: Time | None
-    revoked_at: Time | None
-    last_used_at: Time | None
-    note: str
 
 
 class ListedToken(TokenFields):
