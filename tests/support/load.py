@@ -35,6 +35,7 @@ from pathlib import Path
 
 from drivers.inventory import HostConfig
 from orchestrator.service.models import submission_of
+from orchestrator.model.lease_fields import request_from_fields
 from orchestrator.model.timeutil import UTC, iso
 from orchestrator.service.client import Client, RemoteError
 from orchestrator.state.store import Store
@@ -113,7 +114,7 @@ def preload(store_path: Path, leases: int, seed: int = 7) -> None:
             start = now + timedelta(minutes=rng.randint(30, 7 * 24 * 60))
             fields = {"cpus": rng.choice([1, 2, 4]), "memory": rng.choice([1024, 2048, 4096]),
                       "nodes": rng.choice([1, 1, 2, 4]), "duration": f"{rng.randint(1, 4)}h", "start": iso(start)}
-            cluster.submit(request_from_fields(fields, now), now)
+            cluster.submit(request_from_fields(fields, now, default_user="bench"), now)
         cluster.save(now)
 
 
