@@ -40,6 +40,10 @@ _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", 
                  "network_type", "disk_dir", "peer_uri", "properties")
 
 
+#: rows remembered decoded per connection (hosts change rarely; the bound keeps a churning store's memory flat)
+_MAX_REMEMBERED_ROWS = 8192
+
+
 def _capacity(value: object, what: str, host: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise StoreError(f"host {host!r}: {what} must be a positive integer (got {value!r})")
@@ -98,6 +102,17 @@ class HostRepository(StoreConnection):
         return self._host(row)
 
     def _host(self, row: tuple) -> HostRecord:
+        # (each row is decoded once per connection: a submission is checked against every host, and decoding
+        # every row's JSON and configuration again cost more than the rest of the check)
+        records: dict[tuple, HostRecord] = self.__dict__.setdefault("_host_records", {})
+        record = records.get(row)
+        if record is None:
+            if len(records) >= _MAX_REMEMBERED_ROWS:
+                records.clear()
+            record = records[row] = self._decode_host(row)
+        return record
+
+    def _decode_host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
          available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties) = row
         try:
