@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
@@ -30,18 +31,15 @@ class HostRecord:
     def name(self) -> str:
         return self.config.name
 
-    @property
+    @cached_property
     def capacity(self) -> Resources:
+        # (made once per record: a submission is checked against every host's capacity)
         return Resources.of(self.vcpus, self.memory_mib)
 
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
                  "network_type", "disk_dir", "peer_uri", "properties")
-
-
-#: rows remembered decoded per connection (hosts change rarely; the bound keeps a churning store's memory flat)
-_MAX_REMEMBERED_ROWS = 8192
 
 
 def _capacity(value: object, what: str, host: str) -> int:
@@ -92,8 +90,15 @@ class HostRepository(StoreConnection):
 
     def hosts(self) -> list[HostRecord]:
         """Every host, in the order they were added."""
-        rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
-        return [self._host(row) for row in rows]
+        # (decoded once per connection until the hosts table changes, which its triggers count: every
+        # submission is checked against every host, and decoding a thousand rows each time cost more than
+        # the rest of the check)
+        changes = self._conn.execute("SELECT count FROM hosts_changes").fetchone()[0]
+        seen = self.__dict__.get("_hosts_seen")
+        if seen is None or seen[0] != changes:
+            rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
+            seen = self.__dict__["_hosts_seen"] = (changes, tuple(self._host(row) for row in rows))
+        return list(seen[1])
 
     def host(self, name: str) -> HostRecord:
         row = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts WHERE name = ?", (name,)).fetchone()
@@ -102,17 +107,6 @@ class HostRepository(StoreConnection):
         return self._host(row)
 
     def _host(self, row: tuple) -> HostRecord:
-        # (each row is decoded once per connection: a submission is checked against every host, and decoding
-        # every row's JSON and configuration again cost more than the rest of the check)
-        records: dict[tuple, HostRecord] = self.__dict__.setdefault("_host_records", {})
-        record = records.get(row)
-        if record is None:
-            if len(records) >= _MAX_REMEMBERED_ROWS:
-                records.clear()
-            record = records[row] = self._decode_host(row)
-        return record
-
-    def _decode_host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
          available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties) = row
         try:
