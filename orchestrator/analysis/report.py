@@ -38,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator.analysis.error_trend import Trend, error_trend
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.analysis.host_losses import HostLossRow, host_losses
 from orchestrator.analysis.timeline import (
@@ -135,6 +136,19 @@ class ReportRow:
         if self.downtime_ms is None or self.predicted_downtime_ms is None:
             return None
         return self.downtime_ms - self.predicted_downtime_ms
+
+    @property
+    def planned_seconds(self) -> float | None:
+        """The planned reservation's length, when the row compares both ends."""
+        if not (self.compares_start and self.compares_end) or self.planned_start is None or self.planned_end is None:
+            return None
+        return (self.planned_end - self.planned_start).total_seconds()
+
+    @property
+    def enacted_seconds(self) -> float | None:
+        if not (self.compares_start and self.compares_end) or self.enacted_start is None or self.enacted_end is None:
+            return None
+        return (self.enacted_end - self.enacted_start).total_seconds()
 
     @property
     def is_live_migration(self) -> bool:
@@ -262,6 +276,11 @@ class Report:
         `calibrate migration --validate` reports its validation grid)."""
         return fidelity(c for row in self.live_migrations for c in row.comparisons)
 
+    @property
+    def error_trend(self) -> list[Trend]:
+        """Per timed kind, the prediction error of its earlier operations against its later ones."""
+        return error_trend(self.rows)
+
     def kind(self, name: str) -> KindSummary | None:
         return next((s for s in self.summary if s.kind == name), None)
 
@@ -277,6 +296,7 @@ class Report:
             "unattributed": self.unattributed,
             "skipped": self.skipped,
             "live_migration_fidelity": None if self.live_fidelity is None else self.live_fidelity.to_json(),
+            "error_trend": [t.to_json() for t in self.error_trend],
             "host_losses": [row.to_json() for row in self.host_losses],
             "placements": {str(i): text for i, text in sorted(self.placements.items())},
         }

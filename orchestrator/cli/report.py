@@ -173,6 +173,15 @@ def print_report(report: Report, console: Console) -> None:
     if live_fidelity is not None:
         console.print(f"live migrations, model fidelity: {live_fidelity.sentence()}", soft_wrap=True)
 
+    trend = report.error_trend
+    if trend:
+        columns = [Column("kind"), Column("operations", "right"), Column("earlier half", "right"),
+                   Column("later half", "right")]
+        cells = [[t.kind, str(t.operations), f"{t.earlier_pct:.1f}%", f"{t.later_pct:.1f}%"] for t in trend]
+        print_table(console, columns, cells, title_justify="left",
+                    title="prediction error as operations accumulate (median |measured - predicted| / measured; "
+                          "the daemon learns its rates from each)")
+
     for r in report.failed:
         where = f"lease {r.lease_id}" + (f" rr {r.reservation_id}" if r.reservation_id else "")
         console.print(f"[bold red]failed[/] {where} ({escape(r.what)}) at "

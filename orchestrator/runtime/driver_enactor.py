@@ -510,6 +510,7 @@ class DriverEnactor:
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
                         "predicted_downtime_ms": guess.get("downtime_ms"),
                         "predicted_disk_seconds": guess.get("disk_seconds"),
+                        "model_bandwidth_mib_s": guess.get("bandwidth_mib_s"),
                         "max_downtime_ms": extra.get("max_downtime_ms")}
             if self._await_job(lease.id, name, ("migration-out", "migration-in"), abort_at, rr) is not None \
                     and self._where(name) == dst:   # (its predecessor's migration went through)

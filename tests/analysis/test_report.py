@@ -174,7 +174,8 @@ def test_nothing_enacted_is_an_empty_report():
     assert report.empty and report.summary == [] and report.overall is None
     assert json.loads(json.dumps(report.to_json())) == {"lease": None, "rows": [], "summary": {},
                                                         "unattributed": 0, "skipped": 0,
-                                                        "live_migration_fidelity": None, "host_losses": [],
+                                                        "live_migration_fidelity": None, "error_trend": [],
+                                                        "host_losses": [],
                                                         "placements": {}}
 
 
