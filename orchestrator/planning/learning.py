@@ -10,15 +10,16 @@ had to be for the prediction to hold (`equivalent_rate`); `observe` folds it int
 The update (`observe`), and why it is shaped so:
 
 * in log space (rates are wrong by factors, not by MiB/s): log r <- log r + w * (log observed - log r);
-* the weight `w` is 1/(n+1) for the first observations (a running mean: a wrong prior is forgotten fast),
-  never below `LearningPolicy.weight` (an exponentially weighted mean after that, so the estimate follows a
-  link that changes);
+* the weight `w` is 1/(n+1) for the first n observations it settled on (a running mean: a wrong prior is
+  forgotten fast), never below `LearningPolicy.weight` (an exponentially weighted mean after that, so the
+  estimate follows a link that changes);
 * one observation never moves an estimate by more than `max_step` (a factor either way): a single bad
   measurement cannot wreck a plan, and a wrong prior is still left within a few operations (x2 per step
   goes from 12.5 to 400 MiB/s in five);
 * once an estimate rests on `warmup` observations, one that differs from it by more than `outlier` (a
   factor) is ignored: a migration slowed by a host under load, or one that moved an idle guest of zero
-  pages in no time. Two such in a row are taken (clipped): the link itself changed.
+  pages in no time. The next far one is taken (clipped), and every far one after it, until one is near
+  again: the link itself changed.
 
 The rates are the model's effective ones, not raw link speeds: a migration of a guest whose memory is
 mostly zero pages moves "faster" than the wire, and that is what the planner must predict.
@@ -64,8 +65,8 @@ DEFAULT_POLICY = LearningPolicy()
 
 @dataclass(frozen=True)
 class RateEstimate:
-    """One learned rate (MiB/s of the model's quantity): how many observations it rests on, and how many
-    outliers in a row were just ignored."""
+    """One learned rate (MiB/s of the model's quantity): how many observations it settled on (one whose step
+    was clipped did not reach it and is not counted), and whether the last one was far from it (1: ignored as an outlier, or followed as a changed link; 0: near)."""
 
     rate_mib_s: float
     samples: int = 0
@@ -90,13 +91,18 @@ def observe(estimate: RateEstimate | None, prior_mib_s: float, observed_mib_s: f
         estimate = RateEstimate(_positive("prior rate", prior_mib_s))
     current = estimate.rate_mib_s
     distance = math.log(observed / current)
-    if (estimate.samples >= policy.warmup and abs(distance) > math.log(policy.outlier)
-            and estimate.rejected < 1):
-        return RateEstimate(current, estimate.samples, estimate.rejected + 1)
+    far = estimate.samples >= policy.warmup and abs(distance) > math.log(policy.outlier)
+    if far and estimate.rejected == 0:
+        return RateEstimate(current, estimate.samples, 1)
     weight = max(1.0 / (estimate.samples + 1), policy.weight)
     bound = math.log(policy.max_step)
-    step = max(-bound, min(bound, weight * distance))
-    return RateEstimate(current * math.exp(step), estimate.samples + 1, 0)
+    wanted = weight * distance
+    step = max(-bound, min(bound, wanted))
+    # (a clipped step has not reached the observation: it does not count towards the running mean, so a
+    # wrong prior is left at the full step; while observations stay far, the link changed: they are all
+    # followed until one is near again)
+    settled = estimate.samples + (1 if abs(wanted) <= bound * (1 + 1e-12) else 0)
+    return RateEstimate(current * math.exp(step), settled, 1 if far else 0)
 
 
 def equivalent_rate(rate_used_mib_s: float, predicted_s: float, measured_s: float, fixed_s: float = 0.0
