@@ -327,7 +327,9 @@ class Driver(ABC):
         on_timeout: OnTimeout = "abort",
         progress: ProgressCallback | None = None,
     ) -> MigrationReport:
-        """Pre-copy live migration. Raises `MigrationFailed` (VM still running on the source) on failure."""
+        """Pre-copy live migration. Raises `MigrationFailed` (VM still running on the source) on failure.
+        `bandwidth_mib_s`: the most the migration may use (libvirt's VIR_MIGRATE_PARAM_BANDWIDTH), never
+        faster than the link; None: no limit."""
 
     @abstractmethod
     def list_vms(self, host: str) -> list[VMInfo]:

@@ -384,6 +384,19 @@ class DriverContract:
         assert t.names_on(t.host_a) == {t.vm("slow"): "running"}
         assert t.names_on(t.host_b) == {}
 
+    def test_a_migration_given_a_bandwidth_moves_no_faster(self, migrating_driver: ContractTarget):
+        """`bandwidth_mib_s` is a limit (libvirt's VIR_MIGRATE_PARAM_BANDWIDTH): what the report says was
+        sent took at least as long as the limit allows (a quarter's slack for QEMU's rate limiter, which
+        lets a burst through at the start of each of its 100 ms windows)."""
+        t = migrating_driver
+        limit = 16.0
+        spec = t.spec("capped")
+        t.driver.start(spec, t.host_a)
+        report = t.driver.migrate(spec.name, t.host_b, max_downtime_ms=500, bandwidth_mib_s=limit, timeout_s=300)
+        assert report.success and report.total_seconds > 0
+        assert report.bytes_transferred / MIB / report.total_seconds <= limit * 1.25
+        assert t.names_on(t.host_b) == {spec.name: "running"}
+
     def test_migration_timeout_force_completes_on_the_destination(self, migrating_driver: ContractTarget):
         t = migrating_driver
         t.start_written("pushed")

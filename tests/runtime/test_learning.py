@@ -146,3 +146,18 @@ def test_the_error_falls_as_the_daemon_learns_saves_and_restores(tmp_path):
     for kind in ("suspend", "resume"):
         assert trend[kind].earlier_pct >= 100 and trend[kind].later_pct <= 10, trend[kind]
         assert rates.host(kind, "host1", 32) == pytest.approx(256, rel=0.05)
+
+
+def test_the_daemon_gives_the_driver_the_configured_bandwidth_limit(tmp_path):
+    """With `live_migration_bandwidth_limit = 50` the simulated 100 MiB/s link moves 512 MiB in 10.24 s,
+    as planned: the model's rate and the real one agree."""
+    from tests.planning.test_live_migration import _daemon_until_the_ar
+
+    store, cfg, driver = _daemon_until_the_ar(tmp_path, scheduling={"live_migration_bandwidth_limit": 50})
+    with store:
+        Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)
+        migrate = [e.detail for e in store.events(lease_id=1) if e.kind == "enacted"
+                   and e.detail["operation"] == "migrate"][0]
+    assert migrate["total_seconds"] == pytest.approx(512 / 50)
+    assert migrate["predicted_seconds"] == pytest.approx(512 / 12.5)   # (nothing learned yet: the configured rate)
+    assert migrate["model_bandwidth_mib_s"] == 12.5
