@@ -418,6 +418,13 @@ class Driver(ABC):
         so as to wait for what its predecessor began rather than do it twice."""
         return None
 
+    def completed_migration(self, vm: str, source: str) -> MigrationReport | None:
+        """What the last live migration that brought `vm` (from `source`) to the host it runs on measured, as
+        the hypervisor keeps it (libvirt: the destination's completed job statistics), or None when nothing
+        is kept (the hypervisor restarted since, or another job followed). For a migration that ended while
+        no daemon watched it: its duration, downtime and bytes are real, its start and end are not known."""
+        return None
+
     def locate(self, vm: str) -> str | None:
         """The host a VM runs (or is defined) on, or None."""
         for host in self.hosts():

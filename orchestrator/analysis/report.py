@@ -20,7 +20,10 @@ row per enacted reservation and a summary; it is pure (events in, `Report` out) 
   (largest absolute, sign kept) start and end deltas; for live migrations the same of the duration error
   (measured - predicted, s) and the downtime error (ms).
 * "enactment-skipped" events that name their reservation (an operation found already done: libvirt finished
-  it while no daemon ran) are rows too, done when they were found, outcome "found done"; others are counted.
+  it while no daemon ran) are rows too, outcome "found done"; others are counted. Their enacted times are the
+  real ones when the daemon waited for the job to end, else unknown ("not measured", never the moment it was
+  found); a live migration's measured time and downtime are libvirt's completed job statistics, when the
+  destination kept them.
 * "enacted" events that name no reservation (the stops of a failed start's rollback, or logs written before
   leasewise recorded plans in its events) cannot be compared: they are only counted.
 
@@ -149,6 +152,11 @@ class ReportRow:
         if not (self.compares_start and self.compares_end) or self.enacted_start is None or self.enacted_end is None:
             return None
         return (self.enacted_end - self.enacted_start).total_seconds()
+
+    @property
+    def found_done(self) -> bool:
+        """Found already done after a restart (its times are known only if the daemon saw its job end)."""
+        return self.outcome is not None and "found done" in self.outcome
 
     @property
     def is_live_migration(self) -> bool:
@@ -467,9 +475,9 @@ def build_rows(events: Iterable[EventLike], lease_id: int | None = None) -> tupl
             skipped += 1
             if _rid(detail.get("reservation")) is None:
                 continue
-            # found already done (libvirt finished it while no daemon ran): done when it was found
-            found = iso(event.time)
-            detail = {**detail, "enacted_start": found, "enacted_end": found, "outcome": "found done"}
+            # found already done (libvirt finished it while no daemon watched): its times are known only
+            # when the daemon waited for its job to end; libvirt's measurements of it, when it kept them
+            detail = {**detail, "outcome": "found done"}
         elif event.kind not in ("enacted", "enactment-failed"):
             continue
         op = _operation(detail)
@@ -543,11 +551,11 @@ def plain_number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def clock_time(value: datetime | None, same_day: bool) -> str:
+def clock_time(value: datetime | None, same_day: bool, unknown: str = "-") -> str:
     """A time for the table: to the second (the deltas and --json keep the fractions); month and day only
-    when the report spans several days (the title says which)."""
+    when the report spans several days (the title says which); `unknown` for none."""
     if value is None:
-        return "-"
+        return unknown
     return value.astimezone(UTC).strftime("%H:%M:%S" if same_day else "%m-%d %H:%M:%S")
 
 

@@ -360,6 +360,7 @@ class DriverContract:
         t = migrating_driver
         spec = t.spec("mover", lease_id="lease-mv")
         t.driver.start(spec, t.host_a)
+        assert t.driver.completed_migration(spec.name, t.host_a) is None   # (started, never migrated)
         samples: list[MigrationProgress] = []
         report = t.driver.migrate(spec.name, t.host_b, max_downtime_ms=500, timeout_s=300, progress=samples.append)
         assert report.success and report.outcome == "completed"
@@ -371,6 +372,11 @@ class DriverContract:
         assert t.names_on(t.host_b) == {spec.name: "running"}
         assert t.names_on(t.host_a) == {}
         assert [i.lease_id for i in t.driver.list_vms(t.host_b) if i.name == spec.name] == ["lease-mv"]
+        # what a daemon started again after the migration finds of it: the same measurements
+        kept = t.driver.completed_migration(spec.name, t.host_a)
+        assert kept is not None and kept.success and kept.destination == t.host_b
+        assert kept.total_seconds == pytest.approx(report.total_seconds, rel=0.05)
+        assert kept.downtime_ms == pytest.approx(report.downtime_ms, abs=1)
 
     def test_migration_timeout_abort_leaves_the_vm_on_the_source(self, migrating_driver: ContractTarget):
         t = migrating_driver

@@ -161,3 +161,23 @@ def test_the_daemon_gives_the_driver_the_configured_bandwidth_limit(tmp_path):
     assert migrate["total_seconds"] == pytest.approx(512 / 50)
     assert migrate["predicted_seconds"] == pytest.approx(512 / 12.5)   # (nothing learned yet: the configured rate)
     assert migrate["model_bandwidth_mib_s"] == 12.5
+
+
+def test_a_migration_done_while_no_daemon_ran_keeps_the_driver_s_measurements(tmp_path):
+    """The evacuation's VM moved while no daemon watched (libvirtd went on after a crash): the daemon finds
+    it on host5, logs it found done with the destination's measurements (5.12 s on the 100 MiB/s link), and
+    `report` says its times were not measured instead of making them up."""
+    from tests.planning.test_live_migration import _daemon_until_the_ar
+
+    store, cfg, driver = _daemon_until_the_ar(tmp_path)
+    moved = driver.migrate("lw-1-0", "host5")
+    with store:
+        Daemon(store, cfg, driver, SimulatedClock(at("13:15"))).run(until_idle=True)
+        skipped = [e.detail for e in store.events(lease_id=1) if e.kind == "enactment-skipped"]
+        report = build_report(store.events(lease_id=1))
+    assert len(skipped) == 1 and skipped[0]["operation"] == "migrate" and skipped[0]["measured"] is True
+    assert skipped[0]["total_seconds"] == pytest.approx(moved.total_seconds) == pytest.approx(5.12)
+    assert "enacted_start" not in skipped[0]
+    row, = [r for r in report.rows if r.kind == "live-migrate"]
+    assert row.found_done and row.measured_seconds == pytest.approx(5.12) and row.predicted_seconds == pytest.approx(40.96)
+    assert row.enacted_start is None and row.enacted_end is None
