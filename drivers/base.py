@@ -117,6 +117,8 @@ class PairCheck:
     source: str
     destination: str
     items: tuple[CheckItem, ...]
+    #: MiB of guest memory per second the probe migration moved, its fixed costs included (None: not measured)
+    link_mib_s: float | None = None
 
     @property
     def failed(self) -> list[str]:

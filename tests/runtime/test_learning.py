@@ -181,3 +181,20 @@ def test_a_migration_done_while_no_daemon_ran_keeps_the_driver_s_measurements(tm
     row, = [r for r in report.rows if r.kind == "live-migrate"]
     assert row.found_done and row.measured_seconds == pytest.approx(5.12) and row.predicted_seconds == pytest.approx(40.96)
     assert row.enacted_start is None and row.enacted_end is None
+
+
+def test_host_check_s_probe_rates_seed_the_pairs_not_yet_learned(tmp_path):
+    """The "peer link" rows' measured rates become the pairs' first learned rates; a pair the daemon learned
+    from its own migrations keeps its rate; rows without a measurement seed nothing."""
+    from orchestrator.runtime.host_admin import seed_links
+
+    store = _store(tmp_path, ("a", "b"))
+    rows = [{"source": "a", "destination": "b", "check": "peer link", "status": "PASS", "detail": "", "link_mib_s": 300.0},
+            {"source": "a", "destination": "b", "check": "cpu", "status": "PASS", "detail": ""},
+            {"source": "b", "destination": "a", "check": "peer link", "status": "PASS", "detail": "", "link_mib_s": 250.0},
+            {"source": "b", "destination": "a", "check": "migration port", "status": "FAIL", "detail": "port"}]
+    with store:
+        record_observation(store, "live-migrate", "b>a", 12.5, 20.0, T0)
+        assert seed_links(store, rows, T0) == {"a>b": 300.0}
+        rates = learned_rates(store)
+    assert rates.live("a", "b", 12.5) == 300.0 and rates.live("b", "a", 12.5) == pytest.approx(20.0)
