@@ -215,11 +215,11 @@ def run_pair_checks(records: list[HostRecord], driver: str, timeout: float,
         pair = {"source": source, "destination": destination}
         if answer.value is None:
             why = f"no answer within {limit + timeout:g} s" if answer.timed_out else str(answer.error)
-            rows += [{**pair, "check": name, "status": "FAIL", "detail": why} for name in PAIR_CHECKS]
+            rows += [{**pair, "check": name, "status": "FAIL", "detail": why, "link_mib_s": None} for name in PAIR_CHECKS]
             continue
         measured = answer.value.link_mib_s
         rows += [{**pair, "check": item.check, "status": item.status, "detail": item.detail,
-                  **({"link_mib_s": measured} if item.check == "peer link" and measured else {})}
+                  "link_mib_s": measured if item.check == "peer link" else None}
                  for item in answer.value.items]
     return rows
 

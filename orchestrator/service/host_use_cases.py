@@ -229,7 +229,7 @@ class HostUseCases:
         driver = self.config.daemon.driver
         checks = run_checks(record, driver, timeout, images)
         pairs = run_pair_checks(records, driver, timeout, host)
-        if any("link_mib_s" in row for row in pairs):   # (the probes' rates: the first plans' for their pairs)
+        if any(row.get("link_mib_s") for row in pairs):   # (the probes' rates: the first plans' for their pairs)
             with self.session.open() as cluster:
                 seed_links(cluster.store, pairs, self.now())
                 cluster.refresh_learned()
