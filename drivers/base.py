@@ -117,6 +117,8 @@ class PairCheck:
     source: str
     destination: str
     items: tuple[CheckItem, ...]
+    #: MiB of guest memory per second the probe migration moved, its fixed costs included (None: not measured)
+    link_mib_s: float | None = None
 
     @property
     def failed(self) -> list[str]:
@@ -327,7 +329,9 @@ class Driver(ABC):
         on_timeout: OnTimeout = "abort",
         progress: ProgressCallback | None = None,
     ) -> MigrationReport:
-        """Pre-copy live migration. Raises `MigrationFailed` (VM still running on the source) on failure."""
+        """Pre-copy live migration. Raises `MigrationFailed` (VM still running on the source) on failure.
+        `bandwidth_mib_s`: the most the migration may use (libvirt's VIR_MIGRATE_PARAM_BANDWIDTH), never
+        faster than the link; None: no limit."""
 
     @abstractmethod
     def list_vms(self, host: str) -> list[VMInfo]:
@@ -414,6 +418,13 @@ class Driver(ABC):
         "migration-in", "save", "restore" or "other"; None when it does nothing (or the driver's operations
         cannot outlive their call, as the simulated driver's). A daemon started again after a crash asks,
         so as to wait for what its predecessor began rather than do it twice."""
+        return None
+
+    def completed_migration(self, vm: str, source: str) -> MigrationReport | None:
+        """What the last live migration that brought `vm` (from `source`) to the host it runs on measured, as
+        the hypervisor keeps it (libvirt: the destination's completed job statistics), or None when nothing
+        is kept (the hypervisor restarted since, or another job followed). For a migration that ended while
+        no daemon watched it: its duration, downtime and bytes are real, its start and end are not known."""
         return None
 
     def locate(self, vm: str) -> str | None:

@@ -197,6 +197,9 @@ class LibvirtDriver(Driver):
         return self._migrations.migrate(vm, dst_host, max_downtime_ms, bandwidth_mib_s, timeout_s, on_timeout,
                                         progress)
 
+    def completed_migration(self, vm: str, source: str) -> MigrationReport | None:
+        return self._migrations.completed_migration(vm, source)
+
     def measured_dirty_rate(self, vm: str) -> float | None:
         return self._migrations.measured_dirty_rate(vm)
 

@@ -331,7 +331,8 @@ class Migrations:
         """The finished job's statistics: from the source, else the destination (libvirt hands them over
         when the source domain is gone after a successful migration)."""
         lv = self._connections.libvirt
-        flag = lv.VIR_DOMAIN_JOB_STATS_COMPLETED
+        # (kept: a daemon that finds the migration done after a restart reads them too, completed_migration)
+        flag = lv.VIR_DOMAIN_JOB_STATS_COMPLETED | lv.VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED
         try:
             stats = dom.jobStats(flag)
             if stats and stats.get("type", 0) != lv.VIR_DOMAIN_JOB_NONE:
@@ -346,6 +347,23 @@ class Migrations:
         except DriverError as exc:
             log.debug("completed jobStats of %s on %s: %s", vm, dst_host, exc)
         return {}
+
+    def completed_migration(self, vm: str, source: str) -> MigrationReport | None:
+        """The completed job statistics of the migration that brought `vm` where it runs (kept by libvirtd
+        there until another job; read without discarding them)."""
+        lv = self._connections.libvirt
+        try:
+            host = self._lifecycle.find(vm)
+            stats = self._connections.call(host, f"job stats of {vm}", lambda c: c.lookupByName(vm).jobStats(
+                lv.VIR_DOMAIN_JOB_STATS_COMPLETED | lv.VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED), vm)
+        except DriverError as exc:
+            log.debug("no completed job statistics of %s: %s", vm, exc)
+            return None
+        incoming = (lv.VIR_DOMAIN_JOB_OPERATION_MIGRATION_IN, lv.VIR_DOMAIN_JOB_OPERATION_MIGRATION_OUT)
+        if (not stats or stats.get("type", lv.VIR_DOMAIN_JOB_NONE) == lv.VIR_DOMAIN_JOB_NONE
+                or stats.get("operation", incoming[0]) not in incoming or not stats.get("time_elapsed")):
+            return None
+        return migration_report(vm, source, host, "completed", elapsed_s=0.0, stats=stats)
 
     def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
         """Start libvirt's dirty-rate calculation (`virsh domdirtyrate-calc`) over `seconds`, by page

@@ -2,10 +2,13 @@
 
 - "peer link": the source's libvirtd reaches the destination's over the configured transport (the
   destination's `peer_uri`, with the source host's own key or certificate), and "migration port": the
-  source's QEMU reaches the destination's migration port. Both are tried for real: a probe guest (16 MiB,
+  source's QEMU reaches the destination's migration port. Both are tried for real: a probe guest (256 MiB,
   no disk, never run: started paused) is migrated peer to peer, exactly as a lease's VM would be
   (`VIR_MIGRATE_PEER2PEER | VIR_MIGRATE_LIVE`, the destination's `migration_uri`), then destroyed on
-  whichever host has it. A failure names what is missing, from libvirt's own words.
+  whichever host has it. A failure names what is missing, from libvirt's own words. How long the probe
+  took is the pair's first measured rate (`PairCheck.link_mib_s`: its memory over the time, fixed costs
+  included, as the planner's model counts a migration of a guest that wrote little of its memory), which
+  seeds what the daemon learns of the pair; it needs no root on the hosts and takes the real path.
 - "cpu": whether the destination's CPU runs what a guest started on the source sees (`virConnectCompareCPU`):
   on KVM hosts the source's host-model CPU (libvirt's domain capabilities) against the destination; on TCG
   hosts guests run QEMU's emulated CPU, so any host runs them (the host CPUs are compared for the record).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -32,20 +36,22 @@ log = logging.getLogger(__name__)
 
 #: the probe guest's names start with this (never `lw-`: reconciliation must not take it for a lease's VM)
 PROBE_PREFIX = "leasewise-check-"
-PROBE_MEMORY_MIB = 16
+PROBE_MEMORY_MIB = 256   # (never touched: not resident on either host, sent as zero pages)
 #: QEMU's migration ports (qemu.conf migration_port_min/max)
 MIGRATION_PORTS = (49152, 49215)
 
 
 def check_pair(connections: Connections, source: str, destination: str, timeout_s: float) -> PairCheck:
     src_cfg, dst_cfg = connections.host_config(source), connections.host_config(destination)
-    peer, port = _probe_migration(connections, src_cfg, dst_cfg, timeout_s)
-    return PairCheck(source, destination, (peer, port, _cpu(connections, src_cfg, dst_cfg)))
+    peer, port, seconds = _probe_migration(connections, src_cfg, dst_cfg, timeout_s)
+    rate = PROBE_MEMORY_MIB / seconds if seconds else None
+    return PairCheck(source, destination, (peer, port, _cpu(connections, src_cfg, dst_cfg)), rate)
 
 
 # -- a probe migration ----------------------------------------------------------------------------------------
 def probe_xml(name: str, domain_type: str) -> str:
-    """A guest that is never run: no disk, no boot device, 16 MiB; host-model CPU on KVM (as a lease's VM)."""
+    """A guest that is never run: no disk, no boot device, `PROBE_MEMORY_MIB`; host-model CPU on KVM (as a
+    lease's VM)."""
     domain = ET.Element("domain", {"type": domain_type})
     ET.SubElement(domain, "name").text = name
     ET.SubElement(domain, "memory", {"unit": "MiB"}).text = str(PROBE_MEMORY_MIB)
@@ -59,7 +65,9 @@ def probe_xml(name: str, domain_type: str) -> str:
 
 
 def _probe_migration(connections: Connections, src: HostConfig, dst: HostConfig,
-                     timeout_s: float) -> tuple[CheckItem, CheckItem]:
+                     timeout_s: float) -> tuple[CheckItem, CheckItem, float | None]:
+    """The "peer link" and "migration port" items, and how many seconds the probe's migration took (None
+    when it failed)."""
     lv = connections.libvirt
     target = peer_uri(dst)
     via = parse_link(target).describe()
@@ -72,7 +80,7 @@ def _probe_migration(connections: Connections, src: HostConfig, dst: HostConfig,
         reason = error_text(exc)
         return (CheckItem("peer link", "FAIL", f"{src.name} -> {dst.name}: cannot start a probe guest on "
                                                f"{src.name}: {reason}"),
-                CheckItem("migration port", "SKIP", "not tried"))
+                CheckItem("migration port", "SKIP", "not tried"), None)
     params: dict[str, Any] = {}
     if dst.migration_uri:
         params[lv.VIR_MIGRATE_PARAM_URI] = dst.migration_uri
@@ -85,8 +93,10 @@ def _probe_migration(connections: Connections, src: HostConfig, dst: HostConfig,
             outcome["error"] = exc
 
     worker = threading.Thread(target=migrate, name=f"leasewise-probe-{name}", daemon=True)
+    began = time.monotonic()
     worker.start()
     worker.join(timeout_s)
+    took = time.monotonic() - began
     try:
         if worker.is_alive():
             try:
@@ -96,13 +106,15 @@ def _probe_migration(connections: Connections, src: HostConfig, dst: HostConfig,
             worker.join(10)
             return (CheckItem("peer link", "FAIL", f"{src.name} -> {dst.name} over {via}: no answer within "
                                                    f"{timeout_s:g} s (a firewall dropping packets?)"),
-                    CheckItem("migration port", "SKIP", "not tried"))
+                    CheckItem("migration port", "SKIP", "not tried"), None)
         error = outcome.get("error")
         if error is None:
             return (CheckItem("peer link", "PASS", f"{src.name} -> {dst.name} over {via}: {src.name}'s libvirtd "
-                                                   "connected and migrated a probe guest peer to peer"),
-                    CheckItem("migration port", "PASS", f"{dst.name} {_data_channel(dst)} reached from {src.name}"))
-        return _probe_failure(src, dst, via, error_text(error))
+                                                   f"connected and migrated a probe guest peer to peer "
+                                                   f"({PROBE_MEMORY_MIB} MiB in {took:.2f} s)"),
+                    CheckItem("migration port", "PASS", f"{dst.name} {_data_channel(dst)} reached from {src.name}"),
+                    took)
+        return (*_probe_failure(src, dst, via, error_text(error)), None)
     finally:
         _destroy(connections, src_conn, name)
         _destroy(connections, dst_conn, name)

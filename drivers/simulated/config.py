@@ -46,7 +46,7 @@ class SimulatedDriverConfig:
     resume_overhead: timedelta = timedelta(seconds=1)
     transfer_rate_mib_s: float = 100.0        # move_state between hosts
     transfer_overhead: timedelta = ZERO
-    migration_bandwidth_mib_s: float = 100.0  # used when migrate() is not given a bandwidth
+    migration_bandwidth_mib_s: float = 100.0  # the link's: migrate()'s bandwidth is a limit below it
     migration_overhead: timedelta = ZERO
     dirty_factor: float = 1.0
     migration_switchover_ms: float = 0.0      # fixed part of every migration's pause

@@ -76,6 +76,8 @@ class SimulatedDriver(Driver):
         self._lock = OperationLock()
         self._state = HostsState()
         self._powered_off: set[str] = set()   # the hosts of `power_lost` whose VMs were stopped already
+        #: VM -> its last completed live migration (kept in memory only, as libvirtd keeps its statistics)
+        self._completed: dict[str, MigrationReport] = {}
         self.state_file: Path | None = Path(state_file) if state_file is not None else None
         self._file = StateFile(self.state_file) if self.state_file is not None else None
         if self._file is not None:
@@ -551,7 +553,14 @@ class SimulatedDriver(Driver):
                 raise attempt.failed("injected failure", figures=figures)
             with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
                 record.host = dst_host
-            return attempt.report(cost.outcome, figures)
+            report = self._completed[vm] = attempt.report(cost.outcome, figures)
+            return report
+
+    def completed_migration(self, vm: str, source: str) -> MigrationReport | None:
+        report = self._completed.get(vm)
+        if report is None or report.source != source or self.locate(vm) != report.destination:
+            return None
+        return report
 
 
 def simulated_address(mac: str) -> str:

@@ -63,10 +63,12 @@ class SimulatedMigration:
 
 def migration_cost(model: MigrationModel, spec: VMSpec, config: SimulatedDriverConfig, bandwidth_mib_s: float | None,
                    max_downtime_ms: float, timeout_s: float, on_timeout: OnTimeout) -> MigrationCost:
-    """The model's passes for `spec`'s guest, at `bandwidth_mib_s` (else the configured bandwidth)."""
+    """The model's passes for `spec`'s guest at the configured link's bandwidth, or at `bandwidth_mib_s` when
+    that limit is lower (as libvirt's VIR_MIGRATE_PARAM_BANDWIDTH: a ceiling, never a faster link)."""
+    link = config.migration_bandwidth_mib_s
     return model(
         spec.memory_mib,
-        bandwidth_mib_s if bandwidth_mib_s is not None else config.migration_bandwidth_mib_s,
+        link if bandwidth_mib_s is None else min(bandwidth_mib_s, link),
         spec.dirty_rate_mib_s,
         max_downtime_ms,
         working_set_mib=spec.working_set_mib,

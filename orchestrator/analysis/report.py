@@ -20,7 +20,10 @@ row per enacted reservation and a summary; it is pure (events in, `Report` out) 
   (largest absolute, sign kept) start and end deltas; for live migrations the same of the duration error
   (measured - predicted, s) and the downtime error (ms).
 * "enactment-skipped" events that name their reservation (an operation found already done: libvirt finished
-  it while no daemon ran) are rows too, done when they were found, outcome "found done"; others are counted.
+  it while no daemon ran) are rows too, outcome "found done"; others are counted. Their enacted times are the
+  real ones when the daemon waited for the job to end, else unknown ("not measured", never the moment it was
+  found); a live migration's measured time and downtime are libvirt's completed job statistics, when the
+  destination kept them.
 * "enacted" events that name no reservation (the stops of a failed start's rollback, or logs written before
   leasewise recorded plans in its events) cannot be compared: they are only counted.
 
@@ -38,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from orchestrator.analysis.error_trend import Trend, error_trend
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.analysis.host_losses import HostLossRow, host_losses
 from orchestrator.analysis.timeline import (
@@ -135,6 +139,24 @@ class ReportRow:
         if self.downtime_ms is None or self.predicted_downtime_ms is None:
             return None
         return self.downtime_ms - self.predicted_downtime_ms
+
+    @property
+    def planned_seconds(self) -> float | None:
+        """The planned reservation's length, when the row compares both ends."""
+        if not (self.compares_start and self.compares_end) or self.planned_start is None or self.planned_end is None:
+            return None
+        return (self.planned_end - self.planned_start).total_seconds()
+
+    @property
+    def enacted_seconds(self) -> float | None:
+        if not (self.compares_start and self.compares_end) or self.enacted_start is None or self.enacted_end is None:
+            return None
+        return (self.enacted_end - self.enacted_start).total_seconds()
+
+    @property
+    def found_done(self) -> bool:
+        """Found already done after a restart (its times are known only if the daemon saw its job end)."""
+        return self.outcome is not None and "found done" in self.outcome
 
     @property
     def is_live_migration(self) -> bool:
@@ -262,6 +284,11 @@ class Report:
         `calibrate migration --validate` reports its validation grid)."""
         return fidelity(c for row in self.live_migrations for c in row.comparisons)
 
+    @property
+    def error_trend(self) -> list[Trend]:
+        """Per timed kind, the prediction error of its earlier operations against its later ones."""
+        return error_trend(self.rows)
+
     def kind(self, name: str) -> KindSummary | None:
         return next((s for s in self.summary if s.kind == name), None)
 
@@ -277,6 +304,7 @@ class Report:
             "unattributed": self.unattributed,
             "skipped": self.skipped,
             "live_migration_fidelity": None if self.live_fidelity is None else self.live_fidelity.to_json(),
+            "error_trend": [t.to_json() for t in self.error_trend],
             "host_losses": [row.to_json() for row in self.host_losses],
             "placements": {str(i): text for i, text in sorted(self.placements.items())},
         }
@@ -447,9 +475,9 @@ def build_rows(events: Iterable[EventLike], lease_id: int | None = None) -> tupl
             skipped += 1
             if _rid(detail.get("reservation")) is None:
                 continue
-            # found already done (libvirt finished it while no daemon ran): done when it was found
-            found = iso(event.time)
-            detail = {**detail, "enacted_start": found, "enacted_end": found, "outcome": "found done"}
+            # found already done (libvirt finished it while no daemon watched): its times are known only
+            # when the daemon waited for its job to end; libvirt's measurements of it, when it kept them
+            detail = {**detail, "outcome": "found done"}
         elif event.kind not in ("enacted", "enactment-failed"):
             continue
         op = _operation(detail)
@@ -523,11 +551,11 @@ def plain_number(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def clock_time(value: datetime | None, same_day: bool) -> str:
+def clock_time(value: datetime | None, same_day: bool, unknown: str = "-") -> str:
     """A time for the table: to the second (the deltas and --json keep the fractions); month and day only
-    when the report spans several days (the title says which)."""
+    when the report spans several days (the title says which); `unknown` for none."""
     if value is None:
-        return "-"
+        return unknown
     return value.astimezone(UTC).strftime("%H:%M:%S" if same_day else "%m-%d %H:%M:%S")
 
 

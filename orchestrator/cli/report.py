@@ -125,12 +125,13 @@ def print_report(report: Report, console: Console) -> None:
     cells = []
     for r in report.rows:
         s, e = r.compares_start, r.compares_end
+        unknown = "not measured" if r.found_done else "-"
         cells.append([
             str(r.lease_id) if r.lease_id is not None else "-", str(r.reservation_id or "-"), escape(r.what),
             escape(", ".join(r.hosts)),
-            clock_time(r.planned_start, same_day) if s else "-", clock_time(r.enacted_start, same_day) if s else "-",
-            signed_seconds(r.delta_start),
-            clock_time(r.planned_end, same_day) if e else "-", clock_time(r.enacted_end, same_day) if e else "-",
+            clock_time(r.planned_start, same_day) if s else "-",
+            clock_time(r.enacted_start, same_day, unknown) if s else "-", signed_seconds(r.delta_start),
+            clock_time(r.planned_end, same_day) if e else "-", clock_time(r.enacted_end, same_day, unknown) if e else "-",
             signed_seconds(r.delta_end),
             *(["[bold red]failed[/]" if r.failed else "[green]ok[/]"] if failures else []),
         ])
@@ -146,7 +147,9 @@ def print_report(report: Report, console: Console) -> None:
                    Column("error\nms", "right", drop=1), Column("network\noutage ms", "right", drop=2),
                    Column("disk\nMiB", "right", drop=2), Column("outcome", wraps=True)]
         cells = [[str(r.lease_id), str(r.reservation_id or "-"), str(len(r.vms)), escape(", ".join(r.hosts)),
-                  plain_number(r.predicted_seconds), plain_number(r.measured_seconds), signed_seconds(r.duration_error),
+                  plain_number(r.predicted_seconds),
+                  "not measured" if r.found_done and r.measured_seconds is None else plain_number(r.measured_seconds),
+                  signed_seconds(r.duration_error),
                   plain_number(r.predicted_downtime_ms, 1), plain_number(r.downtime_ms, 1),
                   signed_seconds(r.downtime_error), plain_number(r.network_outage_ms, 1),
                   plain_number(r.disk_mib, 1) if r.disk_mib else "-", escape(r.outcome or ("failed" if r.failed else "-"))]
@@ -172,6 +175,15 @@ def print_report(report: Report, console: Console) -> None:
     live_fidelity = report.live_fidelity
     if live_fidelity is not None:
         console.print(f"live migrations, model fidelity: {live_fidelity.sentence()}", soft_wrap=True)
+
+    trend = report.error_trend
+    if trend:
+        columns = [Column("kind"), Column("operations", "right"), Column("earlier half", "right"),
+                   Column("later half", "right")]
+        cells = [[t.kind, str(t.operations), f"{t.earlier_pct:.1f}%", f"{t.later_pct:.1f}%"] for t in trend]
+        print_table(console, columns, cells, title_justify="left",
+                    title="prediction error as operations accumulate (median |measured - predicted| / measured; "
+                          "the daemon learns its rates from each)")
 
     for r in report.failed:
         where = f"lease {r.lease_id}" + (f" rr {r.reservation_id}" if r.reservation_id else "")

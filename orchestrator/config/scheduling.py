@@ -61,6 +61,7 @@ class SchedulingConfig:
     # live migration as a planning move (preemption by evacuation, drain): the pre-copy model's parameters
     preemption_mode: str = "migrate-first"
     live_migration_bandwidth: float | None = None   # MiB/s effective; None = migration_bandwidth
+    live_migration_bandwidth_limit: float | None = None   # MiB/s libvirt may use (VIR_MIGRATE_PARAM_BANDWIDTH)
     live_migration_overhead: timedelta = ZERO       # fixed setup time of one live migration
     live_migration_dirty_factor: float = 1.0        # measured dirtying / declared dirty rate
     max_downtime_ms: float = 300.0                  # the stop-and-copy may pause a guest this long
@@ -110,6 +111,9 @@ class SchedulingConfig:
         if self.live_migration_bandwidth is not None:
             set_field(self, "live_migration_bandwidth",
                       read_rate(p + "live_migration_bandwidth", self.live_migration_bandwidth))
+        if self.live_migration_bandwidth_limit is not None:
+            set_field(self, "live_migration_bandwidth_limit",
+                      read_rate(p + "live_migration_bandwidth_limit", self.live_migration_bandwidth_limit))
         for name in ("live_migration_overhead", "live_migration_margin"):
             set_field(self, name, read_duration(p + name, getattr(self, name)))
         set_field(self, "live_migration_dirty_factor",

@@ -14,7 +14,10 @@ VM reservation V runs on hosts that must be free by `needed_by`, the plan is:
 
 Each move takes what the pre-copy model (`orchestrator.planning.precopy`) predicts from the VM's memory, its dirty rate
 (the rate measured on its host times `dirty_rate_margin`, else the lease's, else `dirty_rate`),
-`live_bandwidth`, `live_migration_overhead` and `live_migration_dirty_factor`, rounded up to whole seconds;
+the pair's bandwidth (learned from the daemon's migrations, else `live_bandwidth`; never above
+`live_migration_bandwidth_limit`), `live_migration_overhead` and `live_migration_dirty_factor`, rounded up to
+whole seconds. Before the destinations are chosen each move is predicted at the slowest pair its source has
+to a host it may go to; once they are, at its own pair's, which can only shorten the window (it keeps its end);
 the migration job is given `max_downtime_ms` less `live_migration_switchover_ms` as its limit (with the
 configured steps), so the predicted pause, switch-over included, stays within the maximum. The moves of one evacuation run one after the
 other (the daemon migrates one VM at a time), laid out backwards from `needed_by - live_migration_margin`.
@@ -39,6 +42,7 @@ from orchestrator.model.reservations import (
 from orchestrator.model.resources import NOTHING, Resources, add, metered
 from orchestrator.model.timeutil import ZERO, ceil_seconds, iso
 from orchestrator.model.tolerance import EPSILON
+from orchestrator.planning.learning import LIVE_MIGRATE
 from orchestrator.planning.overheads import Overheads
 from orchestrator.planning.policies import HostSelectionPolicy
 from orchestrator.planning.precopy import PrecopyResult, downtime_limit_ms, predict_precopy
@@ -87,9 +91,10 @@ class EvacuationPlanner:
         rate = lease.request.dirty_rate_mib_s
         return (self.config.dirty_rate if rate is None else rate), self.config.live_migration_dirty_factor
 
-    def predict(self, lease: Lease, vnode: int) -> PrecopyResult | None:
-        """What moving one VM of the lease costs, per the pre-copy model and the configured parameters;
-        None when the switch-over alone would take the maximum downtime."""
+    def predict(self, lease: Lease, vnode: int, bandwidth_mib_s: float | None = None) -> PrecopyResult | None:
+        """What moving one VM of the lease costs, per the pre-copy model and the configured parameters (at
+        `bandwidth_mib_s`, else `live_bandwidth`); None when the switch-over alone would take the maximum
+        downtime."""
         cfg = self.config
         limit = downtime_limit_ms(cfg.max_downtime_ms, cfg.live_migration_switchover_ms)
         if limit is None:
@@ -98,7 +103,7 @@ class EvacuationPlanner:
         # (a VM booting an image copied to the hosts' own storage has its overlay there: it moves with it)
         disk = cfg.live_migration_disk_mib if self.images.hosts_for(lease) is not None else 0.0
         return predict_precopy(
-            lease.request.nodes[vnode].memory, cfg.live_bandwidth, rate, limit,
+            lease.request.nodes[vnode].memory, bandwidth_mib_s or cfg.live_bandwidth, rate, limit,
             overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
             switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
             disk_mib=disk,
@@ -123,8 +128,11 @@ class EvacuationPlanner:
             return None
         predicted: dict[int, PrecopyResult] = {}
         total = ZERO
+        # (the hosts it may go to matter only when some pair's rate is learned)
+        elsewhere = [h for h in self.table.hosts if h not in avoid] if self.overheads.rates.knows(LIVE_MIGRATE) else []
+        rates = {v: self.overheads.slowest_live_bandwidth(vm.nodes[v], elsewhere) for v in moving}
         for v in moving:
-            result = self.predict(lease, v)
+            result = self.predict(lease, v, rates[v])
             if result is None or result.outcome != "completed":
                 return None   # it would never get under the downtime limit
             predicted[v] = result
@@ -145,9 +153,27 @@ class EvacuationPlanner:
             clash = [rr.start for rr in self.table.reservations_overlapping(m_start, m_end, hosts)
                      if rr.kind is ReservationKind.LIVE_MIGRATE]
             if not clash:
-                return self._build(lease, vm, nodes, moving, predicted, m_start, m_end, end, needed_by)
+                predicted, rates, m_start = self._at_pair_rates(lease, vm, nodes, moving, predicted, rates,
+                                                                m_start, m_end)
+                return self._build(lease, vm, nodes, moving, (predicted, rates), m_start, m_end, end, needed_by)
             m_end = min(clash)   # serialise: end before the other migration starts, and look again
         return None
+
+    def _at_pair_rates(self, lease: Lease, vm: Reservation, nodes: dict[int, str], moving: list[int],
+                       bound: dict[int, PrecopyResult], bound_rates: dict[int, float], m_start: datetime,
+                       m_end: datetime) -> tuple[dict[int, PrecopyResult], dict[int, float], datetime]:
+        """The moves predicted at their own pairs' rates, and the window's start for them; the bound's when
+        a pair's prediction is no shorter (a model that is not monotone in the rate: keep what was checked)."""
+        exact: dict[int, PrecopyResult] = {}
+        rates = {v: self.overheads.live_bandwidth(vm.nodes[v], nodes[v]) for v in moving}
+        total = ZERO
+        for v in moving:
+            result = self.predict(lease, v, rates[v])
+            if result is None or result.outcome != "completed" or result.total_seconds > bound[v].total_seconds:
+                return bound, bound_rates, m_start
+            exact[v] = result
+            total += ceil_seconds(result.total_seconds)
+        return exact, rates, max(m_start, m_end - total)
 
     def _destinations(self, lease: Lease, vm: Reservation, moving: list[int], avoid: set[str],
                       start: datetime, end: datetime) -> dict[int, str] | None:
@@ -196,9 +222,11 @@ class EvacuationPlanner:
         return nodes
 
     def _build(self, lease: Lease, vm: Reservation, nodes: dict[int, str], moving: list[int],
-               predicted: dict[int, PrecopyResult], m_start: datetime, m_end: datetime, end: datetime,
-               needed_by: datetime) -> Evacuation:
+               prediction: tuple[dict[int, PrecopyResult], dict[int, float]], m_start: datetime, m_end: datetime,
+               end: datetime, needed_by: datetime) -> Evacuation:
+        """`prediction`: per moving VM, the model's result and the bandwidth it was predicted at."""
         cfg = self.config
+        predicted, rates = prediction
         requests = lease.request.nodes
         bandwidth = cfg.live_bandwidth
         held: dict[str, Resources] = {}
@@ -224,8 +252,9 @@ class EvacuationPlanner:
                 "abort_at": iso(abort_at),
                 "max_downtime_ms": cfg.max_downtime_ms,
                 "downtime_limit_ms": downtime_limit_ms(cfg.max_downtime_ms, cfg.live_migration_switchover_ms),
-                "bandwidth_mib_s": cfg.live_migration_bandwidth,
+                "bandwidth_mib_s": cfg.live_migration_bandwidth_limit or cfg.live_migration_bandwidth,
                 "predicted": {str(v): {"seconds": predicted[v].total_seconds,
+                                       "bandwidth_mib_s": rates[v],
                                        "downtime_ms": predicted[v].downtime_ms,
                                        "passes": predicted[v].passes,
                                        "disk_seconds": predicted[v].disk_seconds} for v in moving},

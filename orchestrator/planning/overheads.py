@@ -6,16 +6,20 @@ at a time (hosts in parallel); with `global` exclusion the whole lease saves one
 filesystem). Suspensions are laid out backwards from the time they must be done by, resumptions forwards
 from the time they may start. Migration of suspended leases moves memory images in rounds in which no
 host appears twice, each round as long as its largest image takes at the migration bandwidth.
+
+Every rate is the configured (or calibrated) one unless the daemon has learned the host's or the pair's
+(`orchestrator.planning.learning`: `rates`, set by the lease scheduler).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from orchestrator.config import SchedulingConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.timeutil import ZERO, ceil_seconds
+from orchestrator.planning.learning import NO_LEARNED_RATES, RESUME, SUSPEND, LearnedRates
 
 #: one entry of a suspension/resumption layout: [start, end) and host -> vnodes handled then
 Step = tuple[datetime, datetime, dict[str, list[int]]]
@@ -24,6 +28,7 @@ Step = tuple[datetime, datetime, dict[str, list[int]]]
 class Overheads:
     def __init__(self, config: SchedulingConfig):
         self.config = config
+        self.rates: LearnedRates = NO_LEARNED_RATES
         self._vm_times: dict[tuple[float, float], timedelta] = {}   # (memory, rate) -> time, worked out once
 
     # -- per VM ------------------------------------------------------------------------------------------
@@ -38,11 +43,14 @@ class Overheads:
             time = self._vm_times[key] = ceil_seconds(memory_mib / rate)
         return time
 
-    def suspend_vm_time(self, memory_mib: float) -> timedelta:
-        return self._per_vm(memory_mib, self.config.suspend_rate, self.config.override_suspend_time)
+    def suspend_vm_time(self, memory_mib: float, host: str | None = None) -> timedelta:
+        """On `host` (None: on whichever host is slowest)."""
+        rate = self.rates.host(SUSPEND, host, self.config.suspend_rate)
+        return self._per_vm(memory_mib, rate, self.config.override_suspend_time)
 
-    def resume_vm_time(self, memory_mib: float) -> timedelta:
-        return self._per_vm(memory_mib, self.config.resume_rate, self.config.override_resume_time)
+    def resume_vm_time(self, memory_mib: float, host: str | None = None) -> timedelta:
+        rate = self.rates.host(RESUME, host, self.config.resume_rate)
+        return self._per_vm(memory_mib, rate, self.config.override_resume_time)
 
     # -- whole lease estimates -------------------------------------------------------------------------------
     def estimate_suspend(self, lease: Lease) -> timedelta:
@@ -72,8 +80,26 @@ class Overheads:
             safe += self.estimate_resume(lease)
         return safe + safe * self.config.scheduling_threshold_factor
 
-    def transfer_time(self, memory_mib: float) -> timedelta:
-        return ceil_seconds(memory_mib / self.config.migration_bandwidth)
+    def transfer_time(self, memory_mib: float, source: str | None = None, destination: str | None = None
+                      ) -> timedelta:
+        """A memory image's move between two hosts (the configured bandwidth unless the pair's is learned)."""
+        rate = self.config.migration_bandwidth
+        if source is not None and destination is not None:
+            rate = self.rates.move(source, destination, rate)
+        return ceil_seconds(memory_mib / rate)
+
+    def live_bandwidth(self, source: str, destination: str) -> float:
+        """MiB/s a live migration between the pair is planned at: learned, else configured or calibrated,
+        never above `live_migration_bandwidth_limit`."""
+        rate = self.rates.live(source, destination, self.config.live_bandwidth)
+        limit = self.config.live_migration_bandwidth_limit
+        return rate if limit is None else min(rate, limit)
+
+    def slowest_live_bandwidth(self, source: str, destinations: Iterable[str]) -> float:
+        """The slowest pair from `source` to any of `destinations`: what a live migration is planned at
+        before its destination is chosen."""
+        return min((self.live_bandwidth(source, d) for d in destinations if d != source),
+                   default=self.live_bandwidth(source, source))
 
     def estimate_migration(self, lease: Lease, nodes: dict[int, str]) -> timedelta:
         """Time to move every memory image off its current host, the busiest source being the bottleneck."""
@@ -96,14 +122,14 @@ class Overheads:
         return sorted(steps, key=lambda s: s[0])
 
     def _layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool,
-                per_vm: Callable[[float], timedelta]) -> list[Step]:
+                per_vm: Callable[[float, str], timedelta]) -> list[Step]:
         overhead = self.config.enactment_overhead
         requests = lease.request.nodes
         steps: list[list] = []
         if self.config.suspendresume_exclusion == "global":
             t = time
             for vnode in sorted(nodes):
-                op = per_vm(requests[vnode].memory) + overhead
+                op = per_vm(requests[vnode].memory, nodes[vnode]) + overhead
                 if backward:
                     steps.append([t - op, t, {nodes[vnode]: [vnode]}])
                     t -= op
@@ -119,7 +145,7 @@ class Overheads:
         for host, vnodes in by_host.items():
             t = time
             for vnode in vnodes:
-                op = per_vm(requests[vnode].memory)
+                op = per_vm(requests[vnode].memory, host)
                 span = (t - op, t) if backward else (t, t + op)
                 t = span[0] if backward else span[1]
                 grouped.setdefault(span, {}).setdefault(host, []).append(vnode)

@@ -297,7 +297,8 @@ class VMScheduler:
         bandwidth = self.config.migration_bandwidth
         rrs = []
         for moves_now in self.overheads.migration_rounds(lease, moves):
-            length = self.overheads.transfer_time(max(lease.request.nodes[v].memory for v in moves_now))
+            length = max(self.overheads.transfer_time(lease.request.nodes[v].memory, src, dst)
+                         for v, (src, dst) in moves_now.items())
             held: dict[str, Resources] = {}
             for src, dst in moves_now.values():
                 held[src] = add(held.get(src, NOTHING), self._metered(src, Resources(0, 0, 0, 0, bandwidth)))

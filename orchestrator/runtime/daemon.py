@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 from pathlib import Path
 
 from drivers.base import Driver
@@ -45,6 +46,7 @@ from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
 from orchestrator.runtime.host_watch import HostWatch, Listings, minutes_text
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts
+from orchestrator.runtime.learner import learn
 from orchestrator.runtime.netprobe import PingProbe
 from orchestrator.runtime.notices import NoticeSender
 from orchestrator.runtime.notifiers import make_notifiers
@@ -138,12 +140,20 @@ class Daemon:
             detail = {**detail, "enacted_start": iso(started), "enacted_end": iso(started + took)}
         self._recorded.append((now, kind, lease_id, detail))
 
-    def _write_recorded(self) -> None:
+    def _write_recorded(self, cluster: Cluster) -> None:
+        """The operations' reports into the event log; what the enacted ones teach of the model's rates into
+        the store and the cluster's planner (orchestrator.runtime.learner)."""
+        learned = False
         while self._recorded:
             at, kind, lease_id, detail = self._recorded.popleft()
             self.store.append_event(at, kind, lease_id, **detail)
+            if kind == "enacted":
+                learned |= learn(self.store, cluster.scheduling, cluster.scheduler.vm.overheads, detail,
+                                 _memory_of(cluster, lease_id, detail.get("vnode")), at)
             what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
             self._notes.append(f"{kind} lease {lease_id}: {what}")
+        if learned:
+            cluster.refresh_learned()
 
     # -- operations off the lock ----------------------------------------------------------------------------
     def make_jobs(self, intents: list[Intent], now: datetime) -> list[Job]:
@@ -177,7 +187,7 @@ class Daemon:
         changed (the step then handles what that made due)."""
         changed = False
         outcomes = self.runner.take_outcomes()
-        self._write_recorded()
+        self._write_recorded(cluster)
         for outcome in outcomes:
             changed |= self._take_outcome(cluster, outcome, now)
         return changed
@@ -483,6 +493,14 @@ class Daemon:
             return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
         finally:
             self.close()
+
+
+def _memory_of(cluster: Cluster, lease_id: int | None, vnode: Any) -> float | None:
+    """MiB of memory of the lease's VM `vnode`, when the cluster holds the lease."""
+    lease = cluster.scheduler.leases.get(lease_id) if lease_id is not None else None
+    if lease is None or not isinstance(vnode, int) or not 0 <= vnode < lease.numnodes:
+        return None
+    return float(lease.request.nodes[vnode].memory)
 
 
 def fast_clock_start(store: Store, default: datetime) -> datetime:

@@ -222,13 +222,13 @@ class DriverEnactor:
         self._emit("enacted", lease_id, detail)
 
     def _skipped(self, lease_id: int, operation: str, vm: str, vnode: int, host: str | None, why: str,
-                 rr: Reservation | None = None) -> None:
+                 rr: Reservation | None = None, **measured: Any) -> None:
         """An operation found already done (after a restart: libvirt finished it while no daemon ran); with
-        its reservation, `report` shows it as done when it was found."""
+        its reservation, `report` shows it found done, with what `measured` says of it (else not measured)."""
         log.info("lease %s: %s %s on %s: nothing to do (%s)", lease_id, operation, vm, host, why)
         self._emit("enactment-skipped", lease_id,
                    {"operation": operation, "vm": vm, "vnode": vnode, "host": host, "reason": why,
-                    **(_planned(rr) if rr is not None else {})})
+                    **(_planned(rr) if rr is not None else {}), **measured})
 
     def _error(self, lease_id: int, operation: str, vm: str, vnode: int | None, host: str | None,
                exc: BaseException | str, rr: Reservation | None = None, **extra: Any) -> EnactmentError:
@@ -510,10 +510,11 @@ class DriverEnactor:
             expected = {"src": src, "dst": dst, "predicted_seconds": guess.get("seconds"),
                         "predicted_downtime_ms": guess.get("downtime_ms"),
                         "predicted_disk_seconds": guess.get("disk_seconds"),
+                        "model_bandwidth_mib_s": guess.get("bandwidth_mib_s"),
                         "max_downtime_ms": extra.get("max_downtime_ms")}
             if self._await_job(lease.id, name, ("migration-out", "migration-in"), abort_at, rr) is not None \
                     and self._where(name) == dst:   # (its predecessor's migration went through)
-                self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}", rr=rr)
+                self._found_migrated(lease.id, vnode, name, src, dst, rr, expected, watched=True)
                 continue
             now = self._now() if self._now is not None else rr.start
             timeout = (abort_at - now).total_seconds() if abort_at is not None else 600.0
@@ -531,7 +532,7 @@ class DriverEnactor:
                 if probe is not None:
                     probe.stop()
                 if self._where(name) == dst:
-                    self._skipped(lease.id, "migrate", name, vnode, dst, f"already on {dst}", rr=rr)
+                    self._found_migrated(lease.id, vnode, name, src, dst, rr, expected, watched=False)
                     continue
                 measured = getattr(exc, "report", None)
                 details = {"outcome": getattr(measured, "outcome", "failed"),
@@ -549,6 +550,24 @@ class DriverEnactor:
                           total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
                           iterations=report.iterations, outcome=report.outcome,
                           disk_mib=report.disk_bytes / 2**20, **network)
+
+    def _found_migrated(self, lease_id: int, vnode: int, name: str, src: str, dst: str, rr: Reservation,
+                        expected: dict[str, Any], watched: bool) -> None:
+        """A live migration found done (begun by a daemon that stopped): logged as skipped, with libvirt's
+        measurements of it when the destination kept them. `watched`: this daemon waited for its job to end,
+        so it ended just now (its real times); otherwise when it ran is not known and is not made up."""
+        report = None
+        try:
+            report = self.driver.completed_migration(name, src)
+        except DriverError as exc:
+            log.debug("no measurements of the migration of %s: %s", name, exc)
+        measured: dict[str, Any] = {"measured": report is not None}
+        if report is not None:
+            measured.update(total_seconds=report.total_seconds, downtime_ms=report.downtime_ms,
+                            iterations=report.iterations, disk_mib=report.disk_bytes / 2**20,
+                            **({"wall_seconds": report.total_seconds} if watched else {}))
+        why = f"already on {dst}" + ("" if report is not None else "; libvirt kept no measurements of it")
+        self._skipped(lease_id, "migrate", name, vnode, dst, why, rr=rr, **expected, **measured)
 
     def _start_probe(self, vm: str) -> Probe | None:
         """A network probe of the VM's first IPv4 address, running, or None (no prober, no address, no reply)."""

@@ -22,6 +22,7 @@ from orchestrator.model.images import IMAGE_FORMATS, CatalogImage
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.reservations import ReservationState
 from orchestrator.model.states import RUNNING_STATES, SUSPENDED_STATES, LeaseState
+from orchestrator.planning.learning import LIVE_MIGRATE, pair_key
 from orchestrator.runtime.host_probe import probe_hosts
 from orchestrator.runtime.image_copies import (
     CopyProgress,
@@ -31,6 +32,7 @@ from orchestrator.runtime.image_copies import (
     place_on_host,
 )
 from orchestrator.state.cluster import Cluster
+from orchestrator.state.learned import seed
 from orchestrator.state.store import HostRecord, Store
 
 #: the settings `host import` compares with a host already in the store
@@ -213,11 +215,27 @@ def run_pair_checks(records: list[HostRecord], driver: str, timeout: float,
         pair = {"source": source, "destination": destination}
         if answer.value is None:
             why = f"no answer within {limit + timeout:g} s" if answer.timed_out else str(answer.error)
-            rows += [{**pair, "check": name, "status": "FAIL", "detail": why} for name in PAIR_CHECKS]
+            rows += [{**pair, "check": name, "status": "FAIL", "detail": why, "link_mib_s": None} for name in PAIR_CHECKS]
             continue
-        rows += [{**pair, "check": item.check, "status": item.status, "detail": item.detail}
+        measured = answer.value.link_mib_s
+        rows += [{**pair, "check": item.check, "status": item.status, "detail": item.detail,
+                  "link_mib_s": measured if item.check == "peer link" else None}
                  for item in answer.value.items]
     return rows
+
+
+def seed_links(store: Store, rows: list[dict[str, Any]], at: datetime) -> dict[str, float]:
+    """The rates the pair checks' probe migrations measured (`link_mib_s` of their "peer link" rows) as the
+    first learned rates of those pairs' live migrations, where the daemon has learned none from its own
+    (orchestrator.state.learned.seed); pair -> rate, of those stored."""
+    seeded = {}
+    for row in rows:
+        rate = row.get("link_mib_s")
+        if isinstance(rate, (int, float)) and rate > 0:
+            key = pair_key(row["source"], row["destination"])
+            if seed(store, LIVE_MIGRATE, key, float(rate), at):
+                seeded[key] = float(rate)
+    return seeded
 
 
 # -- images -----------------------------------------------------------------------------------------------

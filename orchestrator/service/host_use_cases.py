@@ -29,6 +29,7 @@ from orchestrator.runtime.host_admin import (
     remove_host,
     run_checks,
     run_pair_checks,
+    seed_links,
 )
 from orchestrator.runtime.host_probe import host_rows, leases_on_hosts, probe_hosts
 from orchestrator.service.identity import Caller, NotAllowed, Refused
@@ -226,8 +227,13 @@ class HostUseCases:
             records = store.hosts()
             images = store.images()
         driver = self.config.daemon.driver
-        return {"host": host, "uri": record.config.uri, "checks": run_checks(record, driver, timeout, images),
-                "pairs": run_pair_checks(records, driver, timeout, host)}
+        checks = run_checks(record, driver, timeout, images)
+        pairs = run_pair_checks(records, driver, timeout, host)
+        if any(row.get("link_mib_s") for row in pairs):   # (the probes' rates: the first plans' for their pairs)
+            with self.session.open() as cluster:
+                seed_links(cluster.store, pairs, self.now())
+                cluster.refresh_learned()
+        return {"host": host, "uri": record.config.uri, "checks": checks, "pairs": pairs}
 
     def image_add(self, caller: Caller, values: dict[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
         """`image add`: catalogued once the hosts hold it (asked, and given copies where they share no storage

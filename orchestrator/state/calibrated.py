@@ -16,6 +16,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.model.errors import LeasewiseError
+from orchestrator.planning.learning import LIVE_MIGRATE, RESUME, SUSPEND
+from orchestrator.state.learned import forget
 
 if TYPE_CHECKING:  # pragma: no cover
     from orchestrator.config import SchedulingConfig
@@ -41,13 +43,15 @@ def load_calibration(store: "Store") -> dict[str, Any]:
 
 def store_calibration(store: "Store", section: str, record: Mapping[str, Any]) -> dict[str, Any]:
     """Replace one section (`migration` or `suspend`) of the stored calibration, keeping the other, in one
-    transaction; returns the whole stored value."""
+    transaction; returns the whole stored value. What the daemon learned of the operations the section
+    measured is forgotten: a deliberate campaign takes precedence, and learning goes on from its values."""
     if section not in (MIGRATION_SECTION, SUSPEND_SECTION):
         raise ValueError(f"unknown calibration section {section!r}")
     with store.transaction():
         value = load_calibration(store)
         value[section] = dict(record)
         store.set_meta(CALIBRATION_KEY, value)
+        forget(store, (LIVE_MIGRATE,) if section == MIGRATION_SECTION else (SUSPEND, RESUME))
     return value
 
 

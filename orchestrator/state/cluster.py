@@ -36,6 +36,7 @@ from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.state.answers import moved_entry, submit_answer
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.groups import unix_groups
+from orchestrator.state.learned import learned_rates
 from orchestrator.state.store import Store, reservation_detail
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -63,6 +64,7 @@ class Cluster:
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
         self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor, ImageHolders(store.image_holders()))
+        self.refresh_learned()
         for host in hosts:   # (what leases' constraints are tested on)
             self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
@@ -85,6 +87,11 @@ class Cluster:
         self._shown: dict[int, tuple] = {l.id: _shown(l) for l in leases if not l.is_final}
         # the leases the scheduler changes from now on (the table's, and those it notes itself)
         self.table.changed_leases = set()
+
+    def refresh_learned(self) -> None:
+        """The rates the daemon learned from its operations read again from the store (orchestrator.state.
+        learned): the next plans use them."""
+        self.scheduler.vm.overheads.rates = learned_rates(self.store)
 
     def refresh_images(self) -> None:
         """The planner's image filter read again from the store (an image added, or copied to more hosts)."""

@@ -174,7 +174,8 @@ def test_nothing_enacted_is_an_empty_report():
     assert report.empty and report.summary == [] and report.overall is None
     assert json.loads(json.dumps(report.to_json())) == {"lease": None, "rows": [], "summary": {},
                                                         "unattributed": 0, "skipped": 0,
-                                                        "live_migration_fidelity": None, "host_losses": [],
+                                                        "live_migration_fidelity": None, "error_trend": [],
+                                                        "host_losses": [],
                                                         "placements": {}}
 
 
@@ -362,16 +363,29 @@ def test_report_in_a_narrow_terminal_cuts_no_time_and_no_delta(enacted_store, tm
         assert "left out to fit 60 columns" in result.output
 
 
-def test_an_operation_found_done_is_a_row_done_when_it_was_found():
+def test_an_operation_found_done_is_a_row_not_measured_rather_than_done_when_found():
     """A restarted daemon that finds a migration libvirt finished meanwhile logs it as skipped with its
-    reservation: the report shows it, done at the moment it was found, not as missing."""
+    reservation: the report shows it (not as missing), its times not measured (never the moment it was
+    found), and libvirt's measurements when it kept them; one whose job the daemon saw end has its times."""
     log = Log()
     log.add("enactment-skipped", 3, 2470, operation="migrate", vm="lw-3-0", vnode=0, host="h2",
             reason="already on h2", reservation=7, reservation_kind="live-migrate",
             planned_start=iso(at(2400)), planned_end=iso(at(2460)))
+    log.add("enactment-skipped", 4, 2470, operation="migrate", vm="lw-4-0", vnode=0, host="h2",
+            reason="already on h2", reservation=9, reservation_kind="live-migrate", measured=True,
+            planned_start=iso(at(2400)), planned_end=iso(at(2460)), predicted_seconds=60.0, total_seconds=12.5,
+            predicted_downtime_ms=100.0, downtime_ms=80.0, max_downtime_ms=300.0,
+            enacted_start=iso(at(2447.5)), enacted_end=iso(at(2460)))
     log.add("enactment-skipped", 2, 3600, operation="stop", vm="lw-2-0", host="h1", reason="no such VM")
     report = build_report(log.events)
-    rows = [r for r in report.rows if r.lease_id == 3]
-    assert len(rows) == 1 and rows[0].kind == "live-migrate" and rows[0].outcome == "found done"
-    assert rows[0].enacted_end == at(2470) and rows[0].delta_end == 10.0
-    assert report.skipped == 2
+    unseen, = [r for r in report.rows if r.lease_id == 3]
+    assert unseen.kind == "live-migrate" and unseen.outcome == "found done" and unseen.found_done
+    assert unseen.enacted_start is None and unseen.enacted_end is None and unseen.delta_end is None
+    assert unseen.measured_seconds is None
+    watched, = [r for r in report.rows if r.lease_id == 4]
+    assert watched.measured_seconds == 12.5 and watched.downtime_ms == 80.0 and watched.delta_end == 0.0
+    assert report.live_fidelity is not None and report.live_fidelity.runs == 1
+    assert report.skipped == 3
+    out = io.StringIO()
+    print_report(report, Console(file=out, width=220, highlight=False, color_system=None))
+    assert "not measured" in out.getvalue()

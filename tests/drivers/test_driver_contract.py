@@ -360,6 +360,7 @@ class DriverContract:
         t = migrating_driver
         spec = t.spec("mover", lease_id="lease-mv")
         t.driver.start(spec, t.host_a)
+        assert t.driver.completed_migration(spec.name, t.host_a) is None   # (started, never migrated)
         samples: list[MigrationProgress] = []
         report = t.driver.migrate(spec.name, t.host_b, max_downtime_ms=500, timeout_s=300, progress=samples.append)
         assert report.success and report.outcome == "completed"
@@ -371,6 +372,11 @@ class DriverContract:
         assert t.names_on(t.host_b) == {spec.name: "running"}
         assert t.names_on(t.host_a) == {}
         assert [i.lease_id for i in t.driver.list_vms(t.host_b) if i.name == spec.name] == ["lease-mv"]
+        # what a daemon started again after the migration finds of it: the same measurements
+        kept = t.driver.completed_migration(spec.name, t.host_a)
+        assert kept is not None and kept.success and kept.destination == t.host_b
+        assert kept.total_seconds == pytest.approx(report.total_seconds, rel=0.05)
+        assert kept.downtime_ms == pytest.approx(report.downtime_ms, abs=1)
 
     def test_migration_timeout_abort_leaves_the_vm_on_the_source(self, migrating_driver: ContractTarget):
         t = migrating_driver
@@ -383,6 +389,19 @@ class DriverContract:
         assert not caught.value.report.success
         assert t.names_on(t.host_a) == {t.vm("slow"): "running"}
         assert t.names_on(t.host_b) == {}
+
+    def test_a_migration_given_a_bandwidth_moves_no_faster(self, migrating_driver: ContractTarget):
+        """`bandwidth_mib_s` is a limit (libvirt's VIR_MIGRATE_PARAM_BANDWIDTH): what the report says was
+        sent took at least as long as the limit allows (a quarter's slack for QEMU's rate limiter, which
+        lets a burst through at the start of each of its 100 ms windows)."""
+        t = migrating_driver
+        limit = 16.0
+        spec = t.spec("capped")
+        t.driver.start(spec, t.host_a)
+        report = t.driver.migrate(spec.name, t.host_b, max_downtime_ms=500, bandwidth_mib_s=limit, timeout_s=300)
+        assert report.success and report.total_seconds > 0
+        assert report.bytes_transferred / MIB / report.total_seconds <= limit * 1.25
+        assert t.names_on(t.host_b) == {spec.name: "running"}
 
     def test_migration_timeout_force_completes_on_the_destination(self, migrating_driver: ContractTarget):
         t = migrating_driver

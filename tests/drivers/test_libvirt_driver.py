@@ -581,3 +581,18 @@ def test_local_storage_an_upload_the_host_cannot_take_fails_and_leaves_no_volume
         assert posixpath.basename(target) not in pool.listVolumes()
     finally:
         conn.close()
+
+
+def test_a_migration_s_bandwidth_limit_is_libvirt_s_bandwidth_parameter(driver, hosts):
+    """What `[scheduling] live_migration_bandwidth_limit` becomes: VIR_MIGRATE_PARAM_BANDWIDTH in whole
+    MiB/s (rounded up, at least 1); none given, none set (libvirt's unlimited)."""
+    import libvirt
+
+    src, dst = hosts[0], hosts[1]
+    migrations = driver._migrations
+    _, params = migrations._flags_and_params(src, dst, 12.3)
+    assert params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] == 13
+    _, params = migrations._flags_and_params(src, dst, 0.2)
+    assert params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] == 1
+    _, params = migrations._flags_and_params(src, dst, None)
+    assert libvirt.VIR_MIGRATE_PARAM_BANDWIDTH not in params

@@ -2,7 +2,7 @@
 and started again at once. libvirtd goes on migrating without it; the new daemon finds the operation in its
 intent log, sees libvirt's job on the VM, waits for it, and takes the outcome from the hosts: the VM runs on
 its destination, the lease is not failed, nothing is left on any host, and `report` shows the migration
-(found done).
+(found done) with libvirt's measurements of it and its real times.
 
 The guest touches 200 MiB once and then dirties nothing (no page is lost to QEMU 7.2's TCG pre-copy bug,
 which strikes from the fourth pass), and the migration runs at 16 MiB/s, so it lasts long enough to be cut.
@@ -108,3 +108,6 @@ def test_a_daemon_killed_mid_migration_takes_the_migration_from_libvirt(lab, con
     cli("report", "--lease", "1", "--json", str(report), *common)
     rows = [r for r in json.loads(report.read_text())["rows"] if r["kind"] == "live-migrate"]
     assert rows and rows[0]["status"] == "ok" and "found done" in (rows[0].get("outcome") or ""), rows
+    # its measurements are libvirt's (the destination's completed job), its times real: the daemon saw it end
+    assert rows[0]["measured_seconds"] and rows[0]["measured_seconds"] > 1.0, rows
+    assert rows[0]["enacted_start"] is not None and rows[0]["enacted_end"] is not None, rows

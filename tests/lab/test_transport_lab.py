@@ -134,3 +134,32 @@ def test_transport_host_check_names_a_missing_key_and_group(lab, site):
     status, detail = rows(checked)["transport"]
     assert status == "FAIL" and f"group: {LAB_USER} may not use /var/run/libvirt/libvirt-sock" in detail, detail
     assert f"usermod -aG libvirt {LAB_USER}" in detail
+
+
+def test_transport_host_check_measures_each_pair_and_seeds_the_first_plans(lab, site, tmp_path):
+    """`host check` times its probe migration of every pair it checks (256 MiB, over the ssh transport,
+    peer to peer) and keeps the rate as the pair's first learned one: the planner plans the pair's next live
+    migration at it rather than at the configured 12.5 MB/s; a second check does not replace what the
+    daemon will have learned from real migrations (only its own earlier seed)."""
+    from orchestrator.config import load_config
+    from orchestrator.state.cluster import Cluster
+    from orchestrator.state.learned import FROM_HOST_CHECK, LEARNED_KEY
+    from orchestrator.state.store import Store
+
+    target = lab.names[1]
+    code, checked = host_check(site, target)
+    assert code == 0, checked
+    measured = {(p["source"], p["destination"]): p.get("link_mib_s") for p in checked["pairs"]
+                if p["check"] == "peer link"}
+    assert len(measured) == 2 * (len(lab.names) - 1)
+    assert all(rate is not None and rate > 12.5 for rate in measured.values()), measured
+    state = Path(site[site.index("--state") + 1])
+    config = load_config(Path(site[site.index("--config") + 1]))
+    with Store.open(state) as store:
+        stored = store.get_meta(LEARNED_KEY)["live-migrate"]
+        assert {tuple(k.split(">")) for k in stored} == set(measured)
+        assert all(v["source"] == FROM_HOST_CHECK for v in stored.values())
+        with store.transaction():
+            cluster = Cluster(store, config)
+            planned = {pair: cluster.scheduler.vm.overheads.live_bandwidth(*pair) for pair in measured}
+    assert planned == pytest.approx(measured)

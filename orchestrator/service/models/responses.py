@@ -265,6 +265,8 @@ class PairCheckRow(BaseModel):
     check: str
     status: CheckStatus
     detail: str
+    link_mib_s: float | None = Field(None, description="The peer link row: MiB/s the probe migration moved "
+                                                       "(the pair's first learned rate)")
 
 
 class HostChecked(BaseModel):
