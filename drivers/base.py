@@ -164,6 +164,9 @@ class OperationReport:
     host: str
     wall_seconds: float
     bytes: int = 0                   # size of the saved memory image / bytes copied
+    #: how move_state carried the bytes: "direct" (host to host), "relay" (through this machine), "shared"
+    #: (nothing to copy: both hosts see the files); "" for the other operations
+    route: str = ""
 
 
 @dataclass(frozen=True)

@@ -479,11 +479,12 @@ class SimulatedDriver(Driver):
             self._up(src_host)
             self._up(dst_host)
             if src_host == dst_host:
-                return OperationReport("move_state", "", dst_host, 0.0, 0)
+                return OperationReport("move_state", "", dst_host, 0.0, 0, route="shared")
             if is_under(state_path, self.config.shared_storage):   # the destination sees it already
                 shared = self._state.images.get((None, state_path))
                 size = shared.size_bytes if shared is not None else 0
-                return OperationReport("move_state", "", dst_host, self._spend(self._times.move_state(size, True)), 0)
+                return OperationReport("move_state", "", dst_host, self._spend(self._times.move_state(size, True)), 0,
+                                       route="shared")
             image = self._state.images.get((src_host, state_path))
             if image is None:
                 raise OperationFailed(f"move_state: no save image at {state_path} on {src_host}")
@@ -492,7 +493,8 @@ class SimulatedDriver(Driver):
                 raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
             with self._changing(f"move_state {state_path} {src_host} -> {dst_host}", src_host, dst_host):
                 self._state.images[(dst_host, state_path)] = image
-            return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
+            # (simulated hosts always reach each other: the copy goes host to host)
+            return OperationReport("move_state", "", dst_host, seconds, image.size_bytes, route="direct")
 
     def remove_state(self, state_path: str, host: str) -> None:
         with self._lock.held():
