@@ -242,6 +242,7 @@ class MigrationCost(Protocol):
     outcome: str
     rounds: tuple[MigrationRound, ...]
     remaining_mib: float
+    disk_seconds: float      # the disk's copy before the memory passes (a block migration)
 
     @property
     def passes(self) -> int: ...
@@ -255,7 +256,7 @@ class MigrationModel(Protocol):
                  *, working_set_mib: float | None = None, timeout_s: float | None = None,
                  on_timeout: Literal["abort", "force"] = "abort", overhead_s: float = 0.0,
                  dirty_factor: float = 1.0, switchover_ms: float = 0.0,
-                 downtime_schedule: DowntimeSchedule | None = None) -> MigrationCost: ...
+                 downtime_schedule: DowntimeSchedule | None = None, disk_mib: float = 0.0) -> MigrationCost: ...
 
 
 class HostEntry(Protocol):
@@ -355,6 +356,11 @@ class Driver(ABC):
     def measured_dirty_rate(self, vm: str) -> float | None:
         """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured (or
         a measurement is still running)."""
+
+    @abstractmethod
+    def disk_allocation(self, vm: str) -> int | None:
+        """Bytes the VM's writable disks on its host's own storage hold (their allocation, not their size):
+        what a block migration copies. None when it has none there (or the driver cannot tell)."""
 
     def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
         """Start measuring how fast the VM dirties memory over `seconds`; `measured_dirty_rate` has the

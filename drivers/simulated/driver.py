@@ -543,10 +543,11 @@ class SimulatedDriver(Driver):
             why = self._fits(spec, dst_host)
             if why:
                 raise attempt.failed(why)
+            disk_mib = self._overlay_mib(spec)   # (the overlay goes first: a block migration)
             cost = migration_cost(self._migration_model, spec, self.config, bandwidth_mib_s, max_downtime_ms,
-                                  timeout_s, on_timeout)
+                                  timeout_s, on_timeout, disk_mib)
             figures = run_passes(cost, spec, self.config, max_downtime_ms, self.clock, self._spend,
-                                 self._sleep_until, progress)
+                                 self._sleep_until, progress, disk_mib)
             if cost.outcome == "aborted":
                 raise attempt.failed(f"did not converge within {timeout_s:g} s; aborted", "aborted", figures)
             if self._injected_failure("migrate"):
@@ -554,6 +555,19 @@ class SimulatedDriver(Driver):
             with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
                 record.host = dst_host
             return attempt.report(cost.outcome, figures)
+
+
+    def _overlay_mib(self, spec: VMSpec) -> float:
+        """MiB of a VM's overlay on its host's own storage (0 when it has none, or the hosts share them)."""
+        return self.config.overlay_mib if self.config.local_vm_disks and spec.disk is not None else 0.0
+
+    def disk_allocation(self, vm: str) -> int | None:
+        with self._lock.held():
+            mib = self._overlay_mib(self._vm(vm).spec)
+        return round(mib * MIB) if mib else None
+
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        return not self.config.local_vm_disks
 
 
 def simulated_address(mac: str) -> str:

@@ -1,6 +1,7 @@
 """What running VMs really dirty: the daemon measures each one's dirty rate through its driver now and then,
 and the store keeps the last measurement, which the planner uses (with a margin) in place of the rate the
-lease declared when it plans a live migration of that VM.
+lease declared when it plans a live migration of that VM. With it, what the VM's overlay on its host's own
+storage holds (its allocation: a block migration copies that, not the estimate `live_migration_disk_mib`).
 
 A measurement runs inside the hypervisor for `dirty_rate_sample` (pages are sampled, so it costs the guest
 little) while the daemon goes on; a later step reads the answer. Each VM is measured at most once per
@@ -51,8 +52,10 @@ class DirtyRateSampler:
         return self._interval > timedelta(0)
 
     def step(self, now: datetime, running: Iterable[RunningVM],
-             record: Callable[[RunningVM, datetime, float], None]) -> None:
-        """Record the measurements that are done, then start those that are due (VMs running now only)."""
+             record: Callable[[RunningVM, datetime, float], None],
+             record_disk: Callable[[RunningVM, datetime, float], None] | None = None) -> None:
+        """Record the measurements that are done, then start those that are due (VMs running now only); a VM
+        due has its disk allocation (MiB) read and given to `record_disk` at once."""
         if not self.enabled:
             return
         running = list(running)
@@ -76,9 +79,20 @@ class DirtyRateSampler:
             if vm.name in self._pending or (last is not None and now - last < self._interval):
                 continue
             self._last[vm.name] = now
+            if record_disk is not None:
+                self._read_disk(vm, now, record_disk)
             try:
                 self._driver.start_dirty_rate_measurement(vm.name, int(self._sample.total_seconds()))
             except DriverError as exc:
                 log.info("dirty rate of %s not measured: %s", vm.name, exc)
                 continue
             self._pending[vm.name] = _Pending(vm, now)
+
+    def _read_disk(self, vm: RunningVM, now: datetime, record_disk: Callable[[RunningVM, datetime, float], None]) -> None:
+        try:
+            allocation = self._driver.disk_allocation(vm.name)
+        except DriverError as exc:
+            log.info("disk allocation of %s not read: %s", vm.name, exc)
+            return
+        if allocation is not None:
+            record_disk(vm, now, allocation / 2**20)

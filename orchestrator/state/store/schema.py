@@ -257,6 +257,15 @@ _V13 = (
     # memory images copied host to host: the key and known_hosts file (paths on the host) each host copies with
     "ALTER TABLE hosts ADD COLUMN peer_ssh_key TEXT",
     "ALTER TABLE hosts ADD COLUMN peer_known_hosts TEXT",
+    # what a running VM's overlay on its host's own storage holds (its allocation), which a block migration
+    # copies: measured with its dirty rate, used by the planner in place of live_migration_disk_mib
+    """CREATE TABLE disk_allocations (
+        lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE CASCADE,
+        vnode INTEGER NOT NULL,
+        measured_at TEXT NOT NULL,
+        mib REAL NOT NULL CHECK (mib >= 0),
+        PRIMARY KEY (lease_id, vnode)
+    )""",
 )
 
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
