@@ -5,7 +5,9 @@ storage holds (its allocation: a block migration copies that, not the estimate `
 
 A measurement runs inside the hypervisor for `dirty_rate_sample` (pages are sampled, so it costs the guest
 little) while the daemon goes on; a later step reads the answer. Each VM is measured at most once per
-`dirty_rate_interval`, and a VM whose measurement fails is not asked again before then either.
+`dirty_rate_interval`, and a VM whose measurement fails is not asked again before then either. Its disk
+allocation is read as often, but a read that fails (a VM still starting) is tried again at the next step:
+the first drain must not wait an interval for it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class DirtyRateSampler:
         self._sample = sample
         self._pending: dict[str, _Pending] = {}
         self._last: dict[str, datetime] = dict(last_measured or {})
+        self._disk_last: dict[str, datetime] = {}
 
     @property
     def enabled(self) -> bool:
@@ -75,12 +78,13 @@ class DirtyRateSampler:
             if rate is not None:
                 record(pending.vm, now, rate)
         for vm in running:
+            disk_last = self._disk_last.get(vm.name)
+            if record_disk is not None and (disk_last is None or now - disk_last >= self._interval):
+                self._read_disk(vm, now, record_disk)
             last = self._last.get(vm.name)
             if vm.name in self._pending or (last is not None and now - last < self._interval):
                 continue
             self._last[vm.name] = now
-            if record_disk is not None:
-                self._read_disk(vm, now, record_disk)
             try:
                 self._driver.start_dirty_rate_measurement(vm.name, int(self._sample.total_seconds()))
             except DriverError as exc:
@@ -92,7 +96,8 @@ class DirtyRateSampler:
         try:
             allocation = self._driver.disk_allocation(vm.name)
         except DriverError as exc:
-            log.info("disk allocation of %s not read: %s", vm.name, exc)
+            log.debug("disk allocation of %s not read: %s", vm.name, exc)
             return
+        self._disk_last[vm.name] = now
         if allocation is not None:
             record_disk(vm, now, allocation / 2**20)

@@ -167,6 +167,10 @@ def test_local_storage_block_migration_and_memory_image_moved_host_to_host(lab, 
         driver = LibvirtDriver(load_inventory(lab.inventory))
         try:
             path = "/var/lib/libvirt/qemu/save/lw-1-1.state"
+            # what its overlay holds (the planner's disk for a block migration), at most the file's length
+            allocation = driver.disk_allocation("lw-1-1")
+            overlay = _on_host(lab, hosts[1], f"{IMAGES}/leasewise-vms/lw-1-1.qcow2").stat().st_size
+            assert allocation is not None and 0 < allocation <= overlay, (allocation, overlay)
             driver.suspend("lw-1-1", path)
             head_before = _head_bytes()
             moved = driver.move_state(path, hosts[1], source)

@@ -134,6 +134,13 @@ def test_a_vm_due_has_its_overlays_allocation_read_and_the_store_gives_it_to_the
     sampler.step(T0, [RunningVM(1, 0, "lw-1-0"), RunningVM(2, 0, "lw-2-0")], lambda *a: None,
                  lambda vm, at_, mib: disks.append((vm.name, mib)))
     assert disks == [("lw-1-0", 96.0)]
+    # a VM not running yet when it is first due is read again at the next step, not an interval later
+    sampler.step(T0 + S, [RunningVM(1, 0, "lw-1-0"), RunningVM(3, 0, "lw-3-0")], lambda *a: None,
+                 lambda vm, at_, mib: disks.append((vm.name, mib)))
+    driver.start(VMSpec(name="lw-3-0", vcpus=1, memory_mib=512, disk=DiskSpec(base="/img/base.qcow2")), "h1")
+    sampler.step(T0 + 2 * S, [RunningVM(1, 0, "lw-1-0"), RunningVM(3, 0, "lw-3-0")], lambda *a: None,
+                 lambda vm, at_, mib: disks.append((vm.name, mib)))
+    assert disks == [("lw-1-0", 96.0), ("lw-3-0", 96.0)]
     with Store.open(tmp_path / "s.sqlite") as store:
         store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
         with store.transaction():
