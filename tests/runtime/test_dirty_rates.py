@@ -75,13 +75,18 @@ def test_an_interval_of_zero_turns_it_off():
     assert recorded == [] and not sampler.enabled
 
 
+def _one_lease(store: Store) -> None:
+    """One host and lease 1 (one VM) in `store`."""
+    store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
+    with store.transaction():
+        cluster = Cluster(store, config_from_dict({}))
+        cluster.submit(be("13:00", 60, memory=512), T0)
+        cluster.save(T0)
+
+
 def test_the_store_keeps_the_last_rate_per_vm_and_refuses_nonsense(tmp_path):
     with Store.open(tmp_path / "s.sqlite") as store:
-        store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
-        with store.transaction():
-            cluster = Cluster(store, config_from_dict({}))
-            cluster.submit(be("13:00", 60, memory=512), T0)
-            cluster.save(T0)
+        _one_lease(store)
         store.record_dirty_rate(1, 0, T0, 4.0)
         store.record_dirty_rate(1, 0, T0 + S, 6.5)
         assert store.dirty_rates(1) == {0: (T0 + S, 6.5)}
@@ -142,11 +147,7 @@ def test_a_vm_due_has_its_overlays_allocation_read_and_the_store_gives_it_to_the
                  lambda vm, at_, mib: disks.append((vm.name, mib)))
     assert disks == [("lw-1-0", 96.0), ("lw-3-0", 96.0)]
     with Store.open(tmp_path / "s.sqlite") as store:
-        store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
-        with store.transaction():
-            cluster = Cluster(store, config_from_dict({}))
-            cluster.submit(be("13:00", 60, memory=512), T0)
-            cluster.save(T0)
+        _one_lease(store)
         store.record_disk_allocation(1, 0, T0, 96.0)
         store.record_disk_allocation(1, 0, T0 + S, 130.5)
         assert store.lease(1).measured_disk_mib == {0: 130.5}
