@@ -174,14 +174,25 @@ class StateTransfer:
         """Copy `path` from src to dst: (bytes, "direct") host to host, else (bytes, "relay") through here."""
         if can_push(src, dst):
             partial = f"{path}.part-{uuid.uuid4().hex[:8]}"
-            size = push(src, dst, path, partial, self._ssh_timeout_s)
-            if size is not None:
-                self._check_and_rename(src, dst, path, partial, self._checksum(src.name, path))
-                return size, "direct"
+            try:
+                size = push(src, dst, path, partial, self._ssh_timeout_s)
+                if size is not None:
+                    self._check_and_rename(src, dst, path, partial, self._checksum(src.name, path))
+                    return size, "direct"
+            except BaseException:
+                self._remove_partial(dst, partial)   # (what the source may have written before it failed)
+                raise
             log.warning("relaying %s %s -> %s through this machine instead", path, src.name, dst.name)
+            self._remove_partial(dst, partial)
+        return self._relay(src, dst, path), "relay"
+
+    def _remove_partial(self, dst: HostConfig, partial: str) -> None:
+        """Best effort: a copy that went wrong leaves no temporary file (one that stays is only logged)."""
+        try:
             with sftp_session(dst, self._ssh_timeout_s, "copy save images") as dst_sftp:
                 _remove_quietly(dst_sftp, partial)
-        return self._relay(src, dst, path), "relay"
+        except DriverError as exc:
+            log.warning("could not remove %s on %s: %s", partial, dst.name, exc)
 
     def _check_and_rename(self, src: HostConfig, dst: HostConfig, path: str, partial: str,
                           expected: str | None) -> None:
