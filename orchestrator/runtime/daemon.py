@@ -89,6 +89,7 @@ class Daemon:
         self.say = say or (lambda line: None)
         self._notes: list[str] = []
         self._reconciled_at: datetime | None = None
+        self._looked_at: datetime | None = None   # when the hosts were last listed
         self._release_failures: dict[int, tuple[datetime, int]] = {}   # lease -> next try, tries so far
         self._releasing: set[int] = set()
         # intent-log record -> its operation held up by a silent host, and when to try it next (while it
@@ -260,7 +261,10 @@ class Daemon:
         self._notes = []
         self._serial = {}
         first = True
-        looking = now != self._reconciled_at   # (at the reconciled instant the hosts were judged already)
+        # (at the reconciled instant the hosts were judged already)
+        looking = now != self._reconciled_at and self._look_due(now)
+        if looking:
+            self._looked_at = now
         busy, listings = self._look_at_hosts(now) if looking else (set(), {})
         busy |= {job.lease_id for job, _ in self._waiting.values()}
         while True:
@@ -312,14 +316,24 @@ class Daemon:
             self.say(f"{iso(now)} {line}")
         return StepReport(time=now, next_event=following, idle=idle, notes=list(self._notes))
 
+    def _look_due(self, now: datetime) -> bool:
+        """Whether this step lists the hosts. On the wall clock, once per poll interval at most: requests
+        wake the daemon many times a second, and each look asks every host for its VMs. A simulated clock
+        looks at every step (its steps are the plan's events)."""
+        if not self.clock.moves_by_itself or self._looked_at is None:
+            return True
+        return not self._looked_at <= now < self._looked_at + self.config.daemon.poll_interval
+
     def _running_vms(self, cluster: Cluster, now: datetime) -> list[RunningVM]:
         """The VMs the plan has running at `now` (none while the sampler is off)."""
         if not self.dirty_rates.enabled:
             return []
         running = []
         for lease in cluster.scheduler.leases.values():
+            if lease.state is not LeaseState.ACTIVE:
+                continue
             vm = lease.last_vm
-            if lease.state is LeaseState.ACTIVE and vm is not None and vm.start <= now < vm.end:
+            if vm is not None and vm.start <= now < vm.end:
                 running += [RunningVM(lease.id, v, self.enactor.vm_name(lease.id, v)) for v in sorted(vm.nodes)]
         return running
 

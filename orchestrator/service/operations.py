@@ -178,13 +178,13 @@ class LeaseService(HostUseCases):
             hosts = store.hosts()
         capacities = [h.capacity for h in hosts]
         resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
-        properties = {h.name: h.config.property_map for h in hosts}
         request = request_from_fields(submission.values(), self.now(), default_user=caller.user,
                                       guest=InlineGuest(), images=resolve,
                                       site=lambda n, node: check_site_can_hold(capacities, n, node),
                                       whole_host=lambda p: whole_host(p, hosts))
         if request.placement is not None:
-            check_placement(request, properties, {h.name: h.capacity for h in hosts})
+            check_placement(request, {h.name: h.config.property_map for h in hosts},
+                            {h.name: h.capacity for h in hosts})
         return request
 
     @staticmethod

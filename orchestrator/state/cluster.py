@@ -358,7 +358,7 @@ def check_site_can_hold(capacities: Sequence[Resources], numnodes: int, node: Re
     refused before its list of nodes is made."""
     if not capacities:
         raise InvalidRequest("hosts", "no hosts: add one with `leasewise host add` or `leasewise host import`")
-    largest = Resources(*(max(c[i] for c in capacities) for i in range(len(Resources._fields))))
+    largest = Resources(max(c.cpu for c in capacities), max(c.memory for c in capacities))
     for field in ("cpu", "memory"):
         if getattr(node, field) > getattr(largest, field) + EPSILON:
             unit = "vCPUs" if field == "cpu" else "MiB"

@@ -740,3 +740,26 @@ def test_local_storage_the_hosts_holding_a_copied_image_go_with_the_image_or_the
         store.set_image_host("deb", "h2", "maybe")
     store.remove_image("deb")
     assert store.image_holders() == {} and store.image_hosts("deb") == {}
+
+
+def test_a_connection_sees_every_change_to_the_hosts_it_remembers(path: Path) -> None:
+    """`hosts()` is decoded once per connection until the hosts table changes: a change made through another
+    connection, or by plain SQL, is seen at the next call (the table's triggers count every change)."""
+    with Store.open(path) as reader, Store.open(path) as writer:
+        writer.add_host(HostConfig(name="h1", uri="test:///default"), 4, 4096)
+        first = reader.hosts()
+        assert [h.name for h in first] == ["h1"]
+        assert reader.hosts()[0] is first[0]          # remembered, not decoded again
+        writer.add_host(HostConfig(name="h2", uri="test:///default"), 8, 8192)
+        assert [h.name for h in reader.hosts()] == ["h1", "h2"]
+        writer.update_host_capacity("h1", 2, 2048)
+        assert reader.hosts()[0].vcpus == 2
+        writer.set_host_properties("h2", (("gpu", "a100"),))
+        assert reader.hosts()[1].config.property_map == {"gpu": "a100"}
+        raw = sqlite3.connect(path)
+        with raw:
+            raw.execute("UPDATE hosts SET memory_mib = 1024 WHERE name = 'h1'")
+        raw.close()
+        assert reader.hosts()[0].memory_mib == 1024
+        writer.remove_host("h1")
+        assert [h.name for h in reader.hosts()] == ["h2"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
@@ -30,8 +31,9 @@ class HostRecord:
     def name(self) -> str:
         return self.config.name
 
-    @property
+    @cached_property
     def capacity(self) -> Resources:
+        # (made once per record: a submission is checked against every host's capacity)
         return Resources.of(self.vcpus, self.memory_mib)
 
 
@@ -89,8 +91,15 @@ class HostRepository(StoreConnection):
 
     def hosts(self) -> list[HostRecord]:
         """Every host, in the order they were added."""
-        rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
-        return [self._host(row) for row in rows]
+        # (decoded once per connection until the hosts table changes, which its triggers count: every
+        # submission is checked against every host, and decoding a thousand rows each time cost more than
+        # the rest of the check)
+        changes = self._conn.execute("SELECT count FROM hosts_changes").fetchone()[0]
+        seen = self.__dict__.get("_hosts_seen")
+        if seen is None or seen[0] != changes:
+            rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
+            seen = self.__dict__["_hosts_seen"] = (changes, tuple(self._host(row) for row in rows))
+        return list(seen[1])
 
     def host(self, name: str) -> HostRecord:
         row = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts WHERE name = ?", (name,)).fetchone()
@@ -100,7 +109,8 @@ class HostRepository(StoreConnection):
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties, peer_ssh_key, peer_known_hosts) = row
+         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties, peer_ssh_key,
+         peer_known_hosts) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,

@@ -254,6 +254,15 @@ _V12 = (
 )
 
 _V13 = (
+    # a count of the hosts table's changes, kept by triggers whoever writes it: a connection reads the hosts
+    # again only when the count moved (every submission is checked against every host)
+    "CREATE TABLE hosts_changes (id INTEGER PRIMARY KEY CHECK (id = 1), count INTEGER NOT NULL)",
+    "INSERT INTO hosts_changes VALUES (1, 0)",
+    *(f"CREATE TRIGGER hosts_{name} AFTER {what} ON hosts BEGIN UPDATE hosts_changes SET count = count + 1; END"
+      for name, what in (("added", "INSERT"), ("changed", "UPDATE"), ("removed", "DELETE"))),
+)
+
+_V14 = (
     # memory images copied host to host: the key and known_hosts file (paths on the host) each host copies with
     "ALTER TABLE hosts ADD COLUMN peer_ssh_key TEXT",
     "ALTER TABLE hosts ADD COLUMN peer_known_hosts TEXT",
@@ -271,7 +280,7 @@ _V13 = (
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
