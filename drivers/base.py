@@ -166,6 +166,9 @@ class OperationReport:
     host: str
     wall_seconds: float
     bytes: int = 0                   # size of the saved memory image / bytes copied
+    #: how move_state carried the bytes: "direct" (host to host), "relay" (through this machine), "shared"
+    #: (nothing to copy: both hosts see the files); "" for the other operations
+    route: str = ""
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,7 @@ class MigrationCost(Protocol):
     outcome: str
     rounds: tuple[MigrationRound, ...]
     remaining_mib: float
+    disk_seconds: float      # the disk's copy before the memory passes (a block migration)
 
     @property
     def passes(self) -> int: ...
@@ -254,7 +258,7 @@ class MigrationModel(Protocol):
                  *, working_set_mib: float | None = None, timeout_s: float | None = None,
                  on_timeout: Literal["abort", "force"] = "abort", overhead_s: float = 0.0,
                  dirty_factor: float = 1.0, switchover_ms: float = 0.0,
-                 downtime_schedule: DowntimeSchedule | None = None) -> MigrationCost: ...
+                 downtime_schedule: DowntimeSchedule | None = None, disk_mib: float = 0.0) -> MigrationCost: ...
 
 
 class HostEntry(Protocol):
@@ -356,6 +360,11 @@ class Driver(ABC):
     def measured_dirty_rate(self, vm: str) -> float | None:
         """How fast the VM's guest dirties memory, MiB/s, as last measured; None when never measured (or
         a measurement is still running)."""
+
+    @abstractmethod
+    def disk_allocation(self, vm: str) -> int | None:
+        """Bytes the VM's writable disks on its host's own storage hold (their allocation, not their size):
+        what a block migration copies. None when it has none there (or the driver cannot tell)."""
 
     def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
         """Start measuring how fast the VM dirties memory over `seconds`; `measured_dirty_rate` has the

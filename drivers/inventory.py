@@ -49,6 +49,10 @@ class HostConfig:
     network_type: str = "bridge"             # bridge | network
     disk_dir: str | None = None              # the libvirt pool directory for overlays and seeds
     peer_uri: str | None = None              # how the other hosts' libvirtd reach this one (peer-to-peer migration)
+    #: the private key and known_hosts file, on this host, with which it copies memory images (and the disks
+    #: moved with them) straight to the other hosts' `ssh` targets; without a key they go through this machine
+    peer_ssh_key: str | None = None
+    peer_known_hosts: str | None = None
     #: what leases may ask of the host (`--where gpu=a100`): (key, value) pairs sorted by key; an inventory
     #: gives them as a table (`properties = { gpu = "a100" }`); the service checks their names
     properties: tuple[tuple[str, str], ...] = ()
@@ -58,7 +62,8 @@ class HostConfig:
             value = getattr(self, key)
             if not isinstance(value, str) or not value.strip():
                 raise DriverConfigError(key, "must be a non-empty string")
-        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir", "peer_uri"):
+        for key in ("ssh", "ssh_key", "known_hosts", "migration_uri", "network", "disk_dir", "peer_uri",
+                    "peer_ssh_key", "peer_known_hosts"):
             value = getattr(self, key)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise DriverConfigError(key, "must be a non-empty string when given")
@@ -81,8 +86,12 @@ class HostConfig:
         if self.network_type not in NETWORK_TYPES:
             raise DriverConfigError("network_type",
                                     f"must be one of {', '.join(NETWORK_TYPES)} (got {self.network_type!r})")
-        if self.disk_dir is not None and not posixpath.isabs(self.disk_dir):
-            raise DriverConfigError("disk_dir", f"must be an absolute path (got {self.disk_dir!r})")
+        for key in ("disk_dir", "peer_ssh_key", "peer_known_hosts"):   # (paths on the host itself)
+            value = getattr(self, key)
+            if value is not None and not posixpath.isabs(value):
+                raise DriverConfigError(key, f"must be an absolute path on the host (got {value!r})")
+        if self.peer_known_hosts is not None and self.peer_ssh_key is None:
+            raise DriverConfigError("peer_known_hosts", "needs peer_ssh_key (the key the host copies with)")
         pairs = self.properties.items() if isinstance(self.properties, Mapping) else self.properties
         if isinstance(pairs, str) or not isinstance(pairs, Iterable):
             raise DriverConfigError("properties", "must be a table of names, e.g. { gpu = \"a100\" }")

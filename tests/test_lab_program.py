@@ -73,6 +73,9 @@ def test_the_inventory_the_lab_writes_is_one_leasewise_reads(transport, tmp_path
             assert (link.user, peer.user) == ("leasewise", "leasewise")
             assert link.params["known_hosts"] == host.known_hosts and link.params["keyfile"] == host.ssh_key
             assert peer.params["keyfile"].startswith("/etc/libvirt/leasewise/")
+        # (memory images go host to host with each host's own copy key, whatever the libvirt transport)
+        assert host.peer_ssh_key == "/etc/libvirt/leasewise/copy_ed25519"
+        assert host.peer_known_hosts == "/etc/libvirt/leasewise/known_hosts"
         if transport == "tls":
             assert link.params["pkipath"].endswith("run/pki/head") and peer.params["pkipath"] == "/etc/libvirt/pki"
 

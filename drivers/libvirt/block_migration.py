@@ -48,11 +48,24 @@ def local_disks(domain_xml: str, shared: Callable[[str], bool]) -> list[LocalDis
 
 
 class BlockMigration:
-    """Gives the destination what a block migration needs, and removes what is left afterwards."""
+    """Gives the destination what a block migration needs, and removes what is left afterwards; says how
+    much a block migration of a VM would copy."""
 
     def __init__(self, connections: Connections, storage: Storage):
         self._connections = connections
         self._storage = storage
+
+    def allocation(self, vm: str, host: str) -> int | None:
+        """Bytes the writable disks of `vm` on `host`'s own storage hold (virDomainGetBlockInfo's allocation:
+        what a block migration copies of an overlay), or None when it has none there."""
+        cfg = self._connections.host_config(host)
+
+        def read(conn: Any) -> int | None:
+            dom = conn.lookupByName(vm)
+            disks = [d for d in local_disks(dom.XMLDesc(0), cfg.is_shared) if not d.readonly]
+            return sum(int(dom.blockInfo(d.path, 0)[1]) for d in disks) if disks else None
+
+        return self._connections.call(host, f"disk allocation of {vm}", read, vm)
 
     def prepare(self, vm: str, src: str, dst: str, disks: list[LocalDisk]) -> list[str]:
         """Each writable disk as an empty overlay on `dst` (its base must be there), each read-only one

@@ -78,9 +78,10 @@ class LibvirtDriver(Driver):
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
         self._images = ImageCopies(self._connections, self._storage, ssh_timeout_s)
         self._state = StateTransfer(self._connections, self._lifecycle, ssh_timeout_s, self._checksum_if_ssh)
+        self._blocks = BlockMigration(self._connections, self._storage)
         self._migrations = Migrations(self._connections, self._lifecycle,
                                       DowntimeSchedule(downtime_steps, downtime_delay_s_per_gib), poll_interval_s,
-                                      BlockMigration(self._connections, self._storage))
+                                      self._blocks)
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -202,6 +203,9 @@ class LibvirtDriver(Driver):
 
     def measured_dirty_rate(self, vm: str) -> float | None:
         return self._migrations.measured_dirty_rate(vm)
+
+    def disk_allocation(self, vm: str) -> int | None:
+        return self._blocks.allocation(vm, self._lifecycle.find(vm))
 
     def start_dirty_rate_measurement(self, vm: str, seconds: int) -> None:
         self._migrations.start_dirty_rate_measurement(vm, seconds)

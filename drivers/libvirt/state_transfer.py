@@ -1,7 +1,11 @@
 """A VM's memory as a file: save (suspend) and restore (resume) through libvirt, and the save image copied
-between hosts (or removed) over SFTP when the hosts do not share the storage it is on. A VM whose disks
-(its overlay, its seed) are on storage the two hosts do not share has them copied with it, so it can be
-restored there; every file copied is checksummed on the destination host against what was sent.
+between hosts (or removed) when the hosts do not share the storage it is on. A VM whose disks (its overlay,
+its seed) are on storage the two hosts do not share has them copied with it, so it can be restored there.
+
+A copy goes host to host when the source has a key to copy with (`peer_ssh_key`: host_to_host.py), so a
+large image does not cross this machine's link twice; else, or when the source cannot reach the destination,
+it is relayed through this machine over SFTP. Either way every file copied is checksummed on the destination
+host against the source's.
 
 Save and restore check the domain's state first, so a retry after a lost reply does not fail on work the
 first attempt did. A copy is written under a temporary name and renamed, so a host never sees half an
@@ -27,6 +31,7 @@ from drivers.inventory import HostConfig
 
 from .block_migration import LocalDisk, local_disks
 from .connection import Connections
+from .host_to_host import can_push, push
 from .lifecycle import Lifecycle
 from .ssh import sftp_session
 
@@ -138,7 +143,7 @@ class StateTransfer:
         dst = self._connections.host_config(dst_host)
         if src_host == dst_host or (src.is_shared(state_path) and dst.is_shared(state_path)
                                     and src.shares_vm_disks_with(dst)):
-            return OperationReport("move_state", "", dst_host, 0.0, 0)
+            return OperationReport("move_state", "", dst_host, 0.0, 0, route="shared")
         began = time.perf_counter()
         retrying = self._connections.retry.retrying(
             lambda exc: isinstance(exc, HostUnreachable),
@@ -148,13 +153,16 @@ class StateTransfer:
                 state.outcome.exception() if state.outcome else None,
             ),
         )
-        copied = 0
+        copies: list[tuple[int, str]] = []
         if not (src.is_shared(state_path) and dst.is_shared(state_path)):
-            copied += retrying(lambda: self._copy(src, dst, state_path))
+            copies.append(retrying(lambda: self._copy(src, dst, state_path)))
         if not src.shares_vm_disks_with(dst):   # (its overlay and seed go with it)
             for disk in self._unshared_disks(src, dst, state_path):
-                copied += retrying(lambda path=disk.path: self._copy(src, dst, path))
-        return OperationReport("move_state", "", dst_host, time.perf_counter() - began, copied)
+                copies.append(retrying(lambda path=disk.path: self._copy(src, dst, path)))
+        copied = sum(size for size, _ in copies)
+        routes = {route for _, route in copies}
+        route = "relay" if "relay" in routes else "direct" if routes else "shared"
+        return OperationReport("move_state", "", dst_host, time.perf_counter() - began, copied, route=route)
 
     def _unshared_disks(self, src: HostConfig, dst: HostConfig, state_path: str) -> list[LocalDisk]:
         """The disks of the VM saved at `state_path` on `src` that `dst` does not see (they go with it)."""
@@ -162,7 +170,46 @@ class StateTransfer:
                                      lambda conn: conn.saveImageGetXMLDesc(state_path, 0))
         return local_disks(xml, lambda path: src.is_shared(path) and dst.is_shared(path))
 
-    def _copy(self, src: HostConfig, dst: HostConfig, path: str) -> int:
+    def _copy(self, src: HostConfig, dst: HostConfig, path: str) -> tuple[int, str]:
+        """Copy `path` from src to dst: (bytes, "direct") host to host, else (bytes, "relay") through here."""
+        if can_push(src, dst):
+            partial = f"{path}.part-{uuid.uuid4().hex[:8]}"
+            try:
+                size = push(src, dst, path, partial, self._ssh_timeout_s)
+                if size is not None:
+                    self._check_and_rename(src, dst, path, partial, self._checksum(src.name, path))
+                    return size, "direct"
+            except BaseException:
+                self._remove_partial(dst, partial)   # (what the source may have written before it failed)
+                raise
+            log.warning("relaying %s %s -> %s through this machine instead", path, src.name, dst.name)
+            self._remove_partial(dst, partial)
+        return self._relay(src, dst, path), "relay"
+
+    def _remove_partial(self, dst: HostConfig, partial: str) -> None:
+        """Best effort: a copy that went wrong leaves no temporary file (one that stays is only logged)."""
+        try:
+            with sftp_session(dst, self._ssh_timeout_s, "copy save images") as dst_sftp:
+                _remove_quietly(dst_sftp, partial)
+        except DriverError as exc:
+            log.warning("could not remove %s on %s: %s", partial, dst.name, exc)
+
+    def _check_and_rename(self, src: HostConfig, dst: HostConfig, path: str, partial: str,
+                          expected: str | None) -> None:
+        """Give the copy `partial` on dst its real name if its checksum there is `expected`; else remove it."""
+        stored = self._checksum(dst.name, partial)
+        with sftp_session(dst, self._ssh_timeout_s, "copy save images") as dst_sftp:
+            if stored is None or stored != expected:
+                _remove_quietly(dst_sftp, partial)
+                raise OperationFailed(f"move_state {path} {src.name} -> {dst.name}: the copy's checksum on "
+                                      f"{dst.name} ({stored}) is not the source's ({expected})")
+            try:
+                dst_sftp.posix_rename(partial, path)
+            except (OSError, EOFError) as exc:
+                _remove_quietly(dst_sftp, partial)
+                raise OperationFailed(f"move_state {path} {src.name} -> {dst.name}: {exc}") from None
+
+    def _relay(self, src: HostConfig, dst: HostConfig, path: str) -> int:
         """Stream `path` from src to dst through this machine; written under a temporary name, checksummed on
         dst (when it has ssh) against what was read, then renamed."""
         partial = f"{path}.part-{uuid.uuid4().hex[:8]}"

@@ -52,6 +52,10 @@ class SimulatedDriverConfig:
     migration_switchover_ms: float = 0.0      # fixed part of every migration's pause
     downtime_schedule: DowntimeSchedule = DowntimeSchedule()
     shared_storage: tuple[str, ...] = ()
+    #: each host keeps its VMs' overlays on its own storage (no shared storage): a live migration of a VM with
+    #: a disk copies its overlay first (a block migration), `overlay_mib` of it, timed by the same model
+    local_vm_disks: bool = False
+    overlay_mib: float = 0.0
     domain_type: str = "kvm"
     host_down_at: Mapping[str, datetime] = field(default_factory=dict)
     host_up_at: Mapping[str, datetime] = field(default_factory=dict)
@@ -70,6 +74,8 @@ class SimulatedDriverConfig:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be greater than 0 (got {value})")
+        if not math.isfinite(self.overlay_mib) or self.overlay_mib < 0:
+            raise ValueError(f"overlay_mib must be a finite number >= 0 (got {self.overlay_mib})")
         if not math.isfinite(self.dirty_factor) or self.dirty_factor < 0:
             raise ValueError(f"dirty_factor must be a finite number >= 0 (got {self.dirty_factor})")
         if not 0.0 <= self.failure_probability <= 1.0:

@@ -481,11 +481,12 @@ class SimulatedDriver(Driver):
             self._up(src_host)
             self._up(dst_host)
             if src_host == dst_host:
-                return OperationReport("move_state", "", dst_host, 0.0, 0)
+                return OperationReport("move_state", "", dst_host, 0.0, 0, route="shared")
             if is_under(state_path, self.config.shared_storage):   # the destination sees it already
                 shared = self._state.images.get((None, state_path))
                 size = shared.size_bytes if shared is not None else 0
-                return OperationReport("move_state", "", dst_host, self._spend(self._times.move_state(size, True)), 0)
+                return OperationReport("move_state", "", dst_host, self._spend(self._times.move_state(size, True)), 0,
+                                       route="shared")
             image = self._state.images.get((src_host, state_path))
             if image is None:
                 raise OperationFailed(f"move_state: no save image at {state_path} on {src_host}")
@@ -494,7 +495,8 @@ class SimulatedDriver(Driver):
                 raise OperationFailed(f"move_state {state_path} {src_host} -> {dst_host}: injected failure")
             with self._changing(f"move_state {state_path} {src_host} -> {dst_host}", src_host, dst_host):
                 self._state.images[(dst_host, state_path)] = image
-            return OperationReport("move_state", "", dst_host, seconds, image.size_bytes)
+            # (simulated hosts always reach each other: the copy goes host to host)
+            return OperationReport("move_state", "", dst_host, seconds, image.size_bytes, route="direct")
 
     def remove_state(self, state_path: str, host: str) -> None:
         with self._lock.held():
@@ -543,10 +545,11 @@ class SimulatedDriver(Driver):
             why = self._fits(spec, dst_host)
             if why:
                 raise attempt.failed(why)
+            disk_mib = self._overlay_mib(spec)   # (the overlay goes first: a block migration)
             cost = migration_cost(self._migration_model, spec, self.config, bandwidth_mib_s, max_downtime_ms,
-                                  timeout_s, on_timeout)
+                                  timeout_s, on_timeout, disk_mib)
             figures = run_passes(cost, spec, self.config, max_downtime_ms, self.clock, self._spend,
-                                 self._sleep_until, progress)
+                                 self._sleep_until, progress, disk_mib)
             if cost.outcome == "aborted":
                 raise attempt.failed(f"did not converge within {timeout_s:g} s; aborted", "aborted", figures)
             if self._injected_failure("migrate"):
@@ -561,6 +564,19 @@ class SimulatedDriver(Driver):
         if report is None or report.source != source or self.locate(vm) != report.destination:
             return None
         return report
+
+
+    def _overlay_mib(self, spec: VMSpec) -> float:
+        """MiB of a VM's overlay on its host's own storage (0 when it has none, or the hosts share them)."""
+        return self.config.overlay_mib if self.config.local_vm_disks and spec.disk is not None else 0.0
+
+    def disk_allocation(self, vm: str) -> int | None:
+        with self._lock.held():
+            mib = self._overlay_mib(self._vm(vm).spec)
+        return round(mib * MIB) if mib else None
+
+    def shares_vm_storage(self, a: str, b: str) -> bool:
+        return not self.config.local_vm_disks
 
 
 def simulated_address(mac: str) -> str:

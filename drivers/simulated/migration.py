@@ -32,6 +32,7 @@ class Figures:
     iterations: int
     bytes_transferred: int
     samples: tuple[MigrationProgress, ...]
+    disk_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class SimulatedMigration:
             return report
         return replace(report, total_seconds=figures.total_seconds, downtime_ms=figures.downtime_ms,
                        iterations=figures.iterations, bytes_transferred=figures.bytes_transferred,
-                       samples=figures.samples)
+                       samples=figures.samples, disk_bytes=figures.disk_bytes)
 
     def failed(self, message: str, outcome: str = "failed", figures: Figures | None = None) -> MigrationFailed:
         return MigrationFailed(f"migrate {self.vm} {self.source} -> {self.destination}: {message}",
@@ -62,9 +63,11 @@ class SimulatedMigration:
 
 
 def migration_cost(model: MigrationModel, spec: VMSpec, config: SimulatedDriverConfig, bandwidth_mib_s: float | None,
-                   max_downtime_ms: float, timeout_s: float, on_timeout: OnTimeout) -> MigrationCost:
-    """The model's passes for `spec`'s guest at the configured link's bandwidth, or at `bandwidth_mib_s` when
-    that limit is lower (as libvirt's VIR_MIGRATE_PARAM_BANDWIDTH: a ceiling, never a faster link)."""
+                   max_downtime_ms: float, timeout_s: float, on_timeout: OnTimeout,
+                   disk_mib: float = 0.0) -> MigrationCost:
+    """The model's passes for `spec`'s guest, after `disk_mib` of its disk (a block migration), at the
+    configured link's bandwidth, or at `bandwidth_mib_s` when that limit is lower (as libvirt's
+    VIR_MIGRATE_PARAM_BANDWIDTH: a ceiling, never a faster link)."""
     link = config.migration_bandwidth_mib_s
     return model(
         spec.memory_mib,
@@ -78,20 +81,30 @@ def migration_cost(model: MigrationModel, spec: VMSpec, config: SimulatedDriverC
         dirty_factor=config.dirty_factor,
         switchover_ms=config.migration_switchover_ms,
         downtime_schedule=config.downtime_schedule,
+        disk_mib=disk_mib,
     )
 
 
 def run_passes(cost: MigrationCost, spec: VMSpec, config: SimulatedDriverConfig, max_downtime_ms: float,
                clock: Clock, spend: Callable[[float], float], sleep_until: Callable[[datetime], None],
-               progress: ProgressCallback | None) -> Figures:
-    """Spend the migration's time on the clock (its fixed cost, then each pass, then whatever the model adds
-    up to beyond them), a progress sample after each pass."""
+               progress: ProgressCallback | None, disk_mib: float = 0.0) -> Figures:
+    """Spend the migration's time on the clock (its fixed cost, the disk's copy, then each pass, then whatever
+    the model adds up to beyond them), a progress sample after the disk and after each pass."""
     memory_total = spec.memory_mib * MIB
     start = clock.now()
     spend(config.migration_overhead.total_seconds())
     samples: list[MigrationProgress] = []
     sent = 0.0
     dirty_bytes_s = spec.dirty_rate_mib_s * config.dirty_factor * MIB
+    disk_bytes = round(disk_mib * MIB)
+    if cost.disk_seconds > 0:
+        spend(cost.disk_seconds)
+        samples.append(MigrationProgress(
+            elapsed_seconds=(clock.now() - start).total_seconds(), memory_total=memory_total, memory_processed=0,
+            memory_remaining=memory_total, dirty_rate_bytes_s=dirty_bytes_s, iteration=0,
+            max_downtime_ms=max_downtime_ms, disk_processed=disk_bytes))
+        if progress is not None:
+            progress(samples[-1])
     for index, (seconds, mib) in enumerate((r.seconds, r.mib) for r in cost.rounds):
         spend(seconds)
         sent += mib
@@ -105,10 +118,11 @@ def run_passes(cost: MigrationCost, spec: VMSpec, config: SimulatedDriverConfig,
             dirty_rate_bytes_s=dirty_bytes_s,
             iteration=index + 1,
             max_downtime_ms=max_downtime_ms,
+            disk_processed=disk_bytes,
         )
         samples.append(sample)
         if progress is not None:
             progress(sample)
     sleep_until(start + timedelta(seconds=cost.total_seconds))
     return Figures(total_seconds=cost.total_seconds, downtime_ms=cost.downtime_ms, iterations=cost.passes,
-                   bytes_transferred=round(cost.transferred_mib * MIB), samples=tuple(samples))
+                   bytes_transferred=round(cost.transferred_mib * MIB), samples=tuple(samples), disk_bytes=disk_bytes)

@@ -69,14 +69,16 @@ def _config_from_options(name: str, uri: str | None, domain_type: str, ssh: str 
                          ssh_key: str | None, known_hosts: str | None, migration_uri: str | None,
                          state_dir: str | None, shared_storage: list[str] | None, network: str | None = None,
                          network_type: str = "bridge", disk_dir: str | None = None,
-                         peer_uri: str | None = None, properties: list[str] | None = None) -> HostConfig:
+                         peer_uri: str | None = None, properties: list[str] | None = None,
+                         peer_ssh_key: str | None = None, peer_known_hosts: str | None = None) -> HostConfig:
     if uri is None:
         raise fail("--uri: is required (e.g. qemu+tcp://10.77.0.11/system, or test:///default)")
     values: dict[str, Any] = {"name": name, "uri": uri, "domain_type": domain_type, "ssh": ssh, "ssh_key": ssh_key,
                               "known_hosts": known_hosts, "migration_uri": migration_uri,
                               "shared_storage": tuple(shared_storage or ()), "network": network,
                               "network_type": network_type, "disk_dir": disk_dir, "peer_uri": peer_uri,
-                              "properties": _assignments(properties, "--property")}
+                              "properties": _assignments(properties, "--property"),
+                              "peer_ssh_key": peer_ssh_key, "peer_known_hosts": peer_known_hosts}
     if state_dir is not None:
         values["state_dir"] = state_dir
     if ssh is not None:
@@ -108,6 +110,10 @@ def add(
     migration_uri: str | None = typer.Option(None, "--migration-uri", metavar="U", help="Data channel for live migration"),
     peer_uri: str | None = typer.Option(None, "--peer-uri", metavar="URI",
                                         help="How the other hosts' libvirtd reach this one (default: --uri)"),
+    peer_ssh_key: str | None = typer.Option(None, "--peer-ssh-key", metavar="F",
+                                            help="Key on this host to copy memory images straight to the others"),
+    peer_known_hosts: str | None = typer.Option(None, "--peer-known-hosts", metavar="F",
+                                                help="known_hosts on this host for --peer-ssh-key"),
     state_dir: str | None = typer.Option(None, "--state-dir", metavar="DIR", help="Where save images go on the host"),
     shared_storage: list[str] | None = typer.Option(None, "--shared-storage", metavar="PATH",
                                                     help="Path prefix every host sees (repeatable)"),
@@ -127,7 +133,8 @@ def add(
     memory_opt = _positive_int("--memory", memory)
     timeout = _seconds("--timeout", timeout_text)
     cfg = _config_from_options(name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir,
-                               shared_storage, network, network_type, disk_dir, peer_uri, properties)
+                               shared_storage, network, network_type, disk_dir, peer_uri, properties,
+                               peer_ssh_key, peer_known_hosts)
     with opts.backend() as hosts:
         added = hosts.host_add(cfg, vcpus_opt, memory_opt, timeout)
     make_console().print(f"host {escape(name)} added: {added['vcpus']} vCPUs, {added['memory_mib']} MiB "

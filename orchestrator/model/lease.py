@@ -194,6 +194,8 @@ class Lease:
     migrations: int = 0
     # vnode -> MiB/s, as last measured on its host (the store keeps them; not part of the plan)
     measured_dirty_rates: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    #: vnode -> MiB its overlay on its host's own storage holds, as last measured (a block migration copies it)
+    measured_disk_mib: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     # -- request shortcuts -------------------------------------------------------------------------
     @property

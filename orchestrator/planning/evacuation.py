@@ -100,8 +100,11 @@ class EvacuationPlanner:
         if limit is None:
             return None
         rate, factor = self.dirty_rate(lease, vnode)
-        # (a VM booting an image copied to the hosts' own storage has its overlay there: it moves with it)
-        disk = cfg.live_migration_disk_mib if self.images.hosts_for(lease) is not None else 0.0
+        # (a VM booting an image copied to the hosts' own storage has its overlay there: it moves with it, as
+        # much as was last measured in it, else the configured estimate)
+        disk = 0.0
+        if self.images.hosts_for(lease) is not None:
+            disk = lease.measured_disk_mib.get(vnode, cfg.live_migration_disk_mib)
         return predict_precopy(
             lease.request.nodes[vnode].memory, bandwidth_mib_s or cfg.live_bandwidth, rate, limit,
             overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,

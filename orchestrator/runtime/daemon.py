@@ -318,7 +318,7 @@ class Daemon:
                 break
             # a fast-forwarded clock stands still while its operations run: their outcomes are this step's
             self.runner.wait_idle()
-        self.dirty_rates.step(now, running, self._record_dirty_rate)
+        self.dirty_rates.step(now, running, self._record_dirty_rate, self._record_disk_allocation)
         # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
         reminder = self.notices.step(now, watched)
         following = reminder if following is None or (reminder is not None and reminder < following) else following
@@ -350,6 +350,10 @@ class Daemon:
     def _record_dirty_rate(self, vm: RunningVM, at: datetime, mib_s: float) -> None:
         with self.session.open():
             self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
+
+    def _record_disk_allocation(self, vm: RunningVM, at: datetime, mib: float) -> None:
+        with self.session.open():
+            self.store.record_disk_allocation(vm.lease_id, vm.vnode, at, mib)
 
     def _look_at_hosts(self, now: datetime) -> tuple[set[int], Listings]:
         """Before the lock: the leases with an operation under way, then what each host runs (its list of

@@ -494,7 +494,7 @@ class DriverEnactor:
             except DriverError as exc:
                 raise self._error(lease.id, "move_state", name, vnode, src, exc, path=path, src=src,
                                   dst=dst, rr=rr) from exc
-            self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst)
+            self._enacted(lease.id, vnode, report, vm=name, rr=rr, path=path, src=src, dst=dst, route=report.route)
 
     def live_migrate(self, lease: Lease, rr: Reservation) -> None:
         """Move each VM of the live-migration reservation to its destination, one after the other, with

@@ -37,7 +37,7 @@ from orchestrator.state.store import HostRecord, Store
 
 #: the settings `host import` compares with a host already in the store
 COMPARED = ("uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir", "shared_storage",
-            "peer_uri", "properties")
+            "peer_uri", "properties", "peer_ssh_key", "peer_known_hosts")
 
 
 # -- add / import ------------------------------------------------------------------------------------------

@@ -348,6 +348,14 @@ class DriverContract:
         with pytest.raises(VMNotFound):
             t.driver.measured_dirty_rate(t.vm("ghost"))
 
+    def test_disk_allocation_is_none_without_a_disk_of_its_hosts_own_and_needs_the_vm(
+            self, contract_driver: ContractTarget):
+        t = contract_driver
+        t.driver.start(t.spec("bare"), t.host_a)
+        assert t.driver.disk_allocation(t.vm("bare")) is None   # (its disks, if any, are shared or read-only)
+        with pytest.raises(VMNotFound):
+            t.driver.disk_allocation(t.vm("ghost"))
+
     def test_migrating_to_its_own_host_fails_and_keeps_it_running(self, contract_driver: ContractTarget):
         t = contract_driver
         t.driver.start(t.spec("stay"), t.host_a)

@@ -421,6 +421,10 @@ def test_inventory_loads_defaults_and_round_trips(tmp_path):
         (LAB.replace('state_dir = "/var/lib/libvirt/qemu/save"', 'state_dir = "save"'), "state_dir: must be an absolute path"),
         (LAB.replace('["/var/lib/libvirt/images"]', '"/var/lib/libvirt/images"'), "shared_storage: must be a list"),
         ("[[host]]\nname = 3\nuri = 'test:///default'\n", "host[0].name: must be a string"),
+        (LAB.replace('ssh_key = "/keys/id_ed25519"', 'peer_ssh_key = "keys/copy"'),
+         "host 'lab1'.peer_ssh_key: must be an absolute path on the host"),
+        (LAB.replace('ssh_key = "/keys/id_ed25519"', 'peer_known_hosts = "/keys/known_hosts"'),
+         "host 'lab1'.peer_known_hosts: needs peer_ssh_key"),
         ("title = 'lab'\n" + LAB, "title: unknown top-level key"),
         ("", "host: no [[host]] entries"),
         ("[[host]\n", "inventory: is not valid TOML"),
@@ -482,7 +486,7 @@ def test_move_state_copies_the_image_over_sftp(ssh_hosts):
         report = drv.move_state("/save/vm.save", "src", "dst")
     finally:
         drv.close()
-    assert (report.operation, report.host, report.bytes) == ("move_state", "dst", len(image))
+    assert (report.operation, report.host, report.bytes, report.route) == ("move_state", "dst", len(image), "relay")
     assert (servers["dst"].root / "save/vm.save").read_bytes() == image
     assert sorted(p.name for p in (servers["dst"].root / "save").iterdir()) == ["vm.save"]  # no partial file left
 

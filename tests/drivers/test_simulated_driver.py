@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from drivers.base import PAIR_CHECKS, MigrationProgress, VMSpec
+from drivers.base import PAIR_CHECKS, DiskSpec, MigrationProgress, VMSpec
 from drivers.clock import RealClock, SimulatedClock
 from drivers.errors import (
     HostUnreachable,
@@ -230,6 +230,28 @@ def test_migrate_report_matches_the_precopy_prediction_and_reports_each_round():
     assert samples[0].dirty_rate_bytes_s == pytest.approx(15 * 2**20)
     assert report.samples == tuple(samples)
     assert driver.locate("vm") == "b"
+
+
+def test_a_block_migration_copies_the_overlay_first_timed_by_the_same_model():
+    """Hosts keeping overlays on their own storage: the overlay's allocation goes first, at the migration's
+    bandwidth, then memory, as the planner predicts with the same `disk_mib`; a VM without a disk has none."""
+    config = SimulatedDriverConfig(migration_overhead=timedelta(seconds=1), local_vm_disks=True, overlay_mib=300.0)
+    driver, clock = make(config)
+    driver.start(VMSpec("vm", 1, 1024, dirty_rate_mib_s=5, disk=DiskSpec(base="/img/base.qcow2")), "a")
+    driver.start(VMSpec("bare", 1, 256), "a")
+    assert driver.disk_allocation("vm") == 300 * 2**20 and driver.disk_allocation("bare") is None
+    assert not driver.shares_vm_storage("a", "b")
+    t_start = clock.now()
+    samples: list[MigrationProgress] = []
+    report = driver.migrate("vm", "b", max_downtime_ms=300, bandwidth_mib_s=100, progress=samples.append)
+    expected = predict_precopy(1024, 100, 5, 300, timeout_s=600, overhead_s=1.0, disk_mib=300.0)
+    assert expected.disk_seconds == pytest.approx(3.0)
+    assert report.total_seconds == pytest.approx(expected.total_seconds)
+    assert (clock.now() - t_start).total_seconds() == pytest.approx(expected.total_seconds)
+    assert report.disk_bytes == 300 * 2**20
+    assert samples[0].iteration == 0 and samples[0].memory_processed == 0
+    assert samples[0].elapsed_seconds == pytest.approx(1.0 + 3.0)   # (the fixed cost, then the disk)
+    assert samples[-1].elapsed_seconds == pytest.approx(expected.total_seconds)
 
 
 def test_migrate_timeout_abort_raises_with_report_and_leaves_vm_on_source():

@@ -5,7 +5,8 @@ to the source's; `image sync` gives a host that lost its copy a new one; a 2-VM 
 disks (overlay and seed in the VM's host's own directory) and answers ssh; one VM is live-migrated by the
 daemon (its host drained) with its overlay copied (a block migration), keeping a file written before and an
 ssh session open across it; another is suspended and resumed on another host, its overlay and seed moved with
-its memory image; nothing is left once the lease is cancelled."""
+its memory image host to host (the head node's bridge sees next to none of those bytes; the copies' checksums
+equal the source's); nothing is left once the lease is cancelled."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.lab
 
 IMAGE_BUILD = REPO / "deploy" / "images" / "build"
 IMAGES = "/var/lib/libvirt/images"
+HEAD_BRIDGE = Path("/sys/class/net/lwbr0/statistics")
 BOOT_TIMEOUT_S = 480
 
 
@@ -35,6 +37,12 @@ def over_local_storage(lab):
     lab.up(LAB_TRANSPORT, "local")
     yield lab
     lab.up(LAB_TRANSPORT)
+
+
+def _head_bytes() -> int:
+    """Bytes the head node's own end of the lab bridge received and sent (host-to-host traffic is forwarded
+    by the bridge without reaching it)."""
+    return sum(int((HEAD_BRIDGE / f"{way}_bytes").read_text()) for way in ("rx", "tx"))
 
 
 def _on_host(lab, name: str, path: str) -> Path:
@@ -88,7 +96,7 @@ def test_local_storage_image_add_copies_to_every_host_and_sync_gives_a_lost_copy
     assert _sha256(_on_host(lab, lost, debian["disk"])) == sums[debian["disk"]]
 
 
-def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, conns, libvirt_mod, site):
+def test_local_storage_block_migration_and_memory_image_moved_host_to_host(lab, conns, libvirt_mod, site):
     common = site["common"]
     if not json.loads(_cli("image", "list", "--json", *common).stdout):
         pytest.fail("the image was not added (test_local_storage_image_add_... runs first)")
@@ -159,9 +167,24 @@ def test_local_storage_block_migration_of_a_lease_on_the_hosts_own_disks(lab, co
         driver = LibvirtDriver(load_inventory(lab.inventory))
         try:
             path = "/var/lib/libvirt/qemu/save/lw-1-1.state"
+            # what its overlay holds (the planner's disk for a block migration), at most the file's length
+            allocation = driver.disk_allocation("lw-1-1")
+            overlay = _on_host(lab, hosts[1], f"{IMAGES}/leasewise-vms/lw-1-1.qcow2").stat().st_size
+            assert allocation is not None and 0 < allocation <= overlay, (allocation, overlay)
             driver.suspend("lw-1-1", path)
+            head_before = _head_bytes()
             moved = driver.move_state(path, hosts[1], source)
-            assert moved.bytes > 0
+            through_head = _head_bytes() - head_before
+            print(f"\nmemory image and disks of lw-1-1 {hosts[1]} -> {source}: {moved.bytes / 2**20:.0f} MiB "
+                  f"{moved.route} in {moved.wall_seconds:.1f} s; the head node's bridge saw "
+                  f"{through_head / 2**20:.1f} MiB")
+            assert moved.route == "direct" and moved.bytes > 16 * 2**20, moved
+            assert through_head < moved.bytes / 10, (through_head, moved)   # (a relay: twice the bytes)
+            disk = f"{IMAGES}/leasewise-vms/lw-1-1.qcow2"
+            for there, here in ((lab.private_path(source, path), lab.private_path(hosts[1], path)),
+                                (_on_host(lab, source, disk), _on_host(lab, hosts[1], disk))):
+                assert _sha256(there) == _sha256(here), there
+            assert not [p for p in lab.private_path(source, path).parent.iterdir() if ".part-" in p.name]
             driver.resume("lw-1-1", path, source)
             for host in (hosts[1], source):
                 driver.remove_state(path, host)

@@ -103,3 +103,7 @@ def test_local_storage_a_vm_moves_only_to_a_host_holding_its_image_and_its_disk_
     assert held.predict(lease, 0).total_seconds == pytest.approx(everywhere.predict(lease, 0).total_seconds + 5.0)
     assert held.predict(lease, 0).disk_seconds == pytest.approx(5.0)
     assert held._destinations(lease, vm, [0], {"h1", "h3"}, T(10), T(60)) is None
+    # once the daemon measured what its overlay really holds, that is what the plan copies (VM 0 only)
+    lease.measured_disk_mib = {0: 42.0}
+    assert held.predict(lease, 0).disk_seconds == pytest.approx(0.42)
+    assert held.predict(lease, 0).total_seconds == pytest.approx(everywhere.predict(lease, 0).total_seconds + 0.42)

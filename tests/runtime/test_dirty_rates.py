@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from drivers.base import VMSpec
+from drivers.base import DiskSpec, VMSpec
 from drivers.clock import SimulatedClock
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
@@ -75,13 +75,18 @@ def test_an_interval_of_zero_turns_it_off():
     assert recorded == [] and not sampler.enabled
 
 
+def _one_lease(store: Store) -> None:
+    """One host and lease 1 (one VM) in `store`."""
+    store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
+    with store.transaction():
+        cluster = Cluster(store, config_from_dict({}))
+        cluster.submit(be("13:00", 60, memory=512), T0)
+        cluster.save(T0)
+
+
 def test_the_store_keeps_the_last_rate_per_vm_and_refuses_nonsense(tmp_path):
     with Store.open(tmp_path / "s.sqlite") as store:
-        store.add_host(HostConfig(name="h1", uri="sim://", domain_type="qemu"), 4, 4096)
-        with store.transaction():
-            cluster = Cluster(store, config_from_dict({}))
-            cluster.submit(be("13:00", 60, memory=512), T0)
-            cluster.save(T0)
+        _one_lease(store)
         store.record_dirty_rate(1, 0, T0, 4.0)
         store.record_dirty_rate(1, 0, T0 + S, 6.5)
         assert store.dirty_rates(1) == {0: (T0 + S, 6.5)}
@@ -119,3 +124,33 @@ def test_the_daemon_measures_and_the_planner_plans_the_evacuation_with_the_measu
     assert predicted["seconds"] == pytest.approx(expected.total_seconds)
     assert predicted["passes"] == expected.passes
     assert expected.total_seconds != pytest.approx(predict_precopy(512, 12.5, 1.0, 300.0).total_seconds)
+
+
+def test_a_vm_due_has_its_overlays_allocation_read_and_the_store_gives_it_to_the_lease(tmp_path):
+    """Hosts keeping VMs' overlays on their own storage: a VM with a disk has what its overlay holds read with
+    its dirty rate (one without a disk: nothing); the store keeps the last one per VM, and refuses nonsense."""
+    config = SimulatedDriverConfig(local_vm_disks=True, overlay_mib=96.0)
+    driver = SimulatedDriver.for_hosts({"h1": (4, 4096)}, SimulatedClock(T0), config=config,
+                                       migration_model=predict_precopy)
+    driver.start(VMSpec(name="lw-1-0", vcpus=1, memory_mib=512, disk=DiskSpec(base="/img/base.qcow2")), "h1")
+    driver.start(VMSpec(name="lw-2-0", vcpus=1, memory_mib=512), "h1")
+    sampler = DirtyRateSampler(driver, interval=timedelta(minutes=5), sample=5 * S)
+    disks: list[tuple[str, float]] = []
+    sampler.step(T0, [RunningVM(1, 0, "lw-1-0"), RunningVM(2, 0, "lw-2-0")], lambda *a: None,
+                 lambda vm, at_, mib: disks.append((vm.name, mib)))
+    assert disks == [("lw-1-0", 96.0)]
+    # a VM not running yet when it is first due is read again at the next step, not an interval later
+    sampler.step(T0 + S, [RunningVM(1, 0, "lw-1-0"), RunningVM(3, 0, "lw-3-0")], lambda *a: None,
+                 lambda vm, at_, mib: disks.append((vm.name, mib)))
+    driver.start(VMSpec(name="lw-3-0", vcpus=1, memory_mib=512, disk=DiskSpec(base="/img/base.qcow2")), "h1")
+    sampler.step(T0 + 2 * S, [RunningVM(1, 0, "lw-1-0"), RunningVM(3, 0, "lw-3-0")], lambda *a: None,
+                 lambda vm, at_, mib: disks.append((vm.name, mib)))
+    assert disks == [("lw-1-0", 96.0), ("lw-3-0", 96.0)]
+    with Store.open(tmp_path / "s.sqlite") as store:
+        _one_lease(store)
+        store.record_disk_allocation(1, 0, T0, 96.0)
+        store.record_disk_allocation(1, 0, T0 + S, 130.5)
+        assert store.lease(1).measured_disk_mib == {0: 130.5}
+        for bad in (-1.0, float("nan")):
+            with pytest.raises(StoreError, match="disk allocation"):
+                store.record_disk_allocation(1, 0, T0, bad)

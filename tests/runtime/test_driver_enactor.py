@@ -267,6 +267,7 @@ def test_resume_on_another_host_after_migrating_the_images():
     moved = log.of("enacted", "move_state")
     assert [(d["vm"], d["src"], d["dst"], d["path"]) for d in moved] == [("lw-6-0", "h1", "h3", "/srv/h1/lw-6-0.state")] * 2
     assert moved[0]["bytes"] == 512 * 2**20 and moved[0]["wall_seconds"] == pytest.approx(512 / 100)
+    assert moved[0]["route"] == "direct"   # (the event says which way the bytes went)
 
     enactor.resume_vms(lease, resume)
     assert vms_on(driver, "h3") == {"lw-6-0": ("running", 2, 512, "6")}
@@ -286,7 +287,7 @@ def test_no_copy_on_shared_storage():
     enactor.migrate_images(lease, overhead(lease, ReservationKind.MIGRATE, again,
                                            transfers={0: ("h1", "h2"), 1: ("h1", "h3")}))
     assert driver.clock.now() == before
-    assert [d["bytes"] for d in log.of("enacted", "move_state")] == [0, 0]
+    assert [(d["bytes"], d["route"]) for d in log.of("enacted", "move_state")] == [(0, "shared")] * 2
     enactor.resume_vms(lease, overhead(lease, ReservationKind.RESUME, again, nodes=again.nodes))
     assert enactor.running_vms(lease) == {0: "h2", 1: "h3"}
 

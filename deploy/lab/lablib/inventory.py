@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from .common import DEFAULT_STORAGE, RUN, SHARED_IMAGES, STATE_DIR, VM_BRIDGE, host_ip, host_name
-from .transports import HEAD_KEY, HEAD_KNOWN_HOSTS, inventory_uri, peer_uri
+from .transports import COPY_KEY, HEAD_KEY, HEAD_KNOWN_HOSTS, PEER_DIR, inventory_uri, peer_uri
 
 INVENTORY = RUN / "inventory.toml"
 #: with local storage, each host's VM overlays and seeds (leasewise's default directory name)
@@ -15,7 +15,8 @@ LOCAL_DISK_DIR = "leasewise-vms"
 
 def write_inventory(count: int, transport: str, storage: str = DEFAULT_STORAGE) -> Path:
     """Each host's libvirt link and peer link over `transport`; leasewise's own SSH (root, the lab key, the
-    lab's known_hosts, which also pins the libvirt link over ssh); its storage (`shared`: the image
+    lab's known_hosts, which also pins the libvirt link over ssh), and the host's own key and known_hosts
+    for copying memory images straight to the others; its storage (`shared`: the image
     directory every host sees; `local`: no shared storage, each host's VM disks in its own directory) and
     VM bridge."""
     out = ["# leasewise host inventory of the local lab, written by deploy/lab/lab up", "",
@@ -31,6 +32,8 @@ def write_inventory(count: int, transport: str, storage: str = DEFAULT_STORAGE) 
             "ssh": f"root@{host_ip(n)}",
             "ssh_key": str(HEAD_KEY),
             "known_hosts": str(HEAD_KNOWN_HOSTS),
+            "peer_ssh_key": COPY_KEY,
+            "peer_known_hosts": f"{PEER_DIR}/known_hosts",
             "migration_uri": f"tcp://{host_ip(n)}",
             "state_dir": STATE_DIR,
             "shared_storage": [str(SHARED_IMAGES)] if storage == "shared" else [],

@@ -35,6 +35,8 @@ LAB_USER = "leasewise"
 #: is run/hostN/etc)
 PEER_DIR = "/etc/libvirt/leasewise"
 PKI_DIR = "/etc/libvirt/pki"
+#: each host's key for copying memory images straight to the other hosts (as root, leasewise's `ssh` user)
+COPY_KEY = f"{PEER_DIR}/copy_ed25519"
 HEAD_KEY = RUN / "id_ed25519"
 HEAD_KNOWN_HOSTS = RUN / "known_hosts"
 CA_DIR = RUN / "pki" / "ca"
@@ -139,18 +141,22 @@ def make_users(count: int) -> None:
 
 
 def make_ssh_trust(count: int, head_pub: str) -> None:
-    """Who may log in where: root with the head node's key (leasewise's own SSH: save images), `leasewise`
-    with the head node's key and every host's peer key; every host's peer key and known_hosts."""
-    peers = []
+    """Who may log in where: root with the head node's key (leasewise's own SSH: save images) and every other
+    host's copy key (memory images copied host to host), `leasewise` with the head node's key and every
+    host's peer key; every host's peer key, copy key and known_hosts."""
+    peers: list[str] = []
+    copiers: list[str] = []
     for n in range(1, count + 1):
         peer_dir = host_dir(n) / "etc" / "leasewise"
         peer_dir.mkdir(parents=True, exist_ok=True)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"libvirtd@{host_name(n)}",
-             "-f", str(peer_dir / "id_ed25519")])
-        peers.append((peer_dir / "id_ed25519.pub").read_text().strip())
+        for key, comment, keys in (("id_ed25519", f"libvirtd@{host_name(n)}", peers),
+                                   (Path(COPY_KEY).name, f"root@{host_name(n)} (copies)", copiers)):
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(peer_dir / key)])
+            keys.append((peer_dir / f"{key}.pub").read_text().strip())
     for n in range(1, count + 1):
         ssh = host_dir(n) / "ssh"
-        (ssh / "authorized_keys.root").write_text(head_pub + "\n")
+        others = [key for m, key in enumerate(copiers, start=1) if m != n]
+        (ssh / "authorized_keys.root").write_text("\n".join([head_pub, *others]) + "\n")
         (ssh / f"authorized_keys.{LAB_USER}").write_text("\n".join([head_pub, *peers]) + "\n")
         shutil.copy2(HEAD_KNOWN_HOSTS, host_dir(n) / "etc" / "leasewise" / "known_hosts")
 

@@ -436,6 +436,9 @@ class HostSettings(_Body):
                                                 pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:[\x21-\x7e]*$",
                                                 description="How the other hosts' libvirtd reach this one "
                                                             "(peer-to-peer live migration)")] = None
+    peer_ssh_key: Annotated[Path_ | None, Field(description="The key, on this host, it copies memory images "
+                                                            "to the other hosts with")] = None
+    peer_known_hosts: Annotated[Path_ | None, Field(description="The other hosts' keys, on this host")] = None
     properties: PropertyTable = {}
 
     def values(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The dirty rate last measured on each running VM, which the planner uses for live migrations."""
+"""The dirty rate and the disk allocation last measured on each running VM, which the planner uses for live
+migrations."""
 
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ class DirtyRateRepository(StoreConnection):
             self._conn.execute("INSERT INTO dirty_rates (lease_id, vnode, measured_at, mib_s) VALUES (?, ?, ?, ?) "
                                "ON CONFLICT (lease_id, vnode) DO UPDATE SET measured_at = excluded.measured_at, "
                                "mib_s = excluded.mib_s", (lease_id, vnode, encode_time(at), float(mib_s)))
+
+    def record_disk_allocation(self, lease_id: int, vnode: int, at: datetime, mib: float) -> None:
+        """What a lease's VM's overlay on its host's own storage holds, just measured (replaces the last)."""
+        if not (isinstance(mib, (int, float)) and math.isfinite(mib) and mib >= 0):
+            raise StoreError(f"disk allocation of lease {lease_id} VM {vnode} must be a finite number >= 0 "
+                             f"(got {mib!r})")
+        with self.transaction():
+            self._conn.execute("INSERT INTO disk_allocations (lease_id, vnode, measured_at, mib) VALUES (?, ?, ?, ?) "
+                               "ON CONFLICT (lease_id, vnode) DO UPDATE SET measured_at = excluded.measured_at, "
+                               "mib = excluded.mib", (lease_id, vnode, encode_time(at), float(mib)))
 
     def dirty_rates(self, lease_id: int) -> dict[int, tuple[datetime, float]]:
         """vnode -> (when, MiB/s) of the last dirty rate measured on each of the lease's VMs."""

@@ -39,7 +39,7 @@ class HostRecord:
 
 _HOST_COLUMNS = ("name", "uri", "domain_type", "ssh", "ssh_key", "known_hosts", "migration_uri", "state_dir",
                  "shared_storage", "vcpus", "memory_mib", "available", "added_at", "unavailable_from", "network",
-                 "network_type", "disk_dir", "peer_uri", "properties")
+                 "network_type", "disk_dir", "peer_uri", "properties", "peer_ssh_key", "peer_known_hosts")
 
 
 def _capacity(value: object, what: str, host: str) -> int:
@@ -60,7 +60,8 @@ class HostRepository(StoreConnection):
         values = (name, config.uri, config.domain_type, config.ssh, config.ssh_key, config.known_hosts,
                   config.migration_uri, config.state_dir, encode_json(list(config.shared_storage)), record.vcpus,
                   record.memory_mib, int(record.available), encode_time(record.added_at), None, config.network,
-                  config.network_type, config.disk_dir, config.peer_uri, encode_json(dict(config.properties)))
+                  config.network_type, config.disk_dir, config.peer_uri, encode_json(dict(config.properties)),
+                  config.peer_ssh_key, config.peer_known_hosts)
         self._insert_new("hosts", _HOST_COLUMNS, values, f"host {name!r}")
         return record
 
@@ -108,12 +109,14 @@ class HostRepository(StoreConnection):
 
     def _host(self, row: tuple) -> HostRecord:
         (name, uri, domain_type, ssh, ssh_key, known_hosts, migration_uri, state_dir, shared, vcpus, memory,
-         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties) = row
+         available, added_at, unavailable_from, network, network_type, disk_dir, peer_uri, properties, peer_ssh_key,
+         peer_known_hosts) = row
         try:
             config = HostConfig(name=name, uri=uri, domain_type=domain_type, ssh=ssh, ssh_key=ssh_key,
                                 known_hosts=known_hosts, migration_uri=migration_uri, state_dir=state_dir,
                                 shared_storage=tuple(json.loads(shared)), network=network,
                                 network_type=network_type, disk_dir=disk_dir, peer_uri=peer_uri,
+                                peer_ssh_key=peer_ssh_key, peer_known_hosts=peer_known_hosts,
                                 properties=tuple(sorted(json.loads(properties).items())))
         except LeasewiseError as exc:
             raise StoreError(f"{self.path}: host {name!r} is invalid in the store: {exc}") from None

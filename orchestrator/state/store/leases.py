@@ -171,7 +171,7 @@ class LeaseRepository(StoreConnection):
         """Leases as `orchestrator.state.codec` sends them (`rows.lease_record`), straight from their rows (no
         `Lease` is built: the server lists many leases often)."""
         where, params = _lease_filter(state, user)
-        rows, history, plan, rates = self._lease_rows(where, params)
+        rows, history, plan, rates, _ = self._lease_rows(where, params)
         parts: dict[int, tuple[list, list, dict]] = {row[0]: ([], [], {}) for row in rows}
         for lease_id, at, st in history:
             parts[lease_id][0].append((at, st))
@@ -234,7 +234,7 @@ class LeaseRepository(StoreConnection):
         rows = self._conn.execute("SELECT id, workload_id FROM leases WHERE workload_id IS NOT NULL")
         return {i: w for i, w in rows}
 
-    def _lease_rows(self, where: str, params: Sequence) -> tuple[list, list, list, list]:
+    def _lease_rows(self, where: str, params: Sequence) -> tuple[list, list, list, list, list]:
         """The rows of the leases `where` picks, of their state histories, plans and dirty rates, in one read
         (each by lease id, then in its order)."""
         select = f"SELECT id FROM leases {where}"
@@ -247,10 +247,12 @@ class LeaseRepository(StoreConnection):
                                 f"WHERE lease_id IN ({select}) ORDER BY lease_id, position", params).fetchall()
             rates = conn.execute(f"SELECT lease_id, vnode, mib_s FROM dirty_rates WHERE lease_id IN ({select})",
                                  params).fetchall()
-        return leases, history, plan, rates
+            disks = conn.execute(f"SELECT lease_id, vnode, mib FROM disk_allocations WHERE lease_id IN ({select})",
+                                 params).fetchall()
+        return leases, history, plan, rates, disks
 
     def _load_leases(self, where: str, params: tuple) -> list[Lease]:
-        lease_rows, history_rows, rr_rows, rate_rows = self._lease_rows(where, params)
+        lease_rows, history_rows, rr_rows, rate_rows, disk_rows = self._lease_rows(where, params)
         histories: dict[int, list[tuple[datetime, LeaseState]]] = {}
         for lease_id, at, state in history_rows:
             histories.setdefault(lease_id, []).append((decode_time(at), LeaseState(state)))
@@ -260,6 +262,9 @@ class LeaseRepository(StoreConnection):
         rates: dict[int, dict[int, float]] = {}
         for lease_id, vnode, mib_s in rate_rows:
             rates.setdefault(lease_id, {})[vnode] = mib_s
+        disks: dict[int, dict[int, float]] = {}
+        for lease_id, vnode, mib in disk_rows:
+            disks.setdefault(lease_id, {})[vnode] = mib
         leases = []
         for row in lease_rows:
             lease_id = row[0]
@@ -268,6 +273,7 @@ class LeaseRepository(StoreConnection):
                 lease.history = histories.get(lease_id, [])
                 lease.reservations = plan_from_rows(plans.get(lease_id, []))
                 lease.measured_dirty_rates = rates.get(lease_id, {})
+                lease.measured_disk_mib = disks.get(lease_id, {})
             except (LeasewiseError, ValueError, KeyError, TypeError) as exc:
                 raise StoreError(f"{self.path}: lease {lease_id} cannot be read back: {exc}") from None
             leases.append(lease)

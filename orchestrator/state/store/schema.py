@@ -262,10 +262,25 @@ _V13 = (
       for name, what in (("added", "INSERT"), ("changed", "UPDATE"), ("removed", "DELETE"))),
 )
 
+_V14 = (
+    # memory images copied host to host: the key and known_hosts file (paths on the host) each host copies with
+    "ALTER TABLE hosts ADD COLUMN peer_ssh_key TEXT",
+    "ALTER TABLE hosts ADD COLUMN peer_known_hosts TEXT",
+    # what a running VM's overlay on its host's own storage holds (its allocation), which a block migration
+    # copies: measured with its dirty rate, used by the planner in place of live_migration_disk_mib
+    """CREATE TABLE disk_allocations (
+        lease_id INTEGER NOT NULL REFERENCES leases(id) ON DELETE CASCADE,
+        vnode INTEGER NOT NULL,
+        measured_at TEXT NOT NULL,
+        mib REAL NOT NULL CHECK (mib >= 0),
+        PRIMARY KEY (lease_id, vnode)
+    )""",
+)
+
 #: MIGRATIONS[i] takes a database from schema version i to i + 1. Append only; never edit a released one.
 #: Each is a list of SQL statements or a function of the connection; all run inside one transaction
 #: (foreign_keys cannot be switched inside it: a migration that rebuilds a table must keep references valid).
-MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
+MIGRATIONS: list[Migration] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
