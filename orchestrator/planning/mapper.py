@@ -9,7 +9,8 @@ reservations. With `strict_end` off the mapping may end early (the latest end th
 used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
 `min_end` are passed over, so a placement cut too short to be worth running is not built while one that
 lasts longer exists. With preemption allowed, victim leases are added one at a time, the most
-preemptable first, until the lease fits; victims that turned out not to be needed are dropped again.
+preemptable first, until the lease fits; victims that turned out not to be needed are dropped again. A
+victim set is tried only if the capacity it frees could hold the lease at all (`preemption_bound`).
 
 One placement is an `_Ask` (what to place, where, when, on which terms). `Mapper._place` reads the hosts
 at the start (`_HostsAtStart`), filters and scores them (`Mapper._rank`), then hands the ranking to one
