@@ -62,7 +62,8 @@ class Cluster:
         self.table.skip_ids(store.max_reservation_id())
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
-        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor, ImageHolders(store.image_holders()))
+        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor,
+                                        ImageHolders(store.image_holders(), self.hosts))
         for host in hosts:   # (what leases' constraints are tested on)
             self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
@@ -88,7 +89,7 @@ class Cluster:
 
     def refresh_images(self) -> None:
         """The planner's image filter read again from the store (an image added, or copied to more hosts)."""
-        self.scheduler.set_image_holders(ImageHolders(self.store.image_holders()))
+        self.scheduler.set_image_holders(ImageHolders(self.store.image_holders(), self.hosts))
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
