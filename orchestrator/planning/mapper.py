@@ -366,13 +366,17 @@ class Mapper:
         table = self.table
         lease, start = ask.lease, ask.start
         scored: dict[int, tuple[float, Lease]] = {}
+        refused = {lease.id}   # (leases that may not give way: asked once, not once per reservation)
         for rr in table.reservations_overlapping(start, ask.end, set(ask.hosts)):
-            if rr.lease_id in scored or rr.lease_id == lease.id or rr.kind is ReservationKind.UNAVAILABLE:
+            lease_id = rr.lease_id
+            if lease_id in scored or lease_id in refused or rr.kind is ReservationKind.UNAVAILABLE:
                 continue
-            other = lease_of(rr.lease_id)
+            other = lease_of(lease_id)
             score = self.preemption.score(lease, other, start)
-            if score is not None:
-                scored[rr.lease_id] = (score, other)
+            if score is None:
+                refused.add(lease_id)
+            else:
+                scored[lease_id] = (score, other)
         # most preemptable first (the reference sorted one way and popped from the other end)
         candidates = [other for _, other in sorted(scored.values(), key=lambda so: (-so[0], so[1].id))]
         victims: list[Lease] = []
