@@ -15,9 +15,9 @@ that must wait for the reservations to thin out):
                     then cancelled (the leases it preempted stay where they went, so it is timed once).
 
 The first two are the fastest of `--rounds` rounds, in milliseconds; then the start found. At 08:00 the site
-is full of best-effort work, so every placement there preempts (the mapper's preemption, victims added one
-at a time, is most of the time of large requests: a fixed-time advance reservation of that size pays it
-too). Target: each <= 100 ms.
+is full of best-effort work, so every placement there preempts: a large request adds hundreds of victims
+before it fits, and the mapper tries a placement only for victim sets that could hold it
+(`planning/preemption_bound.py`). Target: each <= 100 ms.
 """
 
 from __future__ import annotations

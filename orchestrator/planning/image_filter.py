@@ -16,8 +16,13 @@ from orchestrator.model.lease import Lease
 class ImageHolders:
     """Catalogued image name -> the hosts holding a copy, for the images copied to hosts' own storage."""
 
-    def __init__(self, holders: Mapping[str, Collection[str]] | None = None):
-        self._holders = MappingProxyType({name: frozenset(hosts) for name, hosts in (holders or {}).items()})
+    def __init__(self, holders: Mapping[str, Collection[str]] | None = None, site: Collection[str] | None = None):
+        """`site`: every host of the site; an image all of them hold restricts no lease, so it is left out
+        (a lease booting it costs the mapper nothing: no list of hosts is made for it). A site that gains
+        a host makes a new one (the cluster is built again)."""
+        every = None if site is None else frozenset(site)
+        self._holders = MappingProxyType({name: frozenset(hosts) for name, hosts in (holders or {}).items()
+                                          if every is None or not every <= frozenset(hosts)})
 
     def hosts_for(self, lease: Lease) -> frozenset[str] | None:
         """The hosts `lease` may be planned on for its image; None: any host."""
@@ -28,6 +33,8 @@ class ImageHolders:
 
     def restrict(self, lease: Lease, only_hosts: Collection[str] | None) -> Collection[str] | None:
         """`only_hosts` (None: every host) narrowed to the hosts holding the lease's image."""
+        if not self._holders:   # (shared storage, or every copy on every host: the usual site's lease)
+            return only_hosts
         holding = self.hosts_for(lease)
         if holding is None:
             return only_hosts

@@ -9,7 +9,8 @@ reservations. With `strict_end` off the mapping may end early (the latest end th
 used), for leases that will be suspended; hosts that would hold their nodes for less than the caller's
 `min_end` are passed over, so a placement cut too short to be worth running is not built while one that
 lasts longer exists. With preemption allowed, victim leases are added one at a time, the most
-preemptable first, until the lease fits; victims that turned out not to be needed are dropped again.
+preemptable first, until the lease fits; victims that turned out not to be needed are dropped again. A
+victim set is tried only if the capacity it frees could hold the lease at all (`preemption_bound`).
 
 One placement is an `_Ask` (what to place, where, when, on which terms). `Mapper._place` reads the hosts
 at the start (`_HostsAtStart`), filters and scores them (`Mapper._rank`), then hands the ranking to one
@@ -38,6 +39,7 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.image_filter import NO_IMAGE_FILTER, ImageHolders
 from orchestrator.planning.policies import HostSelectionPolicy, PreemptionPolicy
 from orchestrator.planning.policies.host_filter import HostFilters
+from orchestrator.planning.preemption_bound import PreemptionBound
 from orchestrator.planning.slottable.hoststates import fits_rows, room_of
 from orchestrator.planning.slottable.table import SlotTable, time_key
 from orchestrator.planning.slottable.keys import AT_START
@@ -364,35 +366,68 @@ class Mapper:
         table = self.table
         lease, start = ask.lease, ask.start
         scored: dict[int, tuple[float, Lease]] = {}
+        refused = {lease.id}   # (leases that may not give way: asked once, not once per reservation)
         for rr in table.reservations_overlapping(start, ask.end, set(ask.hosts)):
-            if rr.lease_id in scored or rr.lease_id == lease.id or rr.kind is ReservationKind.UNAVAILABLE:
+            lease_id = rr.lease_id
+            if lease_id in scored or lease_id in refused or rr.kind is ReservationKind.UNAVAILABLE:
                 continue
-            other = lease_of(rr.lease_id)
+            other = lease_of(lease_id)
             score = self.preemption.score(lease, other, start)
-            if score is not None:
-                scored[rr.lease_id] = (score, other)
+            if score is None:
+                refused.add(lease_id)
+            else:
+                scored[lease_id] = (score, other)
         # most preemptable first (the reference sorted one way and popped from the other end)
         candidates = [other for _, other in sorted(scored.values(), key=lambda so: (-so[0], so[1].id))]
         victims: list[Lease] = []
         held_by: dict[int, list[Reservation]] = {}
+        bound = self._bound(ask)
         for victim in candidates:
             victims.append(victim)
             held_by[victim.id] = [r for r in table.reservations_of(victim.id) if r.end > start]
+            if bound is not None:
+                bound.exclude(held_by[victim.id])
+                if not bound.could_hold():   # (no placement could fit yet: not worth trying)
+                    continue
             mapping = self._place(ask._replace(excluding=[r for v in victims for r in held_by[v.id]]))
             if mapping is not None:
-                return self._drop_unneeded(ask, victims, held_by, mapping)
+                return self._drop_unneeded(ask, victims, held_by, mapping, bound)
         return None
 
+    def _bound(self, ask: _Ask) -> PreemptionBound | None:
+        """The bound that rules out victim sets too small to hold the lease (`preemption_bound`), for a
+        placement that must hold to its end (the one preemption makes)."""
+        if not ask.strict_end or ask.end <= ask.start:
+            return None
+        placement = ask.lease.request.placement
+        return PreemptionBound(self.table, ask.hosts, ask.start, ask.end,
+                               tuple(ask.lease.request.nodes[v] for v in ask.vnodes),
+                               spread=placement is not None and placement.spread,
+                               exclusive=placement is not None and placement.exclusive)
+
     def _drop_unneeded(self, ask: _Ask, victims: list[Lease], held_by: dict[int, list[Reservation]],
-                       mapping: Mapping) -> Mapping:
-        """Give back victims the mapping does not need, least preemptable (last added) first."""
+                       mapping: Mapping, bound: PreemptionBound | None = None) -> Mapping:
+        """Give back victims the mapping does not need, least preemptable (last added) first (a victim
+        the bound says cannot be given back is kept without trying)."""
         used_hosts = set(mapping.nodes.values())
         needed = [v for v in victims if any(h in used_hosts for r in held_by[v.id] for h in r.resources)]
+        if bound is not None:
+            kept = {v.id for v in needed}
+            for v in victims:
+                if v.id not in kept:
+                    bound.restore(held_by[v.id])
         for victim in reversed(list(needed)):
             trial = [v for v in needed if v is not victim]
+            if bound is not None:
+                bound.restore(held_by[victim.id])
+                if not bound.could_hold():
+                    bound.exclude(held_by[victim.id])
+                    continue
             alternative = self._place(ask._replace(excluding=[r for v in trial for r in held_by[v.id]]))
             if alternative is not None:
                 needed, mapping = trial, alternative
+            elif bound is not None:
+                bound.exclude(held_by[victim.id])
         mapping.victims = needed
         return mapping
 

@@ -207,10 +207,18 @@ class HostUseCases:
         return mac_prefixes_in_use(configs, self.config.daemon.driver)
 
     def host_remove(self, caller: Caller, host: str, drain: bool) -> dict[str, Any]:
-        """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}."""
+        """`host remove [--drain]`: the leases requeued, each {id, state, start, end, hosts}. Refused, naming
+        them and why, when a live lease's placement could then be met by no remaining host (planned or
+        queued: it would wait for ever)."""
         self._admin_check(caller, "removing hosts")
         now = self.now()
         with self.session.open() as cluster:
+            if host in cluster.hosts:
+                stranded = cluster.stranded_without(host)
+                if stranded:
+                    why = "; ".join(f"lease {i}: {reason}" for i, reason in sorted(stranded.items()))
+                    raise Refused(f"host {host!r} not removed: without it, no host could hold what lease(s) "
+                                  f"{', '.join(map(str, sorted(stranded)))} ask ({why}); cancel them first")
             moved = remove_host(cluster, host, drain, now)
         self._forget(host)
         self.wake()

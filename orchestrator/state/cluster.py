@@ -63,7 +63,8 @@ class Cluster:
         self.table.skip_ids(store.max_reservation_id())
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
         self.scheduling = apply_calibration(config.scheduling, store.get_meta(CALIBRATION_KEY))
-        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor, ImageHolders(store.image_holders()))
+        self.scheduler = LeaseScheduler(self.table, self.scheduling, enactor,
+                                        ImageHolders(store.image_holders(), self.hosts))
         self.refresh_learned()
         for host in hosts:   # (what leases' constraints are tested on)
             self.scheduler.host_facts.set_properties(host.name, host.config.property_map)
@@ -95,7 +96,7 @@ class Cluster:
 
     def refresh_images(self) -> None:
         """The planner's image filter read again from the store (an image added, or copied to more hosts)."""
-        self.scheduler.set_image_holders(ImageHolders(self.store.image_holders()))
+        self.scheduler.set_image_holders(ImageHolders(self.store.image_holders(), self.hosts))
 
     # -- operations ---------------------------------------------------------------------------------------
     def submit(self, request: LeaseRequest, now: datetime, workload_id: str | None = None) -> Lease:
@@ -175,13 +176,28 @@ class Cluster:
                 out.add(lease.id)
         site = {name: dict(record.config.property_map) for name, record in self.hosts.items()}
         site[host] = properties
-        capacity = {name: record.capacity for name, record in self.hosts.items()}
+        out.update(self._unplaceable(site))
+        return sorted(out)
+
+    def stranded_without(self, host: str) -> dict[int, str]:
+        """The live leases with a placement (constraints, spread, exclusive) that the hosts other than `host`
+        could never hold, even empty: lease id -> why (`host remove` refuses to strand them)."""
+        return self._unplaceable({name: dict(record.config.property_map)
+                                  for name, record in self.hosts.items() if name != host})
+
+    def _unplaceable(self, site: dict[str, dict[str, str]], empty: str = "no host would remain") -> dict[int, str]:
+        """The live leases with a placement that these hosts (name -> properties) could never hold (`empty`:
+        why, when there are none)."""
+        capacity = {name: self.hosts[name].capacity for name in site}
+        out = {}
         for lease in self.scheduler.leases.values():
             placement = lease.request.placement
-            if placement is not None and not lease.is_final and refusal(placement, lease.request.nodes, site,
-                                                                        capacity) is not None:
-                out.add(lease.id)
-        return sorted(out)
+            if placement is None or lease.is_final:
+                continue
+            why = refusal(placement, lease.request.nodes, site, capacity) if site else empty
+            if why is not None:
+                out[lease.id] = why
+        return out
 
     def lease(self, lease_id: int) -> Lease:
         return self.scheduler.lease(lease_id)
@@ -204,9 +220,16 @@ class Cluster:
         plan = self.scheduler.drain(host, by, now)
         self.store.set_host_available(host, False, since=plan.unavailable_from)
         self.hosts[host] = self.store.host(host)
+        self.scheduler.schedule(now)
+        # the queued leases that no available host could ever hold: said, not refused (an undrain undoes a
+        # drain; meanwhile they wait)
+        available = {name: dict(r.config.property_map) for name, r in self.hosts.items() if r.available}
+        for lease_id, why in self._unplaceable(available, "no host would remain available").items():
+            if self.scheduler.leases[lease_id].state is LeaseState.QUEUED:
+                waits = f"waits until a host is undrained: {why}"
+                plan.leases[lease_id] = f"{plan.leases[lease_id]}; {waits}" if lease_id in plan.leases else waits
         self.store.append_event(now, "drained", None, host=host, unavailable_from=iso(plan.unavailable_from),
                                 leases={str(i): what for i, what in plan.leases.items()})
-        self.scheduler.schedule(now)
         return plan
 
     def undrain(self, host: str, now: datetime) -> None:

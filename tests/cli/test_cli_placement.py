@@ -220,6 +220,43 @@ def test_a_simulated_lwf_workload_honours_the_placement(tmp_path):
     assert result.exit_code == 2 and "spread: must be true or false (got 'maybe')" in result.output
 
 
+def test_host_remove_strands_no_lease(gpu_site, store_path):
+    """`host remove` (with or without --drain) is refused, with each lease's reason, while a live lease's
+    placement could then be met by no remaining host: planned there, or queued behind another."""
+    ok(submit(gpu_site, "--cpus", "4", "--memory", "512", "--where", "gpu"))          # 1: on g1 now
+    ok(submit(gpu_site, "--cpus", "4", "--memory", "512", "--where", "gpu=a100"))     # 2: waits for g1
+    ok(submit(gpu_site, "--cpus", "1", "--memory", "512", "--nodes", "3", "--spread"))  # 3: one VM a host
+    before = snapshot(store_path)
+    for drain in ((), ("--drain",)):
+        result = gpu_site("host", "remove", "g1", *drain)
+        assert result.exit_code == 3 and lines(result.stderr) == [
+            "error: host 'g1' not removed: without it, no host could hold what lease(s) 1, 2, 3 ask (lease 1: no "
+            "host meets gpu; lease 2: no host meets gpu=a100; lease 3: 3 VMs spread need 3 hosts, and only 2 exist); "
+            "cancel them first"], result.output
+        assert snapshot(store_path) == before
+    for lease in ("1", "2"):
+        ok(gpu_site("lease", "cancel", lease))
+    result = gpu_site("host", "remove", "c2", "--drain")
+    assert result.exit_code == 3 and "lease(s) 3 ask (lease 3: 3 VMs spread need 3 hosts, and only 2 exist)" \
+        in result.stderr
+    ok(gpu_site("lease", "cancel", "3"))
+    ok(submit(gpu_site, "--cpus", "1", "--memory", "512", "--where", "rack=r1", "--start",
+              "2099-01-01T10:00:00Z"))   # 4: r1 has two hosts; removing r2's takes nothing it needs
+    ok(gpu_site("host", "remove", "c2"))
+    assert sorted(h["name"] for h in json.loads(ok(gpu_site("host", "list", "--json")).stdout)) == ["c1", "g1"]
+
+
+def test_a_drain_says_which_leases_then_wait_for_an_undrain(gpu_site, store_path):
+    ok(submit(gpu_site, "--cpus", "1", "--memory", "512", "--where", "gpu=a100"))   # 1: only g1 has a GPU
+    ok(submit(gpu_site, "--cpus", "1", "--memory", "512", "--where", "rack=r1"))    # 2: g1 or c1
+    result = ok(gpu_site("host", "drain", "g1"))
+    said = dict(line.split(": ", 1) for line in lines(result.stdout) if line.startswith("lease "))
+    assert said["lease 1"].endswith("; waits until a host is undrained: no host meets gpu=a100"), said
+    assert "waits" not in said.get("lease 2", "")
+    ok(gpu_site("host", "undrain", "g1"))
+    assert json.loads(ok(gpu_site("lease", "show", "1", "--json")).stdout)["lease"]["state"] == "scheduled"
+
+
 def test_a_host_keeps_properties_live_leases_need(gpu_site, store_path):
     # lease 1 holds the GPU host for an hour; lease 2 waits for it (queued or planned after it)
     ok(submit(gpu_site, "--cpus", "4", "--memory", "512", "--where", "gpu"))

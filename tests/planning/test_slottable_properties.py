@@ -25,7 +25,7 @@ from orchestrator.model.reservations import Reservation, ReservationKind
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.slottable import shared_usage
-from orchestrator.planning.slottable.table import FOREVER, SlotTable
+from orchestrator.planning.slottable.table import FOREVER, SlotTable, time_key
 from tests.reference import CORES
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -208,6 +208,21 @@ class SlotTableMachine(RuleBasedStateMachine):
                 o_latest_fit(self.raw, cap, host, req, t1, t2, ex_ids)
             assert self.table.latest_fit(host, req, T(t1), None, ex) == \
                 o_latest_fit(self.raw, cap, host, req, t1, None, ex_ids)
+
+    @rule(pick=host_picks, t1=query_minutes, length=st.integers(0, 30), forever=st.booleans())
+    def step_queries(self, pick, t1, length, forever):
+        """A host's steps over an interval (`steps_key`) and its peak (`peak_key`), which the preemption
+        bound reads: the usage at t1 and at every boundary inside, and per field the most of them."""
+        host = self.host(pick)
+        t2 = None if forever else t1 + length
+        k = (lambda m: time_key(T(m)))
+        points = [p for p in o_points(self.raw, host, t1, t2) if p == t1 or p in {
+            b for s, e, res in self.raw.values() if e > s and host in res for b in (s, e)}]
+        keys, usages = self.table.timeline(host).steps_key(k(t1), None if t2 is None else k(t2))
+        assert keys == [k(p) for p in points]
+        assert list(usages) == [o_usage(self.raw, host, p) for p in points]
+        peak = self.table.timeline(host).peak_key(k(t1), None if t2 is None else k(t2))
+        assert peak == tuple(float(max(u[f] for u in usages)) for f in range(5))
 
     @rule(picks=st.sets(host_picks, max_size=3), t=query_minutes, until=st.none() | query_minutes)
     def changepoint_queries(self, picks, t, until):

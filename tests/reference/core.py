@@ -148,6 +148,14 @@ class HostTimeline:
     def collect(self, k1: int, k2: int | None, into: dict[int, datetime]) -> None:
         into.update((p.key, p.time) for p in self._inside(k1, k2))
 
+    def steps_key(self, k1: int, k2: int | None) -> tuple[list[int], list[Resources]]:
+        inside = self._inside(k1, k2)
+        return [k1, *(p.key for p in inside)], [self.usage_key(k1), *(self._shared.vectors[p.code] for p in inside)]
+
+    def peak_key(self, k1: int, k2: int | None) -> tuple[float, float, float, float, float]:
+        usages = self.steps_key(k1, k2)[1]
+        return tuple(float(max(u[f] for u in usages)) for f in range(5))  # type: ignore[return-value]
+
     # -- queries (by datetime) ----------------------------------------------------------------------------
     def window(self, t: datetime) -> tuple[Resources, int, datetime | None, datetime | None]:
         k = time_key(t)

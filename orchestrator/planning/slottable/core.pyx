@@ -383,6 +383,34 @@ cdef class HostTimeline:
         for m in range(i, j):
             into[self._keys[m]] = <object>PyList_GET_ITEM(self._times, m)
 
+    def steps_key(self, key_t k1, k2):
+        """The usage at k1 and from each breakpoint strictly inside (k1, k2) on (k2 None: to the end), as
+        (keys, usages), the first key k1: the host's step function over the interval."""
+        cdef Py_ssize_t m, i = self._after(k1), j = self._before(k2)
+        keys = [k1]
+        usages = [self._vector(i)]
+        for m in range(i, j):
+            keys.append(self._keys[m])
+            usages.append(self._vectors[self._codes[m]])
+        return keys, usages
+
+    def peak_key(self, key_t k1, k2):
+        """Per field, the most the host uses at any time in [k1, k2) (k2 None: for ever; the usage at k1
+        when the interval holds no breakpoint), as a tuple of floats."""
+        cdef double peak[5]
+        cdef double u
+        cdef Py_ssize_t f, m, i = self._after(k1), j = self._before(k2)
+        used = self._vector(i)
+        for f in range(5):
+            peak[f] = <object>PyTuple_GET_ITEM(used, f)
+        for m in range(i, j):
+            used = self._vectors[self._codes[m]]
+            for f in range(5):
+                u = <object>PyTuple_GET_ITEM(used, f)
+                if u > peak[f]:
+                    peak[f] = u
+        return (peak[0], peak[1], peak[2], peak[3], peak[4])
+
     # -- queries (by datetime) --------------------------------------------------------------------------
     def window(self, t):
         """(usage, reservation count) at t and the breakpoints around t between which they hold."""

@@ -4,6 +4,9 @@ A form is `application/x-www-form-urlencoded`, of bounded size, each field at mo
 the fields of `leasewise lease submit` (its keys as a lease file names them), made into the API's
 submission and checked by the use case as every client's request is (`LeaseService.submit`), its errors
 naming the form's field; public keys and cloud-config are pasted as text, since the server reads no file for a visitor.
+Its placement fields are the submission's too: `where` (constraints, one a line), `spread`, `pack` and
+`exclusive` (yes/no), `start` = `earliest` with `not_before`/`not_after`; the same fields ask for the free
+windows (`free_query`: the API's `FreeQuery`, as `plan --free` asks).
 """
 
 from __future__ import annotations
@@ -16,17 +19,19 @@ from fastapi import Request
 
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.timeutil import end_of, iso, parse_duration, parse_time
-from orchestrator.service.models import LeaseSubmission, submission_of
+from orchestrator.service.models import FreeQuery, LeaseSubmission, model_of, submission_of
 
 #: a form's largest body: a #cloud-config of 64 KiB and a few keys, URL-encoded
 MAX_FORM_BYTES = 256 * 1024
 MAX_FIELDS = 64
 
 #: the submit form's text fields (the lease file's keys; `image_path` is an admin's `image` given as a path)
-SUBMIT_TEXT = ("nodes", "cpus", "memory", "duration", "start", "image", "kernel", "initrd", "cmdline", "name", "user",
-               "dirty_rate", "disk_size", "hostname_prefix", "ssh_key", "user_data")
-#: its yes/no fields: (key, what "yes" means); unset, the CLI's defaults hold
-SUBMIT_CHOICES = ("preemptible", "network", "keep_disks")
+SUBMIT_TEXT = ("nodes", "cpus", "memory", "duration", "start", "not_before", "not_after", "image", "kernel", "initrd",
+               "cmdline", "name", "user", "dirty_rate", "disk_size", "hostname_prefix", "ssh_key", "user_data")
+#: its yes/no fields; unset, the CLI's defaults hold
+SUBMIT_CHOICES = ("preemptible", "network", "keep_disks", "spread", "pack", "exclusive")
+#: the fields a free-window query takes from the submit form (`plan --free`'s options)
+FREE_KEYS = ("nodes", "cpus", "memory", "duration", "not_before", "not_after", "where", "spread", "pack", "exclusive")
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -69,6 +74,9 @@ def submit_values(form: Mapping[str, str]) -> dict[str, object]:
             values[key] = text if key in ("ssh_key", "user_data") else text.strip()
     if path:
         values["image"] = path
+    where = [line.strip() for line in form.get("where", "").splitlines() if line.strip()]
+    if where:
+        values["where"] = where
     for key in SUBMIT_CHOICES:
         choice = form.get(key, "").strip().lower()
         if choice not in ("", "yes", "no"):
@@ -85,6 +93,13 @@ def lease_submission(form: Mapping[str, str]) -> LeaseSubmission:
     if isinstance(values.get("ssh_key"), str):
         values["ssh_key"] = [line.strip() for line in str(values["ssh_key"]).splitlines() if line.strip()] or None
     return submission_of(values)
+
+
+def free_query(form: Mapping[str, str]) -> FreeQuery:
+    """The free-window query the submit form's size, duration and placement ask (`plan --free`), checked by
+    the API's model (`FreeQuery`), its errors naming the form's field."""
+    values = submit_values(form)
+    return model_of(FreeQuery, {key: values[key] for key in FREE_KEYS if key in values})
 
 
 def extension(form: Mapping[str, str]) -> timedelta:

@@ -191,28 +191,45 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
         return shown(request, make)
 
     def submit_form(visitor: Visitor, status: int = 200, values: dict[str, str] | None = None,
-                    error: str = "", field: str = "") -> HTMLResponse:
+                    error: str = "", field: str = "", free: dict[str, Any] | None = None) -> HTMLResponse:
         return page(visitor, "submit.html", status, nav="new", values=values or {}, error=error, bad_field=field,
-                    images=service.images(visitor.caller), free=free_windows(visitor, values or {}))
+                    images=service.images(visitor.caller), free=None if free is None else views.free_rows(free))
+
+    async def asked_by_the_form(request: Request, ask: Callable[[Visitor, dict[str, str]], dict[str, Any]],
+                                answered: Callable[[Visitor, dict[str, str], dict[str, Any]], Response]) -> Response:
+        """An action of the submit form: `ask` the service, then show its answer; refused, the form again as
+        filled in, with the one line that says what is wrong (and its field marked)."""
+        def make(visitor: Visitor, form: dict[str, str]) -> Response:
+            try:
+                answer = ask(visitor, form)
+            except LeasewiseError as exc:
+                field = exc.field if isinstance(exc, InvalidRequest) else ""
+                status = 429 if isinstance(exc, RateLimited) else status_for(exit_code_of(exc))
+                return submit_form(visitor, status, form, str(exc), field)
+            return answered(visitor, form, answer)
+
+        return await acted(request, make)
 
     @router.get("/leases/new")
     def new_lease(request: Request) -> Response:
         return shown(request, lambda visitor: submit_form(visitor))
 
+    @router.post("/leases/free")
+    async def free(request: Request) -> Response:
+        """The submit form again, listing when a lease of its size and placement would fit (`plan --free`)."""
+        return await asked_by_the_form(
+            request, lambda visitor, form: service.free_windows(visitor.caller, forms.free_query(form)),
+            lambda visitor, form, answer: submit_form(visitor, 200, form, free=answer))
+
     @router.post("/leases")
     async def submit(request: Request) -> Response:
-        def make(visitor: Visitor, form: dict[str, str]) -> Response:
-            try:
-                answer = service.submit(visitor.caller, forms.lease_submission(form))
-            except LeasewiseError as exc:
-                field = exc.field if isinstance(exc, InvalidRequest) else ""
-                status = 429 if isinstance(exc, RateLimited) else status_for(exit_code_of(exc))
-                return submit_form(visitor, status, form, str(exc), field)
+        def answered(visitor: Visitor, form: dict[str, str], answer: dict[str, Any]) -> Response:
             outcome, lines = views.submit_lines(answer)
             return page(visitor, "answer.html", 201 if outcome != "rejected" else 409, nav="new", outcome=outcome,
                         lines=lines, answer=answer, day=answer["start"][:10] if answer["start"] else "")
 
-        return await acted(request, make)
+        return await asked_by_the_form(
+            request, lambda visitor, form: service.submit(visitor.caller, forms.lease_submission(form)), answered)
 
     @router.get("/leases/{lease_id}")
     def lease(request: Request, lease_id: int) -> Response:
@@ -306,14 +323,6 @@ def web_router(service: LeaseService, admin_group: str, check_token: TokenCheck 
         return await acted(request, make)
 
     return router
-
-
-def free_windows(visitor: Visitor, values: dict[str, str]) -> list[dict[str, str]]:
-    """The next free windows for the size the form asks (`plan --free`), to pick a start from.
-
-    None yet: `plan --free` comes with the placement issue; when it does, this asks it through its use case
-    for the form's nodes, cpus, memory and duration, and the form lists what it answers."""
-    return []
 
 
 def _set_cookie(response: Response, session: Session, service: LeaseService) -> None:

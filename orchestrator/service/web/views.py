@@ -238,6 +238,13 @@ def submit_lines(answer: dict[str, Any]) -> tuple[str, list[str]]:
     return "accepted", lines
 
 
+def free_rows(answer: dict[str, Any]) -> dict[str, Any]:
+    """`plan --free`'s answer as the submit form lists it: each window's start, latest start and hosts."""
+    return {"placement": answer.get("placement"),
+            "windows": [{"start": w["start"], "latest_start": w["latest_start"] or "any time later",
+                         "hosts": ", ".join(w["hosts"])} for w in answer["windows"]]}
+
+
 def cancel_lines(done: dict[str, Any]) -> list[str]:
     lines = [f"lease {done['id']} cancelled"]
     if done["was_running"]:

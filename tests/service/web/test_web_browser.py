@@ -208,3 +208,31 @@ def test_the_calendar_zooms_moves_in_time_and_filters_hosts(site, browsers):
     WebDriverWait(user.driver, 20).until(lambda d: d.execute_script("return window.leasewiseCalendar.summary().view") == "month")
     user.driver.find_element(By.ID, "cal-hosts").send_keys("h2")
     assert user.calendar(path="")["shown"] == ["h2"]
+
+
+def test_the_form_asks_free_windows_and_books_the_earliest_placed_lease(site, browsers):
+    """Placement in the browser: constraints typed one a line, spread chosen, the free windows listed for
+    that request, then the lease booked at the earliest start, on the hosts the constraints allow."""
+    from selenium.webdriver.support.ui import Select
+
+    admin = site.api(site.token("lwadm", admin=True)["token"])
+    for host in ("h1", "h3"):
+        admin.host_set(host, {"rack": "r1"}, [])
+    alice = browsers()
+    alice.sign_in(site.token("lwalice")["token"])
+    alice.open("/leases/new")
+    for field, value in {"f-nodes": "2", "f-cpus": "1", "f-memory": "512", "f-duration": "1h",
+                         "f-where": "rack=r1"}.items():
+        alice.driver.find_element(By.ID, field).send_keys(value)
+    Select(alice.driver.find_element(By.ID, "f-spread")).select_by_value("yes")
+    alice.driver.find_element(By.ID, "find-free").click()
+    WebDriverWait(alice.driver, 20).until(lambda d: d.find_elements(By.ID, "free-windows"))
+    windows = alice.text("#free-windows")
+    assert "on h1, h3" in windows and "spread" in windows
+    # the form kept what was typed: ask for the earliest start and submit
+    assert alice.driver.find_element(By.ID, "f-where").get_attribute("value") == "rack=r1"
+    alice.driver.find_element(By.ID, "f-start").send_keys("earliest")
+    alice.driver.find_element(By.ID, "submit-lease").click()
+    alice.arrive("Lease ")
+    answer = alice.text("#answer")
+    assert "accepted (advance-reservation, scheduled)" in answer and answer.rstrip().endswith("on h1, h3")
