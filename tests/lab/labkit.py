@@ -372,10 +372,10 @@ def remove_lease_domains(libvirt, conns) -> None:
                 dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE)
 
 
-def daemon_config(path, scheduling: str = "") -> None:
+def daemon_config(path, scheduling: str = "", daemon: str = "") -> None:
     """A config for the daemon on the lab: the libvirt driver, a 1 s poll, a 3 s graceful stop, 5 s shutdowns
-    planned, and the test's own `[scheduling]` lines."""
-    path.write_text('[daemon]\ndriver = "libvirt"\npoll_interval = "1s"\ngraceful_timeout = "3s"\n'
+    planned, and the test's own `[daemon]` and `[scheduling]` lines."""
+    path.write_text('[daemon]\ndriver = "libvirt"\npoll_interval = "1s"\ngraceful_timeout = "3s"\n' + daemon +
                     '[scheduling]\nshutdown_time = "5s"\n' + scheduling)
 
 
@@ -423,9 +423,11 @@ class EvacuationSite:
     guest: list[str]           # the tiny guest's boot options, its dirtier touching `dirtier_mib` MiB once
 
 
-def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, dirtier_mib: int) -> EvacuationSite:
+def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, dirtier_mib: int,
+                    measure_dirty_rates: bool = True) -> EvacuationSite:
     """Three lab hosts imported into a fresh store with migrate-first preemption at `bandwidth_mib_s`
-    (libvirt's limit too), the third declared small."""
+    (libvirt's limit too), the third declared small. Without `measure_dirty_rates` the planner keeps to the
+    declared dirty rate (a measurement taken while the guest touches its memory would forbid the migration)."""
     from orchestrator.state.store import Store
 
     if len(lab.names) < 3:
@@ -434,7 +436,8 @@ def evacuation_site(lab, tmp_path: Path, bandwidth_mib_s: float, margin: str, di
     state = tmp_path / "state.sqlite"
     config = tmp_path / "leasewise.toml"
     daemon_config(config, f'preemption_mode = "migrate-first"\nlive_migration_bandwidth = {bandwidth_mib_s}\n'
-                          f'live_migration_margin = "{margin}"\n')
+                          f'live_migration_margin = "{margin}"\n',
+                  daemon='' if measure_dirty_rates else 'dirty_rate_interval = "0s"\n')
     common = ["--state", str(state), "--config", str(config)]
     guest = ["--kernel", str(GUEST_DIR / "vmlinuz"), "--initrd", str(GUEST_DIR / "initrd.img"),
              "--cmdline", f"console=ttyS0 quiet dirtier.mib={dirtier_mib} dirtier.pps=0"]
