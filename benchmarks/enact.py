@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from drivers.base import DiskSpec, VMSpec  # noqa: E402
+from lab_leases import cancel_and_wait_released  # noqa: E402
 from drivers.cloudinit import SeedSpec, build_seed_iso  # noqa: E402
 from drivers.domain_xml import render_domain_xml  # noqa: E402
 from drivers.inventory import load_inventory  # noqa: E402
@@ -81,12 +82,7 @@ def leasewise_run(image: dict, key: Path, work: Path) -> dict[str, float]:
         starts = [e["detail"] for e in shown["events"] if e["kind"] == "enacted" and e["detail"].get("operation") == "start"]
         planned = datetime.fromisoformat(starts[0]["planned_start"].replace("Z", "+00:00")).timestamp()
         running = max(datetime.fromisoformat(d["enacted_end"].replace("Z", "+00:00")).timestamp() for d in starts)
-        cli("lease", "cancel", "1", *common)
-        deadline = time.monotonic() + 120   # the daemon stops the VMs and removes their volumes
-        while not any(e["kind"] == "released" for e in json.loads(cli("lease", "show", "1", "--json", *common))["events"]):
-            if time.monotonic() > deadline:
-                sys.exit("the daemon did not clean up after the lease in 2 minutes")
-            time.sleep(1)
+        cancel_and_wait_released(cli, "1", common)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)

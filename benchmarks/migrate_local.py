@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy" / "lab"))
 
+from lab_leases import cancel_and_wait_released  # noqa: E402
 from lablib.common import LOCK_HELD_ENV, acquire_lab_lock  # noqa: E402
 
 LAB = ROOT / "deploy" / "lab" / "lab"
@@ -112,13 +113,7 @@ def run(args: argparse.Namespace, image: dict, work: Path) -> dict[str, float]:
         figures.update(predicted_s=row["predicted_seconds"], measured_s=row["measured_seconds"],
                        disk_mib=row["disk_mib"] or 0.0)
         figures["source"], figures["destination"] = source, vm["host"]   # type: ignore[assignment]
-        cli("lease", "cancel", "1", *common)
-        deadline = time.monotonic() + 120
-        while not any(e["kind"] == "released"
-                      for e in json.loads(cli("lease", "show", "1", "--json", *common).stdout)["events"]):
-            if time.monotonic() > deadline:
-                sys.exit("the daemon did not clean up after the lease in 2 minutes")
-            time.sleep(1)
+        cancel_and_wait_released(lambda *args: cli(*args).stdout, "1", common)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
