@@ -7,6 +7,7 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -75,6 +76,7 @@ class SimulatedDriver(Driver):
         self._rng = random.Random(self.config.seed)
         self._lock = OperationLock()
         self._state = HostsState()
+        self._grouped: dict[str, list[SimulatedVM]] | None = None   # `_on_hosts`, until the state changes
         self._powered_off: set[str] = set()   # the hosts of `power_lost` whose VMs were stopped already
         #: VM -> its last completed live migration (kept in memory only, as libvirtd keeps its statistics)
         self._completed: dict[str, MigrationReport] = {}
@@ -109,18 +111,23 @@ class SimulatedDriver(Driver):
         for host in hosts:
             self._known(host)
         if self._file is None:
-            yield
+            try:
+                yield
+            finally:
+                self._grouped = None
             return
         before = self._state.copy()
         try:
             yield
-            self._file.save(self._state)
+            self._file.save(before, self._state)
         except BaseException as exc:
             self._state = before
             if isinstance(exc, OSError):
                 raise OperationFailed(f"{what}: cannot write the simulated state file {self.state_file}: "
                                       f"{exc.strerror or exc}") from exc
             raise
+        finally:
+            self._grouped = None
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -169,9 +176,10 @@ class SimulatedDriver(Driver):
         """The VMs running on `host` stop where they are (noticed at the first look after the power cut)."""
         self._powered_off.add(host)
         with self._changing(f"power cut on {host}"):
-            for vm in [*self._state.vms.values(), *self._state.left.values()]:
-                if vm.host == host and vm.state in ("running", "paused"):
-                    vm.state = "shutoff"
+            for entries in (self._state.vms, self._state.left):
+                for key, vm in entries.items():
+                    if vm.host == host and vm.state in ("running", "paused"):
+                        entries[key] = replace(vm, state="shutoff")
 
     def _up(self, host: str) -> HostCapacity:
         cap = self._known(host)
@@ -295,6 +303,7 @@ class SimulatedDriver(Driver):
         record = self._state.vms.pop(vm, None)
         if record is not None:
             self._state.left[(record.host, vm)] = record
+            self._grouped = None
 
     # -- what a person uses: disks, addresses, the console ----------------------------------------
 
@@ -413,15 +422,26 @@ class SimulatedDriver(Driver):
             if record.state not in ("running", "paused"):
                 raise OperationFailed(f"{vm} on {record.host} is not running ({record.state})")
             with self._changing(f"power off {vm} on {record.host}"):
-                record.state = "shutoff"
+                self._state.vms[vm] = replace(record, state="shutoff")
 
     def list_vms(self, host: str) -> list[VMInfo]:
         with self._lock.held():
             self._up(host)
-            here = [vm for vm in self._state.vms.values() if vm.host == host]
-            here += [vm for (where, _), vm in self._state.left.items() if where == host]
             return [VMInfo(vm.spec.name, vm.host, vm.state, vm.spec.vcpus, vm.spec.memory_mib, vm.spec.lease_id)
-                    for vm in here]
+                    for vm in self._on_hosts().get(host, ())]
+
+    def _on_hosts(self) -> dict[str, list[SimulatedVM]]:
+        """Each host's VMs (its live ones, then the copies it kept), grouped once per state: a look at every
+        host asks each for its list, and a scan of every VM per host made a look quadratic."""
+        groups = self._grouped
+        if groups is None:
+            groups = {}
+            for vm in self._state.vms.values():
+                groups.setdefault(vm.host, []).append(vm)
+            for (where, _), vm in self._state.left.items():
+                groups.setdefault(where, []).append(vm)
+            self._grouped = groups
+        return groups
 
     def locate(self, vm: str) -> str | None:
         with self._lock.held():
@@ -449,7 +469,7 @@ class SimulatedDriver(Driver):
                 raise OperationFailed(f"suspend {vm} on {record.host}: injected failure")
             with self._changing(f"suspend {vm} on {record.host}", record.host):
                 self._state.images[self._image_key(record.host, state_path)] = SaveImage(record.spec, size)
-                record.state = "saved"
+                self._state.vms[vm] = replace(record, state="saved")
             return OperationReport("suspend", vm, record.host, seconds, size)
 
     def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
@@ -555,7 +575,7 @@ class SimulatedDriver(Driver):
             if self._injected_failure("migrate"):
                 raise attempt.failed("injected failure", figures=figures)
             with self._changing(f"migrate {vm} {src} -> {dst_host}", src, dst_host):
-                record.host = dst_host
+                self._state.vms[vm] = replace(record, host=dst_host)
             report = self._completed[vm] = attempt.report(cost.outcome, figures)
             return report
 

@@ -1,17 +1,21 @@
-"""What the simulated hosts hold (VMs, save images, disk overlays), and the JSON file that keeps it across
+"""What the simulated hosts hold (VMs, save images, disk overlays), and the file that keeps it across
 processes.
 
-The file is read when the driver is built and written whole after each operation that changes the hosts:
-next to the file, then renamed over it (`drivers.files.write_whole`), so a reader (or a process that starts
-after a crash) sees the old state or the new one, never a mix. Only one driver process may write a given
-file at a time.
+The file is a journal: its first line the whole state (JSON), each following line what one operation
+changed (the new entries, null for those it removed), appended and flushed to disk. An operation then costs
+what it changed, not the whole site (a server enacting thousands of VMs rewrote every VM at every start).
+When the lines appended outweigh the first, the file is written whole again: beside it, then renamed over
+it (`drivers.files.write_whole`). A reader, or a process that starts after a crash, sees the old state or
+the new one, never a mix: a last line cut short by a crash is an operation that did not happen. Only one
+driver process may write a given file at a time.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
-from dataclasses import asdict, dataclass, field, fields, replace
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_args
 
@@ -20,15 +24,18 @@ from drivers.cloudinit import SeedSpec
 from drivers.files import write_whole
 
 STATE_FORMAT = "leasewise-simulated-hosts"
-STATE_VERSION = 1
+STATE_VERSION = 2   # (1: the first line only, no journal; still read)
+#: a file's journal is written whole again once its lines outweigh its first line, and this at least
+_MIN_JOURNAL_BYTES = 64 * 1024
 
 _VM_STATES = frozenset(get_args(VMStateName))
 _SPEC_FIELDS = frozenset(f.name for f in fields(VMSpec))
 
 
-@dataclass
+@dataclass(frozen=True)
 class SimulatedVM:
-    """A VM defined on a simulated host."""
+    """A VM defined on a simulated host (replaced, not changed: an operation's changes are the entries it
+    replaced, found by identity)."""
 
     spec: VMSpec
     host: str
@@ -61,9 +68,16 @@ class HostsState:
     base_copies: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def copy(self) -> HostsState:
-        """A copy an operation can be undone to (the VM records are copied: operations change them)."""
-        return HostsState({name: replace(vm) for name, vm in self.vms.items()}, dict(self.images), dict(self.disks),
-                          {key: replace(vm) for key, vm in self.left.items()}, dict(self.base_copies))
+        """A copy an operation can be undone to, and compared with (`changes`): the entries are immutable."""
+        return HostsState(dict(self.vms), dict(self.images), dict(self.disks), dict(self.left), dict(self.base_copies))
+
+
+def _changed(before: Mapping, after: Mapping) -> dict:
+    """The keys whose entry is new or replaced in `after` (-> it), or gone from it (-> None)."""
+    missing = object()
+    changed = {key: value for key, value in after.items() if before.get(key, missing) is not value}
+    changed.update((key, None) for key in before if key not in after)
+    return changed
 
 
 def spec_from_json(data: object) -> VMSpec:
@@ -87,6 +101,8 @@ class StateFile:
     def __init__(self, path: Path):
         self.path = path
         self._spec_json: dict[int, tuple[VMSpec, dict[str, Any]]] = {}   # id(spec) -> (spec, its JSON)
+        self._whole_bytes: int | None = None   # the first line's size (None: not written by this object yet)
+        self._journal_bytes = 0   # the lines appended since
 
     def load(self, hosts: Collection[str]) -> HostsState | None:
         """The state in the file, checked against the driver's `hosts`; None when there is no file yet
@@ -99,45 +115,129 @@ class StateFile:
         except OSError as exc:
             raise ValueError(f"simulated state file {path}: cannot be read ({exc.strerror or exc})") from None
         try:
-            return _parse(json.loads(text), hosts)
+            return _parse(_merged(text), hosts)
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ValueError(f"simulated state file {path}: {problem}") from None
 
-    def save(self, state: HostsState) -> None:
-        """Write `state` whole (one line: the C encoder, as the file is rewritten after every operation)."""
-        write_whole(self.path, json.dumps(self._json(state), sort_keys=True, separators=(",", ":")))
+    def save(self, before: HostsState, after: HostsState) -> None:
+        """Keep `after`, the state an operation made of `before`: its changes appended as one line, or the
+        state written whole (the first write of this object, or once the journal outweighs the first line).
+        An error leaves the file as it was."""
+        if self._whole_bytes is None or self._journal_bytes > max(self._whole_bytes, _MIN_JOURNAL_BYTES):
+            self.write_whole(after)
+            return
+        line = (json.dumps(self._changes_json(before, after), sort_keys=True, separators=(",", ":"))
+                + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            except BaseException:
+                os.ftruncate(fd, size)   # (a line half written, or not known to be on disk, is taken back)
+                raise
+        finally:
+            os.close(fd)
+        self._journal_bytes += len(line)
 
-    def _json(self, state: HostsState) -> dict[str, Any]:
+    def write_whole(self, state: HostsState) -> None:
+        """The file made again of `state` alone (one line, no journal)."""
         # (a spec is frozen: its JSON is made once, not at every write of a file listing every VM)
         known, self._spec_json = self._spec_json, {}
+        text = json.dumps(self._whole_json(state, known), sort_keys=True, separators=(",", ":")) + "\n"
+        write_whole(self.path, text)
+        self._whole_bytes, self._journal_bytes = len(text), 0
 
-        def spec_json(spec: VMSpec) -> dict[str, Any]:
-            cached = known.get(id(spec))
-            if cached is None or cached[0] is not spec:
-                cached = (spec, asdict(spec))
-            self._spec_json[id(spec)] = cached
-            return cached[1]
+    def _spec(self, spec: VMSpec, known: dict[int, tuple[VMSpec, dict[str, Any]]]) -> dict[str, Any]:
+        cached = known.get(id(spec))
+        if cached is None or cached[0] is not spec:
+            cached = (spec, asdict(spec))
+        self._spec_json[id(spec)] = cached
+        return cached[1]
 
+    def _vm(self, vm: SimulatedVM, known) -> dict[str, Any]:
+        return {"host": vm.host, "state": vm.state, "spec": self._spec(vm.spec, known)}
+
+    def _image(self, key: ImageKey, image: SaveImage, known) -> dict[str, Any]:
+        return {"host": key[0], "path": key[1], "size_bytes": image.size_bytes, "spec": self._spec(image.spec, known)}
+
+    def _whole_json(self, state: HostsState, known) -> dict[str, Any]:
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
-            "vms": {name: {"host": vm.host, "state": vm.state, "spec": spec_json(vm.spec)}
-                    for name, vm in state.vms.items()},
+            "vms": {name: self._vm(vm, known) for name, vm in state.vms.items()},
             "disks": state.disks,
-            "images": [{"host": host, "path": image_path, "size_bytes": image.size_bytes,
-                        "spec": spec_json(image.spec)}
-                       for (host, image_path), image in state.images.items()],
-            "left": [{"host": vm.host, "state": vm.state, "spec": spec_json(vm.spec)} for vm in state.left.values()],
+            "images": [self._image(key, image, known) for key, image in state.images.items()],
+            "left": [self._vm(vm, known) for vm in state.left.values()],
             "base_copies": [{"host": host, "path": path, "sha256": digest}
                             for (host, path), digest in state.base_copies.items()],
         }
+
+    def _changes_json(self, before: HostsState, after: HostsState) -> dict[str, Any]:
+        """One operation's line: per kind, each changed entry's key and new JSON (null: removed)."""
+        known = self._spec_json
+        return {
+            "vms": {name: None if vm is None else self._vm(vm, known)
+                    for name, vm in _changed(before.vms, after.vms).items()},
+            "disks": _changed(before.disks, after.disks),
+            "images": [[list(key), None if image is None else self._image(key, image, known)]
+                       for key, image in _changed(before.images, after.images).items()],
+            "left": [[list(key), None if vm is None else self._vm(vm, known)]
+                     for key, vm in _changed(before.left, after.left).items()],
+            "base_copies": [[list(key), digest]
+                            for key, digest in _changed(before.base_copies, after.base_copies).items()],
+        }
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The state a file holds, as one JSON document (its first line with the journal's changes applied)."""
+    return _merged(path.read_text(encoding="utf-8"))
+
+
+def _merged(text: str) -> dict[str, Any]:
+    lines = text.split("\n")
+    data = json.loads(lines[0])
+    if not isinstance(data, dict) or len(lines) <= 2:
+        return data
+    complete = lines[1:-1] if not text.endswith("\n") else lines[1:]
+    # (a file not ending in a new line ends in a line cut short: that operation did not happen)
+    vms = data.get("vms")
+    images = {(e.get("host"), e.get("path")): e for e in data.get("images", [])}
+    left = {(e.get("host"), e.get("spec", {}).get("name")): e for e in data.get("left", [])}
+    copies = {(e.get("host"), e.get("path")): e for e in data.get("base_copies", [])}
+    disks = data.setdefault("disks", {})
+    for line in complete:
+        if not line:
+            continue
+        change = json.loads(line)
+        for name, entry in change["vms"].items():
+            _put(vms, name, entry)
+        for name, keep in change["disks"].items():
+            _put(disks, name, keep)
+        for key, entry in change["images"]:
+            _put(images, tuple(key), entry)
+        for key, entry in change["left"]:
+            _put(left, tuple(key), entry)
+        for key, digest in change["base_copies"]:
+            _put(copies, tuple(key), None if digest is None else {"host": key[0], "path": key[1], "sha256": digest})
+    data["images"], data["left"] = list(images.values()), list(left.values())
+    data["base_copies"] = list(copies.values())
+    return data
+
+
+def _put(entries: dict, key: Any, entry: Any) -> None:
+    if entry is None:
+        entries.pop(key, None)
+    else:
+        entries[key] = entry
 
 
 def _parse(data: Any, hosts: Collection[str]) -> HostsState:
     if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
         raise ValueError(f"not a {STATE_FORMAT} file")
-    if data.get("version") != STATE_VERSION:
+    if data.get("version") not in (1, STATE_VERSION):
         raise ValueError(f"version {data.get('version')!r} is not supported (expected {STATE_VERSION})")
     vms = {}
     if not isinstance(data["vms"], dict):

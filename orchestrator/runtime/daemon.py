@@ -272,7 +272,8 @@ class Daemon:
         self._serial = {}
         first = True
         # (at the reconciled instant the hosts were judged already)
-        looking = now != self._reconciled_at and self._look_due(now)
+        due = self._look_due(now)
+        looking = due and now != self._reconciled_at
         if looking:
             self._looked_at = now
         busy, listings = self._look_at_hosts(now) if looking else (set(), {})
@@ -310,7 +311,8 @@ class Daemon:
                 if self._waiting:   # (a step when the first of them is to be tried again)
                     again = min(due for _, due in self._waiting.values())
                     following = again if following is None else min(following, max(again, now))
-                running = self._running_vms(cluster, now)
+                # (the sampler keeps the hosts' pace: on the wall clock, once per poll interval at most)
+                running = self._running_vms(cluster, now) if due else None
                 watched = list(sched.leases.values()) if self.notices.enabled else []
             self.runner.submit_all(jobs)   # outside the store's lock
             first = False
@@ -318,7 +320,8 @@ class Daemon:
                 break
             # a fast-forwarded clock stands still while its operations run: their outcomes are this step's
             self.runner.wait_idle()
-        self.dirty_rates.step(now, running, self._record_dirty_rate, self._record_disk_allocation)
+        if running is not None:
+            self.dirty_rates.step(now, running, self._record_dirty_rate, self._record_disk_allocation)
         # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
         reminder = self.notices.step(now, watched)
         following = reminder if following is None or (reminder is not None and reminder < following) else following

@@ -16,6 +16,7 @@ from orchestrator.model.timeutil import iso
 from orchestrator.state.calibrated import CALIBRATION_KEY
 from orchestrator.state.store import Store
 from tests.support.times import CLI_NOW
+from drivers.simulated.state_file import read_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,7 +131,7 @@ def test_a_second_run_finds_the_vms_the_first_one_started(cli, store_path):
         store.set_meta("daemon_clock", iso(CLI_NOW))
     first = lw("run", "--fast", "--max-steps", "1", "--state", str(store_path))
     assert first.returncode == 0, first.stderr
-    kept = json.loads(store_path.with_suffix(".hosts.json").read_text())
+    kept = read_state(store_path.with_suffix(".hosts.json"))
     assert {name: vm["state"] for name, vm in kept["vms"].items()} == {"lw-1-0": "running", "lw-1-1": "running"}
     shown = lw("lease", "show", "1", "--json", "--state", str(store_path))
     assert [vm["state"] for vm in json.loads(shown.stdout)["vms"]] == ["running", "running"]
@@ -142,4 +143,4 @@ def test_a_second_run_finds_the_vms_the_first_one_started(cli, store_path):
         lease = store.lease(1)
     assert lease.state.value == "done"
     assert lease.end_time == CLI_NOW + timedelta(hours=1)
-    assert json.loads(store_path.with_suffix(".hosts.json").read_text())["vms"] == {}
+    assert read_state(store_path.with_suffix(".hosts.json"))["vms"] == {}

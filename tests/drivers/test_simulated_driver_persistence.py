@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from drivers.clock import SimulatedClock
 from drivers.errors import OperationFailed, UnknownHost, VMNotFound
 from drivers.inventory import HostConfig
 from drivers.simulated import SimulatedDriver, SimulatedDriverConfig
+from drivers.simulated.state_file import read_state
 from orchestrator.model.timeutil import UTC
 from orchestrator.planning.precopy import predict_precopy
 
@@ -139,23 +141,75 @@ class Crash(BaseException):
     """The process dies here (not an error anyone handles)."""
 
 
-def test_the_file_is_replaced_atomically(tmp_path, monkeypatch):
+def test_an_operation_appends_what_it_changed_and_a_new_driver_reads_it_back(tmp_path):
     path = tmp_path / "hosts.json"
     driver = make(path)
     driver.start(VMSpec("one", 1, 64), "a")
-    before = path.read_bytes()
+    first = path.read_bytes()
+    assert first.count(b"\n") == 1   # the first write is the whole state
+    driver.start(VMSpec("two", 1, 64), "b")
+    driver.suspend("two", "/var/save/two.save")
+    lines = path.read_bytes().split(b"\n")
+    assert path.read_bytes().startswith(first) and len(lines) == 4 and lines[-1] == b""
+    # each line holds the one operation's change, not every VM
+    assert list(json.loads(lines[1])["vms"]) == ["two"] and json.loads(lines[2])["vms"]["two"]["state"] == "saved"
+    assert "one" not in lines[2].decode()
+    assert snapshot(make(path)) == snapshot(driver) == {"a": [("one", "running", 1, 64, None)],
+                                                        "b": [("two", "saved", 1, 64, None)]}
+    assert read_state(path)["vms"]["two"]["state"] == "saved"
 
-    def crash(src, dst):
-        raise Crash()
 
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(Crash):
-        driver.start(VMSpec("two", 1, 64), "b")
-    monkeypatch.undo()
-    assert path.read_bytes() == before  # intact, not partial
-    assert list(json.loads(before)["vms"]) == ["one"]
+def test_a_line_cut_short_by_a_crash_is_an_operation_that_did_not_happen(tmp_path):
+    path = tmp_path / "hosts.json"
+    driver = make(path)
+    driver.start(VMSpec("one", 1, 64), "a")
+    driver.start(VMSpec("two", 1, 64), "b")
+    before = snapshot(make(path))
+    driver.stop("one")
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-7])   # the process died while appending the stop's line
+    assert snapshot(make(path)) == before
+
+
+def test_many_operations_rewrite_the_file_whole_atomically_and_nothing_is_lost(tmp_path, monkeypatch):
+    path = tmp_path / "hosts.json"
+    driver = make(path, hosts={"a": (4096, 1 << 30), "b": (4096, 1 << 30)})
+    rng = random.Random(5)
+    names: list[str] = []
+    rewrote = False
+    for i in range(400):
+        before = path.read_bytes() if path.exists() else b""
+        if names and rng.random() < 0.3:
+            driver.stop(names.pop(rng.randrange(len(names))))
+        else:
+            names.append(f"vm{i}")
+            driver.start(VMSpec(names[-1], 1, 64), rng.choice("ab"))
+        if before and not path.read_bytes().startswith(before):
+            rewrote = True
+            assert path.read_bytes().count(b"\n") == 1   # written whole: one line again
+        if i % 50 == 0:
+            assert snapshot(make(path, hosts={"a": (4096, 1 << 30), "b": (4096, 1 << 30)})) == snapshot(driver)
+    assert rewrote   # (the journal outgrew the first line)
+    assert snapshot(make(path, hosts={"a": (4096, 1 << 30), "b": (4096, 1 << 30)})) == snapshot(driver)
+
+    # a crash while the file is written whole leaves it as it was
+    while True:
+        before = path.read_bytes()
+
+        def crash(src, dst):
+            raise Crash()
+
+        monkeypatch.setattr(os, "replace", crash)
+        try:
+            names.append(f"x{len(names)}")
+            driver.start(VMSpec(names[-1], 1, 64), "a")
+        except Crash:
+            monkeypatch.undo()
+            break
+        monkeypatch.undo()
+    assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hosts.json"]  # no temporary file left behind
-    assert snapshot(make(path)) == {"a": [("one", "running", 1, 64, None)], "b": []}
+    assert names[-1] not in {i.name for i in make(path, hosts={"a": (4096, 1 << 30), "b": (4096, 1 << 30)}).list_vms("a")}
 
 
 def test_a_state_file_that_cannot_be_written_fails_the_operation_and_changes_nothing(tmp_path, monkeypatch):
@@ -164,16 +218,16 @@ def test_a_state_file_that_cannot_be_written_fails_the_operation_and_changes_not
     driver.start(VMSpec("one", 1, 64), "a")
     before = path.read_bytes()
 
-    def full(src, dst):
+    def full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "replace", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OperationFailed, match=r"^suspend one on a: cannot write the simulated state file .*No space"):
         driver.suspend("one", "/var/save/one.save")
     with pytest.raises(OperationFailed, match="cannot write"):
         driver.stop("one")
     monkeypatch.undo()
-    # in memory too, the operations did not happen
+    # in memory too, the operations did not happen; the lines written but not known to be on disk are taken back
     assert snapshot(driver) == {"a": [("one", "running", 1, 64, None)], "b": []}
     assert not driver.state_file_exists("a", "/var/save/one.save")
     assert path.read_bytes() == before

@@ -27,6 +27,7 @@ from orchestrator.runtime.daemon import Daemon
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 from tests.support.times import T0
+from drivers.simulated.state_file import read_state
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,7 +308,7 @@ def test_sigkill_at_random_moments_loses_nothing(tmp_path, seed):
         if mode == "straight":
             straight_seconds = time.monotonic() - began
         runs[mode] = {i: (l["state"], l["end"]) for i, l in leases(path).items()}
-        left = json.loads(sim.read_text())
+        left = read_state(sim)
         assert not any(vm.get("state") == "running" for vm in left.get("vms", {}).values()), left
     assert runs["killed"] == runs["straight"]
     assert {s for s, _ in runs["straight"].values()} <= {"done", "rejected"}

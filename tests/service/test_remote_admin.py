@@ -24,6 +24,7 @@ from orchestrator.cli import app
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.state.store import Store
 from tests.service.conftest import as_user, make_store, start_server
+from drivers.simulated.state_file import read_state
 
 
 def _cli(*args: str, env: dict | None = None):
@@ -175,7 +176,7 @@ def test_a_host_added_through_the_server_runs_a_lease_submitted_right_after(runn
     assert lease.last_vm.nodes == {0: "h3"}
     assert [(i.name, i.state, i.vcpus) for i in driver.list_vms("h3")] == [(vm, "running", 16)]
     # the simulated hosts' file keeps it on h3, as it keeps the VMs of the hosts the server started with
-    kept = json.loads(running.store_path.with_suffix(".hosts.json").read_text())
+    kept = read_state(running.store_path.with_suffix(".hosts.json"))
     assert kept["vms"][vm]["host"] == "h3"
 
     # an imported host the same: h3 is full, so the next such lease runs on h4
