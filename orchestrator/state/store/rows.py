@@ -9,7 +9,7 @@ JSON. The same rows, as named fields (`lease_record`), are a lease's form on the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
@@ -207,12 +207,6 @@ def _named(columns: Sequence[str], row: Sequence, json_columns: Sequence[str], f
     return record
 
 
-def _positional(columns: Sequence[str], record: Mapping[str, Any], json_columns: Sequence[str],
-                flags: Sequence[str]) -> tuple:
-    return tuple(encode_json(record[c]) if c in json_columns and record[c] is not None
-                 else int(record[c]) if c in flags else record[c] for c in columns)
-
-
 def lease_record(row: Sequence, history: Sequence[Sequence[str]], plan: Sequence[Sequence],
                  dirty_rates: Mapping[int | str, float]) -> dict[str, Any]:
     """A lease's rows as one record of named fields: its columns (the JSON ones as JSON values, flags as
@@ -228,11 +222,16 @@ def lease_record(row: Sequence, history: Sequence[Sequence[str]], plan: Sequence
 def lease_from_record(record: Mapping[str, Any]) -> Lease:
     """The lease a `lease_record` holds, rebuilt by the store's own reader (`KeyError`, `TypeError`,
     `ValueError` or `StoreError` for a record that is not one)."""
-    return lease_from_rows(_positional(LEASE_COLUMNS, record, JSON_REQUEST_COLUMNS, _LEASE_FLAGS),
-                           [(h["time"], h["state"]) for h in record["history"]],
-                           [_positional(RESERVATION_COLUMNS, rr, JSON_RESERVATION_COLUMNS, _RESERVATION_FLAGS)
-                            for rr in record["plan"]],
-                           {int(v): float(r) for v, r in (record.get("dirty_rates") or {}).items()})
+    # (its JSON columns are JSON values already: read as they are, not written out and parsed again)
+    lease = _lease_from_values(record, _as_is)
+    lease.history = [(decode_time(h["time"]), LeaseState(h["state"])) for h in record["history"]]
+    lease.reservations = _plan_from_values(record["plan"], _as_is)
+    lease.measured_dirty_rates = {int(v): float(r) for v, r in (record.get("dirty_rates") or {}).items()}
+    return lease
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def lease_record_sql(lease: str = "l") -> str:
@@ -273,22 +272,27 @@ def _image_dict(image: VMImage) -> dict[str, Any]:
 
 
 def lease_from_row(row: tuple) -> Lease:
-    values = dict(zip(LEASE_COLUMNS, row))
+    return _lease_from_values(dict(zip(LEASE_COLUMNS, row)), json.loads)
+
+
+def _lease_from_values(values: Mapping[str, Any], load: Callable[[Any], Any]) -> Lease:
+    """A lease from its columns by name, `load` reading a JSON column (its text from a row, its value as is
+    from a record)."""
     image = values["image"]
     request = LeaseRequest(
         type=LeaseType(values["type"]),
-        nodes=tuple(decode_resources(n) for n in json.loads(values["nodes"])),
+        nodes=tuple(decode_resources(n) for n in load(values["nodes"])),
         duration=decode_seconds(values["duration_s"]),
         submit_time=decode_time(values["submit_time"]),
         start=decode_time(values["start"]),
         preemptible=bool(values["preemptible"]),
         real_duration=decode_seconds(values["real_duration_s"]),
-        image=None if image is None else VMImage(**json.loads(image)),
+        image=None if image is None else VMImage(**load(image)),
         user=values["user"],
         name=values["name"],
         dirty_rate_mib_s=values["dirty_rate"],
-        guest=None if values["guest"] is None else GuestSetup.from_dict(json.loads(values["guest"])),
-        placement=None if values["placement"] is None else Placement.from_json(json.loads(values["placement"])),
+        guest=None if values["guest"] is None else GuestSetup.from_dict(load(values["guest"])),
+        placement=None if values["placement"] is None else Placement.from_json(load(values["placement"])),
     )
     return Lease(
         id=values["id"], request=request, state=LeaseState(values["state"]),
@@ -300,19 +304,22 @@ def lease_from_row(row: tuple) -> Lease:
 
 def plan_from_rows(rows: list[tuple]) -> list[Reservation]:
     """VM reservations in plan order, each with its pre (parts placed before it) and post (after it) parts."""
+    return _plan_from_values([dict(zip(RESERVATION_COLUMNS, row)) for row in rows], json.loads)
+
+
+def _plan_from_values(plan: Sequence[Mapping[str, Any]], load: Callable[[Any], Any]) -> list[Reservation]:
     vms: dict[int, tuple[Reservation, int]] = {}
     order: list[Reservation] = []
     parts: list[tuple[Reservation, int, int]] = []
-    for row in rows:
-        v = dict(zip(RESERVATION_COLUMNS, row))
+    for v in plan:
         rr = Reservation(
             lease_id=v["lease_id"], kind=ReservationKind(v["kind"]), start=decode_time(v["start"]),
             end=decode_time(v["end"]),
-            resources={h: decode_resources(r) for h, r in json.loads(v["resources"]).items()},
-            nodes={int(k): h for k, h in json.loads(v["nodes"]).items()},
-            transfers={int(k): (t[0], t[1]) for k, t in json.loads(v["transfers"]).items()},
+            resources={h: decode_resources(r) for h, r in load(v["resources"]).items()},
+            nodes={int(k): h for k, h in load(v["nodes"]).items()},
+            transfers={int(k): (t[0], t[1]) for k, t in load(v["transfers"]).items()},
             state=ReservationState(v["state"]), id=v["id"], premature_end=decode_time(v["premature_end"]),
-            continues=bool(v["continues"]), extra=json.loads(v["extra"]),
+            continues=bool(v["continues"]), extra=load(v["extra"]),
         )
         if v["vm_id"] is None:
             vms[rr.id] = (rr, v["position"])
