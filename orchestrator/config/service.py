@@ -52,12 +52,16 @@ class ServeConfig:
     max_request_body: int = 1024 * 1024      # bytes
     submit_burst: int = 20
     submits_per_minute: int = 60
+    # requests worked on at once (the rest wait their turn): under Python's one interpreter lock, more
+    # threads make each request slower, the holder of the scheduler's lock among them
+    request_threads: int = 8
 
     def __post_init__(self) -> None:
         p = "serve."
         for name, most in (("socket_max_connections", 65536), ("listen_max_connections", 65536),
                            ("peer_max_connections", 65536),
-                           ("max_request_body", 1 << 30), ("submit_burst", 100_000), ("submits_per_minute", 100_000)):
+                           ("max_request_body", 1 << 30), ("submit_burst", 100_000), ("submits_per_minute", 100_000),
+                           ("request_threads", 1024)):
             number = read_integer(p + name, getattr(self, name), minimum=0 if name == "submits_per_minute" else 1)
             if number > most:
                 raise ConfigError(p + name, f"must be at most {most} (got {number})")

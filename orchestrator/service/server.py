@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 
 from drivers.base import Driver
@@ -270,6 +271,8 @@ class Server:
         tcp_address = listeners[1][0].getsockname()[:2] if len(listeners) > 1 else None
         self._servers = [server for _, server in listeners]
         loop = asyncio.get_running_loop()
+        # (the routes are plain functions: they run on this loop's worker threads, as many at once as this)
+        anyio.to_thread.current_default_thread_limiter().total_tokens = cfg.request_threads
         # (what asyncio reports on its own, a client may cause as often as it likes)
         loop.set_exception_handler(ThrottledLog(logging.getLogger("asyncio")).loop_exception)
         for sig in (signal.SIGTERM, signal.SIGINT):

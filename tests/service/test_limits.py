@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -581,3 +582,39 @@ def test_a_users_bucket_refills_at_its_rate_and_holds_no_more_than_its_burst():
     unlimited = SubmissionRate(burst=1, per_minute=0, clock=lambda: now[0])
     for _ in range(100):
         unlimited.take("alice")
+
+
+@pytest.mark.parametrize("threads", [2, 6])
+def test_the_server_works_on_request_threads_requests_at_once(tmp_path, unix_users, threads):
+    """Twelve requests at once: at most `request_threads` are worked on together, the others wait their turn
+    and are answered all the same (the route here is made slow: 0.2 s inside the use case)."""
+    served = start_server(tmp_path, config={"serve": {"request_threads": threads, "peer_max_connections": 64}})
+    try:
+        service = served.server.service
+        inside, most, lock = [0], [0], threading.Lock()
+        real_now = service.now
+
+        def slow_now():
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.2)
+            with lock:
+                inside[0] -= 1
+            return real_now()
+
+        service.now = slow_now
+
+        def health(_: int) -> int:
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(served.socket)), base_url="http://x",
+                              timeout=30) as http:
+                return http.get("/v1/health").status_code
+
+        began = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            assert list(pool.map(health, range(12))) == [200] * 12
+        took = time.monotonic() - began
+        assert most[0] == threads
+        assert took >= 0.2 * 12 / threads - 0.05
+    finally:
+        served.stop()
