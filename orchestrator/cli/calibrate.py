@@ -5,8 +5,10 @@ live-migrates it between A and B (`--repeat` times, alternating direction), and 
 bandwidth, per-migration overhead, switch-over cost and dirty-rate factor to the measured total times and
 downtimes (orchestrator/analysis/calibration.py). With `--validate SIZES x DIRTY` it then migrates a second
 grid with the limit the planner would give the job (the maximum downtime less the fitted switch-over) and
-reports how well the fit predicts runs it was not fitted to (orchestrator/analysis/fidelity.py). `calibrate suspend --host A [...]` saves and restores guests of each size
-on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
+reports how well the fit predicts runs it was not fitted to (orchestrator/analysis/fidelity.py). With
+`--disk-mib` each guest also has a disk of that much data, copied by a block migration between hosts that
+share no storage for VM disks (orchestrator/runtime/calibration/disks.py). `calibrate suspend --host A [...]`
+saves and restores guests of each size on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
 each, then the fitted parameters, and store them in the store's meta table (key `calibration`), from
 where `orchestrator.state.calibrated.apply_calibration` feeds them to the scheduler.
 
