@@ -241,7 +241,8 @@ class _ConsoleProgress:
 
 def _label(run: MigrationRun) -> str:
     point = run.point
-    return (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s, run {run.run}/{run.repeat}: "
+    disk = f", disk {point.disk_mib} MiB" if point.disk_mib else ""
+    return (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s{disk}, run {run.run}/{run.repeat}: "
             f"{run.source} -> {run.destination}")
 
 

@@ -89,9 +89,9 @@ class ProbeDisks:
         """Where the base lies on both hosts."""
         return posixpath.join(self._dir, overlay_volume_name(self._base_vm))
 
-    def place_base(self) -> None:
-        """The base image, made here and copied to both hosts."""
-        if not self._real:
+    def _place_base(self) -> None:
+        """The base image, made here and copied to both hosts (once: before the first overlay)."""
+        if self._base_vm in self._placed:
             return
         base = self._workdir / "base.qcow2"
         _run(["qemu-img", "create", "-q", "-f", "qcow2", str(base), f"{BASE_MIB}M"])
@@ -105,6 +105,7 @@ class ProbeDisks:
             return spec
         path = posixpath.join(self._dir or "/", overlay_volume_name(spec.name))
         if self._real:
+            self._place_base()
             self._placed.append(spec.name)
             self._setup.driver.upload_image(host, path, str(self._overlay(disk_mib)))
         return dataclasses.replace(spec, disk_image=path, disk_written_mib=float(disk_mib))
@@ -139,13 +140,12 @@ class ProbeDisks:
 @contextmanager
 def probe_disks(setup: Setup, hosts: tuple[str, str], prefix: str, warn: Callable[[str], None]
                 ) -> Iterator[ProbeDisks]:
-    """The campaign's disks, the base on both hosts; inside, guests are given theirs; whatever ends the block
-    (an error, a stop, Ctrl-C or the caller's SIGTERM handler), every one is deleted on both hosts, as is
-    what was made on this machine."""
+    """The campaign's disks: inside, guests are given theirs (the base goes to both hosts with the first);
+    whatever ends the block (an error, a stop, Ctrl-C or the caller's SIGTERM handler), every one is deleted
+    on both hosts, as is what was made on this machine. A campaign without disks makes nothing."""
     with tempfile.TemporaryDirectory(prefix="leasewise-calibrate-") as workdir:
         disks = ProbeDisks(setup, hosts, prefix, Path(workdir))
         try:
-            disks.place_base()
             yield disks
         finally:
             disks.remove(warn)
