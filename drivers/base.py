@@ -68,6 +68,9 @@ class VMSpec:
     # simulated driver models it to time live migrations; real drivers ignore it.
     dirty_rate_mib_s: float = 0.0
     working_set_mib: float | None = None
+    # How much of its disk (`disk` or `disk_image`) the guest has written, MiB: what the simulated driver's
+    # block migration copies (None: its configured `overlay_mib`); real drivers read the overlay itself.
+    disk_written_mib: float | None = None
 
 
 #: the pre-flight checks of a host, in the order `Driver.check_host` answers them: the libvirt link's transport

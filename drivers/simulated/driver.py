@@ -3,6 +3,7 @@ docstring for what it models). Every public method holds the driver's `Operation
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from collections.abc import Iterator, Mapping
@@ -276,6 +277,9 @@ class SimulatedDriver(Driver):
                 raise ValueError(f"dirty_rate_mib_s must not be negative (got {spec.dirty_rate_mib_s})")
             if spec.working_set_mib is not None and not 0 <= spec.working_set_mib <= spec.memory_mib:
                 raise ValueError(f"working_set_mib must be within [0, memory_mib] (got {spec.working_set_mib})")
+            if spec.disk_written_mib is not None and not (math.isfinite(spec.disk_written_mib)
+                                                          and spec.disk_written_mib >= 0):
+                raise ValueError(f"disk_written_mib must be a finite number >= 0 (got {spec.disk_written_mib})")
             if spec.name in self._state.vms and not self._is_down(self._state.vms[spec.name].host):
                 raise VMAlreadyExists(f"VM {spec.name!r} already exists on {self._state.vms[spec.name].host}")
             why = self._fits(spec, host)
@@ -587,8 +591,13 @@ class SimulatedDriver(Driver):
 
 
     def _overlay_mib(self, spec: VMSpec) -> float:
-        """MiB of a VM's overlay on its host's own storage (0 when it has none, or the hosts share them)."""
-        return self.config.overlay_mib if self.config.local_vm_disks and spec.disk is not None else 0.0
+        """MiB of a VM's overlay on its host's own storage (0 when it has none, or the hosts share them): what
+        its guest wrote, when the spec says, else the configured `overlay_mib`."""
+        if not self.config.local_vm_disks or (spec.disk is None and spec.disk_image is None):
+            return 0.0
+        if spec.disk_written_mib is not None:
+            return spec.disk_written_mib
+        return self.config.overlay_mib if spec.disk is not None else 0.0
 
     def disk_allocation(self, vm: str) -> int | None:
         with self._lock.held():

@@ -11,7 +11,8 @@ counts for what it adds to the migration). For any bandwidth, overhead and facto
 the median of measured downtime less the model's final transfer (not below 0): a median, since a pass that
 TCG lost or a loaded host gives a few downtimes far above the rest.
 
-1. idle guests (dirty rate 0) take `overhead + memory / bandwidth + switch-over` in the model: a linear
+1. idle guests (dirty rate 0) take `overhead + (disk + memory) / bandwidth + switch-over` in the model (a
+   disk copied with the migration goes first, at the same bandwidth; none without one): a linear
    least-squares fit (`numpy.linalg.lstsq`) of those gives bandwidth and overhead plus switch-over
    (>= 0, bandwidth > 0); their downtimes give the switch-over, hence the overhead;
 2. with those fixed, the dirty factor minimises the residuals of the dirtying guests: a search over a
@@ -109,7 +110,7 @@ class RateFit:
 def predict_sample(sample: MigrationSample, bandwidth_mib_s: float, overhead_s: float,
                    dirty_factor: float, switchover_ms: float = 0.0) -> PrecopyResult:
     """predict_precopy under the sample's conditions (memory, dirty rate, working set, the job's downtime
-    limit, timeout)."""
+    limit, timeout, and the disk copied first, as the planner counts a block migration)."""
     return predict_precopy(
         sample.memory_mib,
         bandwidth_mib_s,
@@ -121,6 +122,7 @@ def predict_sample(sample: MigrationSample, bandwidth_mib_s: float, overhead_s: 
         overhead_s=overhead_s,
         dirty_factor=dirty_factor,
         switchover_ms=switchover_ms,
+        disk_mib=sample.disk_mib,
     )
 
 
@@ -294,12 +296,14 @@ def fit_migration(samples: Iterable[MigrationSample], max_downtime_ms: float | N
             value = getattr(s, name)
             if not (math.isfinite(value) and value > 0):
                 raise CalibrationError(f"migration sample {s}: {name} must be greater than 0")
-        if not (math.isfinite(s.dirty_rate_mib_s) and s.dirty_rate_mib_s >= 0):
-            raise CalibrationError(f"migration sample {s}: dirty_rate_mib_s must not be negative")
+        for name in ("dirty_rate_mib_s", "disk_mib"):
+            if not (math.isfinite(getattr(s, name)) and getattr(s, name) >= 0):
+                raise CalibrationError(f"migration sample {s}: {name} must not be negative")
     idle = [s for s in data if s.dirty_rate_mib_s == 0]
     dirty = [s for s in data if s.dirty_rate_mib_s > 0]
+    # (a disk goes first at the same bandwidth: an idle guest's time grows with memory plus disk)
     bandwidth, fixed = _linear_time_fit(
-        [s.memory_mib for s in idle], [s.total_s for s in idle], "migrations of idle guests (dirty rate 0)")
+        [s.memory_mib + s.disk_mib for s in idle], [s.total_s for s in idle], "migrations of idle guests (dirty rate 0)")
     # An idle guest's pause is all switch-over; the rest of the fixed time is the setup overhead.
     idle_switchover = _switchover_ms(np.array([s.downtime_ms for s in idle], dtype=float), np.zeros(len(idle)))
     overhead = max(fixed - idle_switchover / 1000.0, 0.0)

@@ -5,8 +5,10 @@ live-migrates it between A and B (`--repeat` times, alternating direction), and 
 bandwidth, per-migration overhead, switch-over cost and dirty-rate factor to the measured total times and
 downtimes (orchestrator/analysis/calibration.py). With `--validate SIZES x DIRTY` it then migrates a second
 grid with the limit the planner would give the job (the maximum downtime less the fitted switch-over) and
-reports how well the fit predicts runs it was not fitted to (orchestrator/analysis/fidelity.py). `calibrate suspend --host A [...]` saves and restores guests of each size
-on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
+reports how well the fit predicts runs it was not fitted to (orchestrator/analysis/fidelity.py). With
+`--disk-mib` each guest also has a disk of that much data, copied by a block migration between hosts that
+share no storage for VM disks (orchestrator/runtime/calibration/disks.py). `calibrate suspend --host A [...]`
+saves and restores guests of each size on each host and fits the suspend and resume rates. Both print predicted vs measured, with the error of
 each, then the fitted parameters, and store them in the store's meta table (key `calibration`), from
 where `orchestrator.state.calibrated.apply_calibration` feeds them to the scheduler.
 
@@ -48,20 +50,30 @@ from rich.markup import escape
 from drivers.base import MigrationReport
 from drivers.errors import DriverError, MigrationFailed
 from orchestrator.analysis.calibration import (
-    MAX_DIRTY_FACTOR,
     MigrationFit,
     RateFit,
     RateSample,
     fit_migration,
     fit_rates,
     migration_record,
-    pages_to_mib_s,
     suspend_record,
 )
-from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
 from orchestrator.cli import common
 from orchestrator.cli.application import EXIT_FAILED, command_group, fail
 from orchestrator.cli.busy import call_waiting, parse_wait
+from orchestrator.cli.calibrate_view import (
+    FIT_COLUMNS,
+    died_note,
+    error_pct,
+    fit_fidelity,
+    json_or_none,
+    mean,
+    migration_fit_rows,
+    migration_json,
+    migration_table,
+    pct,
+    points_json,
+)
 from orchestrator.cli.output import emit_json, make_console
 from orchestrator.cli.tables import Column, print_table
 from orchestrator.config import Config
@@ -70,7 +82,6 @@ from orchestrator.model.numbers import parse_decimal, parse_whole
 from orchestrator.planning.precopy import downtime_limit_ms
 from orchestrator.runtime.calibration.campaign import (
     CalibrationStopped,
-    GridPoint,
     MigrationPlan,
     MigrationRun,
     SuspendPlan,
@@ -81,6 +92,7 @@ from orchestrator.runtime.calibration.campaign import (
     store_fit,
     suspend_points,
 )
+from orchestrator.runtime.calibration.disks import check_block_migration
 from orchestrator.runtime.calibration.guests import DEFAULT_GUEST_DIR, DEFAULT_SETTLE_S, MIN_GUEST_MIB, guest_prefix
 from orchestrator.runtime.calibration.testbed import Setup, open_setup
 from orchestrator.state.calibrated import (
@@ -94,17 +106,19 @@ calibrate_app = command_group("calibrate", "Measure migrations and suspensions, 
 
 #: the longest --timeout / --settle (and --max-downtime, in ms) taken: a day
 DAY_S = 86400.0
+#: the largest --disk-mib: the overlay is written on this machine before it is copied to the host
+MAX_DISK_MIB = 65536
 
 
 # -- options -----------------------------------------------------------------------------------------------
-def _int_list(option: str, text: str, *, minimum: int, what: str) -> list[int]:
-    """Comma-separated whole numbers >= minimum, each once, in the order given."""
+def _int_list(option: str, text: str, *, minimum: int, what: str, maximum: int | None = None) -> list[int]:
+    """Comma-separated whole numbers within [minimum, maximum], each once, in the order given."""
     items = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not t for t in items):
         raise fail(f"{option}: must be a comma-separated list of {what} (got {text!r})")
     values: list[int] = []
     for item in items:
-        value = parse_whole(item, option, minimum=minimum)
+        value = parse_whole(item, option, minimum=minimum, **({} if maximum is None else {"maximum": maximum}))
         if value in values:
             raise fail(f"{option}: {value} is given twice")
         values.append(value)
@@ -124,6 +138,16 @@ def _number(option: str, text: str | None, *, zero_ok: bool, unit: str, maximum:
     if text is None:
         return None
     return parse_decimal(text, option, maximum=maximum, positive=not zero_ok, unit=unit)
+
+
+def _disks(text: str | None) -> list[int] | None:
+    """`--disk-mib`: MiB of data on each guest's disk, one grid axis (0: a guest without one); None: no disks."""
+    if text is None:
+        return None
+    disks = _int_list("--disk-mib", text, minimum=0, maximum=MAX_DISK_MIB, what="disk sizes in MiB")
+    if not any(disks):
+        raise fail("--disk-mib: give a size above 0 (without --disk-mib no guest has a disk)")
+    return disks
 
 
 def _repeat(text: str) -> int:
@@ -153,9 +177,10 @@ def _refuse_server(server: str | None, config: Path | None) -> None:
 
 # -- running the campaign ----------------------------------------------------------------------------------
 def _setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None,
-           state: Path | None, cfg: Config) -> Setup:
+           state: Path | None, cfg: Config, *, local_disks: bool = False) -> Setup:
     """The driver the command runs on, after checking that it manages `hosts`."""
-    return open_setup(hosts, sizes, dry_run, inventory, common.store_path(state, cfg), cfg, common.now())
+    return open_setup(hosts, sizes, dry_run, inventory, common.store_path(state, cfg), cfg, common.now(),
+                      local_disks=local_disks)
 
 
 def _measure(command: str, measure: Callable[[threading.Event], None]) -> None:
@@ -216,7 +241,8 @@ class _ConsoleProgress:
 
 def _label(run: MigrationRun) -> str:
     point = run.point
-    return (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s, run {run.run}/{run.repeat}: "
+    disk = f", disk {point.disk_mib} MiB" if point.disk_mib else ""
+    return (f"{point.memory_mib} MiB, {point.pages_per_second} pages/s{disk}, run {run.run}/{run.repeat}: "
             f"{run.source} -> {run.destination}")
 
 
@@ -226,153 +252,6 @@ def _store_result(state: Path | None, cfg: Config, section: str, record: dict, w
     path = common.store_path(state, cfg)
     call_waiting(lambda: store_fit(path, section, record), wait_s)
     return path
-
-
-def _error_pct(predicted: float, measured: float) -> float | None:
-    """How far the prediction is off, in percent of the measurement (None: nothing measured to compare)."""
-    return None if measured <= 0 else 100.0 * (predicted - measured) / measured
-
-
-def _pct(predicted: float, measured: float) -> str:
-    error = _error_pct(predicted, measured)
-    if error is None:
-        return "-"
-    return "0.0%" if abs(error) < 0.05 else f"{error:+.1f}%"
-
-
-# -- calibrate migration -----------------------------------------------------------------------------------
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-MIGRATION_COLUMNS = (
-    Column("size MiB", "right"), Column("dirty pages/s", "right"), Column("dirty MiB/s", "right", drop=1),
-    Column("runs", "right", drop=3), Column("predicted s", "right"), Column("measured s", "right"),
-    Column("error", "right"), Column("predicted downtime ms", "right"), Column("measured ms", "right"),
-    Column("error ms", "right", drop=2), Column("passes pred/meas", "right", wraps=True, drop=4),   # or why not measured
-)
-
-
-def _migration_rows(points: list[GridPoint], fit: MigrationFit | None) -> list[list[str]]:
-    """The predicted vs measured table: one row per grid point, MIGRATION_COLUMNS."""
-    rows = []
-    for p in points:
-        runs = f"{len(p.samples)}/{len(p.samples) + len(p.failures)}"
-        row = [str(p.memory_mib), str(p.pages_per_second), f"{pages_to_mib_s(p.pages_per_second):.2f}", runs]
-        if not p.samples:
-            why = p.failures[-1] if p.failures else "no measurement"
-            rows.append([*row, "-", "-", "-", "-", "-", "-", escape(why[:60])])
-            continue
-        measured_s = _mean([s.total_s for s in p.samples])
-        measured_ms = _mean([s.downtime_ms for s in p.samples])
-        passes = _mean([float(s.iterations) for s in p.samples])
-        if any(s.guest_survived is False for s in p.samples):
-            row[3] += " died"
-        if fit is None:
-            rows.append([*row, "-", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
-            continue
-        predicted = fit.predict(p.samples[0])
-        if predicted.outcome == "aborted":
-            rows.append([*row, "aborts", f"{measured_s:.2f}", "-", "-", f"{measured_ms:.1f}", "-", f"-/{passes:g}"])
-            continue
-        rows.append([*row, f"{predicted.total_seconds:.2f}", f"{measured_s:.2f}",
-                     _pct(predicted.total_seconds, measured_s), f"{predicted.downtime_ms:.1f}",
-                     f"{measured_ms:.1f}", f"{predicted.downtime_ms - measured_ms:+.1f}",
-                     f"{predicted.passes}/{passes:g}"])
-    return rows
-
-
-def _migration_json(points: list[GridPoint], fit: MigrationFit | None, cfg: Config, hosts: list[str], driver: str,
-                    max_downtime: float) -> dict:
-    """What `--json` prints: every grid point measured and predicted, the fit and the configured values."""
-    s = cfg.scheduling
-    return {"hosts": hosts, "driver": driver, "max_downtime_ms": max_downtime, "points": _points_json(points, fit),
-            "fit": None if fit is None else fit.as_dict(),
-            "in_sample": None if fit is None else _json_or_none(_fidelity(points, fit, max_downtime)),
-            "validation": None,
-            "configured": {"live_migration_bandwidth": s.live_bandwidth,
-                           "live_migration_overhead": s.live_migration_overhead.total_seconds(),
-                           "live_migration_switchover_ms": s.live_migration_switchover_ms,
-                           "live_migration_dirty_factor": s.live_migration_dirty_factor},
-            "stored": None}
-
-
-def _points_json(points: list[GridPoint], fit: MigrationFit | None) -> list[dict]:
-    """Every grid point measured, and predicted when there is a fit."""
-    out = []
-    for p in points:
-        point: dict = {"memory_mib": p.memory_mib, "dirty_pages_s": p.pages_per_second,
-                       "dirty_mib_s": pages_to_mib_s(p.pages_per_second), "runs": len(p.samples) + len(p.failures),
-                       "failures": list(p.failures), "measured": None, "predicted": None}
-        if p.samples:
-            measured_s = _mean([s.total_s for s in p.samples])
-            point["measured"] = {"total_s": measured_s, "downtime_ms": _mean([s.downtime_ms for s in p.samples]),
-                                 "passes": _mean([float(s.iterations) for s in p.samples]),
-                                 "guest_died": any(s.guest_survived is False for s in p.samples)}
-            if fit is not None:
-                predicted = fit.predict(p.samples[0])
-                aborts = predicted.outcome == "aborted"
-                point["predicted"] = {"outcome": predicted.outcome, "total_s": predicted.total_seconds,
-                                      "downtime_ms": predicted.downtime_ms, "passes": predicted.passes,
-                                      "error_pct": None if aborts else _error_pct(predicted.total_seconds, measured_s)}
-        out.append(point)
-    return out
-
-
-def _fidelity(points: list[GridPoint], fit: MigrationFit, max_downtime: float) -> Fidelity | None:
-    """How the fit predicts every measured run of `points` (runs the model says would abort are left out:
-    there is no predicted time to compare)."""
-    comparisons = []
-    for s in (s for p in points for s in p.samples):
-        predicted = fit.predict(s)
-        if predicted.outcome != "aborted":
-            comparisons.append(Comparison(predicted.total_seconds, s.total_s, predicted.downtime_ms, s.downtime_ms,
-                                          max_downtime))
-    return fidelity(comparisons)
-
-
-def _json_or_none(summary: Fidelity | None) -> dict | None:
-    return None if summary is None else summary.to_json()
-
-
-def _died_note(points: list[GridPoint]) -> str | None:
-    """One line on the guests that died after a migration, or None."""
-    died = [(p, s) for p in points for s in p.samples if s.guest_survived is False]
-    if not died:
-        return None
-    runs = ", ".join(f"{p.memory_mib} MiB at {p.pages_per_second} pages/s ({s.iterations} passes)" for p, s in died)
-    return (f"guest died after migrating: {runs}. QEMU 7.2 under TCG loses pages dirtied from the fourth pre-copy "
-            "pass on; these runs are kept (the migration itself was measured) but no later run of that guest is")
-
-
-#: fitted values next to the configured ones, with the key each replaces
-FIT_COLUMNS = (Column("parameter", wraps=True, style="bold"), Column("fitted", "right", wraps=True),
-               Column("configured", "right"), Column("\\[scheduling] key", drop=1))
-
-
-def _migration_fit_rows(fit: MigrationFit, cfg: Config) -> list[list[str]]:
-    s = cfg.scheduling
-    rows = [["bandwidth MiB/s", f"{fit.bandwidth_mib_s:.3f}", f"{s.live_bandwidth:g}", "live_migration_bandwidth"],
-            ["overhead s", f"{fit.overhead_s:.3f}", f"{s.live_migration_overhead.total_seconds():g}",
-             "live_migration_overhead"],
-            ["switch-over ms", f"{fit.switchover_ms:.1f}", f"{s.live_migration_switchover_ms:g}",
-             "live_migration_switchover_ms"]]
-    if fit.dirty_factor is None:
-        factor = "not fitted (no dirtying guest)"
-    elif fit.dirty_factor_determined:
-        factor = f"{fit.dirty_factor:.3f}"
-        if fit.dirty_factor_interval is not None:
-            lo, hi = fit.dirty_factor_interval
-            factor += f" ({lo:.3g}-{hi:.3g})"
-    else:
-        lo, hi = fit.dirty_factor_interval or (0.0, MAX_DIRTY_FACTOR)
-        factor = (f"not determined: {lo:.3g}-{hi:.3g} fit as well (best {fit.dirty_factor:.3g}); "
-                  "not stored, raise --dirty")
-    rows += [["dirty factor", factor, f"{s.live_migration_dirty_factor:g}", "live_migration_dirty_factor"],
-             ["rms error, total", f"{fit.rms_total_s:.3f} s", "", ""],
-             ["rms error, downtime", f"{fit.rms_downtime_ms:.1f} ms", "", ""],
-             ["samples", str(fit.samples), "", ""]]
-    return rows
 
 
 #: options both commands take
@@ -400,6 +279,10 @@ def migration_command(
     max_downtime_text: str | None = typer.Option(None, "--max-downtime", metavar="MS",
                                                  help="Max downtime, ms (default: [scheduling] max_downtime_ms)."),
     timeout_text: str = typer.Option("300", "--timeout", metavar="S", help="Completion timeout of each migration, s (then aborted)."),
+    disk_text: str | None = typer.Option(
+        None, "--disk-mib", metavar="MIB,...",
+        help="Also give each guest a disk holding this much data, MiB (a grid axis; 0: no disk), copied with it "
+             "by a block migration: hosts that share no storage for VM disks."),
     validate_text: str | None = typer.Option(
         None, "--validate", metavar="SIZES x DIRTY",
         help="After the fit, migrate this grid too (e.g. 192,384x500,1500) with the limit the planner would use "
@@ -421,6 +304,7 @@ def migration_command(
     dirty = _int_list("--dirty", dirty_text, minimum=0, what="dirty rates in pages/s")
     if 0 not in dirty:
         raise fail("--dirty: must include 0 (idle guests give the bandwidth and the overhead)")
+    disks = _disks(disk_text)
     repeat = _repeat(repeat_text)
     wait_s = parse_wait(store_wait)
     timeout = _number("--timeout", timeout_text, zero_ok=False, unit="seconds", maximum=DAY_S)
@@ -430,30 +314,36 @@ def migration_command(
     max_downtime = _number("--max-downtime", max_downtime_text, zero_ok=False, unit="ms", maximum=DAY_S * 1000)
     if max_downtime is None:
         max_downtime = cfg.scheduling.max_downtime_ms
-    setup = _setup(hosts, sorted({*sizes, *(validate[0] if validate else ())}), dry_run, inventory, state, cfg)
-    if settle is None:
-        settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
-    console = make_console(stderr=json_out)
+    setup = _setup(hosts, sorted({*sizes, *(validate[0] if validate else ())}), dry_run, inventory, state, cfg,
+                   local_disks=disks is not None)
     a, b = hosts
-    console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
-                  f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s, "
-                  f"{repeat} run(s) each, max downtime {max_downtime:g} ms", soft_wrap=True)
-    plan = MigrationPlan(a, b, repeat, max_downtime, timeout, settle, guest_dir)
     try:
-        _calibrate_migration(setup, plan, sizes, dirty, validate, cfg, state, wait_s, dry_run, no_store, json_out,
-                             console)
+        if disks is not None:
+            check_block_migration(setup, a, b)
+        if settle is None:
+            settle = 0.0 if setup.kind == "simulated" else DEFAULT_SETTLE_S
+        console = make_console(stderr=json_out)
+        console.print(f"calibrating live migration {a} <-> {b} on the {setup.kind} driver: sizes "
+                      f"{', '.join(map(str, sizes))} MiB x dirty {', '.join(map(str, dirty))} pages/s"
+                      + (f" x disk {', '.join(map(str, disks))} MiB" if disks else "")
+                      + f", {repeat} run(s) each, max downtime {max_downtime:g} ms", soft_wrap=True)
+        plan = MigrationPlan(a, b, repeat, max_downtime, timeout, settle, guest_dir)
+        _calibrate_migration(setup, plan, (sizes, dirty, disks), validate, cfg, state, wait_s, dry_run, no_store,
+                             json_out, console)
     finally:
         setup.driver.close()
 
 
-def _calibrate_migration(setup: Setup, plan: MigrationPlan, sizes: list[int], dirty: list[int],
+def _calibrate_migration(setup: Setup, plan: MigrationPlan, grid: tuple[list[int], list[int], list[int] | None],
                          validate: tuple[list[int], list[int]] | None, cfg: Config, state: Path | None,
                          wait_s: float, dry_run: bool, no_store: bool, json_out: bool, console: Console) -> None:
-    """Measure the grid, fit, validate, store and print: the command once its options are checked."""
+    """Measure the grid (sizes x dirty rates x disks), fit, validate, store and print: the command once its
+    options are checked."""
     a, b = hosts = [plan.source, plan.destination]
     max_downtime = plan.max_downtime_ms
     prefix = guest_prefix()
-    points = migration_grid(sizes, dirty)
+    sizes, dirty, disks = grid
+    points = migration_grid(sizes, dirty, disks)
     _measure("calibrate migration", lambda stop: measure_migrations(setup, plan, points, prefix,
                                                                      _ConsoleProgress(console), stop))
     samples = [s for p in points for s in p.samples]
@@ -462,22 +352,22 @@ def _calibrate_migration(setup: Setup, plan: MigrationPlan, sizes: list[int], di
         fit = fit_migration(samples)
     except CalibrationError as exc:
         if json_out:
-            emit_json(_migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
+            emit_json(migration_json(points, None, cfg, hosts, setup.kind, max_downtime))
         else:
-            print_table(console, MIGRATION_COLUMNS, _migration_rows(points, None), title=title)
+            migration_table(console, points, None, title)
         raise fail(f"calibrate migration: {exc}", code=EXIT_FAILED) from None
-    answer = _migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
+    answer = migration_json(points, fit, cfg, hosts, setup.kind, max_downtime)
     if not json_out:
-        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit), title=title)
-        print_table(console, FIT_COLUMNS, _migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
-        in_sample = _fidelity(points, fit, max_downtime)
+        migration_table(console, points, fit, title)
+        print_table(console, FIT_COLUMNS, migration_fit_rows(fit, cfg), title="Fitted pre-copy model")
+        in_sample = fit_fidelity(points, fit, max_downtime)
         if in_sample is not None:
             console.print(f"in sample (the runs it was fitted to): {in_sample.sentence()}", soft_wrap=True)
-        note = _died_note(points)
+        note = died_note(points)
         if note is not None:
             console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if validate is not None:
-        answer["validation"] = _validate(setup, validate, fit, plan, f"{prefix}v", console, json_out)
+        answer["validation"] = _validate(setup, (*validate, disks), fit, plan, f"{prefix}v", console, json_out)
     if dry_run or no_store:
         console.print("not stored (" + ("--dry-run" if dry_run else "--no-store") + ")")
     else:
@@ -493,8 +383,8 @@ def _calibrate_migration(setup: Setup, plan: MigrationPlan, sizes: list[int], di
         emit_json(answer)
 
 
-def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit, plan: MigrationPlan, prefix: str,
-              console: Console, json_out: bool) -> dict:
+def _validate(setup: Setup, grid: tuple[list[int], list[int], list[int] | None], fit: MigrationFit,
+              plan: MigrationPlan, prefix: str, console: Console, json_out: bool) -> dict:
     """Migrate the validation grid with the limit the planner would give the job, print how the fit
     predicts it, and return that as JSON."""
     max_downtime = plan.max_downtime_ms
@@ -503,24 +393,23 @@ def _validate(setup: Setup, grid: tuple[list[int], list[int]], fit: MigrationFit
         raise fail(f"--validate: the fitted switch-over ({fit.switchover_ms:.0f} ms) takes all of the "
                    f"{max_downtime:g} ms maximum downtime: no migration can keep it", code=EXIT_FAILED)
     a, b = plan.source, plan.destination
-    sizes, dirty = grid
+    sizes, dirty, disks = grid
     console.print(f"validating on a grid it was not fitted to: sizes {', '.join(map(str, sizes))} MiB x dirty "
                   f"{', '.join(map(str, dirty))} pages/s, job limit {limit:.0f} ms ({max_downtime:g} ms less the "
                   f"{fit.switchover_ms:.0f} ms switch-over)", soft_wrap=True)
-    points = migration_grid(sizes, dirty)
+    points = migration_grid(sizes, dirty, disks)
     at_limit = dataclasses.replace(plan, max_downtime_ms=limit)
     _measure("calibrate migration", lambda stop: measure_migrations(setup, at_limit, points, prefix,
                                                                      _ConsoleProgress(console), stop))
-    summary = _fidelity(points, fit, max_downtime)
+    summary = fit_fidelity(points, fit, max_downtime)
     if not json_out:
-        print_table(console, MIGRATION_COLUMNS, _migration_rows(points, fit),
-                    title=f"Validation grid (not fitted to) {a} <-> {b}: predicted vs measured")
+        migration_table(console, points, fit, f"Validation grid (not fitted to) {a} <-> {b}: predicted vs measured")
         console.print("validation: " + (summary.sentence() if summary is not None else "no run to compare"),
                       soft_wrap=True)
-        note = _died_note(points)
+        note = died_note(points)
         if note is not None:
             console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    return {"downtime_limit_ms": limit, "points": _points_json(points, fit), "summary": _json_or_none(summary)}
+    return {"downtime_limit_ms": limit, "points": points_json(points, fit), "summary": json_or_none(summary)}
 
 
 # -- calibrate suspend -------------------------------------------------------------------------------------
@@ -541,12 +430,12 @@ def _suspend_rows(points: list[SuspendPoint], suspend: RateFit | None, resume: R
             if not values:
                 cells += ["-", "-", "-"]
                 continue
-            measured = _mean(values)
+            measured = mean(values)
             if fit is None:
                 cells += ["-", f"{measured:.2f}", "-"]
             else:
                 predicted = fit.predict(p.memory_mib)
-                cells += [f"{predicted:.2f}", f"{measured:.2f}", _pct(predicted, measured)]
+                cells += [f"{predicted:.2f}", f"{measured:.2f}", pct(predicted, measured)]
         rows.append(cells)
     return rows
 
@@ -561,10 +450,10 @@ def _suspend_json(points: list[SuspendPoint], suspend: RateFit | None, resume: R
             if not values:
                 point[what] = None
                 continue
-            measured = _mean(values)
+            measured = mean(values)
             predicted = None if fit is None else fit.predict(p.memory_mib)
             point[what] = {"measured_s": measured, "predicted_s": predicted,
-                           "error_pct": None if predicted is None else _error_pct(predicted, measured)}
+                           "error_pct": None if predicted is None else error_pct(predicted, measured)}
         out.append(point)
     s = cfg.scheduling
     fits = None if suspend is None or resume is None else {"suspend": dataclasses.asdict(suspend),

@@ -68,6 +68,26 @@ def assert_recovered(fit, bandwidth, overhead, factor):
 
 
 # -- the fits --------------------------------------------------------------------------------------------
+def test_a_disk_copied_first_is_fitted_at_the_memory_s_bandwidth_and_predicted_before_it():
+    """Idle guests with and without a disk: the fit over memory plus disk gives the model's bandwidth back,
+    and a sample's prediction counts its disk first (its copy time, then the same passes over memory)."""
+    samples = []
+    for memory in SIZES:
+        for disk in (0.0, 64.0, 512.0):
+            probe = MigrationSample(memory, 0.0, 300.0, 1.0, 0.0, disk_mib=disk)
+            r = predict_sample(probe, 90.0, 1.2, 1.0, 40.0)
+            samples.append(dataclasses.replace(probe, total_s=r.total_seconds, downtime_ms=r.downtime_ms))
+    fit = fit_migration(samples)
+    assert fit.bandwidth_mib_s == pytest.approx(90.0, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(1.2, abs=1e-6) and fit.switchover_ms == pytest.approx(40.0, abs=1e-6)
+    bare, disk = fit.predict(samples[0]), fit.predict(samples[2])
+    assert disk.disk_seconds == pytest.approx(512.0 / 90.0)
+    assert disk.total_seconds - bare.total_seconds == pytest.approx(512.0 / 90.0)
+    assert disk.rounds == bare.rounds
+    with pytest.raises(CalibrationError, match="disk_mib must not be negative"):
+        fit_migration([dataclasses.replace(samples[0], disk_mib=-1.0), *samples[1:]])
+
+
 @pytest.mark.parametrize(
     ("bandwidth", "overhead", "factor"),
     [(100.0, 0.0, 1.0), (12.5, 2.0, 1.5), (500.0, 0.5, 0.6), (50.0, 1.0, 2.5), (1000.0, 3.0, 4.0), (30.0, 0.2, 0.3)],
@@ -526,6 +546,12 @@ def test_a_calibration_guest_leaves_its_kernel_room_and_keeps_a_working_set(memo
         (["migration", "--host", "sim1", "--host", "sim2", "--validate", "96x500"], "--validate"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,128"], "--sizes"),
         (["migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,65536"], "--sizes"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "0"], "--disk-mib"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "64,64"], "--disk-mib"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "-64"], "--disk-mib"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "64,"], "--disk-mib"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "1e3"], "--disk-mib"),
+        (["migration", "--host", "sim1", "--host", "sim2", "--disk-mib", "65537"], "--disk-mib"),
         (["migration", "--host", "sim1", "--host", "sim2", "--dirty", "1000,5000"], "--dirty"),
         (["migration", "--host", "sim1", "--host", "sim2", "--dirty", "0,-5"], "--dirty"),
         (["migration", "--host", "sim1", "--host", "sim2", "--repeat", "0"], "--repeat"),
@@ -584,14 +610,60 @@ def test_stored_value_is_plain_json(site, store_path):
     assert set(value["migration"]) >= {"bandwidth_mib_s", "overhead_s", "dirty_factor", "hosts", "at", "samples"}
 
 
+def test_calibrate_migration_with_disks_copies_them_first_and_predicts_it(site, store_path):
+    """On the simulated driver (hosts keeping VM disks on their own storage) a guest with a disk is migrated
+    with its overlay copied first: the predicted and measured times grow by the disk's copy at the bandwidth,
+    the JSON and the table show the disk, and the fit still gives the configured model back."""
+    result = site("calibrate", "migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,256",
+                  "--dirty", "0,1000", "--disk-mib", "0,64,512", "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    points = {(p["memory_mib"], p["dirty_pages_s"], p["disk_mib"]): p for p in answer["points"]}
+    assert sorted(points) == sorted((m, d, k) for m in (128, 256) for d in (0, 1000) for k in (0, 64, 512))
+    for (memory, dirty, disk), point in points.items():
+        measured, predicted = point["measured"], point["predicted"]
+        assert measured["disk_copied_mib"] == (pytest.approx(disk) if disk else None)
+        assert predicted["disk_mib"] == disk and predicted["disk_s"] == pytest.approx(disk / 80.0, rel=0.05)
+        assert abs(predicted["error_pct"]) < 0.1
+        if disk:   # the same guest without a disk takes the disk's copy less, predicted and measured
+            bare = points[(memory, dirty, 0)]
+            for what in (measured, predicted):
+                grown = what["total_s"] - (bare["measured"] if what is measured else bare["predicted"])["total_s"]
+                assert grown == pytest.approx(disk / 80.0, rel=0.05), (memory, dirty, disk)
+    assert answer["fit"]["bandwidth_mib_s"] == pytest.approx(80.0, rel=0.05)
+    assert stored(store_path)["migration"]["samples"] == 12
+    table = site("calibrate", "migration", "--host", "sim1", "--host", "sim2", "--sizes", "128,256",
+                 "--dirty", "0", "--disk-mib", "64", "--no-store")
+    assert table.exit_code == 0, table.output
+    assert "disk MiB" in table.stdout and "x disk 64 MiB" in table.stdout
+    assert [(r[0], r[1]) for r in table_rows(table.stdout)] == [("128", "64"), ("256", "64")]
+    assert "disk MiB" not in site("calibrate", "migration", "--host", "sim1", "--host", "sim2", "--no-store").stdout
+
+
+def test_disks_on_hosts_that_share_them_are_refused_in_one_line(tmp_path):
+    """A block migration between hosts whose VM disks are on storage both share would copy the overlay
+    onto itself (Nova refuses it too): one line naming --disk-mib, exit 2, nothing started."""
+    from drivers.inventory import HostConfig, dump_inventory
+
+    inventory = tmp_path / "inventory.toml"
+    shared = ["/var/lib/libvirt/images"]
+    inventory.write_text(dump_inventory([HostConfig("t1", "test:///default", shared_storage=shared),
+                                         HostConfig("t2", "test:///default", shared_storage=shared)]))
+    result = CliRunner().invoke(app, ["calibrate", "migration", "--host", "t1", "--host", "t2", "--disk-mib", "64",
+                                      "--inventory", str(inventory), "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2, result.output
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: --disk-mib:") and "share" in line and "t1" in line and "t2" in line
+
+
 def test_a_grid_point_whose_guest_died_keeps_its_prediction_and_says_so():
-    from orchestrator.cli.calibrate import _migration_rows
+    from orchestrator.cli.calibrate_view import migration_rows
     from orchestrator.runtime.calibration.campaign import GridPoint
 
     [sample] = model_samples(114.0, 0.8, 1.3, sizes=(256,), pps=(2500,), switchover=150.0)
     point = GridPoint(256, 2500, samples=[dataclasses.replace(sample, guest_survived=False)])
     fit = fit_migration(model_samples(114.0, 0.8, 1.3, switchover=150.0))
-    [row] = _migration_rows([point], fit)
-    assert row[3] == "1/1 died"
-    assert row[4] == f"{fit.predict(sample).total_seconds:.2f}" and row[6].endswith("%")
-    assert row[10] == f"{fit.predict(sample).passes}/{sample.iterations}"
+    [row] = migration_rows([point], fit)
+    assert row[1] == "0" and row[4] == "1/1 died"     # (no disk)
+    assert row[5] == f"{fit.predict(sample).total_seconds:.2f}" and row[7].endswith("%")
+    assert row[11] == f"{fit.predict(sample).passes}/{sample.iterations}"

@@ -254,6 +254,22 @@ def test_a_block_migration_copies_the_overlay_first_timed_by_the_same_model():
     assert samples[-1].elapsed_seconds == pytest.approx(expected.total_seconds)
 
 
+def test_a_disk_the_spec_says_is_written_is_what_a_block_migration_copies():
+    """`disk_written_mib` (a calibration guest's disk, filled before it starts) replaces `overlay_mib`, also
+    for a disk attached as a file; on shared storage nothing is copied; a negative amount is refused."""
+    config = SimulatedDriverConfig(local_vm_disks=True, overlay_mib=300.0)
+    driver, _ = make(config)
+    driver.start(VMSpec("file", 1, 256, disk_image="/vms/file.qcow2", disk_written_mib=64.0), "a")
+    driver.start(VMSpec("overlay", 1, 256, disk=DiskSpec(base="/img/base.qcow2"), disk_written_mib=16.0), "a")
+    assert driver.disk_allocation("file") == 64 * 2**20 and driver.disk_allocation("overlay") == 16 * 2**20
+    assert driver.migrate("file", "b", bandwidth_mib_s=100).disk_bytes == 64 * 2**20
+    with pytest.raises(ValueError, match="disk_written_mib"):
+        driver.start(VMSpec("bad", 1, 256, disk_image="/vms/bad.qcow2", disk_written_mib=-1.0), "a")
+    shared, _ = make()
+    shared.start(VMSpec("file", 1, 256, disk_image="/vms/file.qcow2", disk_written_mib=64.0), "a")
+    assert shared.disk_allocation("file") is None and shared.migrate("file", "b").disk_bytes == 0
+
+
 def test_migrate_timeout_abort_raises_with_report_and_leaves_vm_on_source():
     driver, clock = make()
     driver.start(VMSpec("hot", 1, 1024, dirty_rate_mib_s=500), "a")

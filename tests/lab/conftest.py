@@ -113,6 +113,15 @@ def lab(request) -> Lab:
     return lab
 
 
+@pytest.fixture(scope="module")
+def over_local_storage(lab):
+    """The lab brought up with `--storage local` (each host's image directory its own) for one module, and
+    back to shared storage afterwards."""
+    lab.up(LAB_TRANSPORT, "local")
+    yield lab
+    lab.up(LAB_TRANSPORT)
+
+
 @pytest.fixture(scope="session")
 def lab_inventory_path(lab) -> Path:
     """The inventory `deploy/lab/lab up` wrote (what tests/drivers/test_driver_contract.py's docstring asks for)."""

@@ -19,24 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.labkit import CLI, LAB_TRANSPORT, REPO, daemon_config, remove_lease_domains
+from tests.lab.labkit import CLI, REPO, daemon_config, remove_lease_domains
 from tests.lab.labkit import run_cli as _cli
 from tests.lab.labkit import sha256_file as _sha256
 from tests.lab.labkit import held_ssh_session, stop_processes
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("over_local_storage")]
 
 IMAGE_BUILD = REPO / "deploy" / "images" / "build"
 IMAGES = "/var/lib/libvirt/images"
 HEAD_BRIDGE = Path("/sys/class/net/lwbr0/statistics")
 BOOT_TIMEOUT_S = 480
-
-
-@pytest.fixture(scope="module", autouse=True)
-def over_local_storage(lab):
-    lab.up(LAB_TRANSPORT, "local")
-    yield lab
-    lab.up(LAB_TRANSPORT)
 
 
 def _head_bytes() -> int:

@@ -3,7 +3,8 @@ on real (or simulated) hosts, and record what each operation took, for `orchestr
 to fit the scheduler's cost models to.
 
 `testbed` opens the driver the campaign runs on; `guests` is the lab guest (its spec, its console's
-ready and alive lines, and the cleanup that leaves no guest behind); `campaign` is the measurement plan
+ready and alive lines, and the cleanup that leaves no guest behind); `disks` the guests' disks for measuring
+block migrations (made, placed on the hosts, removed from both); `campaign` is the measurement plan
 and the measuring; `samples` the measurements. `leasewise calibrate` (orchestrator/cli/calibrate.py)
 parses the options, runs the campaign, and prints and stores the fit.
 """

@@ -18,7 +18,8 @@ from typing import Protocol
 from drivers.base import MigrationReport
 from drivers.errors import MigrationFailed
 from orchestrator.runtime.calibration.guests import guest_spec, guests, remove_image, still_alive, wait_ready
-from orchestrator.runtime.calibration.samples import MigrationSample
+from orchestrator.runtime.calibration.disks import ProbeDisks, probe_disks
+from orchestrator.runtime.calibration.samples import MIB, MigrationSample
 from orchestrator.runtime.calibration.testbed import Setup
 from orchestrator.state.calibrated import store_calibration
 from orchestrator.state.store import Store
@@ -31,10 +32,11 @@ class CalibrationStopped(Exception):
 # -- the plan ----------------------------------------------------------------------------------------------
 @dataclass
 class GridPoint:
-    """One guest of the migration grid (memory size x dirty rate), and what its runs measured."""
+    """One guest of the migration grid (memory size x dirty rate x disk), and what its runs measured."""
 
     memory_mib: int
     pages_per_second: int
+    disk_mib: int = 0                # MiB written to its disk, copied with it (a block migration); 0: no disk
     samples: list[MigrationSample] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)    # the outcome of each run that did not complete
 
@@ -73,9 +75,10 @@ class SuspendPlan:
     default_state_dir: str           # a host's own when the inventory names none ([daemon] state_dir)
 
 
-def migration_grid(sizes: list[int], dirty: list[int]) -> list[GridPoint]:
-    """Every memory size (MiB) with every dirty rate (pages/s), sizes first."""
-    return [GridPoint(m, p) for m in sizes for p in dirty]
+def migration_grid(sizes: list[int], dirty: list[int], disks: list[int] | None = None) -> list[GridPoint]:
+    """Every memory size (MiB) with every dirty rate (pages/s) and every disk (MiB written; none: no disk),
+    sizes first."""
+    return [GridPoint(m, p, d) for m in sizes for p in dirty for d in (disks or [0])]
 
 
 def suspend_points(hosts: list[str], sizes: list[int]) -> list[SuspendPoint]:
@@ -115,18 +118,23 @@ def _check(stop: threading.Event | None) -> None:
 # -- migrations --------------------------------------------------------------------------------------------
 def measure_migrations(setup: Setup, plan: MigrationPlan, points: list[GridPoint], name_prefix: str,
                        progress: Progress, stop: threading.Event | None = None) -> None:
-    """Every point's migrations, recorded in the points; the guests are removed whatever happens."""
-    with guests(setup, progress.warning) as started:
+    """Every point's migrations, recorded in the points; the guests (and their disks, on both hosts) are
+    removed whatever happens."""
+    with probe_disks(setup, (plan.source, plan.destination), name_prefix, progress.warning) as disks, \
+            guests(setup, progress.warning) as started:
         for point in points:
             _check(stop)
-            _migrate_point(setup, plan, point, f"{name_prefix}{point.memory_mib}m-{point.pages_per_second}p",
-                           started, progress, stop)
+            name = f"{name_prefix}{point.memory_mib}m-{point.pages_per_second}p"
+            if point.disk_mib:
+                name += f"-{point.disk_mib}d"
+            _migrate_point(setup, plan, point, name, disks, started, progress, stop)
 
 
-def _migrate_point(setup: Setup, plan: MigrationPlan, point: GridPoint, name: str, started: list[str],
-                   progress: Progress, stop: threading.Event | None) -> None:
+def _migrate_point(setup: Setup, plan: MigrationPlan, point: GridPoint, name: str, disks: ProbeDisks,
+                   started: list[str], progress: Progress, stop: threading.Event | None) -> None:
     """Boot one guest on the source, migrate it `repeat` times (alternating), record each run, stop it."""
     spec = guest_spec(name, point.memory_mib, point.pages_per_second, plan.guest_dir)
+    spec = disks.attach(spec, point.disk_mib, plan.source)
     setup.driver.start(spec, plan.source)
     started.append(name)
     wait_ready(setup, name, plan.settle_s)
@@ -134,6 +142,8 @@ def _migrate_point(setup: Setup, plan: MigrationPlan, point: GridPoint, name: st
     for run in range(1, plan.repeat + 1):
         _check(stop)
         which = MigrationRun(point, run, plan.repeat, here, there)
+        # what a block migration will copy, as the planner reads it (the overlay's allocation)
+        disk_bytes = setup.driver.disk_allocation(name) if point.disk_mib else None
         try:
             report = setup.driver.migrate(name, there, max_downtime_ms=plan.max_downtime_ms,
                                           timeout_s=plan.timeout_s, on_timeout="abort")
@@ -155,6 +165,8 @@ def _migrate_point(setup: Setup, plan: MigrationPlan, point: GridPoint, name: st
             working_set_mib=spec.working_set_mib,
             timeout_s=plan.timeout_s,
             guest_survived=survived,
+            disk_mib=disk_bytes / MIB if disk_bytes else float(point.disk_mib),
+            disk_copied_mib=report.disk_bytes / MIB if point.disk_mib else None,
         ))
         progress.migrated(which, report, survived)
         if survived is False:

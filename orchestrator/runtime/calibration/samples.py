@@ -28,6 +28,8 @@ class MigrationSample:
     working_set_mib: float | None = None  # what the guest keeps dirtying (None: the model's 90% of memory)
     timeout_s: float | None = None       # the completion timeout the migration ran with
     guest_survived: bool | None = None   # the guest still ran after it (None: not known, e.g. simulated)
+    disk_mib: float = 0.0                # its overlay's allocation, copied before memory (a block migration)
+    disk_copied_mib: float | None = None  # measured: disk MiB the migration copied (None: no disk went)
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,14 @@ class Setup:
 
 
 def open_setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None, store_path: Path,
-               cfg: Config, now: datetime) -> Setup:
+               cfg: Config, now: datetime, *, local_disks: bool = False) -> Setup:
     """The driver the campaign runs on, after checking that it manages `hosts` (and, simulated, that the
     largest of `sizes` fits on each). Its errors name the `calibrate` option at fault (`--host: ...`);
-    `now` starts the simulated driver's clock. The caller closes the driver."""
+    `now` starts the simulated driver's clock; `local_disks`: the simulated hosts keep VM disks on their
+    own storage (a guest's disk is copied when it migrates). The caller closes the driver."""
     use_libvirt = not dry_run and (inventory is not None or cfg.daemon.driver == "libvirt")
     if not use_libvirt:
-        return _simulated(hosts, sizes, dry_run, inventory, store_path, cfg, now)
+        return _simulated(hosts, sizes, dry_run, inventory, store_path, cfg, now, local_disks)
     if inventory is not None or cfg.daemon.inventory:
         configs = load_inventory(inventory if inventory is not None else Path(cfg.daemon.inventory))
     else:
@@ -63,7 +64,7 @@ def open_setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Pat
 
 
 def _simulated(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Path | None, store_path: Path,
-               cfg: Config, now: datetime) -> Setup:
+               cfg: Config, now: datetime, local_disks: bool) -> Setup:
     if dry_run and inventory is not None:
         raise InvalidRequest("--inventory", "not with --dry-run (a dry run uses the simulated driver)")
     known = {}
@@ -87,5 +88,5 @@ def _simulated(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Pat
                                             f"({capacities[host][1]} MiB)")
     clock = SimulatedClock(now)
     driver = make_driver("simulated", [], capacities=capacities, clock=clock,
-                         simulated=simulated_config(cfg.scheduling, shared_storage=()))
+                         simulated=simulated_config(cfg.scheduling, shared_storage=(), local_vm_disks=local_disks))
     return Setup(driver, "simulated", lambda s: clock.sleep(timedelta(seconds=s)))
