@@ -9,6 +9,7 @@ counts at once; a server that wants a cache passes its own resolver to `Cluster`
 from __future__ import annotations
 
 import grp
+import os
 import pwd
 from collections.abc import Callable
 
@@ -24,9 +25,11 @@ def unix_groups(user: str) -> frozenset[str]:
         entry = pwd.getpwnam(user)
     except (KeyError, ValueError):
         return frozenset()
-    names = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
-    try:
-        names.add(grp.getgrgid(entry.pw_gid).gr_name)
-    except KeyError:   # a primary gid with no group entry: no name to match a quota by
-        pass
+    # (the C library's own list, as `id -Gn` and login make it: one lookup, not a read of every group)
+    names = set()
+    for gid in os.getgrouplist(user, entry.pw_gid):
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:   # a gid with no group entry: no name to match a quota by
+            pass
     return frozenset(names)
