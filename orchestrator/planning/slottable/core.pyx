@@ -2,7 +2,7 @@
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
 `add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call; `refresh_rows`,
 the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
-nodes over them.
+nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
 
 This file is their only source. A deliberately naive reference with the same interface, in plain Python
 (`tests/reference/core.py`), says what each answers; the slot-table, host-state and mapper tests run
@@ -23,6 +23,8 @@ so answers are the shared objects themselves.
 """
 
 from libc.stdlib cimport free, realloc
+from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
+                              datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -34,10 +36,14 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import excluded_amount
 from orchestrator.planning.slottable.keys import AT_START
 from orchestrator.planning.slottable.keys import NOTHING_CODE as _NOTHING_CODE
-from orchestrator.planning.slottable.keys import time_key
+from orchestrator.planning.slottable.keys import time_key as _time_key_of
 from orchestrator.planning.slottable.shared_usage import SharedUsage
 
 ctypedef long long key_t
+
+import_datetime()
+from datetime import datetime as _datetime, timezone as _timezone
+cdef object _UTC = _timezone.utc
 
 cdef key_t BEFORE_ALL = -(1 << 63)
 cdef key_t AFTER_ALL = (1 << 63) - 1
@@ -73,6 +79,25 @@ cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
     if p == NULL:
         raise MemoryError()
     return <key_t *>p
+
+
+cpdef object time_key(t):
+    """`keys.time_key`, read from the datetime's fields when it is a plain datetime in UTC (the times the
+    table is given: its two keys per reservation put in or taken off, every snapshot's time); any other
+    aware datetime goes through the plain definition, which also refuses a naive one."""
+    if type(t) is not _datetime or datetime_tzinfo(t) is not _UTC:
+        return _time_key_of(t)
+    cdef long long y = datetime_year(t), m = datetime_month(t), d = datetime_day(t)
+    # days from 1970-01-01 to the civil date (the proleptic Gregorian calendar of `datetime`), counted
+    # in 400-year eras of March-based years (the leap day last), for years 1..9999 (never negative)
+    if m <= 2:
+        y -= 1
+    cdef long long era = y // 400
+    cdef long long yoe = y - era * 400
+    cdef long long doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    cdef long long days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return (((days * 24 + datetime_hour(t)) * 60 + datetime_minute(t)) * 60 + datetime_second(t)) * 1000000 \
+        + datetime_microsecond(t)
 
 
 cdef class HostTimeline:

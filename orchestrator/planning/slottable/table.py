@@ -32,8 +32,8 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
 from orchestrator.planning.slottable import core as compiled_core
-from orchestrator.planning.slottable.core import HostTimeline
-from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL, time_key
+from orchestrator.planning.slottable.core import HostTimeline, time_key
+from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL
 from orchestrator.planning.slottable.shared_usage import SharedUsage
 
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
