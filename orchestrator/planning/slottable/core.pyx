@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call; `refresh_rows`,
+`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call (with
+`mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
 the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
 nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
 
@@ -481,14 +482,35 @@ cdef class HostTimeline:
         return self._n
 
 
-def add_on_hosts(held, key_t ks, key_t ke, start, end):
-    """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
-    _on_hosts(held, ks, ke, start, end, True)
+def add_on_hosts(dict timelines, held, key_t ks, key_t ke, start, end):
+    """`add_keys` of one reservation on each of its hosts (`held`: host -> amount there; `timelines`:
+    host -> its timeline)."""
+    _on_hosts(timelines, held, ks, ke, start, end, True)
 
 
-def remove_on_hosts(held, key_t ks, key_t ke):
-    """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
-    _on_hosts(held, ks, ke, None, None, False)
+def remove_on_hosts(dict timelines, held, key_t ks, key_t ke):
+    """`remove_keys` of one reservation from each of its hosts (as `add_on_hosts`)."""
+    _on_hosts(timelines, held, ks, ke, None, None, False)
+
+
+def mark_rows(hosts, dict index, set into):
+    """The host states' rows (`index`: host -> row) of these hosts, added to `into`."""
+    for host in hosts:
+        into.add(index[host])
+
+
+def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
+    """A reservation put in outside the time the host states are at: each of its hosts' window ends by
+    its start (`later`: `bound` is `until`, k the start) or begins at its end (`bound` is `since`, k the
+    end), whichever is narrower."""
+    cdef Py_ssize_t i
+    for host in hosts:
+        i = index[host]
+        if later:
+            if k < bound[i]:
+                bound[i] = k
+        elif k > bound[i]:
+            bound[i] = k
 
 
 def windows_at(list timelines, list rows, key_t k):
@@ -503,13 +525,16 @@ def windows_at(list timelines, list rows, key_t k):
     return out
 
 
-cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
-    """One reservation put on (or taken off) each of its hosts: (timeline, amount there) pairs, the
-    amount's transitions looked up once for a run of hosts given the same amount object."""
+cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
+    """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
+    for a run of hosts given the same amount object. An unknown host changes none of them."""
     cdef HostTimeline tl
     cdef dict memo = None
+    for host in held:
+        timelines[host]
     last = None
-    for tl, amount in held:
+    for host, amount in held.items():
+        tl = <HostTimeline>timelines[host]
         if amount is not last:
             memo, last = None, amount
         memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)

@@ -231,9 +231,7 @@ class SlotTable:
         start, end = rr.start, rr.end
         if end > start:
             ks, ke = time_key(start), time_key(end)
-            hosts = self._hosts
-            self.core.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                   ks, ke, start, end)
+            self.core.add_on_hosts(self._hosts, rr.resources, ks, ke, start, end)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
@@ -255,9 +253,7 @@ class SlotTable:
         self._by_end.remove(rr)
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
-            hosts = self._hosts
-            self.core.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                      ks, ke)
+            self.core.remove_on_hosts(self._hosts, rr.resources, ks, ke)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
