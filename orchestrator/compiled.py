@@ -1,9 +1,10 @@
 """The one compiled module: the slot table's core (`orchestrator/planning/slottable/core.pyx`, Cython).
 
 It holds what the profile of a large simulation says the time goes to, loops over hosts and breakpoints:
-the host timelines, the host states' refresh of their rows and the mapper's walk of alike nodes. It is the
-only source of these (a deliberately naive reference in plain Python, `tests/reference/core.py`, checks
-it); everything else runs as Python. It must be built before the package runs: `pip install` (which
+the host timelines, a reservation's steps on each of its hosts, the host states' refresh of their rows,
+the mapper's walk of alike nodes and the integer keys of times. It is the only source of these (a
+deliberately naive reference in plain Python, `tests/reference/core.py`, checks it); everything else runs
+as Python. It must be built before the package runs: `pip install` (which
 `deploy/install.sh` runs) builds it, and in a checkout `python3 setup.py build_ext --inplace` does.
 
 setup.py records the digest of every input it compiled (`SOURCES`) in `MANIFEST`. A core missing, or built

@@ -215,7 +215,7 @@ class LeaseScheduler:
                 or (self._queue_waits_on_time and nexttime != self._queue_time)):
             return
         self._queue_time = nexttime
-        queue = self.queue.take()
+        queue, resuming = self.queue.take()
         kept: list[Entry] = []
         stop = False
         memo = FailureMemo(self.vm.shortest_run)
@@ -254,17 +254,18 @@ class LeaseScheduler:
                     stop = strict_fcfs
                     continue
             try:
+                resumes = lease.state is S.SUSPENDED_QUEUED
                 self.place(lease, nexttime, now)
                 full = None
+                resuming -= resumes
             except NotSchedulable as exc:
                 kept.append(entry)
                 memo.record(lease, exc.kind)
                 stop = strict_fcfs
             only_now = not self.vm.can_schedule_in_future()
-        self.queue.put_back(kept)
+        self.queue.put_back(kept, resuming)
         self._queue_dirty = False
-        self._queue_resumes = self.config.migration == "yes" and any(
-            lease.state is S.SUSPENDED_QUEUED for lease in self.queue)
+        self._queue_resumes = self.config.migration == "yes" and self.queue.resuming > 0
 
     def _site_full(self, t: datetime) -> bool:
         """No CPU free anywhere at t: nothing can start now (the reference's shortcut)."""

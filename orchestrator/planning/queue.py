@@ -21,11 +21,23 @@ Entry = tuple[datetime, int, Lease]
 
 
 class LeaseQueue:
+    """The waiting leases in order, and how many of them resume (suspended: `resuming`), counted as they
+    come and go rather than looked for after every pass. A lease's state does not change while it waits
+    (it leaves the queue first), so the count taken when it comes in holds until it leaves."""
+
     def __init__(self) -> None:
         self._entries: list[Entry] = []
+        self._resuming = 0
+
+    @property
+    def resuming(self) -> int:
+        """How many waiting leases are suspended ones, to be resumed."""
+        return self._resuming
 
     def add(self, lease: Lease) -> None:
         bisect.insort(self._entries, (lease.submit_time, lease.id, lease))
+        if lease.state is S.SUSPENDED_QUEUED:
+            self._resuming += 1
 
     def remove(self, lease: Lease) -> bool:
         """Take the lease out; False if it was not waiting."""
@@ -33,21 +45,26 @@ class LeaseQueue:
         i = bisect.bisect_left(entries, (lease.submit_time, lease.id))
         if i < len(entries) and entries[i][2] is lease:
             del entries[i]
+            if lease.state is S.SUSPENDED_QUEUED:
+                self._resuming -= 1
             return True
         return False
 
-    def take(self) -> list[Entry]:
-        """Every entry in order, the queue left empty (for a pass over it)."""
+    def take(self) -> tuple[list[Entry], int]:
+        """Every entry in order, and how many of them resume, the queue left empty (for a pass over it)."""
         entries, self._entries = self._entries, []
-        return entries
+        resuming, self._resuming = self._resuming, 0
+        return entries, resuming
 
-    def put_back(self, kept: list[Entry]) -> None:
-        """After a pass: the entries it kept (in order), merged with any lease added during the pass."""
+    def put_back(self, kept: list[Entry], resuming: int) -> None:
+        """After a pass: the entries it kept (in order, `resuming` of them suspended ones), merged with any
+        lease added during the pass."""
         if self._entries:
             for entry in kept:
                 bisect.insort(self._entries, entry)
         else:
             self._entries = kept
+        self._resuming += resuming
 
     def __contains__(self, lease: object) -> bool:
         return any(entry[2] is lease for entry in self._entries)

@@ -192,15 +192,29 @@ class HostTimeline:
         return len(self._points)
 
 
-def add_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int,
+def add_on_hosts(timelines: dict[str, HostTimeline], held: dict[str, Resources], ks: int, ke: int,
                  start: datetime, end: datetime) -> None:
-    for timeline, amount in held:
+    for timeline, amount in [(timelines[host], amount) for host, amount in held.items()]:
         timeline.add_keys(ks, ke, amount, start, end)
 
 
-def remove_on_hosts(held: Iterable[tuple[HostTimeline, Resources]], ks: int, ke: int) -> None:
-    for timeline, amount in held:
+def remove_on_hosts(timelines: dict[str, HostTimeline], held: dict[str, Resources], ks: int, ke: int) -> None:
+    for timeline, amount in [(timelines[host], amount) for host, amount in held.items()]:
         timeline.remove_keys(ks, ke, amount)
+
+
+def mark_rows(hosts: Iterable[str], index: dict[str, int], into: set[int]) -> None:
+    for host in hosts:
+        into.add(index[host])
+
+
+def narrow_windows(hosts: Iterable[str], index: dict[str, int], bound: np.ndarray, k: int, later: bool) -> None:
+    for host in hosts:
+        i = index[host]
+        if later:
+            bound[i] = min(bound[i], k)
+        else:
+            bound[i] = max(bound[i], k)
 
 
 def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[tuple[int, int, int, int]]:

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call; `refresh_rows`,
+`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call (with
+`mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
 the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
-nodes over them.
+nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
 
 This file is their only source. A deliberately naive reference with the same interface, in plain Python
 (`tests/reference/core.py`), says what each answers; the slot-table, host-state and mapper tests run
@@ -23,6 +24,8 @@ so answers are the shared objects themselves.
 """
 
 from libc.stdlib cimport free, realloc
+from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
+                              datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM
@@ -34,10 +37,14 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import excluded_amount
 from orchestrator.planning.slottable.keys import AT_START
 from orchestrator.planning.slottable.keys import NOTHING_CODE as _NOTHING_CODE
-from orchestrator.planning.slottable.keys import time_key
+from orchestrator.planning.slottable.keys import time_key as _time_key_of
 from orchestrator.planning.slottable.shared_usage import SharedUsage
 
 ctypedef long long key_t
+
+import_datetime()
+from datetime import datetime as _datetime, timezone as _timezone
+cdef object _UTC = _timezone.utc
 
 cdef key_t BEFORE_ALL = -(1 << 63)
 cdef key_t AFTER_ALL = (1 << 63) - 1
@@ -73,6 +80,25 @@ cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
     if p == NULL:
         raise MemoryError()
     return <key_t *>p
+
+
+cpdef object time_key(t):
+    """`keys.time_key`, read from the datetime's fields when it is a plain datetime in UTC (the times the
+    table is given: its two keys per reservation put in or taken off, every snapshot's time); any other
+    aware datetime goes through the plain definition, which also refuses a naive one."""
+    if type(t) is not _datetime or datetime_tzinfo(t) is not _UTC:
+        return _time_key_of(t)
+    cdef long long y = datetime_year(t), m = datetime_month(t), d = datetime_day(t)
+    # days from 1970-01-01 to the civil date (the proleptic Gregorian calendar of `datetime`), counted
+    # in 400-year eras of March-based years (the leap day last), for years 1..9999 (never negative)
+    if m <= 2:
+        y -= 1
+    cdef long long era = y // 400
+    cdef long long yoe = y - era * 400
+    cdef long long doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    cdef long long days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return (((days * 24 + datetime_hour(t)) * 60 + datetime_minute(t)) * 60 + datetime_second(t)) * 1000000 \
+        + datetime_microsecond(t)
 
 
 cdef class HostTimeline:
@@ -456,14 +482,35 @@ cdef class HostTimeline:
         return self._n
 
 
-def add_on_hosts(held, key_t ks, key_t ke, start, end):
-    """`add_keys` of one reservation on each of its hosts (timeline, amount there)."""
-    _on_hosts(held, ks, ke, start, end, True)
+def add_on_hosts(dict timelines, held, key_t ks, key_t ke, start, end):
+    """`add_keys` of one reservation on each of its hosts (`held`: host -> amount there; `timelines`:
+    host -> its timeline)."""
+    _on_hosts(timelines, held, ks, ke, start, end, True)
 
 
-def remove_on_hosts(held, key_t ks, key_t ke):
-    """`remove_keys` of one reservation from each of its hosts (timeline, amount there)."""
-    _on_hosts(held, ks, ke, None, None, False)
+def remove_on_hosts(dict timelines, held, key_t ks, key_t ke):
+    """`remove_keys` of one reservation from each of its hosts (as `add_on_hosts`)."""
+    _on_hosts(timelines, held, ks, ke, None, None, False)
+
+
+def mark_rows(hosts, dict index, set into):
+    """The host states' rows (`index`: host -> row) of these hosts, added to `into`."""
+    for host in hosts:
+        into.add(index[host])
+
+
+def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
+    """A reservation put in outside the time the host states are at: each of its hosts' window ends by
+    its start (`later`: `bound` is `until`, k the start) or begins at its end (`bound` is `since`, k the
+    end), whichever is narrower."""
+    cdef Py_ssize_t i
+    for host in hosts:
+        i = index[host]
+        if later:
+            if k < bound[i]:
+                bound[i] = k
+        elif k > bound[i]:
+            bound[i] = k
 
 
 def windows_at(list timelines, list rows, key_t k):
@@ -478,13 +525,16 @@ def windows_at(list timelines, list rows, key_t k):
     return out
 
 
-cdef int _on_hosts(held, key_t ks, key_t ke, start, end, bint adding) except -1:
-    """One reservation put on (or taken off) each of its hosts: (timeline, amount there) pairs, the
-    amount's transitions looked up once for a run of hosts given the same amount object."""
+cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
+    """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
+    for a run of hosts given the same amount object. An unknown host changes none of them."""
     cdef HostTimeline tl
     cdef dict memo = None
+    for host in held:
+        timelines[host]
     last = None
-    for tl, amount in held:
+    for host, amount in held.items():
+        tl = <HostTimeline>timelines[host]
         if amount is not last:
             memo, last = None, amount
         memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)

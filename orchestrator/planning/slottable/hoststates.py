@@ -198,12 +198,14 @@ class HostStates:
     """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `windows_at` and
-    `refresh_rows` read the rows from the hosts' timelines."""
+    `refresh_rows` read the rows from the hosts' timelines (and `mark_rows`, `narrow_windows` note a
+    reservation's change on its hosts' rows)."""
 
     def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
         self._windows_at = core.windows_at
         self._refresh_rows = core.refresh_rows
+        self._mark_rows, self._narrow_windows = core.mark_rows, core.narrow_windows
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -367,28 +369,19 @@ class HostStates:
         k = self.last
         if k is None:
             return
-        index = self._index
         if ks <= k < ke:
             self._clean = False
-            self._dirty.update([index[h] for h in hosts])
+            self._mark_rows(hosts, self._index, self._dirty)
         elif not added:
             return
         elif ks > k:
             windows = self._windows
-            until = windows.until
-            for h in hosts:
-                i = index[h]
-                if ks < until[i]:
-                    until[i] = ks
+            self._narrow_windows(hosts, self._index, windows.until, ks, True)
             if ks < windows.earliest_until:
                 windows.earliest_until = ks
         else:
             windows = self._windows
-            since = windows.since
-            for h in hosts:
-                i = index[h]
-                if ke > since[i]:
-                    since[i] = ke
+            self._narrow_windows(hosts, self._index, windows.since, ke, False)
             if ke > windows.latest_since:
                 windows.latest_since = ke
 

@@ -28,6 +28,8 @@ AT_START = object()
 
 
 def time_key(t: datetime) -> int:
-    """The key of an aware datetime: whole microseconds since the Unix epoch (exact for every datetime)."""
+    """The key of an aware datetime: whole microseconds since the Unix epoch (exact for every datetime).
+    The definition: the table uses the compiled core's `time_key`, which reads a UTC datetime's fields
+    and must give the same (tests/planning/test_time_keys.py)."""
     d = t - KEY_ORIGIN
     return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds

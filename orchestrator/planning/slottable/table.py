@@ -32,8 +32,8 @@ from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.slottable.excluding import Excluded, excluded_amount, exclusion_keys, relevant_exclusions
 from orchestrator.planning.slottable.hoststates import HostStates
 from orchestrator.planning.slottable import core as compiled_core
-from orchestrator.planning.slottable.core import HostTimeline
-from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL, time_key
+from orchestrator.planning.slottable.core import HostTimeline, time_key
+from orchestrator.planning.slottable.keys import AFTER_ALL, AT_START, BEFORE_ALL
 from orchestrator.planning.slottable.shared_usage import SharedUsage
 
 # Imported by name from here by the mapper and the tests (the table's public vocabulary): `FOREVER` is what
@@ -231,9 +231,7 @@ class SlotTable:
         start, end = rr.start, rr.end
         if end > start:
             ks, ke = time_key(start), time_key(end)
-            hosts = self._hosts
-            self.core.add_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                   ks, ke, start, end)
+            self.core.add_on_hosts(self._hosts, rr.resources, ks, ke, start, end)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, True)
         self._reservations[rr.id] = rr
@@ -255,9 +253,7 @@ class SlotTable:
         self._by_end.remove(rr)
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
-            hosts = self._hosts
-            self.core.remove_on_hosts([(hosts[host], amount) for host, amount in rr.resources.items()],
-                                      ks, ke)
+            self.core.remove_on_hosts(self._hosts, rr.resources, ks, ke)
             for listener in self._listeners:
                 listener.reservation_changed(rr.resources, ks, ke, False)
         del self._reservations[rr.id]
