@@ -68,7 +68,7 @@ class HostsState:
     base_copies: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def copy(self) -> HostsState:
-        """A copy an operation can be undone to, and compared with (`changes`): the entries are immutable."""
+        """A copy an operation can be undone to, and compared with (`_changed`): the entries are immutable."""
         return HostsState(dict(self.vms), dict(self.images), dict(self.disks), dict(self.left), dict(self.base_copies))
 
 
