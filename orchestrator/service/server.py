@@ -54,6 +54,7 @@ from orchestrator.service.operations import LeaseService
 from orchestrator.service.web import mount_web
 from orchestrator.state.session import SharedCluster
 from orchestrator.state.store import Store
+from orchestrator.state.store.checkpoints import BackgroundCheckpoints
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ class Server:
         self.freeze_gc = freeze_gc
         self.say = say or (lambda line: log.info("%s", line))
         self.store = Store.open(store_path, any_thread=True)
+        self.checkpoints = BackgroundCheckpoints(self.store)   # (not inside a request's commit)
         self.clock = clock or RealClock()
         if driver is None:
             driver = _driver_for(self.store, config)
@@ -283,6 +285,7 @@ class Server:
             self.store.set_meta(SERVING_KEY, {"pid": os.getpid(), "host": socket.gethostname(), "socket": cfg.socket})
         if self.freeze_gc:
             _freeze_startup_objects()
+        self.checkpoints.start()
         thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
         thread.start()
         self.listening = Listening(cfg.socket, tcp_address)
@@ -301,6 +304,7 @@ class Server:
             with contextlib.suppress(Exception), self.session.open():
                 self.store.set_meta(SERVING_KEY, None)
             self.service.close()
+            self.checkpoints.stop()
             self.store.close()
         return 1 if self._daemon_error is not None else 0
 

@@ -228,6 +228,11 @@ class StoreConnection:
     def schema_version(self) -> int:
         return self._conn.execute("PRAGMA user_version").fetchone()[0]
 
+    def set_autocheckpoint(self, pages: int) -> None:
+        """The log size (pages) at which a commit on this connection checkpoints by itself (SQLite's
+        `wal_autocheckpoint`; 1000 by default)."""
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
     def data_version(self) -> int:
         """A number that changes when another connection commits to the database (PRAGMA data_version).
 
