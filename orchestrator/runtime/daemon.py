@@ -41,10 +41,10 @@ from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.planning.enactment import EnactmentError, Operation, operations_of
 from orchestrator.runtime import recovery
 from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
-from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name
+from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from orchestrator.runtime.host_watch import HostWatch, Listings, minutes_text
+from orchestrator.runtime.host_watch import HostWatch, Listings, ListingsRead, minutes_text, read_listings
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts
 from orchestrator.runtime.learner import learn
 from orchestrator.runtime.netprobe import PingProbe
@@ -99,6 +99,9 @@ class Daemon:
         self._waiting: dict[int, tuple[Job, datetime]] = {}
         self._tries: dict[int, int] = {}
         self._strays: set[tuple[str, str]] = set()    # (host, VM) being stopped or reported
+        # the leases as the last step left them, and the cluster they belong to (read off the lock)
+        self._leases: list[Lease] = []
+        self._leases_of: Cluster | None = None
         self._idle = False
         self._serial: dict[object, datetime] = {}   # a fast clock's live migration -> when its next VM starts
         self._recorded: deque[tuple[datetime, str, int | None, dict]] = deque()   # from the runner's threads
@@ -278,15 +281,20 @@ class Daemon:
             self._looked_at = now
         busy, listings = self._look_at_hosts(now) if looking else (set(), {})
         busy |= {job.lease_id for job, _ in self._waiting.values()}
+        # (what the listings say, read before the lock from the leases as the last step left them)
+        read = read_listings(self._leases, listings) if looking else ListingsRead()
+        read_from = self._leases_of
         while True:
             with self.session.open() as cluster:
                 sched = cluster.scheduler
+                if cluster is not read_from:   # (rebuilt since: those lease objects are not the plan's)
+                    read = ListingsRead(read.copies)
                 self._follow_hosts(cluster)
                 if first and looking:
                     self.watch.apply_losses(cluster, now, self._notes)
                 changed = self._take_outcomes(cluster, now)
                 if first and looking:
-                    self.watch.notice_ended_vms(cluster, now, busy, listings, self._notes)
+                    self.watch.notice_ended_vms(cluster, now, busy, listings, self._notes, read.as_planned)
                 if first or changed:
                     for _ in range(10_000):
                         handled = sched.process_events(now)
@@ -302,7 +310,7 @@ class Daemon:
                     # (strays judged by the plan as this step leaves it: a lease this step or a request
                     # since the hosts were listed gave an operation is not judged by that listing)
                     strays = self._stray_jobs(cluster, now, busy | self.runner.busy_leases()
-                                              | {job.lease_id for job in jobs}, listings) if looking else []
+                                              | {job.lease_id for job in jobs}, read) if looking else []
                     jobs = self._waiting_jobs(cluster, now) + jobs + self._release_jobs(now) + strays
                 self.store.set_meta("daemon_clock", iso(now))
                 self.watch.save()
@@ -311,19 +319,19 @@ class Daemon:
                 if self._waiting:   # (a step when the first of them is to be tried again)
                     again = min(due for _, due in self._waiting.values())
                     following = again if following is None else min(following, max(again, now))
-                # (the sampler keeps the hosts' pace: on the wall clock, once per poll interval at most)
-                running = self._running_vms(cluster, now) if due else None
-                watched = list(sched.leases.values()) if self.notices.enabled else []
+                self._leases, self._leases_of = list(sched.leases.values()), cluster
             self.runner.submit_all(jobs)   # outside the store's lock
             first = False
             if self.clock.moves_by_itself or not self.runner.pending():
                 break
             # a fast-forwarded clock stands still while its operations run: their outcomes are this step's
             self.runner.wait_idle()
-        if running is not None:
-            self.dirty_rates.step(now, running, self._record_dirty_rate, self._record_disk_allocation)
+        # (the sampler keeps the hosts' pace: on the wall clock, once per poll interval at most)
+        if due:
+            self.dirty_rates.step(now, self._running_vms(self._leases, now), self._record_dirty_rate,
+                                  self._record_disk_allocation)
         # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
-        reminder = self.notices.step(now, watched)
+        reminder = self.notices.step(now, self._leases if self.notices.enabled else [])
         following = reminder if following is None or (reminder is not None and reminder < following) else following
         for line in self._notes:
             self.say(f"{iso(now)} {line}")
@@ -337,17 +345,22 @@ class Daemon:
             return True
         return not self._looked_at <= now < self._looked_at + self.config.daemon.poll_interval
 
-    def _running_vms(self, cluster: Cluster, now: datetime) -> list[RunningVM]:
-        """The VMs the plan has running at `now` (none while the sampler is off)."""
+    def _running_vms(self, leases: list[Lease], now: datetime) -> list[RunningVM]:
+        """The VMs the plan has running at `now` (none while the sampler is off), from the leases as the
+        step left them, read off the lock (requests may change them meanwhile: a VM that stops between is
+        a sample that fails, as one stopping during its sampling)."""
         if not self.dirty_rates.enabled:
             return []
         running = []
-        for lease in cluster.scheduler.leases.values():
+        for lease in leases:
             if lease.state is not LeaseState.ACTIVE:
                 continue
             vm = lease.last_vm
-            if vm is not None and vm.start <= now < vm.end:
-                running += [RunningVM(lease.id, v, self.enactor.vm_name(lease.id, v)) for v in sorted(vm.nodes)]
+            try:
+                if vm is not None and vm.start <= now < vm.end:
+                    running += [RunningVM(lease.id, v, self.enactor.vm_name(lease.id, v)) for v in sorted(vm.nodes)]
+            except RuntimeError:   # (its nodes changed while read: sampled at the next look)
+                continue
         return running
 
     def _record_dirty_rate(self, vm: RunningVM, at: datetime, mib_s: float) -> None:
@@ -396,19 +409,19 @@ class Daemon:
                 jobs.append(Job(job.run, job.hosts, job.lease_id, tag))
         return jobs
 
-    def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], listings: Listings) -> list[Job]:
+    def _stray_jobs(self, cluster: Cluster, now: datetime, busy: set[int], read: ListingsRead) -> list[Job]:
         """Stop what runs where its lease has nothing running: a host that answers again after its lease was
         given up, ended or requeued; a copy beside the one the plan runs. A domain whose lease is not known
         is reported once at start (`reconcile`); a VM found on another host than the plan's (and only
-        there) is the plan's business, not a stray."""
+        there) is the plan's business, not a stray. Running leases whose copies the listings showed on
+        their own hosts are not looked at again."""
         found: dict[int, list[tuple[str, str]]] = {}
-        for host, listed in listings.items():
-            if isinstance(listed, Exception):
+        for lease_id, copies in read.copies.items():
+            if lease_id in read.on_their_hosts:
                 continue
-            for info in listed:
-                parsed = parse_vm_name(info.name)
-                if parsed is not None and info.state in ACTIVE_STATES and (host, info.name) not in self._strays:
-                    found.setdefault(parsed[0], []).append((host, info.name))
+            copies = [(host, name) for host, name in copies if (host, name) not in self._strays]
+            if copies:
+                found[lease_id] = copies
         sched = cluster.scheduler
         gone = [i for i in found if i not in sched.leases or sched.leases[i].is_final]
         ended = self.store.lease_states(gone)

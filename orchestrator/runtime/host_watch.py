@@ -17,6 +17,8 @@ does not reset them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from drivers.base import Driver, VMInfo
@@ -25,7 +27,7 @@ from orchestrator.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
-from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name
+from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name, vm_name
 from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 
@@ -36,6 +38,8 @@ SILENT_HOSTS = "silent_hosts"
 
 #: what each host answered when asked for its VMs: the list, or the error it gave
 Listings = dict[str, list[VMInfo] | DriverError]
+#: leases whose VMs run (or are started, ready to resume)
+_RUNNING = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
 
 
 class HostWatch:
@@ -141,11 +145,13 @@ class HostWatch:
 
     # -- what the listings say about the leases ---------------------------------------------------------------
     def notice_ended_vms(self, cluster: Cluster, now: datetime, busy: set[int], listings: Listings,
-                         notes: list[str]) -> None:
+                         notes: list[str], as_planned: frozenset[int] = frozenset()) -> None:
         """Leases whose VMs all stopped by themselves are done early; VMs that vanished are lost. A lease
-        with an operation under way is left alone: its VMs may be on their way."""
+        with an operation under way is left alone: its VMs may be on their way; so is one the listings
+        showed running as planned (`as_planned`, read before the lock)."""
         sched = cluster.scheduler
-        for lease in [l for l in sched.leases.values() if l.state is LeaseState.ACTIVE]:
+        for lease in [one for one in sched.leases.values()
+                      if one.state is LeaseState.ACTIVE and one.id not in as_planned]:
             vm = lease.last_vm
             if vm is None or vm.start > now or stop_due(lease, now) or lease.id in busy:
                 continue   # (a stop or suspension due now explains VMs that are gone: it is handled next)
@@ -208,6 +214,52 @@ class HostWatch:
                 if names.get(info.name) == host:
                     states[info.name] = info.state
         return states
+
+
+@dataclass(frozen=True)
+class ListingsRead:
+    """What one look at the hosts says of the leases, worked out before the step takes the store's lock
+    (the lock every request waits for): the step's own checks then look only at the leases not settled
+    here. Read from the leases as an earlier step left them, while requests may change them: a lease
+    changed under the read is simply not settled. Settling a lease only ever spares the step a check
+    whose outcome, with these listings, is to leave it alone."""
+    #: lease -> (host, VM) of each of its VMs found running or paused, on any host
+    copies: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    #: active leases whose every VM runs on a host of their plan (nothing ended, nothing lost)
+    as_planned: frozenset[int] = frozenset()
+    #: running leases none of whose copies runs off the hosts of their plan (no stray to stop)
+    on_their_hosts: frozenset[int] = frozenset()
+
+
+def read_listings(leases: Iterable[Lease], listings: Listings) -> ListingsRead:
+    """Outside the lock: the copies of each lease's VMs the listings show, and the leases they settle."""
+    running_on: dict[str, set[str]] = {}
+    copies: dict[int, list[tuple[str, str]]] = {}
+    for host, listed in listings.items():
+        if isinstance(listed, Exception):
+            continue
+        names = running_on[host] = set()
+        for info in listed:
+            if info.state in ACTIVE_STATES:
+                names.add(info.name)
+                parsed = parse_vm_name(info.name)
+                if parsed is not None:
+                    copies.setdefault(parsed[0], []).append((host, info.name))
+    as_planned, on_their_hosts = set(), set()
+    for lease in leases:
+        try:
+            if lease.state not in _RUNNING:
+                continue
+            planned = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
+            if all(h in planned for h, _ in copies.get(lease.id, ())):
+                on_their_hosts.add(lease.id)
+            if lease.state is LeaseState.ACTIVE and all(
+                    any(vm_name(lease.id, v) in running_on.get(h, ()) for h in planned)
+                    for v in range(lease.numnodes)):
+                as_planned.add(lease.id)
+        except RuntimeError:   # (a dict of its plan changed while read: the step looks at it)
+            continue
+    return ListingsRead(copies, frozenset(as_planned), frozenset(on_their_hosts))
 
 
 def minutes_text(span: timedelta) -> str:
