@@ -122,14 +122,18 @@ class StateFile:
 
     def save(self, before: HostsState, after: HostsState) -> None:
         """Keep `after`, the state an operation made of `before`: its changes appended as one line, or the
-        state written whole (the first write of this object, or once the journal outweighs the first line).
-        An error leaves the file as it was."""
+        state written whole (the first write of this object, once the journal outweighs the first line, or
+        when the file was removed). An error leaves the file as it was."""
         if self._whole_bytes is None or self._journal_bytes > max(self._whole_bytes, _MIN_JOURNAL_BYTES):
             self.write_whole(after)
             return
         line = (json.dumps(self._changes_json(before, after), sort_keys=True, separators=(",", ":"))
                 + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:   # (removed under the driver: the state it holds is written afresh)
+            self.write_whole(after)
+            return
         try:
             size = os.fstat(fd).st_size
             try:

@@ -171,6 +171,17 @@ def test_a_line_cut_short_by_a_crash_is_an_operation_that_did_not_happen(tmp_pat
     assert snapshot(make(path)) == before
 
 
+def test_a_state_file_removed_under_the_driver_is_written_afresh_at_the_next_operation(tmp_path):
+    path = tmp_path / "hosts.json"
+    driver = make(path)
+    driver.start(VMSpec("one", 1, 64), "a")
+    driver.start(VMSpec("two", 1, 64), "b")
+    path.unlink()   # (an operator cleaning up, or a tmp cleaner)
+    driver.stop("two")
+    assert path.read_bytes().count(b"\n") == 1   # the whole state again, not a change to a missing file
+    assert snapshot(make(path)) == snapshot(driver) == {"a": [("one", "running", 1, 64, None)], "b": []}
+
+
 def test_many_operations_rewrite_the_file_whole_atomically_and_nothing_is_lost(tmp_path, monkeypatch):
     path = tmp_path / "hosts.json"
     driver = make(path, hosts={"a": (4096, 1 << 30), "b": (4096, 1 << 30)})
