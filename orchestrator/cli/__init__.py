@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "simulate": ("simulate",),
     "image": ("images",),
     "lease": ("access", "leases"),
-    "calibrate": ("calibrate",),
+    "calibrate": ("calibrate", "calibrate_show"),
     "host": ("hosts",),
     "quota": ("quotas",),
     "sweep": ("sweep",),
