@@ -34,7 +34,7 @@ class EventLog(StoreConnection):
             text = encode_json(detail)
         except (TypeError, ValueError) as exc:
             raise StoreError(f"event {kind!r}: detail is not JSON data ({exc})") from None
-        with self.transaction():
+        with self.statement():
             cur = self._conn.execute("INSERT INTO events (time, lease_id, kind, detail) VALUES (?, ?, ?, ?)",
                                      (encode_time(time), lease_id, kind, text))
         return cur.lastrowid

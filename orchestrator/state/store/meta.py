@@ -21,7 +21,7 @@ class MetaRepository(StoreConnection):
         return default if row is None else json.loads(row[0])
 
     def set_meta(self, key: str, value: Any) -> None:
-        with self.transaction():
+        with self.statement():
             self._conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, encode_json(value)))
 
