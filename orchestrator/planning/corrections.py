@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from orchestrator.model.errors import InconsistentSchedule, InvalidRequest
 from orchestrator.model.lease import Lease, LeaseType
 from orchestrator.model.quota import duration_text
-from orchestrator.model.reservations import Reservation, ReservationKind
+from orchestrator.model.reservations import Reservation, ReservationKind, ReservationState
 from orchestrator.model.states import LeaseState as S
 from orchestrator.model.timeutil import ZERO, ceil_time, end_of
 from orchestrator.planning.enactment import EnactmentError, Operation
@@ -40,6 +40,20 @@ def enactment_error(s: Planner, operation: Operation, lease: Lease, rr: Reservat
     if lease.history and lease.history[-1][0] > at:   # (found out after the lease moved on)
         at = lease.history[-1][0]
     s.fail(lease, f"{operation.value}: {exc}", at)
+
+def cut_at_failure(s: Planner, lease: Lease, at: datetime) -> None:
+    """A lease that fails at `at` held its hosts until then: what of its plan had begun is cut there, as a
+    cancellation cuts it, and done; what had not begun is only taken out of the plan. Its hosts are free
+    from `at` to the whole second (plans are in whole seconds, and a request made in that second plans
+    from its start), so its record never claims a host it held beyond that, where others may be placed."""
+    cut = at.replace(microsecond=0)
+    for vm in lease.open_vms():   # (two while it was being evacuated)
+        for rr in vm.all_parts():
+            if rr in s.table:
+                s.uncommit(rr)
+            if rr.state is ReservationState.ACTIVE:
+                rr.end = max(rr.start, min(rr.end, cut))
+                rr.state = ReservationState.DONE
 
 def enactment_failed(s: Planner, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
                      now: datetime) -> bool:

@@ -617,11 +617,7 @@ class LeaseScheduler:
 
     def fail(self, lease: Lease, reason: str, now: datetime) -> None:
         self.touch(lease)
-        vm = lease.last_vm
-        if vm is not None:
-            for rr in vm.all_parts():
-                if rr in self.table:
-                    self.uncommit(rr)
+        corrections.cut_at_failure(self, lease, now)
         self.forget_future(lease)
         self.queue.remove(lease)
         lease.reason = reason

@@ -305,13 +305,14 @@ class Daemon:
                         raise InconsistentSchedule(f"no progress at {now}")
                 cluster.save(now)
                 jobs = self.make_jobs(self.collector.take(), now)
+                # (strays judged by the plan as this step leaves it: a lease this step or a request
+                # since the hosts were listed gave an operation is not judged by that listing)
+                strays = self._stray_jobs(cluster, now, busy | self.runner.busy_leases()
+                                          | {job.lease_id for job in jobs}, read) if first and looking else []
+                jobs = cleanups_first(jobs, self._release_jobs(now)) + strays
                 if first:   # (a cleanup that failed, or an operation a silent host held up, is tried again
                     # at the next step, not at once; the latter before this step's, in their order)
-                    # (strays judged by the plan as this step leaves it: a lease this step or a request
-                    # since the hosts were listed gave an operation is not judged by that listing)
-                    strays = self._stray_jobs(cluster, now, busy | self.runner.busy_leases()
-                                              | {job.lease_id for job in jobs}, read) if looking else []
-                    jobs = self._waiting_jobs(cluster, now) + jobs + self._release_jobs(now) + strays
+                    jobs = self._waiting_jobs(cluster, now) + jobs
                 self.store.set_meta("daemon_clock", iso(now))
                 self.watch.save()
                 following = sched.next_event_time()
@@ -513,6 +514,22 @@ class Daemon:
             return loop.run(until=until, until_idle=until_idle, max_steps=max_steps, stop_on_interrupt=True)
         finally:
             self.close()
+
+
+def cleanups_first(jobs: list[Job], cleanups: list[Job]) -> list[Job]:
+    """The step's operations with the cleanups of leases that finished: each right after its lease's own
+    operations of the step (a cancelled lease's kill first), ahead of every other lease's. The plan has
+    given the room of a lease that ended (cancelled, failed) to others already: a start there must wait
+    until what it left on the hosts is gone (the runner keeps the order on each host)."""
+    last_own = {job.lease_id: i for i, job in enumerate(jobs)}
+    ordered = [c for c in cleanups if c.lease_id not in last_own]
+    after: dict[int, list[Job]] = {}
+    for cleanup in cleanups:
+        if cleanup.lease_id in last_own:
+            after.setdefault(last_own[cleanup.lease_id], []).append(cleanup)
+    for i, job in enumerate(jobs):
+        ordered += [job, *after.get(i, ())]
+    return ordered
 
 
 def _memory_of(cluster: Cluster, lease_id: int | None, vnode: Any) -> float | None:

@@ -50,9 +50,14 @@ class Intent:
 
 
 def reservation_hosts(rr: Reservation) -> set[str]:
+    """Where the reservation's VMs are, go, and where their images move: its hosts, its transfers', its VM
+    reservation's, and, for a VM reservation its VMs reach by migrating, where they come from (a lease
+    cancelled before its evacuation's switch-over runs there still: its kill must wait for that host's
+    operations, and a start there for the kill)."""
     hosts = set(rr.resources) | set(rr.nodes.values())
-    for src, dst in rr.transfers.values():
-        hosts.update((src, dst))
+    for part in (rr, *rr.pre):
+        for src, dst in part.transfers.values():
+            hosts.update((src, dst))
     if rr.vm is not None:
         hosts.update(rr.vm.nodes.values())
     return hosts

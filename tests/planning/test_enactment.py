@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.config import SchedulingConfig
 from orchestrator.model.lease import LeaseRequest, LeaseType
+from orchestrator.model.reservations import ReservationState
 from orchestrator.model.resources import Resources
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import UTC
@@ -75,3 +76,43 @@ def test_a_failed_operation_fails_the_lease_with_the_operation_named_in_the_reas
     lease = scheduler.lease(1)
     assert lease.state is LeaseState.FAILED and lease.reason == "start_vms: boom"
     assert enactor.calls == [("start_vms", 1, "vm")]
+
+
+def _held(leases, host: str) -> int:
+    """The most the leases' records hold of `host`'s CPU (percent) at any instant: every part that began,
+    from its start to its end (what never began held nothing)."""
+    edges = sorted((t, sign * rr.resources[host].cpu) for lease in leases for vm in lease.reservations
+                   for rr in vm.all_parts() if rr.state is not ReservationState.SCHEDULED and host in rr.resources
+                   for t, sign in ((rr.start, 1), (rr.end, -1)))
+    most = held = 0
+    for _, change in edges:   # (at one instant, ends before starts)
+        held += change
+        most = max(most, held)
+    return most
+
+
+def test_a_lease_that_fails_mid_run_holds_its_host_until_it_failed_and_no_longer():
+    """Lost at 10:01:00.4 (the daemon's clock has a sub-second part): the failed lease's record keeps its VMs
+    until the failure, to the whole second, and nothing after; a lease asked for in that second (a request
+    plans in whole seconds) gets the host from then, and the two records never hold the host at once."""
+    scheduler = LeaseScheduler(SlotTable({"h1": Resources.of(4, 4096)}), SchedulingConfig(), NullEnactor())
+
+    def immediate(at: datetime) -> int:
+        request = LeaseRequest(type=LeaseType.IMMEDIATE, nodes=(Resources.of(4, 4096),),
+                               duration=timedelta(minutes=10), submit_time=at)
+        lease = scheduler.submit(request, at)
+        scheduler.schedule(at)
+        scheduler.process_events(at)
+        return lease.id
+
+    first = immediate(EPOCH)
+    failed_at = EPOCH + timedelta(minutes=1, microseconds=400_000)
+    scheduler.lose(first, failed_at, requeue=False, reason="its VMs are gone from their hosts")
+    second = immediate(failed_at.replace(microsecond=0))
+
+    failed, after = scheduler.lease(first), scheduler.lease(second)
+    assert failed.state is LeaseState.FAILED and failed.end_time == failed_at
+    vm = failed.reservations[0]
+    assert (vm.start, vm.end, vm.state) == (EPOCH, EPOCH + timedelta(minutes=1), ReservationState.DONE)
+    assert after.state is LeaseState.ACTIVE and after.reservations[0].start == EPOCH + timedelta(minutes=1)
+    assert _held([failed, after], "h1") == 400

@@ -18,8 +18,11 @@ from orchestrator.config import config_from_dict
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.enactment import EnactmentError, NullEnactor
+from orchestrator.planning.lease_scheduler import LeaseScheduler
+from orchestrator.planning.slottable.table import SlotTable
 from orchestrator.planning.precopy import predict_precopy
 from orchestrator.runtime.daemon import Daemon
+from orchestrator.runtime.intents import IntentCollector
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 from tests.support.scenario import T0, ar, at, be, lease, plan, simulate, site
@@ -362,3 +365,22 @@ def test_a_migration_that_overruns_is_aborted_and_the_lease_suspended_in_time(tm
     assert (suspend.start, suspend.end, suspend.hosts) == (at("13:29:44"), at("13:30"), [H1])
     assert first.state.value == "done" and first.suspensions == 1 and counters["failed_migrations"] == 1
     assert second.start_time == at("13:30") and second.state.value == "done"
+
+
+def test_a_lease_cancelled_before_its_switch_over_is_killed_where_it_runs():
+    """Cancelled at 13:20, before its planned move to host5: its VM still runs on host1, so the kill is an
+    operation on host1 as well as host5. The daemon's runner orders operations by those hosts: a start on
+    host1, in the room the cancellation gave back, waits for the kill there instead of finding host1 full."""
+    config = config_from_dict({"scheduling": {"preemption_mode": "migrate-first"}}).scheduling
+    collector = IntentCollector()
+    scheduler = LeaseScheduler(SlotTable(dict(with_small_host())), config, collector)
+    for request, now in ((be("13:00", 60, memory=512), at("13:00")), (ar("13:15", "13:30", 30, nodes=4), at("13:15"))):
+        scheduler.submit(request, now)
+        scheduler.schedule(now)
+        scheduler.process_events(now)
+    assert [rr.kind.value for vm in scheduler.lease(1).reservations for rr in vm.all_parts()] == \
+        ["vm", "live-migrate", "vm", "shutdown"]
+    collector.take()
+    scheduler.cancel(1, at("13:20"))
+    [kill] = collector.take()
+    assert kill.operation.value == "kill_vms" and kill.hosts == {H1, H5}

@@ -23,7 +23,7 @@ from orchestrator.model.lease import LeaseRequest, LeaseType
 from orchestrator.model.resources import Resources
 from orchestrator.model.timeutil import iso
 from orchestrator.planning.precopy import predict_precopy
-from orchestrator.runtime.daemon import Daemon
+from orchestrator.runtime.daemon import Daemon, simulated_driver_for
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.store import Store
 from tests.support.times import T0
@@ -351,3 +351,42 @@ def test_on_the_wall_clock_the_daemon_polls_and_records_operations_as_just_ended
         took = timedelta(seconds=event.detail["wall_seconds"])
         assert event.detail["enacted_end"] == iso(event.time)
         assert event.detail["enacted_start"] == iso(event.time - took)
+
+
+def test_a_start_waits_for_the_cleanup_of_the_lease_whose_room_it_takes(tmp_path):
+    """A lease cancelled by another process (`leasewise lease cancel` while the daemon runs) leaves its VMs to
+    the daemon's cleanup; a lease given its room in the same change starts at the daemon's next step too. On
+    the wall clock, where the simulated stop takes its real time, the start waits on that host until the
+    cleanup is done, instead of finding the host still full and failing the lease."""
+    path = make_store(tmp_path, n=1, cpus=4, memory=4096)
+    cfg = config_from_dict({"daemon": {"driver": "simulated", "poll_interval": "1s"},
+                            "scheduling": {"shutdown_time": "2s"}})
+    clock = RealClock()
+
+    def whole_second() -> datetime:   # (as a request plans)
+        return clock.now().replace(microsecond=0)
+
+    def whole_host() -> LeaseRequest:
+        return LeaseRequest(type=LeaseType.IMMEDIATE, nodes=(Resources.of(4, 1024),),
+                            duration=timedelta(minutes=5), submit_time=whole_second())
+
+    first = submit(path, cfg, whole_host(), now=whole_second())
+    with Store.open(path) as store:
+        driver = simulated_driver_for(store, tmp_path / "hosts.json", cfg.scheduling)
+        driver.clock = clock
+        daemon = Daemon(store, cfg, driver, clock)
+        daemon.step()
+        assert daemon.runner.wait_idle(timeout=30)
+        with Store.open(path) as other, other.transaction():   # (the other process)
+            cluster = Cluster(other, cfg)
+            cluster.cancel(first, whole_second())
+            second = cluster.submit(whole_host(), whole_second()).id
+            cluster.save(whole_second())
+        daemon.step()   # (the cleanup and the start, on the one host)
+        assert daemon.runner.wait_idle(timeout=30)
+        daemon.close()
+        stops = [e for e in store.events(lease_id=first) if e.kind == "enacted" and e.detail["operation"] == "stop"]
+        starts = [e for e in store.events(lease_id=second) if e.kind == "enacted" and e.detail["operation"] == "start"]
+    assert leases(path)[second]["state"] == "active"
+    assert len(stops) == 1 and len(starts) == 1
+    assert starts[0].detail["enacted_start"] >= stops[0].detail["enacted_end"]
