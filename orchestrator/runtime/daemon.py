@@ -44,14 +44,13 @@ from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from orchestrator.runtime.host_watch import HostWatch, Listings, ListingsRead, minutes_text, read_listings
+from orchestrator.runtime.host_watch import LIVE, HostWatch, Listings, ListingsRead, minutes_text, read_listings
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts
 from orchestrator.runtime.learner import learn
 from orchestrator.runtime.netprobe import PingProbe
 from orchestrator.runtime.notices import NoticeSender
 from orchestrator.runtime.notifiers import make_notifiers
 from orchestrator.runtime.operation_runner import Job, OperationRunner, Outcome
-from orchestrator.runtime.recovery import LIVE
 from orchestrator.state.calibrated import CALIBRATION_KEY, apply_calibration
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.session import ClusterSession, FreshCluster

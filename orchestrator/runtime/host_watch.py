@@ -38,8 +38,8 @@ SILENT_HOSTS = "silent_hosts"
 
 #: what each host answered when asked for its VMs: the list, or the error it gave
 Listings = dict[str, list[VMInfo] | DriverError]
-#: leases whose VMs run (or are started, ready to resume)
-_RUNNING = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
+#: a lease whose VMs exist on hosts (running, or started and ready to resume)
+LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
 
 
 class HostWatch:
@@ -248,7 +248,7 @@ def read_listings(leases: Iterable[Lease], listings: Listings) -> ListingsRead:
     as_planned, on_their_hosts = set(), set()
     for lease in leases:
         try:
-            if lease.state not in _RUNNING:
+            if lease.state not in LIVE:
                 continue
             planned = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
             if all(h in planned for h, _ in copies.get(lease.id, ())):

@@ -14,18 +14,14 @@ from typing import Protocol
 
 from orchestrator.config import Config
 from orchestrator.model.lease import Lease
-from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
-from orchestrator.runtime.host_watch import HostWatch, Listings, stop_due
+from orchestrator.runtime.host_watch import LIVE, HostWatch, Listings, stop_due
 from orchestrator.runtime.intents import RELEASE, Intent, IntentCollector, IntentTag, snapshot
 from orchestrator.runtime.operation_runner import Job, OperationRunner
 from orchestrator.state.cluster import Cluster
 from orchestrator.state.session import ClusterSession
 from orchestrator.state.store import Store
-
-#: a lease whose VMs exist on hosts
-LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
 
 
 class Daemon(Protocol):
