@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.service.backend import NoStore
 from orchestrator.planning.learning import KINDS, LIVE_MIGRATE, MOVE, RESUME, SUSPEND
+from orchestrator.service.backend import NoStore
 from orchestrator.state.calibrated import MIGRATION_SECTION, SUSPEND_SECTION, load_calibration
 from orchestrator.state.learned import load_learned
 from orchestrator.state.store import Store
@@ -51,7 +51,6 @@ def learned_rows(learned: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str
     return [{"kind": kind, "key": key, "rate_mib_s": entry.get("rate_mib_s"), "samples": entry.get("samples"),
              "rejected": entry.get("rejected"), "source": entry.get("source"), "at": entry.get("at")}
             for kind in KINDS for key, entry in sorted(learned.get(kind, {}).items()) if isinstance(entry, dict)]
-
 
 
 def rates_in_use(path: Path, cfg: Config) -> dict[str, list[dict[str, Any]]]:
