@@ -71,8 +71,10 @@ class Cluster:
         leases = store.leases(state=LIVE_STATES) if live_only else store.load_leases()
         self._live = {l.id for l in leases if not l.is_final}
         self._workload_ids = store.workload_ids()
-        self.scheduler.restore(leases, future=store.get_meta("future_leases", []) or [],
-                               counters=store.get_meta("counters", {}) or {})
+        # (as last written: `save` writes them again only when they change)
+        self._future_written: list[int] = store.get_meta("future_leases", []) or []
+        self._counters_written: dict[str, int] = store.get_meta("counters", {}) or {}
+        self.scheduler.restore(leases, future=self._future_written, counters=self._counters_written)
         for host in hosts:
             if not host.available:   # drained: nothing may be planned there from then on
                 self.scheduler.block_host(host.name, host.unavailable_from or _EPOCH)
@@ -308,21 +310,22 @@ class Cluster:
         Only the leases `unsaved` names are compared with what was last written; a lease whose state,
         history, counters and plan are as written is skipped; a lease that has become final is written one
         last time and then no longer looked at."""
+        events: list[tuple[datetime, str, int, dict]] = []
         for lease_id in self.unsaved():
             lease = self.scheduler.leases[lease_id]
             signature = _signature(lease)
             if self._written.get(lease_id) == signature:
                 continue
-            seen = self._seen.get(lease_id, 0)
-            for at, state in lease.history[seen:]:
-                self.store.append_event(at, "state", lease_id, state=state.value,
-                                        **({"reason": lease.reason} if lease.reason and lease.is_final else {}))
+            seen = self._seen.get(lease_id)
+            for at, state in lease.history[seen or 0:]:
+                events.append((at, "state", lease_id, {
+                    "state": state.value, **({"reason": lease.reason} if lease.reason and lease.is_final else {})}))
             plan = _plan_of(lease)
             if plan and plan != self._planned.get(lease_id):
                 # a new plan, or one changed without a state change (an AR cutting a running lease short)
-                self.store.append_event(now, "planned", lease_id,
-                                        reservations=[reservation_detail(rr) for rr in _current_parts(lease)])
-            self.store.save_lease(lease, self._workload_ids.get(lease_id))
+                events.append((now, "planned", lease_id,
+                               {"reservations": [reservation_detail(rr) for rr in _current_parts(lease)]}))
+            self.store.save_lease(lease, self._workload_ids.get(lease_id), new=seen is None)
             self._seen[lease_id] = len(lease.history)
             self._planned[lease_id] = plan
             self._written[lease_id] = signature
@@ -331,9 +334,15 @@ class Cluster:
                 self._live.discard(lease_id)
                 self._written.pop(lease_id, None)
                 self._shown.pop(lease_id, None)
+        self.store.append_events(events)
         self.table.changed_leases.clear()
-        self.store.set_meta("future_leases", sorted(self.scheduler.vm.future_leases))
-        self.store.set_meta("counters", dict(self.scheduler.counters))
+        future, counters = sorted(self.scheduler.vm.future_leases), dict(self.scheduler.counters)
+        if future != self._future_written:
+            self.store.set_meta("future_leases", future)
+            self._future_written = future
+        if counters != self._counters_written:
+            self.store.set_meta("counters", counters)
+            self._counters_written = counters
 
     def plan(self, start: datetime | None = None, end: datetime | None = None) -> list[tuple[Lease, Reservation]]:
         """Every reservation of every lease meeting [start, end), in time order."""

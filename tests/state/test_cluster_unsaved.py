@@ -97,6 +97,9 @@ def test_every_changed_lease_is_unsaved_and_a_submission_names_what_it_moved(tmp
             fresh = Cluster(store, config, live_only=True)
         assert {i: _signature(l) for i, l in fresh.scheduler.leases.items()} == \
                {i: _signature(cluster.scheduler.leases[i]) for i in fresh.scheduler.leases}
+        # and the scheduler's own values (written only when they change)
+        assert fresh.scheduler.vm.future_leases == cluster.scheduler.vm.future_leases
+        assert fresh.scheduler.counters == cluster.scheduler.counters
 
 
 def test_an_extended_queued_lease_is_unsaved(tmp_path: Path):

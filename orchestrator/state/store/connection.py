@@ -20,7 +20,7 @@ import logging
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 BUSY_TIMEOUT_S = 5.0
+#: parameters per statement at most (SQLite's limit before 3.32; later versions allow more)
+_MAX_PARAMETERS = 999
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -310,6 +312,23 @@ class StoreConnection:
         if _is_busy(exc):
             return StoreBusy(self.path, f"busy: another process holds the write lock ({_sqlite_message(exc)})")
         return exc
+
+    @staticmethod
+    def _one_statement(columns: tuple[str, ...], rows: Sequence[tuple]) -> bool:
+        """Whether `_insert_rows` writes these rows in one statement (which needs no savepoint)."""
+        return len(rows) * len(columns) <= _MAX_PARAMETERS
+
+    def _insert_rows(self, table: str, columns: tuple[str, ...], rows: Sequence[tuple]) -> None:
+        """Rows into `table` with as few statements as SQLite's limit on parameters allows: each statement
+        is a trip into SQLite that releases the GIL, and the server's writer makes them while every request
+        waits for its lock (`executemany` makes one trip per row)."""
+        width = len(columns)
+        per_statement = max(1, _MAX_PARAMETERS // width)
+        row_sql = f"({', '.join('?' * width)})"
+        head = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+        for at in range(0, len(rows), per_statement):
+            chunk = rows[at:at + per_statement]
+            self._conn.execute(head + ", ".join([row_sql] * len(chunk)), [v for row in chunk for v in row])
 
     def _insert_new(self, table: str, columns: tuple[str, ...], values: tuple, what: str) -> None:
         """One row into `table`; `StoreError` "WHAT already exists" when its key is taken."""

@@ -32,6 +32,15 @@ from orchestrator.state.store.rows import (
     state_row,
 )
 
+_HISTORY_COLUMNS = ("lease_id", "seq", "time", "state")
+_QUOTED_RESERVATION_COLUMNS = tuple(map(quoted, RESERVATION_COLUMNS))
+
+
+def _history_rows(lease: Lease, stored: int) -> list[tuple]:
+    """The rows of the lease's history entries after the first `stored`."""
+    return [(lease.id, seq, encode_time(at), state.value)
+            for seq, (at, state) in enumerate(lease.history[stored:], start=stored)]
+
 
 def _lease_filter(state: Iterable[str] | None, user: str | None, prefix: str = "",
                   after: int | None = None) -> tuple[str, list]:
@@ -55,14 +64,24 @@ class LeaseRepository(StoreConnection):
     """The leases, lease_states and reservations tables: a lease with its history and its plan, in one
     transaction; read back with the dirty rates measured on its VMs."""
 
-    def save_lease(self, lease: Lease, workload_id: str | None = None) -> None:
+    def save_lease(self, lease: Lease, workload_id: str | None = None, *, new: bool = False) -> None:
         """Write the lease, append its history entries not stored yet, and replace its reservations with
-        its current plan. `workload_id` None keeps the one stored before."""
+        its current plan. `workload_id` None keeps the one stored before. `new` says the caller has not
+        seen the lease stored: it is then inserted first, and the checks against a stored copy are made
+        only if one exists after all."""
         req = lease.request
         request_values = request_row(req)
         state_values = state_row(lease)
         conn = self._conn
         with self.transaction():
+            if new and conn.execute(
+                    f"INSERT INTO leases ({', '.join(map(quoted, LEASE_COLUMNS))}) "
+                    f"VALUES ({', '.join('?' * len(LEASE_COLUMNS))}) ON CONFLICT (id) DO NOTHING",
+                    (lease.id, workload_id, *request_values, *state_values)).rowcount == 1:
+                # (a lease row just made has no history and no plan stored: both cascade from it)
+                self._insert_rows("lease_states", _HISTORY_COLUMNS, _history_rows(lease, 0))
+                self._insert_reservations(lease, plan_rows(lease))
+                return
             stored = conn.execute(f"SELECT {', '.join(map(quoted, REQUEST_COLUMNS))} FROM leases WHERE id = ?",
                                   (lease.id,)).fetchone()
             if stored is None:
@@ -98,19 +117,18 @@ class LeaseRepository(StoreConnection):
             if last != (encode_time(at), state.value):
                 raise StoreError(f"lease {lease.id}: history entry {count - 1} differs from the stored one "
                                  f"({last[1]} at {last[0]} stored, {state.value} at {encode_time(at)} here)")
-        conn.executemany("INSERT INTO lease_states (lease_id, seq, time, state) VALUES (?, ?, ?, ?)",
-                         [(lease.id, seq, encode_time(at), state.value)
-                          for seq, (at, state) in enumerate(history[count:], start=count)])
+        self._insert_rows("lease_states", _HISTORY_COLUMNS, _history_rows(lease, count))
 
     def _replace_reservations(self, lease: Lease) -> None:
+        self._conn.execute("DELETE FROM reservations WHERE lease_id = ?", (lease.id,))
+        self._insert_reservations(lease, plan_rows(lease))
+
+    def _insert_reservations(self, lease: Lease, rows: list[tuple]) -> None:
         conn = self._conn
-        rows = plan_rows(lease)
-        seen = {row[0] for row in rows}
-        conn.execute("DELETE FROM reservations WHERE lease_id = ?", (lease.id,))
         try:
-            conn.executemany(f"INSERT INTO reservations ({', '.join(map(quoted, RESERVATION_COLUMNS))}) "
-                             f"VALUES ({', '.join('?' * len(RESERVATION_COLUMNS))})", rows)
+            self._insert_rows("reservations", _QUOTED_RESERVATION_COLUMNS, rows)
         except sqlite3.IntegrityError:
+            seen = {row[0] for row in rows}
             clash = conn.execute(
                 f"SELECT id, lease_id FROM reservations WHERE lease_id != ? AND id IN "
                 f"({', '.join('?' * len(seen))}) LIMIT 1", (lease.id, *seen)).fetchone()

@@ -31,9 +31,10 @@ class MetaRepository(StoreConnection):
         sql = ("UPDATE meta SET value = max(CAST(value AS INTEGER), "
                "(SELECT coalesce(max(id), 0) + 1 FROM leases)) + 1 "
                "WHERE key = 'next_lease_id' RETURNING CAST(value AS INTEGER) - 1")
-        with self.transaction():
+        with self.statement():
             rows = self._conn.execute(sql).fetchall()
-            if not rows:   # the row was deleted by hand: start again from the stored leases
+        if not rows:   # the row was deleted by hand (nothing was changed): start again from the stored leases
+            with self.transaction():
                 self._conn.execute("INSERT INTO meta (key, value) VALUES ('next_lease_id', '1')")
                 rows = self._conn.execute(sql).fetchall()
         return int(rows[0][0])
