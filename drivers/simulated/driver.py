@@ -397,8 +397,7 @@ class SimulatedDriver(Driver):
             if host is not None and (host, vm) in self._state.left:
                 self._up(host)
                 copy = self._state.left[(host, vm)]
-                active = copy.state in ("running", "paused")
-                seconds = self._spend(self._times.stop(copy.spec) if active else 0.0)
+                seconds = self._spend(self._stop_time(copy, graceful_timeout))
                 with self._changing(f"stop {vm} on {host}", host):
                     del self._state.left[(host, vm)]
                 return OperationReport("stop", vm, host, seconds)
@@ -406,8 +405,7 @@ class SimulatedDriver(Driver):
                 self._up(host)
                 raise VMNotFound(f"VM {vm!r} not found on {host}")
             record = self._vm(vm)
-            active = record.state in ("running", "paused")
-            seconds = self._spend(self._times.stop(record.spec) if active else 0.0)
+            seconds = self._spend(self._stop_time(record, graceful_timeout))
             if self._injected_failure("stop"):
                 raise OperationFailed(f"stop {vm} on {record.host}: injected failure")
             with self._changing(f"stop {vm} on {record.host}", record.host):
@@ -415,6 +413,13 @@ class SimulatedDriver(Driver):
                 if not self._state.disks.get(vm, True):   # the overlay goes with the VM, unless the lease keeps it
                     del self._state.disks[vm]
             return OperationReport("stop", vm, record.host, seconds)
+
+    def _stop_time(self, record: SimulatedVM, graceful_timeout: float) -> float:
+        """A running VM's shutdown, cut at `graceful_timeout` where libvirt's destroy would end it (a kill,
+        `graceful_timeout` 0, takes no time); a VM that is not running has nothing to shut down."""
+        if record.state not in ("running", "paused"):
+            return 0.0
+        return min(self._times.stop(record.spec), max(graceful_timeout, 0.0))
 
     def guest_poweroff(self, vm: str) -> None:
         """The guest shuts itself down (not an operation of the driver's): the VM stays defined on its

@@ -55,6 +55,20 @@ def test_operations_advance_the_clock_by_their_configured_cost():
     assert clock.now() == T0 + timedelta(seconds=41.5)
 
 
+def test_a_shutdown_is_cut_at_the_graceful_timeout_as_libvirts_destroy_cuts_it():
+    driver, clock = make(SimulatedDriverConfig(stop_time=timedelta(seconds=20)))
+    for name in ("slow", "killed", "patient", "off"):
+        driver.start(VMSpec(name, 1, 256), "a")
+    started = clock.now()
+    assert driver.stop("slow", graceful_timeout=5).wall_seconds == 5         # destroyed after 5 s
+    assert driver.stop("killed", graceful_timeout=0).wall_seconds == 0       # a kill
+    assert driver.stop("patient", graceful_timeout=60).wall_seconds == 20    # shut down by itself
+    driver.guest_poweroff("off")
+    assert driver.stop("off", graceful_timeout=60).wall_seconds == 0         # nothing left to shut down
+    assert clock.now() == started + timedelta(seconds=25)
+    assert driver.list_vms("a") == []
+
+
 def test_start_refuses_duplicates_and_hosts_without_room():
     driver, clock = make(a=(4, 4096), b=(4, 4096))
     driver.start(VMSpec("big", 3, 3000), "a")
