@@ -67,6 +67,9 @@ def _check(path: Path, cfg) -> None:
                       f"{escape(row['detail'])}", soft_wrap=True)
     if found.pairs:
         console.print(f"host pairs: {found.pairs} checked both ways (peer link, migration port, cpu)", soft_wrap=True)
+    if found.seeded:
+        console.print(f"link rates: {len(found.seeded)} pair(s) measured, kept as their first plans' rates "
+                      f"(leasewise calibrate show)", soft_wrap=True)
     for line in found.problems:
         console.print(f"[bold red]problem:[/] {escape(line)}", soft_wrap=True)
     if found.problems:

@@ -1,17 +1,21 @@
 """What `leasewise serve --check` looks at before a server is started: the store, the socket's directory
 and group, the TLS files, every host's pre-flight checks (`runtime.host_admin.run_checks`) and every pair of
-hosts, both ways (`run_pair_checks`: a live migration's path from one to the other)."""
+hosts, both ways (`run_pair_checks`: a live migration's path from one to the other). The rates the pairs'
+probe migrations measured are kept as their first learned ones, as `host check` keeps them: the server's
+first plans time live migrations at the links measured, not at the configured rate."""
 
 from __future__ import annotations
 
 import grp
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config import Config
-from orchestrator.runtime.host_admin import run_checks, run_pair_checks
+from orchestrator.model.timeutil import UTC
+from orchestrator.runtime.host_admin import run_checks, run_pair_checks, seed_links
 from orchestrator.state.store import Store
 
 #: how long each host contact may take
@@ -21,12 +25,14 @@ HOST_TIMEOUT_S = 10.0
 @dataclass
 class Preflight:
     """The store's hosts, each host's failed checks (name, uri, rows, the transport row's detail), the pairs
-    checked and those that failed, and every problem in one line each."""
+    checked and those that failed, the pairs' link rates kept as learned ones, and every problem in one line
+    each."""
 
     hosts: int = 0
     checked: list[tuple[str, str, list[dict[str, Any]], str]] = field(default_factory=list)
     pairs: int = 0
     failed_pairs: list[dict[str, Any]] = field(default_factory=list)
+    seeded: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
 
@@ -59,4 +65,7 @@ def preflight(config: Config, path: Path) -> Preflight:
     found.pairs = len({(r["source"], r["destination"]) for r in pair_rows})
     found.failed_pairs = [r for r in pair_rows if r["status"] == "FAIL"]
     found.problems += [f"hosts {r['source']} -> {r['destination']}: {r['check']}" for r in found.failed_pairs]
+    if any(row.get("link_mib_s") for row in pair_rows):
+        with Store.open(path) as store:
+            found.seeded = seed_links(store, pair_rows, datetime.now(UTC))
     return found

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.labkit import LAB_TRANSPORT, host_check, imported_site, open_conn
+from tests.lab.labkit import LAB_TRANSPORT, host_check, imported_site, open_conn, run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -163,3 +163,24 @@ def test_transport_host_check_measures_each_pair_and_seeds_the_first_plans(lab, 
             cluster = Cluster(store, config)
             planned = {pair: cluster.scheduler.vm.overheads.live_bandwidth(*pair) for pair in measured}
     assert planned == pytest.approx(measured)
+
+
+def test_transport_serve_check_keeps_every_pairs_link_rate_as_host_check_does(lab, site, tmp_path):
+    """`serve --check` runs the probe migration of every pair both ways, as `host check` runs those of one
+    host's pairs, and keeps their rates as the pairs' first learned ones: a server started after it plans its
+    first live migrations at the links measured, not at the configured 12.5 MB/s."""
+    from orchestrator.state.learned import FROM_HOST_CHECK, LEARNED_KEY
+    from orchestrator.state.store import Store
+
+    config = Path(site[site.index("--config") + 1])
+    config.write_text(config.read_text() + f'[serve]\nsocket = "{tmp_path / "api.sock"}"\nsocket_group = ""\n')
+    done = run_cli("serve", "--check", *site, timeout=300)
+    every_pair = {(s, d) for s in lab.names for d in lab.names if s != d}
+    assert done.stdout.splitlines()[-2:] == [
+        f"link rates: {len(every_pair)} pair(s) measured, kept as their first plans' rates (leasewise calibrate show)",
+        "ready to serve"], done.stdout
+    with Store.open(Path(site[site.index("--state") + 1])) as store:
+        stored = store.get_meta(LEARNED_KEY)["live-migrate"]
+    assert {tuple(key.split(">")) for key in stored} == every_pair
+    assert all(v["source"] == FROM_HOST_CHECK and v["rate_mib_s"] > 12.5 for v in stored.values()), stored
+    assert not (tmp_path / "api.sock").exists()
