@@ -235,8 +235,15 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
         assert gc.get_freeze_count() == 0
     finally:
         served.stop()
-    served = start_server(tmp_path / "alone", freeze_gc=True)
+    passes: list[int] = []   # (the collections since it was made: the first is the full one before the freeze)
+    collecting = lambda phase, info: passes.append(info["generation"]) if phase == "start" else None  # noqa: E731
+    gc.callbacks.append(collecting)
     try:
+        served = start_server(tmp_path / "alone", freeze_gc=True)
+    finally:
+        gc.callbacks.remove(collecting)
+    try:
+        assert passes[:1] == [2] and gc.isenabled()
         frozen = gc.get_freeze_count()
         assert frozen > 10_000, frozen   # (the modules, the app, the scheduler as loaded)
         cluster = served.server.session._cluster
