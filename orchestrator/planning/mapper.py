@@ -612,19 +612,7 @@ class _AlikePacking:
         Often they hold the whole lease; otherwise the walk goes on from the first other host, as if it
         had taken these itself in both packings (with room for the lease on the ranked hosts, its strict
         packing is not given up on such hosts). Returns how many hosts were taken."""
-        end_key, n = self.end_key, len(self.ask.vnodes)
-        got = taken = 0
-        for row in ranked:
-            if steady[row] < end_key:
-                break
-            k = per_row[row]
-            if k >= n - got:
-                held += [names[row]] * (n - got)
-                return taken + 1
-            held += [names[row]] * k
-            got += k
-            taken += 1
-        return taken
+        return self.table.core.steady_head(ranked, names, per_row, steady, self.end_key, len(self.ask.vnodes), held)
 
     def _latest_fit(self, host: str, request: Resources) -> datetime | None:
         """`SlotTable.latest_fit` over the ask's interval; with nothing excluded, a scan of the host's

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call (with
+`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call (with
 `mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
-the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
+the host states' refresh of their rows from these timelines, with their per-row loops over those rows
+(`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the mapper's walk of alike
 nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
 
 This file is their only source. A deliberately naive reference with the same interface, in plain Python
@@ -513,18 +514,6 @@ def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
             bound[i] = k
 
 
-def windows_at(list timelines, list rows, key_t k):
-    """`window_key` for many hosts at once (timelines[row] for each of `rows`), the usage as its code:
-    (code, reservations in force, since, until) per row."""
-    cdef list out = []
-    cdef Py_ssize_t r
-    cdef HostTimeline tl
-    for r in rows:
-        tl = <HostTimeline>timelines[r]
-        out.append(tl._window(k))
-    return out
-
-
 cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
     """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
     for a run of hosts given the same amount object. An unknown host changes none of them."""
@@ -665,3 +654,89 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     if loose and early_count == n:
         return packing._mapping(early, early_end)
     return None
+
+
+def rows_alike(list rows, list ids, list counts, list groups):
+    """Whether these rows (non-empty) hold the same palette id, reservation count and capacity group
+    (`HostStates.alike`: every host-selection policy's keys then tie on them)."""
+    cdef Py_ssize_t i, first = rows[0]
+    cdef Py_ssize_t vid = ids[first], count = counts[first], group = groups[first]
+    for i in rows:
+        if <Py_ssize_t>ids[i] != vid or <Py_ssize_t>counts[i] != count or <Py_ssize_t>groups[i] != group:
+            return False
+    return True
+
+
+def recount_rows(rows, list code, list groups, list known, list per_row, double[::1] array, learn,
+                 list used, list capacities):
+    """The host states' count of nodes of one size per row (`_Room`: `per_row` and its numpy `array`),
+    brought up to date for `rows` from each row's usage code, through the counts known per capacity group
+    and code (`known[group]`; else `learn(group, code, used[row], capacities[row])`). Returns the change in
+    the rows' sum."""
+    cdef Py_ssize_t i, fit, delta = 0
+    cdef dict memo
+    for i in rows:
+        c = code[i]
+        g = groups[i]
+        memo = <dict>known[<Py_ssize_t>g]
+        f = memo.get(c)
+        if f is None:
+            f = learn(g, c, used[i], capacities[i])
+        fit = f
+        if fit != <Py_ssize_t>per_row[i]:
+            delta += fit - <Py_ssize_t>per_row[i]
+            per_row[i] = f
+            array[i] = fit
+    return delta
+
+
+def room_later(list timelines, const key_t[::1] until, key_t k, list rows, Py_ssize_t most, list per_row,
+               list groups, list known, learn, dict vectors, list capacities):
+    """How the count of nodes of one size (per row: `per_row`, at the time the host states are at) changes
+    by the later key k, over `rows` (None: every row): only the rows whose window ends by k (`until[row]
+    <= k`) are read again, at k, from their timelines; their count comes from `known[group][code]`, else
+    `learn(group, code, usage, capacity)`. Returns the change, or None when more than `most` rows change
+    (most < 0: no limit)."""
+    cdef Py_ssize_t i, j, n = until.shape[0], delta = 0
+    cdef HostTimeline tl
+    cdef key_t c
+    cdef list which = []
+    if rows is None:
+        for i in range(n):
+            if until[i] <= k:
+                which.append(i)
+    else:
+        for i in rows:
+            if until[i] <= k:
+                which.append(i)
+    if most >= 0 and len(which) > most:
+        return None
+    for i in which:
+        tl = <HostTimeline>timelines[i]
+        j = _upper(tl._keys, 0, tl._n, k)
+        c = tl._codes[j - 1] if j else NOTHING_CODE
+        g = groups[i]
+        f = (<dict>known[<Py_ssize_t>g]).get(c)
+        if f is None:
+            f = learn(g, c, vectors[c], capacities[i])
+        delta += <Py_ssize_t>f - <Py_ssize_t>per_row[i]
+    return delta
+
+
+def steady_head(list ranked, list names, list per_row, const key_t[::1] steady, key_t end_key, Py_ssize_t n,
+                list held):
+    """The mapper's steady head (`_AlikePacking._take_steady_head`): the hosts at the head of the ranking
+    whose usage stays until `end_key` (`steady[row] >= end_key`) each take all the nodes they have room for
+    (`per_row`), up to n in all, added to `held` by name. Returns how many hosts were taken."""
+    cdef Py_ssize_t row, k, got = 0, taken = 0
+    for row in ranked:
+        if steady[row] < end_key:
+            break
+        k = per_row[row]
+        if k >= n - got:
+            held.extend([names[row]] * (n - got))
+            return taken + 1
+        held.extend([names[row]] * k)
+        got += k
+        taken += 1
+    return taken

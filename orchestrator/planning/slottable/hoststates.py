@@ -197,15 +197,15 @@ class _Palette:
 class HostStates:
     """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
-    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `windows_at` and
-    `refresh_rows` read the rows from the hosts' timelines (and `mark_rows`, `narrow_windows` note a
-    reservation's change on its hosts' rows)."""
+    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `refresh_rows`
+    and `room_later` read the rows from the hosts' timelines (`mark_rows`, `narrow_windows` note a
+    reservation's change on its hosts' rows; `recount_rows`, `rows_alike` are the loops over many rows)."""
 
     def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
-        self._windows_at = core.windows_at
         self._refresh_rows = core.refresh_rows
         self._mark_rows, self._narrow_windows = core.mark_rows, core.narrow_windows
+        self._rows_alike, self._recount_rows, self._room_later = core.rows_alike, core.recount_rows, core.room_later
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -301,13 +301,7 @@ class HostStates:
         """Whether these rows hold the same usage and number of reservations on hosts of the same capacity
         (read from the Python rows): every host-selection policy's keys then tie on them."""
         values = self._values
-        ids, counts, groups = values.vector_id, values.count, self._groups
-        first = rows[0]
-        vid, count, group = ids[first], counts[first], groups[first]
-        for i in rows:
-            if ids[i] != vid or counts[i] != count or groups[i] != group:
-                return False
-        return True
+        return self._rows_alike(rows, values.vector_id, values.count, self._groups)
 
     def _catch_up(self) -> None:
         arrays = self._arrays
@@ -454,42 +448,26 @@ class HostStates:
         `rows`, worked out from the counts kept here and the rows whose window ends by k, without moving
         there; None when too many rows change by then (moving is then cheaper), unless `always`."""
         room = self.room(node)
-        until, per_row = self._windows.until, room.per_row
+        per_row = room.per_row
+        most = -1   # (no limit)
         if rows is None:
             total = room.total
             if k < self._windows.earliest_until:
                 return total
-            changed = (until <= k).nonzero()[0].tolist()
-            if not always and len(changed) > _BULK_ROWS and len(changed) * _BULK_SHARE > len(self.names):
-                return None
+            if not always:
+                most = max(_BULK_ROWS, len(self.names) // _BULK_SHARE)
         else:
             total = sum([per_row[i] for i in rows])
-            changed = [i for i in rows if until[i] <= k]
-        if changed:
-            vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, (code, _, _, _) in zip(changed, self._windows_at(self._timelines, changed, k)):
-                fit = known[groups[i]].get(code)
-                if fit is None:
-                    fit = room.learn(groups[i], code, vectors[code], capacities[i])
-                total += fit - per_row[i]
-        return total
+        change = self._room_later(self._timelines, self._windows.until, k, rows, most, per_row, self._groups,
+                                  room.known, room.learn, self._vectors, self._capacities)
+        return None if change is None else total + change
 
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""
-        per_row, array, known = room.per_row, room.array, room.known
-        code_rows, used_rows, capacities, groups = self._values.code, self._values.used, self._capacities, self._groups
-        total = room.total
-        for i in room.stale:
-            code = code_rows[i]
-            fit = known[groups[i]].get(code)
-            if fit is None:
-                fit = room.learn(groups[i], code, used_rows[i], capacities[i])
-            if fit != per_row[i]:
-                total += fit - per_row[i]
-                per_row[i] = fit
-                array[i] = fit
+        values = self._values
+        room.total += self._recount_rows(room.stale, values.code, self._groups, room.known, room.per_row,
+                                         room.array, room.learn, values.used, self._capacities)
         room.stale.clear()
-        room.total = total
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""

@@ -78,8 +78,8 @@ class SlotTable:
     def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
                  core: ModuleType | None = None):
         #: what the table runs on: the module of its host timelines (`HostTimeline`), of the loops over
-        #: many of them (`add_on_hosts`, `remove_on_hosts`, `windows_at`, `refresh_rows`) and of the
-        #: mapper's walk of alike nodes (`alike_walk`): `DEFAULT_CORE` unless a test gives another
+        #: many of them (`add_on_hosts`, `remove_on_hosts`, `refresh_rows`, `room_later`, ...) and of the
+        #: mapper's walk of alike nodes (`alike_walk`, `steady_head`): `DEFAULT_CORE` unless a test gives another
         self.core = core = core if core is not None else DEFAULT_CORE
         self._hosts: dict[str, HostTimeline] = {}
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
