@@ -358,13 +358,11 @@ cdef class HostTimeline:
         cdef Py_ssize_t f, j, n = self._n
         cdef key_t end = AFTER_ALL if k2 is None else <key_t>k2
         cdef key_t k
-        if self._limits_of is not self.capacity:
-            cap = self.capacity
-            for f in range(5):
-                self._limits[f] = cap[f] + EPSILON
-            self._limits_of = cap
         for f in range(5):
             r[f] = request[f]
+        if not relevant:
+            return self._scan(k1, end, r)
+        self._set_limits()
         j = _upper(self._keys, 0, n, k1)
         used = self._vector(j)
         if relevant:
@@ -382,6 +380,32 @@ cdef class HostTimeline:
                 return self._times[j]
             j += 1
         return None
+
+    cdef object _scan(self, key_t k1, key_t end, double *r):
+        """`scan` with nothing treated as gone, the request already unpacked (the mapper's walk asks host
+        after host for the same node)."""
+        cdef Py_ssize_t j, n = self._n
+        self._set_limits()
+        j = _upper(self._keys, 0, n, k1)
+        if not self._fits(self._vector(j), r):
+            return AT_START
+        while j < n:
+            if self._keys[j] >= end:
+                return None
+            if not self._fits(self._vectors[self._codes[j]], r):
+                return self._times[j]
+            j += 1
+        return None
+
+    cdef inline int _set_limits(self) except -1:
+        """The capacity `_fits` compares with, each field plus EPSILON, worked out once per capacity object."""
+        cdef Py_ssize_t f
+        if self._limits_of is not self.capacity:
+            cap = self.capacity
+            for f in range(5):
+                self._limits[f] = cap[f] + EPSILON
+            self._limits_of = cap
+        return 0
 
     cdef inline bint _fits(self, object used, double *r) except -1:
         """resources.fits(used, request, capacity), with the capacity's sums worked out once."""
@@ -540,8 +564,10 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
     cdef HostTimeline tl
     cdef key_t c, lo, hi, most = BEFORE_ALL, least = AFTER_ALL
     cdef Py_ssize_t freed = 0
-    cdef bint free
-    cdef double epsilon = EPSILON
+    cdef bint free, first = True
+    cdef double epsilon = EPSILON, cpu = 0
+    cdef key_t last = 0
+    v = vid = code_object = None
     for i in rows:
         tl = <HostTimeline>timelines[i]
         n = tl._n
@@ -553,12 +579,18 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
         else:
             c, lo = NOTHING_CODE, BEFORE_ALL
             count[i] = 0
-        v = vectors[c]
+        if first or c != last:   # (rows read together often hold the same usage: a lease's hosts)
+            code_object = c
+            v = vectors[code_object]
+            vid = by_code.get(code_object)
+            if vid is None:
+                vid = new_code(code_object, v)
+            cpu = <double>(<tuple>v)[0]
+            last, first = c, False
         used[i] = v
-        code[i] = c
-        vid = by_code.get(c)
-        ids[i] = vid if vid is not None else new_code(c, v)
-        free = <double>(<tuple>capacities[i])[0] - <double>(<tuple>v)[0] > epsilon
+        code[i] = code_object
+        ids[i] = vid
+        free = <double>(<tuple>capacities[i])[0] - cpu > epsilon
         if free != <bint>cpu_free[i]:
             freed += 1 if free else -1
             cpu_free[i] = free
@@ -574,13 +606,14 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
 def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     """The mapper's reserve stage for alike nodes on a packing policy (`mapper._AlikePacking` says what
     its two packings are): host by host along the ranking (the filter stage kept hosts with room for one
-    node at least), each taking as many nodes as fit in each packing still being built; the strict packing
-    is given up as soon as the hosts left cannot make up the difference. `held`: what the steady head
+    node at least), each taking as many nodes as fit in each packing still being built; either packing
+    is given up as soon as the hosts left cannot make up the difference (the walk ends when both are: a
+    lease that finds no placement does not walk the rest of the site). `held`: what the steady head
     took; `potential`: the nodes the hosts not walked yet could take at the start. `packing` is the
-    `_AlikePacking` (its ask, node, timelines and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
+    `_AlikePacking` (its ask, node, timelines by row and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
     for the steps taken rarely). Returns the mapping, or None."""
     ask = packing.ask
-    names, node, timelines = hosts.names, packing.node, packing.timelines
+    names, node, timelines = hosts.names, packing.node, packing.row_timelines
     start, end, excluding = ask.start, ask.end, ask.excluding
     floor = start if ask.floor is None else ask.floor
     latest_fit, most_that_fit = packing._latest_fit, packing._most_that_fit
@@ -591,6 +624,10 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     cdef bint steady_row, has_steady = packing.steady is not None
     cdef const double[:] room = hosts.room
     cdef const key_t[:] steady
+    cdef double r[5]
+    cdef Py_ssize_t f
+    for f in range(5):
+        r[f] = node[f]
     if has_steady:
         steady = packing.steady
     early = list(held)
@@ -609,7 +646,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 fit_end = end
             else:
                 if take == 1 and not excluding:
-                    fit_end = (<HostTimeline>timelines[host]).scan(start_key, end_key, node)
+                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r)
                     if fit_end is None:
                         fit_end = end
                     elif fit_end is AT_START:
@@ -623,10 +660,17 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                     take = 0
             early_take = take
             if take:
-                early.extend([host] * take)
+                if take == 1:
+                    early.append(host)
+                else:
+                    early.extend([host] * take)
                 early_count += take
                 if early_end is None or fit_end < early_end:
                     early_end = fit_end
+            if early_count + potential < n:   # (the hosts left cannot make up the difference either)
+                if not strict:
+                    return None
+                loose = False
         if strict:
             take = k if k < n - held_count else n - held_count
             if steady_row:
@@ -637,11 +681,14 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 if fit_end < end:
                     take = 0 if take == 1 else most_that_fit(host, take - 1)
             elif not excluding and take == 1:
-                take = 1 if (<HostTimeline>timelines[host]).scan(start_key, end_key, node) is None else 0
+                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r) is None else 0
             else:
                 take = most_that_fit(host, take)
             if take:
-                held.extend([host] * take)
+                if take == 1:
+                    held.append(host)
+                else:
+                    held.extend([host] * take)
                 held_count += take
                 if held_count == n:
                     return packing._mapping(held, end)
