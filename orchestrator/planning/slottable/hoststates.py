@@ -11,9 +11,9 @@ numbers), so the memos here are keyed by integers.
 
 The question asked most ("how many nodes of this size could start at t, over all hosts": the queue's
 instant check, for every queued lease at every event) is kept the same way: per node size asked about,
-the count per host and its total, brought up to date for the rows that changed when next asked (all at
-once, vectorised, after a jump that changed many), so the answer is a lookup; for a later time it is
-the lookup plus the hosts whose window ends by then (`room_at`).
+the count per host and its total, brought up to date for the rows that changed when next asked (the
+core's compiled recount of those rows), so the answer is a lookup; for a later time it is the lookup
+plus the hosts whose window ends by then (`room_at`).
 
 What a snapshot keeps per row comes in four parts, each an object copied as a unit (`copy_from`) and
 started afresh as a unit (`_changed`): the rows themselves (`_RowValues`, Python lists: the truth), their
@@ -36,8 +36,8 @@ from orchestrator.planning.slottable.core import HostTimeline
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
-#: when more rows than _BULK_ROWS changed, and more than one in _BULK_SHARE of all rows, one vectorised
-#: pass over every row beats working the changed ones out row by row in Python (`room`, `room_at`)
+#: when more rows than _BULK_ROWS change by a later time, and more than one in _BULK_SHARE of all rows,
+#: `room_at` leaves the count to the second snapshot brought there (a mapping there usually follows)
 _BULK_ROWS = 64
 _BULK_SHARE = 4
 #: up to this many rows, numpy element writes beat building index arrays (a commit touches a few hosts)
@@ -427,18 +427,13 @@ class HostStates:
     def room(self, node: Resources) -> _Room:
         """How many nodes of this size each host can take at the time last asked about, and the sum."""
         room = self._rooms.get(node)
-        if room is None or (len(room.stale) > _BULK_ROWS and len(room.stale) * _BULK_SHARE > len(self.names)):
-            # new, or many rows changed (a jump in time on a big site): one vectorised pass
-            if room is None and len(self._rooms) >= _MAX_SIZES:
+        if room is None:   # (new: one vectorised pass over every row)
+            if len(self._rooms) >= _MAX_SIZES:
                 del self._rooms[next(iter(self._rooms))]
-            array = room_of(node, self.used, self.capacity)
-            if room is None:
-                room = self._rooms[node] = _Room(node, array, len(self._distinct))
-            else:
-                room.array, room.per_row = array, array.astype(int).tolist()
-                room.total = sum(room.per_row)
-                room.stale.clear()
+            room = self._rooms[node] = _Room(node, room_of(node, self.used, self.capacity), len(self._distinct))
         elif room.stale:
+            # (the rows changed since, however many: the compiled recount of a row costs less than the
+            # numpy copies of it a vectorised pass must bring up to date first)
             self._bring_room(room)
         return room
 
