@@ -28,7 +28,7 @@ from libc.stdlib cimport free, realloc
 from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
                               datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_Insert
 from cpython.tuple cimport PyTuple_GET_ITEM
 
 from orchestrator.model.resources import NOTHING
@@ -215,7 +215,10 @@ cdef class HostTimeline:
         self._codes[j + 1] = self._codes[j]
         self._count[j + 1] = self._count[j]
         self._refs[i] = self._refs[j + 1] = 1
-        self._times[i:j] = [start, *self._times[i:j], end]
+        # (end before old breakpoint j, then start before old i, which moves end to j + 1: two inserts into
+        # the list in place, no slices made)
+        PyList_Insert(self._times, j, end)
+        PyList_Insert(self._times, i, start)
         self._n += 2
         return 0
 
@@ -231,7 +234,8 @@ cdef class HostTimeline:
                 memmove(column + i, column + i + 1, inner)
             if tail:
                 memmove(column + j - 1, column + j + 1, tail)
-        self._times[i:j + 1] = self._times[i + 1:j]
+        del self._times[j]
+        del self._times[i]
         self._n -= 2
         return 0
 
