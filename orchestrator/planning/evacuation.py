@@ -52,6 +52,7 @@ from orchestrator.planning.slottable.table import SlotTable
 
 _MAX_SHIFTS = 16
 _SLACK = timedelta(seconds=1)   # how many times an evacuation moves earlier to dodge other live migrations
+_MAX_PREDICTIONS = 4096   # predictions remembered (a workload has a handful of VM sizes and rates)
 
 
 @dataclass
@@ -80,6 +81,8 @@ class EvacuationPlanner:
         self.overheads = overheads
         self.host_selection = host_selection
         self.may_suspend = may_suspend
+        #: (memory, bandwidth, dirty rate, dirty factor, disk) -> the pre-copy model's prediction
+        self._predictions: dict[tuple[float, float, float, float, float], PrecopyResult] = {}
 
     def dirty_rate(self, lease: Lease, vnode: int) -> tuple[float, float]:
         """(MiB/s, factor) the model is given for the VM: the rate last measured on its host with the margin
@@ -105,12 +108,21 @@ class EvacuationPlanner:
         disk = 0.0
         if self.images.hosts_for(lease) is not None:
             disk = lease.measured_disk_mib.get(vnode, cfg.live_migration_disk_mib)
-        return predict_precopy(
-            lease.request.nodes[vnode].memory, bandwidth_mib_s or cfg.live_bandwidth, rate, limit,
-            overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
-            switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
-            disk_mib=disk,
-        )
+        memory, bandwidth = lease.request.nodes[vnode].memory, bandwidth_mib_s or cfg.live_bandwidth
+        # (the model is a function of these and of the configuration alone: a big lease's VMs are mostly
+        # alike, and each evacuation asks twice per VM)
+        key = (memory, bandwidth, rate, factor, disk)
+        result = self._predictions.get(key)
+        if result is None:
+            if len(self._predictions) >= _MAX_PREDICTIONS:
+                self._predictions.clear()
+            result = self._predictions[key] = predict_precopy(
+                memory, bandwidth, rate, limit,
+                overhead_s=cfg.live_migration_overhead.total_seconds(), dirty_factor=factor,
+                switchover_ms=cfg.live_migration_switchover_ms, downtime_schedule=cfg.downtime_schedule,
+                disk_mib=disk,
+            )
+        return result
 
     def fallback_time(self, lease: Lease) -> timedelta:
         """How long before the deadline a failed migration must be given up for suspension to fit."""

@@ -24,7 +24,8 @@ node-by-node greedy one (tests/planning/test_mapper_alike.py holds the two side 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable
+from collections import Counter
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, TypeVar, cast
@@ -71,10 +72,11 @@ class Mapping:
             return dict(self.held)
         alike = lease.request.uniform
         if alike is not None:   # (count the nodes per host, then one product each)
-            counts: dict[str, int] = {}
-            for host in self.nodes.values():
-                counts[host] = counts.get(host, 0) + 1
-            return {host: alike if k == 1 else scale(alike, k) for host, k in counts.items()}
+            hosts = self.nodes.values()
+            one_each = dict.fromkeys(hosts, alike)
+            if len(one_each) == len(self.nodes):   # (a node a host: the counts are all 1)
+                return one_each
+            return {host: alike if k == 1 else scale(alike, k) for host, k in Counter(hosts).items()}
         held: dict[str, Resources] = {}
         for vnode, host in self.nodes.items():
             held[host] = add(held.get(host, NOTHING), lease.request.nodes[vnode])
@@ -89,7 +91,7 @@ class _Ask(NamedTuple):
 
     lease: Lease
     vnodes: list[int]
-    hosts: list[str]
+    hosts: Sequence[str]
     start: datetime
     end: datetime
     strict_end: bool
@@ -158,7 +160,7 @@ class Mapper:
         over, as a mapping that ends sooner is of no use to the caller."""
         floor = None if min_end is None or strict_end else max(start, min(min_end, end))
         only_hosts = self.allowed_hosts(lease, only_hosts)
-        hosts = self.table.hosts if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
+        hosts = self.table.host_names if only_hosts is None else [h for h in self.table.hosts if h in only_hosts]
         if lease.request.uniform is not None:
             vnodes = list(range(lease.numnodes))   # (alike: the order below, without sorting)
         else:
@@ -307,7 +309,7 @@ class Mapper:
         room = room_of(packing, used, cap) if packing is not None else None
         return _HostsAtStart(names, cap, None, used, count, room=room)   # (None: not the states' version)
 
-    def _rank(self, hosts: _HostsAtStart, allowed: list[str], smallest: Resources) -> list[int]:
+    def _rank(self, hosts: _HostsAtStart, allowed: Sequence[str], smallest: Resources) -> list[int]:
         """Filter, then score: the rows of the candidate hosts, best first. Remembered per version of the
         states when every host may be used."""
         everywhere = len(allowed) == len(hosts.names)
@@ -319,7 +321,7 @@ class Mapper:
             return ranked
         return self._score(hosts, self._filter(hosts, None if everywhere else allowed, smallest))
 
-    def _filter(self, hosts: _HostsAtStart, allowed: list[str] | None, smallest: Resources) -> np.ndarray:
+    def _filter(self, hosts: _HostsAtStart, allowed: Sequence[str] | None, smallest: Resources) -> np.ndarray:
         """The rows of the hosts (of `allowed` ones, None: all) where the smallest node fits at the start
         (`room`: where at least one fits, for alike nodes on a packing policy)."""
         if hosts.room is not None:
@@ -578,11 +580,12 @@ class _AlikePacking:
     node, else the early one. Either is a list of hosts, node i on the i-th. The walk itself, host by
     host, is the table's core's (`alike_walk`, compiled); the steps it takes rarely are the methods below."""
 
-    __slots__ = ("table", "timelines", "ask", "node", "steady", "start_key", "end_key")
+    __slots__ = ("table", "timelines", "row_timelines", "ask", "node", "steady", "start_key", "end_key")
 
     def __init__(self, table: SlotTable, ask: _Ask, node: Resources, steady: np.ndarray | None):
         self.table = table
-        self.timelines = table.timelines   # (the walk scans host after host)
+        self.timelines = table.timelines   # (the walk scans host after host: by name, and by row)
+        self.row_timelines = table.timeline_rows
         self.ask = ask
         self.node = node
         self.steady = steady
@@ -612,19 +615,7 @@ class _AlikePacking:
         Often they hold the whole lease; otherwise the walk goes on from the first other host, as if it
         had taken these itself in both packings (with room for the lease on the ranked hosts, its strict
         packing is not given up on such hosts). Returns how many hosts were taken."""
-        end_key, n = self.end_key, len(self.ask.vnodes)
-        got = taken = 0
-        for row in ranked:
-            if steady[row] < end_key:
-                break
-            k = per_row[row]
-            if k >= n - got:
-                held += [names[row]] * (n - got)
-                return taken + 1
-            held += [names[row]] * k
-            got += k
-            taken += 1
-        return taken
+        return self.table.core.steady_head(ranked, names, per_row, steady, self.end_key, len(self.ask.vnodes), held)
 
     def _latest_fit(self, host: str, request: Resources) -> datetime | None:
         """`SlotTable.latest_fit` over the ask's interval; with nothing excluded, a scan of the host's

@@ -113,17 +113,21 @@ class Overheads:
     # -- layouts ---------------------------------------------------------------------------------------------
     def suspend_layout(self, lease: Lease, nodes: dict[int, str], by: datetime) -> list[Step]:
         """Suspension steps ending by `by`, laid out backwards, earliest first."""
-        steps = self._layout(lease, nodes, by, backward=True, per_vm=self.suspend_vm_time)
+        steps = self._layout(lease, nodes, by, backward=True, per_vm=self.suspend_vm_time, kind=SUSPEND)
         return sorted(steps, key=lambda s: s[0])
 
     def resume_layout(self, lease: Lease, nodes: dict[int, str], at: datetime) -> list[Step]:
         """Resumption steps starting at `at`, laid out forwards, earliest first."""
-        steps = self._layout(lease, nodes, at, backward=False, per_vm=self.resume_vm_time)
+        steps = self._layout(lease, nodes, at, backward=False, per_vm=self.resume_vm_time, kind=RESUME)
         return sorted(steps, key=lambda s: s[0])
 
     def _layout(self, lease: Lease, nodes: dict[int, str], time: datetime, backward: bool,
-                per_vm: Callable[[float, str], timedelta]) -> list[Step]:
+                per_vm: Callable[[float, str], timedelta], kind: str) -> list[Step]:
+        """`per_vm`: a VM's time on a host by its memory; `kind`: the rate it reads (with none learned per
+        host, the time depends on the memory alone and is asked once per VM size: a big lease has hundreds)."""
         overhead = self.config.enactment_overhead
+        same_everywhere = not self.rates.knows(kind)
+        times: dict[float, timedelta] = {}
         requests = lease.request.nodes
         steps: list[list] = []
         if self.config.suspendresume_exclusion == "global":
@@ -145,7 +149,12 @@ class Overheads:
         for host, vnodes in by_host.items():
             t = time
             for vnode in vnodes:
-                op = per_vm(requests[vnode].memory, host)
+                memory = requests[vnode].memory
+                op = times.get(memory) if same_everywhere else None
+                if op is None:
+                    op = per_vm(memory, host)
+                    if same_everywhere:
+                        times[memory] = op
                 span = (t - op, t) if backward else (t, t + op)
                 t = span[0] if backward else span[1]
                 grouped.setdefault(span, {}).setdefault(host, []).append(vnode)

@@ -16,7 +16,7 @@ achieves, so then the first set the bound lets through is the one that fits.)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from math import floor
 
@@ -40,7 +40,7 @@ class PreemptionBound:
     (numpy), then host by host in plain Python as reservations are excluded or restored (a victim holds a
     few hosts: arrays that small cost more than they save)."""
 
-    def __init__(self, table: SlotTable, hosts: list[str], start: datetime, end: datetime,
+    def __init__(self, table: SlotTable, hosts: Sequence[str], start: datetime, end: datetime,
                  nodes: tuple[Resources, ...], *, spread: bool = False, exclusive: bool = False):
         self.table = table
         self.hosts = hosts

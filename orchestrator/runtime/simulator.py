@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 
 from drivers.clock import SimulatedClock
 from orchestrator.config import Config, resolve_site
@@ -206,6 +207,10 @@ class Simulator:
         return self._arrived == len(self.workload.requests) and not sched.queue and not sched.pending
 
 
+#: a host's CPU in a reservation's amount there
+_cpu = attrgetter("cpu")
+
+
 class LeaseTally:
     """What the metrics need of each lease, a few numbers in columns, taken when it is finished: the
     lease itself can then go. The sums are taken in lease id order, whatever order the leases came in,
@@ -246,7 +251,8 @@ class LeaseTally:
         for vm in lease.reservations:
             if vm.end > vm.start and vm.state.value == "done":
                 self._used_ids.append(lease.id)
-                self._used.append(sum(r.cpu for r in vm.resources.values()) / 100 * (vm.end - vm.start).total_seconds())
+                # (the same sum, left to right, without a generator's step per host: a big lease holds hundreds)
+                self._used.append(sum(map(_cpu, vm.resources.values())) / 100 * (vm.end - vm.start).total_seconds())
 
     def metrics(self, result: SimulationResult, table: SlotTable, wall_seconds: float) -> dict:
         ids = self._ids

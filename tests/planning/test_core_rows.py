@@ -61,3 +61,93 @@ def test_a_reservation_on_an_unknown_host_changes_no_timeline(kind):
     assert [timelines[h].usage_at(start) for h in ("a", "b")] == [one, one]
     core.remove_on_hosts(timelines, {"a": one, "b": one}, ks, ke)
     assert [len(timelines[h]) for h in ("a", "b")] == [0, 0]
+
+
+# -- the host states' and the mapper's loops over many rows ------------------------------------------------------
+row_lists = st.lists(st.integers(0, 7), min_size=1, max_size=12)
+small = st.lists(st.integers(0, 2), min_size=8, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=row_lists, ids=small, counts=small, groups=small)
+def test_rows_alike_as_the_reference(rows, ids, counts, groups):
+    answers = {kind: core.rows_alike(rows, ids, counts, groups) for kind, core in CORES.items()}
+    assert answers["compiled"] == answers["reference"] == (len({(ids[i], counts[i], groups[i]) for i in rows}) == 1)
+
+
+def _learned(calls):
+    """A stand-in for `_Room.learn`: a count from the group and code alone, each call noted."""
+    def learn(group, code, used, capacity):
+        calls.append((group, code, used, capacity))
+        return (group * 7 + code * 3) % 5
+    return learn
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.sets(st.integers(0, 7)), code=st.lists(st.integers(0, 5), min_size=8, max_size=8), groups=small,
+       known=st.lists(st.dictionaries(st.integers(0, 5), st.integers(0, 4)), min_size=3, max_size=3),
+       before=st.lists(st.integers(0, 4), min_size=8, max_size=8))
+def test_recount_rows_as_the_reference(rows, code, groups, known, before):
+    used = [Resources.of(i, 0) for i in range(8)]
+    capacities = [Resources.of(4, 4096)] * 8
+    out = {}
+    for kind, core in CORES.items():
+        per_row, array, calls = list(before), np.array(before, dtype=float), []
+        change = core.recount_rows(set(rows), code, groups, known, per_row, array, _learned(calls), used, capacities)
+        out[kind] = (change, per_row, array.tolist(), sorted(calls))
+    assert out["compiled"] == out["reference"]
+    change, per_row, array, calls = out["compiled"]
+    expected = [(known[groups[i]][code[i]] if code[i] in known[groups[i]] else (groups[i] * 7 + code[i] * 3) % 5)
+                if i in rows else before[i] for i in range(8)]
+    assert per_row == expected and array == [float(x) for x in expected]
+    assert change == sum(expected) - sum(before)
+    assert {(g, c) for g, c, _, _ in calls} == {(groups[i], code[i]) for i in rows if code[i] not in known[groups[i]]}
+
+
+reservations = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 100), st.integers(1, 60), st.integers(1, 3)),
+                        max_size=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(placed=reservations, until=st.lists(st.integers(0, 200), min_size=8, max_size=8), k=st.integers(0, 200),
+       rows=st.one_of(st.none(), st.lists(st.integers(0, 7), unique=True)), most=st.integers(-1, 8),
+       groups=small, before=st.lists(st.integers(0, 4), min_size=8, max_size=8),
+       known=st.lists(st.dictionaries(st.integers(0, 30), st.integers(0, 4)), min_size=3, max_size=3))
+def test_room_later_as_the_reference(placed, until, k, rows, most, groups, before, known):
+    capacities = [Resources.of(4, 4096)] * 8
+    out = {}
+    for kind, core in CORES.items():
+        shared = SharedUsage()
+        timelines = [core.HostTimeline(f"h{i}", capacities[i], shared) for i in range(8)]
+        for host, start, length, cpus in placed:
+            timelines[host].add_keys(start, start + length, Resources.of(cpus, 0), T0, T0)
+        calls: list = []
+        change = core.room_later(timelines, np.array(until, dtype=np.int64), k, rows, most, list(before), groups,
+                                 known, _learned(calls), shared.vectors, capacities)
+        code_of = {vector: code for code, vector in shared.vectors.items()}
+        codes = [code_of[timelines[i].usage_key(k)] for i in range(8)]
+        out[kind] = (change, sorted(calls), codes)
+    assert out["compiled"] == out["reference"]
+    change, _, codes = out["compiled"]
+    changed = [i for i in (range(8) if rows is None else rows) if until[i] <= k]
+    if 0 <= most < len(changed):
+        assert change is None
+    else:
+        fits = [known[groups[i]].get(codes[i], (groups[i] * 7 + codes[i] * 3) % 5) for i in range(8)]
+        assert change == sum(fits[i] - before[i] for i in changed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranked=st.lists(st.integers(0, 7), unique=True), steady=st.lists(st.integers(0, 100), min_size=8, max_size=8),
+       per_row=st.lists(st.integers(0, 4), min_size=8, max_size=8), end_key=st.integers(0, 100), n=st.integers(1, 20))
+def test_steady_head_as_the_reference(ranked, steady, per_row, end_key, n):
+    names = [f"h{i}" for i in range(8)]
+    out = {}
+    for kind, core in CORES.items():
+        held: list[str] = []
+        taken = core.steady_head(ranked, names, per_row, np.array(steady, dtype=np.int64), end_key, n, held)
+        out[kind] = (taken, held)
+    assert out["compiled"] == out["reference"]
+    taken, held = out["compiled"]
+    assert len(held) <= n and all(steady[row] >= end_key for row in ranked[:taken])
+    assert held == [names[row] for row in ranked[:taken] for _ in range(per_row[row])][:n]

@@ -217,10 +217,6 @@ def narrow_windows(hosts: Iterable[str], index: dict[str, int], bound: np.ndarra
             bound[i] = max(bound[i], k)
 
 
-def windows_at(timelines: list[HostTimeline], rows: list[int], k: int) -> list[tuple[int, int, int, int]]:
-    return [timelines[r]._window(k) for r in rows]
-
-
 def refresh_rows(timelines: list[HostTimeline], rows: list[int], k: int, vectors: dict[int, Resources],
                  used: list[Resources], code: list[int], count: list[int], ids: list[int], by_code: dict[int, int],
                  new_code: Callable[[int, Resources], int], capacities: list[Resources], cpu_free: list[bool],
@@ -294,3 +290,53 @@ def alike_walk(packing: Any, ranked: list[int], hosts: Any, potential: int, held
     if loose and len(early) == n and early_end is not None:
         return packing._mapping(early, early_end)
     return None
+
+
+def rows_alike(rows: list[int], ids: list[int], counts: list[int], groups: list[int]) -> bool:
+    return len({(ids[i], counts[i], groups[i]) for i in rows}) == 1
+
+
+def recount_rows(rows: Iterable[int], code: list[int], groups: list[int], known: list[dict[int, int]],
+                 per_row: list[int], array: np.ndarray, learn: Callable[[int, int, Resources, Resources], int],
+                 used: list[Resources], capacities: list[Resources]) -> int:
+    """Each of `rows` counted afresh (from the memo of its capacity group, else `learn`); the change in their sum."""
+    before = sum(per_row[i] for i in rows)
+    for i in rows:
+        fit = known[groups[i]][code[i]] if code[i] in known[groups[i]] else learn(groups[i], code[i], used[i],
+                                                                                  capacities[i])
+        per_row[i] = fit
+        array[i] = fit
+    return sum(per_row[i] for i in rows) - before
+
+
+def room_later(timelines: list[HostTimeline], until: np.ndarray, k: int, rows: list[int] | None, most: int,
+               per_row: list[int], groups: list[int], known: list[dict[int, int]],
+               learn: Callable[[int, int, Resources, Resources], int], vectors: dict[int, Resources],
+               capacities: list[Resources]) -> int | None:
+    """The change by key k of the rows' counts (rows whose window ends by k read again); None past `most`."""
+    changed = [i for i in (range(len(until)) if rows is None else rows) if until[i] <= k]
+    if 0 <= most < len(changed):
+        return None
+    change = 0
+    for i in changed:
+        code = timelines[i]._window(k)[0]
+        fit = known[groups[i]][code] if code in known[groups[i]] else learn(groups[i], code, vectors[code],
+                                                                            capacities[i])
+        change += fit - per_row[i]
+    return change
+
+
+def steady_head(ranked: list[int], names: list[str], per_row: list[int], steady: np.ndarray, end_key: int, n: int,
+                held: list[str]) -> int:
+    """The hosts at the head of the ranking steady until `end_key` each take all they have room for (to n)."""
+    taken = got = 0
+    for row in ranked:
+        if steady[row] < end_key:
+            break
+        take = min(per_row[row], n - got)
+        held += [names[row]] * take
+        got += take
+        taken += 1
+        if got == n:
+            break
+    return taken

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts`, `remove_on_hosts` and `windows_at`, the same for many hosts in one call (with
+`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call (with
 `mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
-the host states' refresh of their rows from these timelines; `alike_walk`, the mapper's walk of alike
+the host states' refresh of their rows from these timelines, with their per-row loops over those rows
+(`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the mapper's walk of alike
 nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
 
 This file is their only source. A deliberately naive reference with the same interface, in plain Python
@@ -27,7 +28,7 @@ from libc.stdlib cimport free, realloc
 from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
                               datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
-from cpython.list cimport PyList_GET_ITEM
+from cpython.list cimport PyList_GET_ITEM, PyList_Insert
 from cpython.tuple cimport PyTuple_GET_ITEM
 
 from orchestrator.model.resources import NOTHING
@@ -214,7 +215,10 @@ cdef class HostTimeline:
         self._codes[j + 1] = self._codes[j]
         self._count[j + 1] = self._count[j]
         self._refs[i] = self._refs[j + 1] = 1
-        self._times[i:j] = [start, *self._times[i:j], end]
+        # (end before old breakpoint j, then start before old i, which moves end to j + 1: two inserts into
+        # the list in place, no slices made)
+        PyList_Insert(self._times, j, end)
+        PyList_Insert(self._times, i, start)
         self._n += 2
         return 0
 
@@ -230,7 +234,8 @@ cdef class HostTimeline:
                 memmove(column + i, column + i + 1, inner)
             if tail:
                 memmove(column + j - 1, column + j + 1, tail)
-        self._times[i:j + 1] = self._times[i + 1:j]
+        del self._times[j]
+        del self._times[i]
         self._n -= 2
         return 0
 
@@ -357,13 +362,11 @@ cdef class HostTimeline:
         cdef Py_ssize_t f, j, n = self._n
         cdef key_t end = AFTER_ALL if k2 is None else <key_t>k2
         cdef key_t k
-        if self._limits_of is not self.capacity:
-            cap = self.capacity
-            for f in range(5):
-                self._limits[f] = cap[f] + EPSILON
-            self._limits_of = cap
         for f in range(5):
             r[f] = request[f]
+        if not relevant:
+            return self._scan(k1, end, r)
+        self._set_limits()
         j = _upper(self._keys, 0, n, k1)
         used = self._vector(j)
         if relevant:
@@ -381,6 +384,32 @@ cdef class HostTimeline:
                 return self._times[j]
             j += 1
         return None
+
+    cdef object _scan(self, key_t k1, key_t end, double *r):
+        """`scan` with nothing treated as gone, the request already unpacked (the mapper's walk asks host
+        after host for the same node)."""
+        cdef Py_ssize_t j, n = self._n
+        self._set_limits()
+        j = _upper(self._keys, 0, n, k1)
+        if not self._fits(self._vector(j), r):
+            return AT_START
+        while j < n:
+            if self._keys[j] >= end:
+                return None
+            if not self._fits(self._vectors[self._codes[j]], r):
+                return self._times[j]
+            j += 1
+        return None
+
+    cdef inline int _set_limits(self) except -1:
+        """The capacity `_fits` compares with, each field plus EPSILON, worked out once per capacity object."""
+        cdef Py_ssize_t f
+        if self._limits_of is not self.capacity:
+            cap = self.capacity
+            for f in range(5):
+                self._limits[f] = cap[f] + EPSILON
+            self._limits_of = cap
+        return 0
 
     cdef inline bint _fits(self, object used, double *r) except -1:
         """resources.fits(used, request, capacity), with the capacity's sums worked out once."""
@@ -513,18 +542,6 @@ def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
             bound[i] = k
 
 
-def windows_at(list timelines, list rows, key_t k):
-    """`window_key` for many hosts at once (timelines[row] for each of `rows`), the usage as its code:
-    (code, reservations in force, since, until) per row."""
-    cdef list out = []
-    cdef Py_ssize_t r
-    cdef HostTimeline tl
-    for r in rows:
-        tl = <HostTimeline>timelines[r]
-        out.append(tl._window(k))
-    return out
-
-
 cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
     """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
     for a run of hosts given the same amount object. An unknown host changes none of them."""
@@ -551,8 +568,10 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
     cdef HostTimeline tl
     cdef key_t c, lo, hi, most = BEFORE_ALL, least = AFTER_ALL
     cdef Py_ssize_t freed = 0
-    cdef bint free
-    cdef double epsilon = EPSILON
+    cdef bint free, first = True
+    cdef double epsilon = EPSILON, cpu = 0
+    cdef key_t last = 0
+    v = vid = code_object = None
     for i in rows:
         tl = <HostTimeline>timelines[i]
         n = tl._n
@@ -564,12 +583,18 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
         else:
             c, lo = NOTHING_CODE, BEFORE_ALL
             count[i] = 0
-        v = vectors[c]
+        if first or c != last:   # (rows read together often hold the same usage: a lease's hosts)
+            code_object = c
+            v = vectors[code_object]
+            vid = by_code.get(code_object)
+            if vid is None:
+                vid = new_code(code_object, v)
+            cpu = <double>(<tuple>v)[0]
+            last, first = c, False
         used[i] = v
-        code[i] = c
-        vid = by_code.get(c)
-        ids[i] = vid if vid is not None else new_code(c, v)
-        free = <double>(<tuple>capacities[i])[0] - <double>(<tuple>v)[0] > epsilon
+        code[i] = code_object
+        ids[i] = vid
+        free = <double>(<tuple>capacities[i])[0] - cpu > epsilon
         if free != <bint>cpu_free[i]:
             freed += 1 if free else -1
             cpu_free[i] = free
@@ -585,13 +610,14 @@ def refresh_rows(list timelines, list rows, key_t k, dict vectors, list used, li
 def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     """The mapper's reserve stage for alike nodes on a packing policy (`mapper._AlikePacking` says what
     its two packings are): host by host along the ranking (the filter stage kept hosts with room for one
-    node at least), each taking as many nodes as fit in each packing still being built; the strict packing
-    is given up as soon as the hosts left cannot make up the difference. `held`: what the steady head
+    node at least), each taking as many nodes as fit in each packing still being built; either packing
+    is given up as soon as the hosts left cannot make up the difference (the walk ends when both are: a
+    lease that finds no placement does not walk the rest of the site). `held`: what the steady head
     took; `potential`: the nodes the hosts not walked yet could take at the start. `packing` is the
-    `_AlikePacking` (its ask, node, timelines and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
+    `_AlikePacking` (its ask, node, timelines by row and keys; its `_latest_fit`, `_most_that_fit` and `_mapping`
     for the steps taken rarely). Returns the mapping, or None."""
     ask = packing.ask
-    names, node, timelines = hosts.names, packing.node, packing.timelines
+    names, node, timelines = hosts.names, packing.node, packing.row_timelines
     start, end, excluding = ask.start, ask.end, ask.excluding
     floor = start if ask.floor is None else ask.floor
     latest_fit, most_that_fit = packing._latest_fit, packing._most_that_fit
@@ -602,6 +628,10 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     cdef bint steady_row, has_steady = packing.steady is not None
     cdef const double[:] room = hosts.room
     cdef const key_t[:] steady
+    cdef double r[5]
+    cdef Py_ssize_t f
+    for f in range(5):
+        r[f] = node[f]
     if has_steady:
         steady = packing.steady
     early = list(held)
@@ -620,7 +650,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 fit_end = end
             else:
                 if take == 1 and not excluding:
-                    fit_end = (<HostTimeline>timelines[host]).scan(start_key, end_key, node)
+                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r)
                     if fit_end is None:
                         fit_end = end
                     elif fit_end is AT_START:
@@ -634,10 +664,17 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                     take = 0
             early_take = take
             if take:
-                early.extend([host] * take)
+                if take == 1:
+                    early.append(host)
+                else:
+                    early.extend([host] * take)
                 early_count += take
                 if early_end is None or fit_end < early_end:
                     early_end = fit_end
+            if early_count + potential < n:   # (the hosts left cannot make up the difference either)
+                if not strict:
+                    return None
+                loose = False
         if strict:
             take = k if k < n - held_count else n - held_count
             if steady_row:
@@ -648,11 +685,14 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 if fit_end < end:
                     take = 0 if take == 1 else most_that_fit(host, take - 1)
             elif not excluding and take == 1:
-                take = 1 if (<HostTimeline>timelines[host]).scan(start_key, end_key, node) is None else 0
+                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r) is None else 0
             else:
                 take = most_that_fit(host, take)
             if take:
-                held.extend([host] * take)
+                if take == 1:
+                    held.append(host)
+                else:
+                    held.extend([host] * take)
                 held_count += take
                 if held_count == n:
                     return packing._mapping(held, end)
@@ -665,3 +705,89 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     if loose and early_count == n:
         return packing._mapping(early, early_end)
     return None
+
+
+def rows_alike(list rows, list ids, list counts, list groups):
+    """Whether these rows (non-empty) hold the same palette id, reservation count and capacity group
+    (`HostStates.alike`: every host-selection policy's keys then tie on them)."""
+    cdef Py_ssize_t i, first = rows[0]
+    cdef Py_ssize_t vid = ids[first], count = counts[first], group = groups[first]
+    for i in rows:
+        if <Py_ssize_t>ids[i] != vid or <Py_ssize_t>counts[i] != count or <Py_ssize_t>groups[i] != group:
+            return False
+    return True
+
+
+def recount_rows(rows, list code, list groups, list known, list per_row, double[::1] array, learn,
+                 list used, list capacities):
+    """The host states' count of nodes of one size per row (`_Room`: `per_row` and its numpy `array`),
+    brought up to date for `rows` from each row's usage code, through the counts known per capacity group
+    and code (`known[group]`; else `learn(group, code, used[row], capacities[row])`). Returns the change in
+    the rows' sum."""
+    cdef Py_ssize_t i, fit, delta = 0
+    cdef dict memo
+    for i in rows:
+        c = code[i]
+        g = groups[i]
+        memo = <dict>known[<Py_ssize_t>g]
+        f = memo.get(c)
+        if f is None:
+            f = learn(g, c, used[i], capacities[i])
+        fit = f
+        if fit != <Py_ssize_t>per_row[i]:
+            delta += fit - <Py_ssize_t>per_row[i]
+            per_row[i] = f
+            array[i] = fit
+    return delta
+
+
+def room_later(list timelines, const key_t[::1] until, key_t k, list rows, Py_ssize_t most, list per_row,
+               list groups, list known, learn, dict vectors, list capacities):
+    """How the count of nodes of one size (per row: `per_row`, at the time the host states are at) changes
+    by the later key k, over `rows` (None: every row): only the rows whose window ends by k (`until[row]
+    <= k`) are read again, at k, from their timelines; their count comes from `known[group][code]`, else
+    `learn(group, code, usage, capacity)`. Returns the change, or None when more than `most` rows change
+    (most < 0: no limit)."""
+    cdef Py_ssize_t i, j, n = until.shape[0], delta = 0
+    cdef HostTimeline tl
+    cdef key_t c
+    cdef list which = []
+    if rows is None:
+        for i in range(n):
+            if until[i] <= k:
+                which.append(i)
+    else:
+        for i in rows:
+            if until[i] <= k:
+                which.append(i)
+    if most >= 0 and len(which) > most:
+        return None
+    for i in which:
+        tl = <HostTimeline>timelines[i]
+        j = _upper(tl._keys, 0, tl._n, k)
+        c = tl._codes[j - 1] if j else NOTHING_CODE
+        g = groups[i]
+        f = (<dict>known[<Py_ssize_t>g]).get(c)
+        if f is None:
+            f = learn(g, c, vectors[c], capacities[i])
+        delta += <Py_ssize_t>f - <Py_ssize_t>per_row[i]
+    return delta
+
+
+def steady_head(list ranked, list names, list per_row, const key_t[::1] steady, key_t end_key, Py_ssize_t n,
+                list held):
+    """The mapper's steady head (`_AlikePacking._take_steady_head`): the hosts at the head of the ranking
+    whose usage stays until `end_key` (`steady[row] >= end_key`) each take all the nodes they have room for
+    (`per_row`), up to n in all, added to `held` by name. Returns how many hosts were taken."""
+    cdef Py_ssize_t row, k, got = 0, taken = 0
+    for row in ranked:
+        if steady[row] < end_key:
+            break
+        k = per_row[row]
+        if k >= n - got:
+            held.extend([names[row]] * (n - got))
+            return taken + 1
+        held.extend([names[row]] * k)
+        got += k
+        taken += 1
+    return taken

@@ -11,9 +11,9 @@ numbers), so the memos here are keyed by integers.
 
 The question asked most ("how many nodes of this size could start at t, over all hosts": the queue's
 instant check, for every queued lease at every event) is kept the same way: per node size asked about,
-the count per host and its total, brought up to date for the rows that changed when next asked (all at
-once, vectorised, after a jump that changed many), so the answer is a lookup; for a later time it is
-the lookup plus the hosts whose window ends by then (`room_at`).
+the count per host and its total, brought up to date for the rows that changed when next asked (the
+core's compiled recount of those rows), so the answer is a lookup; for a later time it is the lookup
+plus the hosts whose window ends by then (`room_at`).
 
 What a snapshot keeps per row comes in four parts, each an object copied as a unit (`copy_from`) and
 started afresh as a unit (`_changed`): the rows themselves (`_RowValues`, Python lists: the truth), their
@@ -36,8 +36,8 @@ from orchestrator.planning.slottable.core import HostTimeline
 
 #: node sizes whose room is kept up to date (a workload has a handful; beyond this, the oldest goes)
 _MAX_SIZES = 32
-#: when more rows than _BULK_ROWS changed, and more than one in _BULK_SHARE of all rows, one vectorised
-#: pass over every row beats working the changed ones out row by row in Python (`room`, `room_at`)
+#: when more rows than _BULK_ROWS change by a later time, and more than one in _BULK_SHARE of all rows,
+#: `room_at` leaves the count to the second snapshot brought there (a mapping there usually follows)
 _BULK_ROWS = 64
 _BULK_SHARE = 4
 #: up to this many rows, numpy element writes beat building index arrays (a commit touches a few hosts)
@@ -197,15 +197,15 @@ class _Palette:
 class HostStates:
     """Every host's state at one time (`bring_to`), its rows in the order hosts were added. `vectors` is
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
-    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `windows_at` and
-    `refresh_rows` read the rows from the hosts' timelines (and `mark_rows`, `narrow_windows` note a
-    reservation's change on its hosts' rows)."""
+    exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `refresh_rows`
+    and `room_later` read the rows from the hosts' timelines (`mark_rows`, `narrow_windows` note a
+    reservation's change on its hosts' rows; `recount_rows`, `rows_alike` are the loops over many rows)."""
 
     def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
-        self._windows_at = core.windows_at
         self._refresh_rows = core.refresh_rows
         self._mark_rows, self._narrow_windows = core.mark_rows, core.narrow_windows
+        self._rows_alike, self._recount_rows, self._room_later = core.rows_alike, core.recount_rows, core.room_later
         self.names: list[str] = []
         self._index: dict[str, int] = {}
         self._timelines: list[HostTimeline] = []
@@ -301,13 +301,7 @@ class HostStates:
         """Whether these rows hold the same usage and number of reservations on hosts of the same capacity
         (read from the Python rows): every host-selection policy's keys then tie on them."""
         values = self._values
-        ids, counts, groups = values.vector_id, values.count, self._groups
-        first = rows[0]
-        vid, count, group = ids[first], counts[first], groups[first]
-        for i in rows:
-            if ids[i] != vid or counts[i] != count or groups[i] != group:
-                return False
-        return True
+        return self._rows_alike(rows, values.vector_id, values.count, self._groups)
 
     def _catch_up(self) -> None:
         arrays = self._arrays
@@ -433,18 +427,13 @@ class HostStates:
     def room(self, node: Resources) -> _Room:
         """How many nodes of this size each host can take at the time last asked about, and the sum."""
         room = self._rooms.get(node)
-        if room is None or (len(room.stale) > _BULK_ROWS and len(room.stale) * _BULK_SHARE > len(self.names)):
-            # new, or many rows changed (a jump in time on a big site): one vectorised pass
-            if room is None and len(self._rooms) >= _MAX_SIZES:
+        if room is None:   # (new: one vectorised pass over every row)
+            if len(self._rooms) >= _MAX_SIZES:
                 del self._rooms[next(iter(self._rooms))]
-            array = room_of(node, self.used, self.capacity)
-            if room is None:
-                room = self._rooms[node] = _Room(node, array, len(self._distinct))
-            else:
-                room.array, room.per_row = array, array.astype(int).tolist()
-                room.total = sum(room.per_row)
-                room.stale.clear()
+            room = self._rooms[node] = _Room(node, room_of(node, self.used, self.capacity), len(self._distinct))
         elif room.stale:
+            # (the rows changed since, however many: the compiled recount of a row costs less than the
+            # numpy copies of it a vectorised pass must bring up to date first)
             self._bring_room(room)
         return room
 
@@ -454,42 +443,26 @@ class HostStates:
         `rows`, worked out from the counts kept here and the rows whose window ends by k, without moving
         there; None when too many rows change by then (moving is then cheaper), unless `always`."""
         room = self.room(node)
-        until, per_row = self._windows.until, room.per_row
+        per_row = room.per_row
+        most = -1   # (no limit)
         if rows is None:
             total = room.total
             if k < self._windows.earliest_until:
                 return total
-            changed = (until <= k).nonzero()[0].tolist()
-            if not always and len(changed) > _BULK_ROWS and len(changed) * _BULK_SHARE > len(self.names):
-                return None
+            if not always:
+                most = max(_BULK_ROWS, len(self.names) // _BULK_SHARE)
         else:
             total = sum([per_row[i] for i in rows])
-            changed = [i for i in rows if until[i] <= k]
-        if changed:
-            vectors, capacities, groups, known = self._vectors, self._capacities, self._groups, room.known
-            for i, (code, _, _, _) in zip(changed, self._windows_at(self._timelines, changed, k)):
-                fit = known[groups[i]].get(code)
-                if fit is None:
-                    fit = room.learn(groups[i], code, vectors[code], capacities[i])
-                total += fit - per_row[i]
-        return total
+        change = self._room_later(self._timelines, self._windows.until, k, rows, most, per_row, self._groups,
+                                  room.known, room.learn, self._vectors, self._capacities)
+        return None if change is None else total + change
 
     def _bring_room(self, room: _Room) -> None:
         """Recount the rows changed since the room was last asked about."""
-        per_row, array, known = room.per_row, room.array, room.known
-        code_rows, used_rows, capacities, groups = self._values.code, self._values.used, self._capacities, self._groups
-        total = room.total
-        for i in room.stale:
-            code = code_rows[i]
-            fit = known[groups[i]].get(code)
-            if fit is None:
-                fit = room.learn(groups[i], code, used_rows[i], capacities[i])
-            if fit != per_row[i]:
-                total += fit - per_row[i]
-                per_row[i] = fit
-                array[i] = fit
+        values = self._values
+        room.total += self._recount_rows(room.stale, values.code, self._groups, room.known, room.per_row,
+                                         room.array, room.learn, values.used, self._capacities)
         room.stale.clear()
-        room.total = total
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""

@@ -78,10 +78,13 @@ class SlotTable:
     def __init__(self, hosts: Mapping[str, Resources] | Iterable[tuple[str, Resources]] = (), *,
                  core: ModuleType | None = None):
         #: what the table runs on: the module of its host timelines (`HostTimeline`), of the loops over
-        #: many of them (`add_on_hosts`, `remove_on_hosts`, `windows_at`, `refresh_rows`) and of the
-        #: mapper's walk of alike nodes (`alike_walk`): `DEFAULT_CORE` unless a test gives another
+        #: many of them (`add_on_hosts`, `remove_on_hosts`, `refresh_rows`, `room_later`, ...) and of the
+        #: mapper's walk of alike nodes (`alike_walk`, `steady_head`): `DEFAULT_CORE` unless a test gives another
         self.core = core = core if core is not None else DEFAULT_CORE
         self._hosts: dict[str, HostTimeline] = {}
+        self._names: tuple[str, ...] = ()   # (the hosts in order, made again when they change)
+        #: every host's timeline in the hosts' order (the rows of `state_arrays`), read only
+        self.timeline_rows: tuple[HostTimeline, ...] = ()
         #: every host's timeline by name, read only (`timeline(host)` without its checks)
         self.timelines: Mapping[str, HostTimeline] = MappingProxyType(self._hosts)
         self._reservations: dict[int, Reservation] = {}
@@ -137,6 +140,8 @@ class SlotTable:
             return
         for timeline in added:
             self._hosts[timeline.name] = timeline
+        self._names = tuple(self._hosts)
+        self.timeline_rows = tuple(self._hosts.values())
         self._largest = None
         self._misfits.clear()
         for listener in self._listeners:
@@ -147,6 +152,8 @@ class SlotTable:
         if len(timeline):
             raise InvalidRequest("host", f"{name!r} still has reservations")
         del self._hosts[name]
+        self._names = tuple(self._hosts)
+        self.timeline_rows = tuple(self._hosts.values())
         timeline.detach()
         self._largest = None
         self._misfits.clear()
@@ -156,6 +163,12 @@ class SlotTable:
     @property
     def hosts(self) -> list[str]:
         return list(self._hosts)
+
+    @property
+    def host_names(self) -> tuple[str, ...]:
+        """The hosts in order, as one tuple kept until they change (`hosts` makes a list each time: the
+        mapper asks for every placement)."""
+        return self._names
 
     def capacity(self, host: str) -> Resources:
         return self._timeline(host).capacity
