@@ -44,7 +44,8 @@ class BuildAndRecord(build_ext):
 
 setup(
     ext_modules=cythonize(
-        [Extension(EXTENSION, [SOURCES[0]], extra_compile_args=["-O2", "-g0"])],
+        # (the other inputs are included by the first: a change to one of them rebuilds it too)
+        [Extension(EXTENSION, [SOURCES[0]], depends=list(SOURCES[1:]), extra_compile_args=["-O2", "-g0"])],
         compiler_directives={"language_level": 3},
     ),
     cmdclass={"build_ext": BuildAndRecord},

@@ -21,9 +21,11 @@ import importlib.machinery
 import json
 from pathlib import Path
 
-#: every input of the compiled module (its `.pyx` and any `.pxd` beside it), as paths from the root
+#: every input of the compiled module (its `.pyx` first, then the `.pxi` it includes and any `.pxd` beside
+#: it), as paths from the root
 SOURCES = (
     "orchestrator/planning/slottable/core.pyx",
+    "orchestrator/planning/slottable/core_rows.pxi",
 )
 #: the module they build
 EXTENSION = "orchestrator.planning.slottable.core"
