@@ -32,6 +32,8 @@ from orchestrator.state.store.rows import (
     state_row,
 )
 
+_INSERT_LEASE = (f"INSERT INTO leases ({', '.join(map(quoted, LEASE_COLUMNS))}) "
+                 f"VALUES ({', '.join('?' * len(LEASE_COLUMNS))})")
 _HISTORY_COLUMNS = ("lease_id", "seq", "time", "state")
 _QUOTED_RESERVATION_COLUMNS = tuple(map(quoted, RESERVATION_COLUMNS))
 
@@ -74,10 +76,8 @@ class LeaseRepository(StoreConnection):
         state_values = state_row(lease)
         conn = self._conn
         with self.transaction():
-            if new and conn.execute(
-                    f"INSERT INTO leases ({', '.join(map(quoted, LEASE_COLUMNS))}) "
-                    f"VALUES ({', '.join('?' * len(LEASE_COLUMNS))}) ON CONFLICT (id) DO NOTHING",
-                    (lease.id, workload_id, *request_values, *state_values)).rowcount == 1:
+            row = (lease.id, workload_id, *request_values, *state_values)
+            if new and conn.execute(f"{_INSERT_LEASE} ON CONFLICT (id) DO NOTHING", row).rowcount == 1:
                 # (a lease row just made has no history and no plan stored: both cascade from it)
                 self._insert_rows("lease_states", _HISTORY_COLUMNS, _history_rows(lease, 0))
                 self._insert_reservations(lease, plan_rows(lease))
@@ -85,9 +85,7 @@ class LeaseRepository(StoreConnection):
             stored = conn.execute(f"SELECT {', '.join(map(quoted, REQUEST_COLUMNS))} FROM leases WHERE id = ?",
                                   (lease.id,)).fetchone()
             if stored is None:
-                conn.execute(f"INSERT INTO leases ({', '.join(map(quoted, LEASE_COLUMNS))}) "
-                             f"VALUES ({', '.join('?' * len(LEASE_COLUMNS))})",
-                             (lease.id, workload_id, *request_values, *state_values))
+                conn.execute(_INSERT_LEASE, row)
             else:
                 # the duration may grow (`lease extend`); anything else differing means an id clash
                 changed = [c for c, a, b in zip(REQUEST_COLUMNS, stored, request_values)
