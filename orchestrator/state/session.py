@@ -4,7 +4,9 @@ A CLI command or a `leasewise run` that shares the store with other processes re
 each transaction (`FreshCluster`): another process may have written in between. The server is the store's
 only writer, so it keeps one scheduler in memory across transactions (`SharedCluster`), behind a lock that
 stands for the store's write lock inside the process. A block that raises leaves the store rolled back and
-the scheduler in memory possibly half-changed, so the next use rebuilds it from the store.
+the scheduler in memory possibly half-changed, so the next use rebuilds it from the store. Its commits
+reach the disk after the lock is let go, before the caller goes on (`Store.sync`): the next writer does not
+wait for this one's disk flush, and one flush serves every commit made meanwhile.
 """
 
 from __future__ import annotations
@@ -84,15 +86,29 @@ class SharedCluster:
         self._make = make
         self._cluster: Cluster | None = None
         self._depth = 0
+        self._holds = 0   # times the thread holding the lock has taken it
         self._pending: list[_Work] = []
         self._pending_lock = threading.Lock()
 
     @contextmanager
-    def open(self) -> Iterator[Cluster]:
+    def _locked(self) -> Iterator[None]:
+        """The lock; once the thread lets go of it for the last time, its commits flushed to disk."""
         with self.lock:
+            self._holds += 1
+            try:
+                yield
+            finally:
+                self._holds -= 1
+                released = self._holds == 0
+        if released:
+            self.store.sync()
+
+    @contextmanager
+    def open(self) -> Iterator[Cluster]:
+        with self._locked():
             self._depth += 1
             try:
-                with self.store.transaction():
+                with self.store.transaction(durable=False):
                     if self._cluster is None:
                         self._cluster = self._make(self.store, self.config, self.enactor, live_only=True)
                     yield self._cluster
@@ -111,7 +127,7 @@ class SharedCluster:
         item = _Work(work)
         with self._pending_lock:
             self._pending.append(item)
-        with self.lock:
+        with self._locked():
             if not item.finished:
                 self._run_pending()
         if item.error is not None:

@@ -10,7 +10,11 @@ Opening checks the file once per process (`PRAGMA quick_check`, see `_intact`): 
 error naming the file, never data shown as if nothing were wrong or a traceback half-way through.
 
 Every write runs inside `transaction()` (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception): a crash
-between two writes leaves the previous consistent state. Reads that span several queries run in one read
+between two writes leaves the previous consistent state. A commit is on disk before `transaction()` returns:
+SQLite runs with `synchronous = NORMAL` (no flush inside COMMIT) and `sync()` flushes the log after it. A
+caller holding a lock of its own around its transactions (the server) commits with `durable=False` and
+calls `sync()` once it has let go of that lock, before it answers: the next writer goes on while this one
+waits for the disk, and one flush serves every commit made meanwhile. Reads that span several queries run in one read
 transaction (`snapshot()`), so they see one snapshot even while another process commits.
 """
 
@@ -20,6 +24,7 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,6 +182,11 @@ class StoreConnection:
         self._conn = conn
         self.path = path
         self._savepoints = 0
+        self._commits = 0   # commits made through this connection
+        self._synced = 0    # of which this many are known to be on disk
+        self._sync_lock = threading.Lock()
+        self._log_fd: int | None = None      # the write-ahead log, open once it is first flushed
+        self._log_inode: int | None = None
 
     # -- opening -------------------------------------------------------------------------------------------
     @classmethod
@@ -200,6 +210,7 @@ class StoreConnection:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"WAL journal mode is not available (got {mode}); is it on a network filesystem?")
+            conn.execute("PRAGMA synchronous = NORMAL")   # (the log is flushed by `sync`, after the commit)
             conn.execute("PRAGMA foreign_keys = ON")
             apply_migrations(conn)
         except StoreError as exc:
@@ -219,7 +230,11 @@ class StoreConnection:
         return cls(conn, path)
 
     def close(self) -> None:
-        self._conn.close()
+        try:
+            self.sync()   # (commits made with durable=False and not flushed by their caller)
+        finally:
+            self._close_log()
+            self._conn.close()
 
     def __enter__(self) -> Self:
         return self
@@ -244,8 +259,11 @@ class StoreConnection:
 
     # -- transactions ------------------------------------------------------------------------------------------
     @contextmanager
-    def transaction(self) -> Iterator[Self]:
-        """BEGIN IMMEDIATE ... COMMIT; ROLLBACK if the block raises. Nested use is a savepoint."""
+    def transaction(self, *, durable: bool = True) -> Iterator[Self]:
+        """BEGIN IMMEDIATE ... COMMIT; ROLLBACK if the block raises. Nested use is a savepoint.
+
+        `durable=False`: the commit is not flushed to disk yet; the caller calls `sync()` before it tells
+        anyone that the write happened (see the module's docstring)."""
         conn = self._conn
         if conn.in_transaction:
             self._savepoints += 1
@@ -263,6 +281,7 @@ class StoreConnection:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             raise self._busy(exc) from None
+        changes = conn.total_changes
         try:
             yield self
         except BaseException:
@@ -275,6 +294,56 @@ class StoreConnection:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise self._busy(exc) from None
+        if conn.total_changes != changes:   # (a transaction that wrote nothing has nothing to flush)
+            self._commits += 1
+            if durable:
+                self.sync()
+
+    def sync(self) -> None:
+        """Every commit made so far through this connection on disk. Threads that ask while a flush is
+        under way wait for it, and the first of them flushes once for all the commits made meanwhile."""
+        wanted = self._commits
+        if self._synced >= wanted:
+            return
+        with self._sync_lock:
+            if self._synced >= wanted:   # (a flush that started after our commit covered it)
+                return
+            upto = self._commits
+            self._flush_log()
+            self._synced = upto
+
+    def _flush_log(self) -> None:
+        """fsync of the write-ahead log (what SQLite's `synchronous = FULL` does inside each COMMIT), and of
+        its directory when the log is a file not flushed before, as SQLite does for a log it creates.
+
+        The log stays open between flushes: a flush must not need a new descriptor (a server out of them
+        would fail its writes after committing them). It is the same file for as long as this connection
+        is open (SQLite removes the log only when its last connection closes); its inode is checked all
+        the same. Holding it open is safe: SQLite holds no POSIX lock on the log (its locks are on the
+        database and the -shm file), so closing this descriptor drops none."""
+        log_path = f"{self.path}-wal"
+        try:
+            try:
+                on_disk = os.stat(log_path).st_ino
+            except FileNotFoundError:   # checkpointed into the database and removed: flushed by SQLite then
+                return
+            if self._log_fd is None or on_disk != self._log_inode:
+                self._close_log()
+                self._log_fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+                self._log_inode = os.fstat(self._log_fd).st_ino
+                directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
+            os.fsync(self._log_fd)
+        except OSError as exc:
+            raise StoreError(f"{log_path}: cannot flush the state database's log to disk ({exc.strerror})") from None
+
+    def _close_log(self) -> None:
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = self._log_inode = None
 
     @contextmanager
     def statement(self) -> Iterator[Self]:
