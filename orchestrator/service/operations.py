@@ -111,7 +111,7 @@ class LeaseService(HostUseCases):
             return self.store
         store = getattr(self._local, "store", None)
         if store is None:
-            store = Store.open(self.store.path)
+            store = Store.open(self.store.path, checked=True)   # (by the server's writer, as it opened)
             self._local.store = store
             with self._readers_lock:
                 self._readers.append(store)

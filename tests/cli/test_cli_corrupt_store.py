@@ -128,3 +128,14 @@ def test_the_check_runs_once_per_process_and_again_when_the_file_changes(filled,
     os.utime(store_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     with pytest.raises(StoreCorrupt, match="damaged"):
         Store.open(store_path)
+
+
+def test_a_connection_opened_as_checked_does_not_read_every_page_again(filled, store_path):
+    """The server's read connections (`checked=True`) are opened beside its writer, which checked the file
+    as the server started and has changed it since: they are not checked again (a check reads every page
+    while the request that opens one waits). Any other open of the changed file is."""
+    Store.open(store_path).close()
+    damage(store_path, 0.75, 1.0)   # (changes the file's time, as the writer's commits do)
+    Store.open(store_path, checked=True).close()
+    with pytest.raises(StoreCorrupt, match="damaged"):
+        Store.open(store_path)

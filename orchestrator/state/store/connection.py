@@ -191,12 +191,14 @@ class StoreConnection:
     # -- opening -------------------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
-             any_thread: bool = False) -> Self:
+             any_thread: bool = False, checked: bool = False) -> Self:
         """Open (creating it with mode 0600, and migrating it) the database at `path`, by default
         `default_store_path()`. Raises `StoreError` with a one-line message naming the file.
 
         `any_thread`: the connection may be used from several threads, one at a time (the caller holds
-        a lock around each use: the server's single writer)."""
+        a lock around each use: the server's single writer). `checked`: this process holds a connection
+        that checked the file (`_intact`) and has written all that changed it since (the server's read
+        connections): no check again, which reads every page while a request waits."""
         path = Path(path) if path is not None else default_store_path()
         _secure_file(path)
         try:
@@ -206,7 +208,8 @@ class StoreConnection:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             check_version(conn)   # before changing anything in a file that may not be ours
-            _intact(conn, path)
+            if not checked:
+                _intact(conn, path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"WAL journal mode is not available (got {mode}); is it on a network filesystem?")
