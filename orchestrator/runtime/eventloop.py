@@ -62,7 +62,9 @@ class EventLoop:
                  coalesce_s: float = 0.0):
         """`wakeup`: set by another thread to take the next step soon on a clock that moves by itself (an
         operation ended, a lease was submitted), `coalesce_s` (wall seconds) after it was set, so a burst
-        of wake-ups makes one step; `stop()` ends the run after the step under way."""
+        of wake-ups makes one step; `stop()` ends the run after the step under way. `first_step` is set once
+        the owner has started and taken its first step, or the run has ended without one (another thread
+        waits for it: the server answers once its daemon has caught up with the hosts)."""
         if max_steps_at_same_time < 1:
             raise ValueError(f"max_steps_at_same_time must be at least 1: got {max_steps_at_same_time}")
         self.clock = clock
@@ -72,6 +74,7 @@ class EventLoop:
         self.wakeup = wakeup
         self.coalesce_s = coalesce_s
         self._stopping = False
+        self.first_step = threading.Event()
 
     def stop(self) -> None:
         """End the run (from another thread): after the step under way, or at once while waiting."""
@@ -130,6 +133,8 @@ class EventLoop:
                 now = clock_now()
                 following = step_at(now)
                 steps += 1
+                if steps == 1:
+                    self.first_step.set()
                 if following is None and until_idle and is_idle():
                     return RunResult(steps, "idle")
                 if until is not None and now >= until:
@@ -158,3 +163,5 @@ class EventLoop:
             if not stop_on_interrupt:
                 raise
             return RunResult(steps, "interrupt")
+        finally:
+            self.first_step.set()

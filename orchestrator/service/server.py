@@ -289,11 +289,13 @@ class Server:
         stop_api = lambda: loop.call_soon_threadsafe(self._stop_api)  # noqa: E731
         with self.session.open():   # (`leasewise run` refuses to enact the same store while it is set)
             self.store.set_meta(SERVING_KEY, {"pid": os.getpid(), "host": socket.gethostname(), "socket": cfg.socket})
+        thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
+        thread.start()
+        # (answer once the daemon has reconciled the hosts and taken its first step: what they made lives on)
+        await asyncio.to_thread(self.loop.first_step.wait)
         if self.freeze_gc:
             _freeze_startup_objects()
         self.checkpoints.start()
-        thread = threading.Thread(target=self._run_daemon, args=(stop_api,), name="leasewise-daemon")
-        thread.start()
         self.listening = Listening(cfg.socket, tcp_address)
         self.say(f"serving on unix:{cfg.socket}" + (f" and https://{cfg.listen}" if cfg.listen else ""))
         try:
@@ -333,9 +335,9 @@ def _enough_open_files(cfg: ServeConfig) -> None:
 
 
 def _freeze_startup_objects() -> None:
-    """Leave what exists once the server is up (modules, the app, the scheduler as loaded) out of the
-    garbage collector's full passes: each pass stops every thread, and would otherwise walk all of it again
-    while requests wait. Objects made later are collected as usual; a cycle among the frozen ones that
+    """Leave what exists once the server is up (modules, the app, the scheduler as loaded, the hosts' state
+    as the daemon's first step left it) out of the garbage collector's full passes: each pass stops every
+    thread, and would otherwise walk all of it again while requests wait. Objects made later are collected as usual; a cycle among the frozen ones that
     becomes garbage stays (what the server was started with, once). The collector was off while they were
     made (`Server(freeze_gc=True)`): its passes over a growing heap that frees nothing were a third of a
     big site's start; one pass here, then it is on again."""

@@ -161,3 +161,23 @@ def test_a_clock_that_moves_by_itself_wakes_for_an_event_before_the_poll():
     assert ran == RunResult(steps=2, stopped_by="idle")
     assert plan.handled == [start + timedelta(seconds=30)]
     assert timedelta(seconds=30) <= plan.steps[1] - start < timedelta(minutes=10)
+
+
+def test_first_step_is_set_by_the_first_step_and_by_a_run_that_ends_without_one():
+    """The server waits for `first_step` before it answers: set once the owner has started and stepped,
+    never before, and also when the run fails first (a waiter must not wait forever)."""
+    loop = EventLoop(SimulatedClock(T0), Plan(at(10), at(20)))
+    seen: list[bool] = []
+    step_at = loop.owner.step_at
+    loop.owner.step_at = lambda now: (seen.append(loop.first_step.is_set()), step_at(now))[1]
+    loop.run()
+    assert seen == [False, True, True] and loop.first_step.is_set()
+
+    class Failing(Plan):
+        def start(self):
+            raise RuntimeError("the hosts cannot be reached")
+
+    failing = EventLoop(SimulatedClock(T0), Failing(at(10)))
+    with pytest.raises(RuntimeError):
+        failing.run()
+    assert failing.first_step.is_set()

@@ -4,6 +4,7 @@ may do what, and the CLI giving the same answers through the server as on its ow
 from __future__ import annotations
 
 import gc
+import threading
 import json
 import time
 from datetime import timedelta
@@ -236,7 +237,14 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
     finally:
         served.stop()
     passes: list[int] = []   # (the collections since it was made: the first is the full one before the freeze)
-    collecting = lambda phase, info: passes.append(info["generation"]) if phase == "start" else None  # noqa: E731
+    daemon_ran: list[bool] = []   # (at that full pass: the daemon's thread had started, and taken its first step)
+
+    def collecting(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+            if len(passes) == 1:
+                daemon_ran.append(any(t.name == "leasewise-daemon" for t in threading.enumerate()))
+
     gc.callbacks.append(collecting)
     try:
         served = start_server(tmp_path / "alone", freeze_gc=True)
@@ -244,6 +252,7 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
         gc.callbacks.remove(collecting)
     try:
         assert passes[:1] == [2] and gc.isenabled()
+        assert daemon_ran == [True] and served.server.loop.first_step.is_set()
         frozen = gc.get_freeze_count()
         assert frozen > 10_000, frozen   # (the modules, the app, the scheduler as loaded)
         cluster = served.server.session._cluster
