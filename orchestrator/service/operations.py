@@ -112,6 +112,7 @@ class LeaseService(HostUseCases):
         store = getattr(self._local, "store", None)
         if store is None:
             store = Store.open(self.store.path, checked=True)   # (by the server's writer, as it opened)
+            store.share_decoded_hosts(self.store)
             self._local.store = store
             with self._readers_lock:
                 self._readers.append(store)

@@ -763,3 +763,20 @@ def test_a_connection_sees_every_change_to_the_hosts_it_remembers(path: Path) ->
         assert reader.hosts()[0].memory_mib == 1024
         writer.remove_host("h1")
         assert [h.name for h in reader.hosts()] == ["h2"]
+
+
+def test_connections_sharing_their_decoded_hosts_decode_them_once_and_each_sees_its_own_snapshot(path: Path) -> None:
+    """The server's read connections share the hosts its writer decoded (`share_decoded_hosts`): one decode
+    for all of them, and a connection whose snapshot is older than what another decoded gets its own."""
+    with Store.open(path) as writer, Store.open(path, checked=True) as reader:
+        writer.add_host(HostConfig(name="h1", uri="test:///default"), 4, 4096)
+        reader.share_decoded_hosts(writer)
+        first = writer.hosts()
+        assert reader.hosts()[0] is first[0]          # decoded by the writer, not again
+        with reader.snapshot():
+            assert [h.name for h in reader.hosts()] == ["h1"]
+            writer.add_host(HostConfig(name="h2", uri="test:///default"), 8, 8192)
+            assert [h.name for h in writer.hosts()] == ["h1", "h2"]
+            assert [h.name for h in reader.hosts()] == ["h1"]      # (its snapshot: before h2)
+        assert [h.name for h in reader.hosts()] == ["h1", "h2"]
+        assert writer.hosts()[1] is reader.hosts()[1]

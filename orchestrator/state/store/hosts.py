@@ -95,11 +95,23 @@ class HostRepository(StoreConnection):
         # submission is checked against every host, and decoding a thousand rows each time cost more than
         # the rest of the check)
         changes = self._conn.execute("SELECT count FROM hosts_changes").fetchone()[0]
-        seen = self.__dict__.get("_hosts_seen")
+        decoded = self._decoded_hosts()
+        seen = decoded[0]
         if seen is None or seen[0] != changes:
             rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
-            seen = self.__dict__["_hosts_seen"] = (changes, tuple(self._host(row) for row in rows))
+            seen = decoded[0] = (changes, tuple(self._host(row) for row in rows))
         return list(seen[1])
+
+    def share_decoded_hosts(self, other: HostRepository) -> None:
+        """Keep the hosts decoded once for this connection and `other`, connections of one process to one
+        file (the server's readers and its writer): each new request thread's first submission would
+        otherwise decode them all again. Each keeps the count it decoded at, so a connection reading an
+        older snapshot decodes its own."""
+        self.__dict__["_decoded"] = other._decoded_hosts()
+
+    def _decoded_hosts(self) -> list:
+        """[(hosts_changes count, hosts decoded at it)], or [None]: a box, which connections may share."""
+        return self.__dict__.setdefault("_decoded", [None])
 
     def host(self, name: str) -> HostRecord:
         row = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts WHERE name = ?", (name,)).fetchone()
