@@ -250,8 +250,12 @@ def read_listings(leases: Iterable[Lease], listings: Listings) -> ListingsRead:
         try:
             if lease.state not in LIVE:
                 continue
+            found = copies.get(lease.id, ())
+            if not found and lease.state is not LeaseState.ACTIVE:   # (most leases: planned, nothing listed)
+                on_their_hosts.add(lease.id)
+                continue
             planned = {h for vm in (lease.open_vms() or lease.reservations[-1:]) for h in vm.nodes.values()}
-            if all(h in planned for h, _ in copies.get(lease.id, ())):
+            if all(h in planned for h, _ in found):
                 on_their_hosts.add(lease.id)
             if lease.state is LeaseState.ACTIVE and all(
                     any(vm_name(lease.id, v) in running_on.get(h, ()) for h in planned)
