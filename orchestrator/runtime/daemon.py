@@ -328,8 +328,11 @@ class Daemon:
             self.runner.wait_idle()
         # (the sampler keeps the hosts' pace: on the wall clock, once per poll interval at most)
         if due:
-            self.dirty_rates.step(now, self._running_vms(self._leases, now), self._record_dirty_rate,
-                                  self._record_disk_allocation)
+            rates: list[tuple[RunningVM, datetime, float]] = []
+            disks: list[tuple[RunningVM, datetime, float]] = []
+            self.dirty_rates.step(now, self._running_vms(self._leases, now), lambda *m: rates.append(m),
+                                  lambda *m: disks.append(m))
+            self._record_measurements(rates, disks)
         # end-of-lease notices, outside the lock as well: a slow mail server holds up this step, not the store
         reminder = self.notices.step(now, self._leases if self.notices.enabled else [])
         following = reminder if following is None or (reminder is not None and reminder < following) else following
@@ -363,13 +366,17 @@ class Daemon:
                 continue
         return running
 
-    def _record_dirty_rate(self, vm: RunningVM, at: datetime, mib_s: float) -> None:
+    def _record_measurements(self, rates: list[tuple[RunningVM, datetime, float]],
+                             disks: list[tuple[RunningVM, datetime, float]]) -> None:
+        """The dirty rates (MiB/s) and disk allocations (MiB) the sampler read in this step, in one write:
+        each write takes the scheduler's lock, which the requests wait for, and a flush to disk."""
+        if not rates and not disks:
+            return
         with self.session.open():
-            self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
-
-    def _record_disk_allocation(self, vm: RunningVM, at: datetime, mib: float) -> None:
-        with self.session.open():
-            self.store.record_disk_allocation(vm.lease_id, vm.vnode, at, mib)
+            for vm, at, mib_s in rates:
+                self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
+            for vm, at, mib in disks:
+                self.store.record_disk_allocation(vm.lease_id, vm.vnode, at, mib)
 
     def _look_at_hosts(self, now: datetime) -> tuple[set[int], Listings]:
         """Before the lock: the leases with an operation under way, then what each host runs (its list of

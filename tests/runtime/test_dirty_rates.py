@@ -154,3 +154,31 @@ def test_a_vm_due_has_its_overlays_allocation_read_and_the_store_gives_it_to_the
         for bad in (-1.0, float("nan")):
             with pytest.raises(StoreError, match="disk allocation"):
                 store.record_disk_allocation(1, 0, T0, bad)
+
+
+def test_the_daemon_writes_a_steps_measurements_in_one_transaction(tmp_path):
+    """Each write takes the scheduler's lock and a flush to disk: the rates read in one step are written
+    together (four VMs measured at once: one transaction holds all four)."""
+    config = config_from_dict({"scheduling": {"live_migration_dirty_factor": 1.0}})
+    with Store.open(tmp_path / "s.sqlite") as store:
+        for i in range(1, 5):
+            store.add_host(HostConfig(name=f"host{i}", uri="sim://", domain_type="qemu"), 1, 1024)
+        driver = SimulatedDriver.for_hosts({h.name: (h.vcpus, h.memory_mib) for h in store.hosts()},
+                                           SimulatedClock(T0), migration_model=predict_precopy)
+        with store.transaction():
+            cluster = Cluster(store, config)
+            for _ in range(4):
+                cluster.submit(dataclasses.replace(be("13:00", 60, memory=512), dirty_rate_mib_s=1.0), T0)
+            cluster.save(T0)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        Daemon(store, config, driver, SimulatedClock(T0)).run(until=at("13:15"))
+    writes_per_transaction, inserted = [], 0
+    for sql in statements:
+        if sql.startswith("BEGIN"):
+            inserted = 0
+        elif sql.startswith("INSERT INTO dirty_rates"):
+            inserted += 1
+        elif sql == "COMMIT" and inserted:
+            writes_per_transaction.append(inserted)
+    assert writes_per_transaction and all(n == 4 for n in writes_per_transaction), writes_per_transaction
