@@ -366,7 +366,7 @@ def _without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return schema
 
 
-def _known_query(request: Request) -> None:
+async def _known_query(request: Request) -> None:   # (no I/O: on the event loop, not a request thread)
     """A query parameter the route does not take is refused by name, as an unknown key of a body is (a typo
     such as `?stauts=active` would otherwise be ignored, and every lease listed)."""
     route = request.scope.get("route")
