@@ -10,12 +10,14 @@ Opening checks the file once per process (`PRAGMA quick_check`, see `_intact`): 
 error naming the file, never data shown as if nothing were wrong or a traceback half-way through.
 
 Every write runs inside `transaction()` (BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any exception): a crash
-between two writes leaves the previous consistent state. A commit is on disk before `transaction()` returns:
-SQLite runs with `synchronous = NORMAL` (no flush inside COMMIT) and `sync()` flushes the log after it. A
-caller holding a lock of its own around its transactions (the server) commits with `durable=False` and
-calls `sync()` once it has let go of that lock, before it answers: the next writer goes on while this one
-waits for the disk, and one flush serves every commit made meanwhile. Reads that span several queries run in one read
+between two writes leaves the previous consistent state. Reads that span several queries run in one read
 transaction (`snapshot()`), so they see one snapshot even while another process commits.
+
+A commit is on disk before `transaction()` returns: SQLite runs with `synchronous = NORMAL` (no flush inside
+COMMIT) and `sync()` flushes the log after it. A caller holding a lock of its own around its transactions
+(the server) commits with `durable=False` and calls `sync()` once it has let go of that lock, before it
+answers: the next writer goes on while this one waits for the disk, and one flush serves every commit made
+meanwhile.
 """
 
 from __future__ import annotations
@@ -213,9 +215,9 @@ class StoreConnection:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"WAL journal mode is not available (got {mode}); is it on a network filesystem?")
-            conn.execute("PRAGMA synchronous = NORMAL")   # (the log is flushed by `sync`, after the commit)
             conn.execute("PRAGMA foreign_keys = ON")
-            apply_migrations(conn)
+            apply_migrations(conn)   # (flushed inside its COMMIT: the setting below is not made yet)
+            conn.execute("PRAGMA synchronous = NORMAL")   # the log is flushed by `sync`, after each commit
         except StoreError as exc:
             conn.close()
             raise (StoreCorrupt if isinstance(exc, StoreCorrupt) else StoreError)(f"{path}: {exc}") from None
