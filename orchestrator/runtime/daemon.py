@@ -373,10 +373,8 @@ class Daemon:
         if not rates and not disks:
             return
         with self.session.open():
-            for vm, at, mib_s in rates:
-                self.store.record_dirty_rate(vm.lease_id, vm.vnode, at, mib_s)
-            for vm, at, mib in disks:
-                self.store.record_disk_allocation(vm.lease_id, vm.vnode, at, mib)
+            self.store.record_measurements([(vm.lease_id, vm.vnode, at, mib_s) for vm, at, mib_s in rates],
+                                           [(vm.lease_id, vm.vnode, at, mib) for vm, at, mib in disks])
 
     def _look_at_hosts(self, now: datetime) -> tuple[set[int], Listings]:
         """Before the lock: the leases with an operation under way, then what each host runs (its list of

@@ -94,6 +94,12 @@ def test_the_store_keeps_the_last_rate_per_vm_and_refuses_nonsense(tmp_path):
         for bad in (-1.0, float("nan"), float("inf")):
             with pytest.raises(StoreError, match="dirty rate"):
                 store.record_dirty_rate(1, 0, T0, bad)
+        # the sampler's batch: all of it, or none when one value is nonsense
+        with pytest.raises(StoreError, match="disk allocation of lease 1 VM 0"):
+            store.record_measurements([(1, 0, T0 + 2 * S, 9.0)], [(1, 0, T0 + 2 * S, float("nan"))])
+        assert store.dirty_rates(1) == {0: (T0 + S, 6.5)}
+        store.record_measurements([(1, 0, T0 + 2 * S, 9.0)], [(1, 0, T0 + 2 * S, 64.0)])
+        assert store.dirty_rates(1) == {0: (T0 + 2 * S, 9.0)} and store.lease(1).measured_dirty_rates == {0: 9.0}
 
 
 def test_the_daemon_measures_and_the_planner_plans_the_evacuation_with_the_measured_rate(tmp_path):
