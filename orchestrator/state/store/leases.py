@@ -242,7 +242,7 @@ class LeaseRepository(StoreConnection):
         return {i: (LeaseState(state), bool(released)) for i, state, released in rows}
 
     def mark_released(self, lease_id: int) -> None:
-        with self.transaction():
+        with self.statement():
             self._conn.execute("UPDATE leases SET released = 1 WHERE id = ?", (lease_id,))
 
     def workload_ids(self) -> dict[int, str]:

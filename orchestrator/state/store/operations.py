@@ -33,7 +33,7 @@ class OperationLog(StoreConnection):
     def add_operation(self, at: datetime, operation: str, lease_id: int | None, reservation_id: int | None,
                       hosts: Iterable[str]) -> int:
         """Record an operation about to run on the hosts; returns its id (see the schema's `_V7`)."""
-        with self.transaction():
+        with self.statement():
             cur = self._conn.execute(
                 "INSERT INTO operations (lease_id, operation, reservation_id, hosts, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -43,7 +43,7 @@ class OperationLog(StoreConnection):
     def finish_operation(self, operation_id: int, at: datetime, outcome: str, error: str | None = None) -> None:
         if outcome not in ("done", "failed", "abandoned"):
             raise StoreError(f"operation {operation_id}: outcome must be done, failed or abandoned (got {outcome!r})")
-        with self.transaction():
+        with self.statement():
             self._conn.execute("UPDATE operations SET finished_at = ?, outcome = ?, error = ? WHERE id = ?",
                                (encode_time(at), outcome, error, operation_id))
 
