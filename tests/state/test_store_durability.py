@@ -1,7 +1,8 @@
 """A commit is on disk before anyone is told of it, and the server's writer does not wait for the disk while
 it holds its lock: SQLite runs with `synchronous = NORMAL` and the store flushes the write-ahead log itself
 (`Store.sync`), once for every commit made while a flush was under way. The flushes are seen by wrapping
-`os.fsync` (the real call still runs): a test of what reaches the disk cannot watch the disk itself."""
+`os.fsync` and `os.fdatasync` (the real calls still run): a test of what reaches the disk cannot watch the
+disk itself."""
 
 from __future__ import annotations
 
@@ -18,20 +19,22 @@ from orchestrator.state.store import Store
 
 
 class Flushes:
-    """The files `os.fsync` flushed (by path), calling the real `os.fsync`; `during` runs inside each one."""
+    """The files `os.fsync` and `os.fdatasync` flushed (by path), calling the real ones; `during` runs inside
+    each flush."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, during=None):
         self.paths: list[str] = []
         self.during = during
-        real = os.fsync
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self._watching(getattr(os, name)))
 
-        def fsync(fd: int) -> None:
+    def _watching(self, real):
+        def flush(fd: int) -> None:
             self.paths.append(os.readlink(f"/proc/self/fd/{fd}"))
             if self.during is not None:
                 self.during()
             real(fd)
-
-        monkeypatch.setattr(os, "fsync", fsync)
+        return flush
 
     def of_log(self, store: Store) -> int:
         return sum(1 for p in self.paths if p == f"{store.path}-wal")

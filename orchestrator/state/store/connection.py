@@ -318,8 +318,8 @@ class StoreConnection:
             self._synced = upto
 
     def _flush_log(self) -> None:
-        """fsync of the write-ahead log (what SQLite's `synchronous = FULL` does inside each COMMIT), and of
-        its directory when the log is a file not flushed before, as SQLite does for a log it creates.
+        """The write-ahead log flushed to disk (what SQLite's `synchronous = FULL` does inside each COMMIT),
+        and its directory when the log is a file not flushed before, as SQLite does for a log it creates.
 
         The log stays open between flushes: a flush must not need a new descriptor (a server out of them
         would fail its writes after committing them). It is the same file for as long as this connection
@@ -341,7 +341,7 @@ class StoreConnection:
                     os.fsync(directory)
                 finally:
                     os.close(directory)
-            os.fsync(self._log_fd)
+            os.fdatasync(self._log_fd)   # (as SQLite syncs its log on Linux: the data, and the size if it grew)
         except OSError as exc:
             raise StoreError(f"{log_path}: cannot flush the state database's log to disk ({exc.strerror})") from None
 
