@@ -1,4 +1,4 @@
-"""The compiled core's per-host loops for a reservation's change (`mark_rows`, `narrow_windows`,
+"""The compiled core's per-host loops for a reservation's change (`mark_rows`, `unmark_rows`, `narrow_windows`,
 `add_on_hosts`/`remove_on_hosts`) against the plain reference's, on random hosts, rows and keys."""
 
 from __future__ import annotations
@@ -23,22 +23,30 @@ subsets = st.lists(st.sampled_from(HOSTS), unique=True, max_size=8)
 
 
 @settings(max_examples=300, deadline=None)
-@given(hosts=subsets, before=bounds, k=keys, later=st.booleans(), marked=st.sets(st.integers(0, 7)))
-def test_rows_and_windows_as_the_reference(hosts, before, k, later, marked):
-    index = {h: i for i, h in enumerate(reversed(HOSTS))}
+@given(rows=st.lists(st.integers(0, 7), unique=True), before=bounds, k=keys, later=st.booleans(),
+       marked=st.lists(st.integers(0, 7), unique=True))
+def test_rows_and_windows_as_the_reference(rows, before, k, later, marked):
     out = {}
     for kind, core in CORES.items():
         bound = np.array(before, dtype=np.int64)
-        into = set(marked)
-        core.narrow_windows(hosts, index, bound, k, later)
-        core.mark_rows(hosts, index, into)
-        out[kind] = (bound.tolist(), into)
+        into = list(marked)
+        flags = bytearray(len(HOSTS))
+        for i in marked:
+            flags[i] = 1
+        core.narrow_windows(rows, bound, k, later)
+        core.mark_rows(rows, flags, into)
+        core.mark_rows(rows, flags, into)   # (a second time: nothing more)
+        marks = list(flags)
+        core.unmark_rows(into, flags)
+        out[kind] = (bound.tolist(), into, marks, list(flags))
     assert out["compiled"] == out["reference"]
-    bound, into = out["compiled"]
-    for h, i in index.items():
-        expected = (min if later else max)(before[i], k) if h in hosts else before[i]
+    bound, into, marks, cleared = out["compiled"]
+    for i in range(len(HOSTS)):
+        expected = (min if later else max)(before[i], k) if i in rows else before[i]
         assert bound[i] == expected
-    assert into == marked | {index[h] for h in hosts}
+    assert into == marked + [i for i in rows if i not in marked]
+    assert marks == [int(i in into) for i in range(len(HOSTS))]
+    assert cleared == [0] * len(HOSTS)
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,17 +57,18 @@ def test_a_reservation_on_an_unknown_host_changes_no_timeline(kind):
     core = CORES[kind]
     shared = SharedUsage()
     timelines = {h: core.HostTimeline(h, Resources.of(4, 4096), shared) for h in ("a", "b")}
+    timelines["a"].row, timelines["b"].row = 7, 3
     one = Resources.of(1, 512)
     start, end = T0, T0 + timedelta(hours=1)
     ks, ke = time_key(start), time_key(end)
     with pytest.raises(KeyError):
         core.add_on_hosts(timelines, {"a": one, "nowhere": one, "b": one}, ks, ke, start, end)
     assert [len(timelines[h]) for h in ("a", "b")] == [0, 0]
-    core.add_on_hosts(timelines, {"a": one, "b": one}, ks, ke, start, end)
+    assert core.add_on_hosts(timelines, {"b": one, "a": one}, ks, ke, start, end) == [3, 7]   # (their rows)
     with pytest.raises(KeyError):
         core.remove_on_hosts(timelines, {"a": one, "nowhere": one}, ks, ke)
     assert [timelines[h].usage_at(start) for h in ("a", "b")] == [one, one]
-    core.remove_on_hosts(timelines, {"a": one, "b": one}, ks, ke)
+    assert core.remove_on_hosts(timelines, {"a": one, "b": one}, ks, ke) == [7, 3]
     assert [len(timelines[h]) for h in ("a", "b")] == [0, 0]
 
 

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call (with
-`mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
+`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call, which answer the hosts'
+rows (with `mark_rows`, `unmark_rows` and `narrow_windows`, the host states' note of a change on those rows); `refresh_rows`,
 the host states' refresh of their rows from these timelines, with their per-row loops over those rows
 (`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the mapper's walk of alike
 nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
@@ -29,6 +29,7 @@ from libc.stdlib cimport free, realloc
 from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
                               datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.list cimport PyList_GET_ITEM, PyList_Insert
 from cpython.tuple cimport PyTuple_GET_ITEM
 
@@ -108,6 +109,8 @@ cdef class HostTimeline:
 
     cdef public str name
     cdef public object capacity
+    #: the host's row in the table's hosts (the order of `SlotTable.timeline_rows`), set by the table
+    cdef public Py_ssize_t row
     cdef object _shared
     cdef dict _vectors
     cdef list _times
@@ -128,6 +131,7 @@ cdef class HostTimeline:
         self._vectors = self._shared.vectors
         self._times = []
         self._limits_of = None
+        self.row = -1
 
     def __dealloc__(self):
         free(self._keys)
@@ -514,28 +518,44 @@ cdef class HostTimeline:
 
 def add_on_hosts(dict timelines, held, key_t ks, key_t ke, start, end):
     """`add_keys` of one reservation on each of its hosts (`held`: host -> amount there; `timelines`:
-    host -> its timeline)."""
-    _on_hosts(timelines, held, ks, ke, start, end, True)
+    host -> its timeline). Returns the hosts' rows (their timelines' `row`), in `held`'s order."""
+    return _on_hosts(timelines, held, ks, ke, start, end, True)
 
 
 def remove_on_hosts(dict timelines, held, key_t ks, key_t ke):
     """`remove_keys` of one reservation from each of its hosts (as `add_on_hosts`)."""
-    _on_hosts(timelines, held, ks, ke, None, None, False)
+    return _on_hosts(timelines, held, ks, ke, None, None, False)
 
 
-def mark_rows(hosts, dict index, set into):
-    """The host states' rows (`index`: host -> row) of these hosts, added to `into`."""
-    for host in hosts:
-        into.add(index[host])
+def mark_rows(list rows, bytearray marked, list into):
+    """The host states' note of rows to read again: each of `rows` not `marked` yet (a byte per row) is
+    marked and added to `into` (so `into` holds each row once, without hashing)."""
+    cdef Py_ssize_t i, n = len(marked)
+    cdef char *flags = PyByteArray_AS_STRING(marked)
+    for i in rows:
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range")
+        if not flags[i]:
+            flags[i] = 1
+            into.append(i)
 
 
-def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
-    """A reservation put in outside the time the host states are at: each of its hosts' window ends by
+def unmark_rows(list rows, bytearray marked):
+    """Take `mark_rows`'s mark off these rows."""
+    cdef Py_ssize_t i, n = len(marked)
+    cdef char *flags = PyByteArray_AS_STRING(marked)
+    for i in rows:
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range")
+        flags[i] = 0
+
+
+def narrow_windows(list rows, key_t[::1] bound, key_t k, bint later):
+    """A reservation put in outside the time the host states are at: each of its rows' window ends by
     its start (`later`: `bound` is `until`, k the start) or begins at its end (`bound` is `since`, k the
     end), whichever is narrower."""
     cdef Py_ssize_t i
-    for host in hosts:
-        i = index[host]
+    for i in rows:
         if later:
             if k < bound[i]:
                 bound[i] = k
@@ -543,20 +563,24 @@ def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
             bound[i] = k
 
 
-cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
+cdef list _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding):
     """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
-    for a run of hosts given the same amount object. An unknown host changes none of them."""
+    for a run of hosts given the same amount object. An unknown host changes none of them. Returns the
+    hosts' rows."""
     cdef HostTimeline tl
     cdef dict memo = None
-    for host in held:
-        timelines[host]
+    cdef list rows = []
+    cdef list held_timelines = [timelines[host] for host in held]
+    cdef Py_ssize_t m = 0
     last = None
-    for host, amount in held.items():
-        tl = <HostTimeline>timelines[host]
+    for amount in held.values():
+        tl = <HostTimeline>held_timelines[m]
+        m += 1
         if amount is not last:
             memo, last = None, amount
         memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)
-    return 0
+        rows.append(tl.row)
+    return rows
 
 
 include "core_rows.pxi"   # the loops over many hosts' rows (refresh_rows ... steady_head)

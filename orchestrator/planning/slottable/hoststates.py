@@ -199,12 +199,13 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `refresh_rows`
     and `room_later` read the rows from the hosts' timelines (`mark_rows`, `narrow_windows` note a
-    reservation's change on its hosts' rows; `recount_rows`, `rows_alike` are the loops over many rows)."""
+    reservation's change on its hosts' rows, `unmark_rows` clears those notes; `recount_rows`, `rows_alike`
+    are the loops over many rows)."""
 
     def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
         self._refresh_rows = core.refresh_rows
-        self._mark_rows, self._narrow_windows = core.mark_rows, core.narrow_windows
+        self._mark_rows, self._unmark_rows, self._narrow_windows = core.mark_rows, core.unmark_rows, core.narrow_windows
         self._rows_alike, self._recount_rows, self._room_later = core.rows_alike, core.recount_rows, core.room_later
         self.names: list[str] = []
         self._index: dict[str, int] = {}
@@ -216,9 +217,11 @@ class HostStates:
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
-        # rows invalidated since the last `bring_to`: a query at the same time recomputes just these, without
-        # comparing every row's window (the common case: the scheduler commits, then asks again)
-        self._dirty: set[int] = set()
+        # rows invalidated since the last `bring_to`, each once (`_marked` per row: whether it is in the list):
+        # a query at the same time recomputes just these, without comparing every row's window (the common
+        # case: the scheduler commits, then asks again)
+        self._dirty: list[int] = []
+        self._marked = bytearray()
         self._rooms: dict[Resources, _Room] = {}
         self._changed()
 
@@ -246,7 +249,8 @@ class HostStates:
         self._clean = False
         self.last = None
         self.version += 1
-        self._dirty.clear()
+        self._dirty = []
+        self._marked = bytearray(n)
         self._distinct = {}
         self._groups = [self._distinct.setdefault(c, len(self._distinct)) for c in self._capacities]
         self._palette = _Palette()
@@ -264,7 +268,8 @@ class HostStates:
         self._palette = other._palette.copy()
         self.last = other.last
         self._clean = other._clean
-        self._dirty = set(other._dirty)
+        self._dirty = list(other._dirty)
+        self._marked = bytearray(other._marked)
         if len(other._rooms) <= _MAX_ROOMS_COPIED:
             self._rooms = {node: room.copy() for node, room in other._rooms.items()}
         else:
@@ -355,7 +360,7 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._windows.until
 
-    def reservation_changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
+    def reservation_changed(self, hosts: Iterable[str], rows: list[int], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
         it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
         For the others the usage stays; a reservation put in only narrows their windows (its start or
@@ -365,17 +370,17 @@ class HostStates:
             return
         if ks <= k < ke:
             self._clean = False
-            self._mark_rows(hosts, self._index, self._dirty)
+            self._mark_rows(rows, self._marked, self._dirty)
         elif not added:
             return
         elif ks > k:
             windows = self._windows
-            self._narrow_windows(hosts, self._index, windows.until, ks, True)
+            self._narrow_windows(rows, windows.until, ks, True)
             if ks < windows.earliest_until:
                 windows.earliest_until = ks
         else:
             windows = self._windows
-            self._narrow_windows(hosts, self._index, windows.since, ke, False)
+            self._narrow_windows(rows, windows.since, ke, False)
             if ke > windows.latest_since:
                 windows.latest_since = ke
 
@@ -396,10 +401,12 @@ class HostStates:
             else:
                 stale = (windows.since > k) | (windows.until <= k)
                 if dirty:
-                    stale[list(dirty)] = True
+                    stale[dirty] = True
                 rows = stale.nonzero()[0].tolist()
                 exact = True
-        dirty.clear()
+        if dirty:
+            self._unmark_rows(dirty, self._marked)
+            self._dirty = []
         self._clean = True
         if rows:
             self._refresh(rows, k)
