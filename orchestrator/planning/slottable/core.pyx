@@ -78,6 +78,19 @@ cdef inline Py_ssize_t _lower(const key_t *keys, Py_ssize_t lo, Py_ssize_t hi, k
     return lo
 
 
+# The last few transitions one change found (old usage code -> new), for its next breakpoints and hosts:
+# a big lease's hosts usually hold the same usage where its reservation goes, so the change's walk mostly
+# asks the same one or two codes again, and an integer compare here spares a dict lookup by a boxed integer.
+# Valid for one amount, added or taken off, and only until `SharedUsage.step` runs (a sweep may drop codes).
+cdef enum:
+    _STEPS = 4
+
+cdef struct _Steps:
+    int n, next
+    key_t old[_STEPS]
+    key_t new[_STEPS]
+
+
 cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
     cdef void *p = realloc(column, room * sizeof(key_t))
     if p == NULL:
@@ -244,24 +257,40 @@ cdef class HostTimeline:
         self._n -= 2
         return 0
 
-    cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
+    cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo, _Steps *steps):
         """Add `amount` to (or take it off) the usage of breakpoints i to j - 1: each code becomes the
-        code of its usage plus or minus the amount, as remembered in `memo` (`SharedUsage.transitions`
-        of the amount, or None to look it up). Returns the memo, for the reservation's next host."""
+        code of its usage plus or minus the amount, as found in `steps` (the last few this change found),
+        else remembered in `memo` (`SharedUsage.transitions` of the amount, or None to look it up).
+        Returns the memo, for the reservation's next host."""
         cdef Py_ssize_t m
+        cdef int s
         cdef key_t one = 1 if adding else -1
+        cdef key_t old, new
         cdef object entry
         if i >= j:
             return memo
         shared = self._shared
-        if memo is None:
-            memo = shared.transitions(amount, adding)
         for m in range(i, j):
-            entry = memo.get(self._codes[m])
-            if entry is None:
-                entry = shared.step(self._codes[m], amount, adding)
-                memo = shared.transitions(amount, adding)   # (a sweep in `step` starts a new one)
-            self._codes[m] = (<tuple>entry)[1]
+            old = self._codes[m]
+            for s in range(steps.n):
+                if steps.old[s] == old:
+                    new = steps.new[s]
+                    break
+            else:
+                if memo is None:
+                    memo = shared.transitions(amount, adding)
+                entry = memo.get(old)
+                if entry is None:
+                    entry = shared.step(old, amount, adding)
+                    memo = shared.transitions(amount, adding)   # (a sweep in `step` starts a new one)
+                    steps.n = steps.next = 0                     # (and may have dropped codes)
+                new = (<tuple>entry)[1]
+                steps.old[steps.next] = old
+                steps.new[steps.next] = new
+                steps.next = (steps.next + 1) % _STEPS
+                if steps.n < _STEPS:
+                    steps.n += 1
+            self._codes[m] = new
             self._count[m] += one
         return memo
 
@@ -270,13 +299,17 @@ cdef class HostTimeline:
     # change all of them in one loop, looking up the amount's transitions once (each host's amount is
     # usually the same object).
     def add(self, start, end, amount):
-        self._add(time_key(start), time_key(end), amount, start, end, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._add(time_key(start), time_key(end), amount, start, end, None, &steps)
 
     def add_keys(self, key_t ks, key_t ke, amount, start, end):
         """`add` for times already converted to keys (ks < ke)."""
-        self._add(ks, ke, amount, start, end, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._add(ks, ke, amount, start, end, None, &steps)
 
-    cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
+    cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo, _Steps *steps):
         cdef Py_ssize_t i, j, n = self._n
         cdef bint new_end, new_start
         j = _lower(self._keys, 0, n, ke)
@@ -296,16 +329,20 @@ cdef class HostTimeline:
                 j += 1
             else:
                 self._refs[i] += 1
-        return self._shift(i, j, amount, True, memo)
+        return self._shift(i, j, amount, True, memo, steps)
 
     def remove(self, start, end, amount):
-        self._remove(time_key(start), time_key(end), amount, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._remove(time_key(start), time_key(end), amount, None, &steps)
 
     def remove_keys(self, key_t ks, key_t ke, amount):
         """`remove` for times already converted to keys (ks < ke)."""
-        self._remove(ks, ke, amount, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._remove(ks, ke, amount, None, &steps)
 
-    cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo):
+    cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo, _Steps *steps):
         cdef Py_ssize_t i, j, n = self._n
         if n == 2 and self._refs[0] == 1 and self._refs[1] == 1:   # this reservation alone
             self._n = 0
@@ -315,7 +352,7 @@ cdef class HostTimeline:
         j = _lower(self._keys, i, n, ke)
         if j >= n or self._keys[i] != ks or self._keys[j] != ke:
             raise ValueError(f"no reservation from key {ks} to {ke} on {self.name}")
-        memo = self._shift(i, j, amount, False, memo)
+        memo = self._shift(i, j, amount, False, memo, steps)
         self._refs[j] -= 1
         self._refs[i] -= 1
         if not self._refs[i] and not self._refs[j]:
@@ -569,6 +606,7 @@ cdef list _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint a
     hosts' rows."""
     cdef HostTimeline tl
     cdef dict memo = None
+    cdef _Steps steps
     cdef list rows = []
     cdef list held_timelines = [timelines[host] for host in held]
     cdef Py_ssize_t m = 0
@@ -578,7 +616,9 @@ cdef list _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint a
         m += 1
         if amount is not last:
             memo, last = None, amount
-        memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)
+            steps.n = steps.next = 0
+        memo = tl._add(ks, ke, amount, start, end, memo, &steps) if adding \
+            else tl._remove(ks, ke, amount, memo, &steps)
         rows.append(tl.row)
     return rows
 
