@@ -308,7 +308,9 @@ def rows_alike(rows: list[int], ids: list[int], counts: list[int], groups: list[
 def recount_rows(rows: Iterable[int], code: list[int], groups: list[int], known: list[dict[int, int]],
                  per_row: list[int], array: np.ndarray, learn: Callable[[int, int, Resources, Resources], int],
                  used: list[Resources], capacities: list[Resources]) -> int:
-    """Each of `rows` counted afresh (from the memo of its capacity group, else `learn`); the change in their sum."""
+    """Each of `rows` (a row may come more than once) counted afresh (from the memo of its capacity group, else
+    `learn`); the change in their sum."""
+    rows = set(rows)
     before = sum(per_row[i] for i in rows)
     for i in rows:
         fit = known[groups[i]][code[i]] if code[i] in known[groups[i]] else learn(groups[i], code[i], used[i],

@@ -93,7 +93,9 @@ class _Room:
         self.array = array               # per row, as numpy (the mapper's filter) ...
         self.per_row = array.astype(int).tolist()   # ... and as Python ints (row by row)
         self.total = sum(self.per_row)
-        self.stale: set[int] = set()   # rows changed since: brought up to date when next asked
+        # rows changed since, in the order refreshed (a row may come more than once: recounting it again
+        # changes nothing, and appending costs less than a set's hashing): brought up to date when next asked
+        self.stale: list[int] = []
         # per capacity group, usage code -> count: a plan has few distinct usage vectors (the slot table
         # shares them), so the count is worked out once per vector
         self.known: list[dict[int, int]] = [{} for _ in range(groups)]
@@ -110,7 +112,7 @@ class _Room:
         room = _Room(self.node, self.array.copy(), 0)   # (constructed: a compiled class has no bare __new__)
         room.per_row, room.total = list(self.per_row), self.total
         room.known = self.known   # (the memo of counts is shared)
-        room.stale = set(self.stale)
+        room.stale = list(self.stale)
         return room
 
 
@@ -161,18 +163,19 @@ class _Windows:
 
 class _ArrayCopy:
     """The rows' usage (rows x resources) and counts as numpy arrays, for the mapper's vector operations;
-    the rows in `pending` changed since and are copied in when the arrays are next read."""
+    the rows in `pending` changed since and are copied in when the arrays are next read (a row may be
+    listed more than once: copying it again changes nothing)."""
 
     __slots__ = ("used", "count", "pending")
 
     def __init__(self, n: int) -> None:
         self.used = np.zeros((n, 5))
         self.count = np.zeros(n, dtype=np.int64)
-        self.pending: set[int] = set()
+        self.pending: list[int] = []
 
     def copy(self) -> _ArrayCopy:
         arrays = _ArrayCopy(0)
-        arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), set(self.pending)
+        arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), list(self.pending)
         return arrays
 
 
@@ -310,8 +313,8 @@ class HostStates:
 
     def _catch_up(self) -> None:
         arrays = self._arrays
-        rows = list(arrays.pending)
-        arrays.pending.clear()
+        rows = arrays.pending
+        arrays.pending = []
         count_rows, ids, palette = self._values.count, self._values.vector_id, self._palette.rows
         if len(rows) <= _FEW_ROWS:
             used, count = arrays.used, arrays.count
@@ -418,7 +421,6 @@ class HostStates:
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
         values, windows = self._values, self._windows
-        self._arrays.pending.update(rows)
         freed, most, least = self._refresh_rows(
             self._timelines, rows, k, self._vectors, values.used, values.code, values.count, values.vector_id,
             self._palette.by_code, self._new_code, self._capacities, values.cpu_free, windows.since, windows.until)
@@ -427,8 +429,17 @@ class HostStates:
             windows.latest_since = most
         if least < windows.earliest_until:
             windows.earliest_until = least
+        # (what lags behind the rows is brought up to date at once when its list of rows to read again
+        # grows past twice the rows: the lists stay bounded)
+        bound = 2 * len(self.names) + _FEW_ROWS
+        pending = self._arrays.pending
+        pending.extend(rows)
+        if len(pending) > bound:
+            self._catch_up()
         for room in self._rooms.values():
-            room.stale.update(rows)
+            room.stale.extend(rows)
+            if len(room.stale) > bound:
+                self._bring_room(room)
 
     # -- kept per row (valid after `bring_to`) ---------------------------------------------------------------------
     def room(self, node: Resources) -> _Room:
@@ -469,7 +480,7 @@ class HostStates:
         values = self._values
         room.total += self._recount_rows(room.stale, values.code, self._groups, room.known, room.per_row,
                                          room.array, room.learn, values.used, self._capacities)
-        room.stale.clear()
+        room.stale = []
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""
