@@ -172,15 +172,22 @@ def recount_rows(rows, list code, list groups, list known, list per_row, double[
     brought up to date for `rows` (a row may come more than once: it is then counted once) from each row's usage code, through the counts known per capacity group
     and code (`known[group]`; else `learn(group, code, used[row], capacities[row])`). Returns the change in
     the rows' sum."""
-    cdef Py_ssize_t i, fit, delta = 0
+    cdef Py_ssize_t i, fit, delta = 0, group, last_group = -1
+    cdef key_t last_code = 0
     cdef dict memo
+    last = None
     for i in rows:
         c = code[i]
         g = groups[i]
-        memo = <dict>known[<Py_ssize_t>g]
-        f = memo.get(c)
-        if f is None:
-            f = learn(g, c, used[i], capacities[i])
+        group = g
+        if group == last_group and <key_t>c == last_code:   # (rows counted together often hold the same usage)
+            f = last
+        else:
+            memo = <dict>known[group]
+            f = memo.get(c)
+            if f is None:
+                f = learn(g, c, used[i], capacities[i])
+            last, last_group, last_code = f, group, c
         fit = f
         if fit != <Py_ssize_t>per_row[i]:
             delta += fit - <Py_ssize_t>per_row[i]
@@ -210,14 +217,22 @@ def room_later(list timelines, const key_t[::1] until, key_t k, list rows, Py_ss
                 which.append(i)
     if most >= 0 and len(which) > most:
         return None
+    cdef Py_ssize_t group, last_group = -1
+    cdef key_t last_code = 0
+    last = None
     for i in which:
         tl = <HostTimeline>timelines[i]
         j = _upper(tl._keys, 0, tl._n, k)
         c = tl._codes[j - 1] if j else NOTHING_CODE
         g = groups[i]
-        f = (<dict>known[<Py_ssize_t>g]).get(c)
-        if f is None:
-            f = learn(g, c, vectors[c], capacities[i])
+        group = g
+        if group == last_group and c == last_code:   # (as in recount_rows)
+            f = last
+        else:
+            f = (<dict>known[group]).get(c)
+            if f is None:
+                f = learn(g, c, vectors[c], capacities[i])
+            last, last_group, last_code = f, group, c
         delta += <Py_ssize_t>f - <Py_ssize_t>per_row[i]
     return delta
 
