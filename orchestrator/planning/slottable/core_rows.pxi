@@ -78,6 +78,9 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     cdef const key_t[:] steady
     cdef double r[5]
     cdef Py_ssize_t f
+    cdef _Fits seen   # (the node's fit by usage code, for every host's `_scan` in this walk)
+    seen.n = seen.next = 0
+    seen.cap = NULL
     for f in range(5):
         r[f] = node[f]
     if has_steady:
@@ -98,7 +101,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 fit_end = end
             else:
                 if take == 1 and not excluding:
-                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r)
+                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r, &seen)
                     if fit_end is None:
                         fit_end = end
                     elif fit_end is AT_START:
@@ -133,7 +136,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 if fit_end < end:
                     take = 0 if take == 1 else most_that_fit(host, take - 1)
             elif not excluding and take == 1:
-                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r) is None else 0
+                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r, &seen) is None else 0
             else:
                 take = most_that_fit(host, take)
             if take:
