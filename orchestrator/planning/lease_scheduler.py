@@ -150,7 +150,7 @@ class LeaseScheduler:
         return lease
 
     # -- what the slot table tells (`table.TableListener`) ------------------------------------------------
-    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
+    def reservation_changed(self, hosts: Collection[str], rows: list[int], ks: int, ke: int, added: bool) -> None:
         if not added:   # (capacity freed: a lease that did not fit may fit now)
             self._queue_dirty = True
 

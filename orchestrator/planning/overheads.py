@@ -144,8 +144,20 @@ class Overheads:
         # local: each host handles its own VMs one after another, hosts in parallel
         by_host: dict[str, list[int]] = {}
         for vnode in sorted(nodes):
-            by_host.setdefault(nodes[vnode], []).append(vnode)
+            host = nodes[vnode]
+            held = by_host.get(host)
+            if held is None:
+                by_host[host] = [vnode]
+            else:
+                held.append(vnode)
         grouped: dict[tuple[datetime, datetime], dict[str, list[int]]] = {}
+        uniform = lease.request.uniform
+        if same_everywhere and uniform is not None and len(by_host) == len(nodes) and by_host:
+            # (one VM per host, all of one size: every host's one step takes the same span, so the grouping
+            # below would make one step of `by_host` itself; a big lease has hundreds of VMs)
+            op = per_vm(uniform.memory, next(iter(by_host)))
+            grouped[(time - op, time) if backward else (time, time + op)] = by_host
+            by_host = {}
         for host, vnodes in by_host.items():
             t = time
             for vnode in vnodes:

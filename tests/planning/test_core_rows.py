@@ -1,4 +1,4 @@
-"""The compiled core's per-host loops for a reservation's change (`mark_rows`, `narrow_windows`,
+"""The compiled core's per-host loops for a reservation's change (`mark_rows`, `unmark_rows`, `narrow_windows`,
 `add_on_hosts`/`remove_on_hosts`) against the plain reference's, on random hosts, rows and keys."""
 
 from __future__ import annotations
@@ -23,22 +23,30 @@ subsets = st.lists(st.sampled_from(HOSTS), unique=True, max_size=8)
 
 
 @settings(max_examples=300, deadline=None)
-@given(hosts=subsets, before=bounds, k=keys, later=st.booleans(), marked=st.sets(st.integers(0, 7)))
-def test_rows_and_windows_as_the_reference(hosts, before, k, later, marked):
-    index = {h: i for i, h in enumerate(reversed(HOSTS))}
+@given(rows=st.lists(st.integers(0, 7), unique=True), before=bounds, k=keys, later=st.booleans(),
+       marked=st.lists(st.integers(0, 7), unique=True))
+def test_rows_and_windows_as_the_reference(rows, before, k, later, marked):
     out = {}
     for kind, core in CORES.items():
         bound = np.array(before, dtype=np.int64)
-        into = set(marked)
-        core.narrow_windows(hosts, index, bound, k, later)
-        core.mark_rows(hosts, index, into)
-        out[kind] = (bound.tolist(), into)
+        into = list(marked)
+        flags = bytearray(len(HOSTS))
+        for i in marked:
+            flags[i] = 1
+        core.narrow_windows(rows, bound, k, later)
+        core.mark_rows(rows, flags, into)
+        core.mark_rows(rows, flags, into)   # (a second time: nothing more)
+        marks = list(flags)
+        core.unmark_rows(into, flags)
+        out[kind] = (bound.tolist(), into, marks, list(flags))
     assert out["compiled"] == out["reference"]
-    bound, into = out["compiled"]
-    for h, i in index.items():
-        expected = (min if later else max)(before[i], k) if h in hosts else before[i]
+    bound, into, marks, cleared = out["compiled"]
+    for i in range(len(HOSTS)):
+        expected = (min if later else max)(before[i], k) if i in rows else before[i]
         assert bound[i] == expected
-    assert into == marked | {index[h] for h in hosts}
+    assert into == marked + [i for i in rows if i not in marked]
+    assert marks == [int(i in into) for i in range(len(HOSTS))]
+    assert cleared == [0] * len(HOSTS)
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,17 +57,18 @@ def test_a_reservation_on_an_unknown_host_changes_no_timeline(kind):
     core = CORES[kind]
     shared = SharedUsage()
     timelines = {h: core.HostTimeline(h, Resources.of(4, 4096), shared) for h in ("a", "b")}
+    timelines["a"].row, timelines["b"].row = 7, 3
     one = Resources.of(1, 512)
     start, end = T0, T0 + timedelta(hours=1)
     ks, ke = time_key(start), time_key(end)
     with pytest.raises(KeyError):
         core.add_on_hosts(timelines, {"a": one, "nowhere": one, "b": one}, ks, ke, start, end)
     assert [len(timelines[h]) for h in ("a", "b")] == [0, 0]
-    core.add_on_hosts(timelines, {"a": one, "b": one}, ks, ke, start, end)
+    assert core.add_on_hosts(timelines, {"b": one, "a": one}, ks, ke, start, end) == [3, 7]   # (their rows)
     with pytest.raises(KeyError):
         core.remove_on_hosts(timelines, {"a": one, "nowhere": one}, ks, ke)
     assert [timelines[h].usage_at(start) for h in ("a", "b")] == [one, one]
-    core.remove_on_hosts(timelines, {"a": one, "b": one}, ks, ke)
+    assert core.remove_on_hosts(timelines, {"a": one, "b": one}, ks, ke) == [7, 3]
     assert [len(timelines[h]) for h in ("a", "b")] == [0, 0]
 
 
@@ -84,7 +93,7 @@ def _learned(calls):
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.sets(st.integers(0, 7)), code=st.lists(st.integers(0, 5), min_size=8, max_size=8), groups=small,
+@given(rows=st.lists(st.integers(0, 7)), code=st.lists(st.integers(0, 5), min_size=8, max_size=8), groups=small,
        known=st.lists(st.dictionaries(st.integers(0, 5), st.integers(0, 4)), min_size=3, max_size=3),
        before=st.lists(st.integers(0, 4), min_size=8, max_size=8))
 def test_recount_rows_as_the_reference(rows, code, groups, known, before):
@@ -93,15 +102,17 @@ def test_recount_rows_as_the_reference(rows, code, groups, known, before):
     out = {}
     for kind, core in CORES.items():
         per_row, array, calls = list(before), np.array(before, dtype=float), []
-        change = core.recount_rows(set(rows), code, groups, known, per_row, array, _learned(calls), used, capacities)
-        out[kind] = (change, per_row, array.tolist(), sorted(calls))
+        # (a row may come more than once: the host states list a row each time it is refreshed)
+        change = core.recount_rows(rows, code, groups, known, per_row, array, _learned(calls), used, capacities)
+        # (which usages were learned: the compiled loop learns a code once for a run of rows holding it)
+        out[kind] = (change, per_row, array.tolist(), sorted({(g, c) for g, c, _, _ in calls}))
     assert out["compiled"] == out["reference"]
     change, per_row, array, calls = out["compiled"]
     expected = [(known[groups[i]][code[i]] if code[i] in known[groups[i]] else (groups[i] * 7 + code[i] * 3) % 5)
                 if i in rows else before[i] for i in range(8)]
     assert per_row == expected and array == [float(x) for x in expected]
     assert change == sum(expected) - sum(before)
-    assert {(g, c) for g, c, _, _ in calls} == {(groups[i], code[i]) for i in rows if code[i] not in known[groups[i]]}
+    assert set(calls) == {(groups[i], code[i]) for i in rows if code[i] not in known[groups[i]]}
 
 
 reservations = st.lists(st.tuples(st.integers(0, 7), st.integers(0, 100), st.integers(1, 60), st.integers(1, 3)),
@@ -126,7 +137,7 @@ def test_room_later_as_the_reference(placed, until, k, rows, most, groups, befor
                                  known, _learned(calls), shared.vectors, capacities)
         code_of = {vector: code for code, vector in shared.vectors.items()}
         codes = [code_of[timelines[i].usage_key(k)] for i in range(8)]
-        out[kind] = (change, sorted(calls), codes)
+        out[kind] = (change, sorted(set(calls)), codes)   # (the compiled loop learns once for a run of rows)
     assert out["compiled"] == out["reference"]
     change, _, codes = out["compiled"]
     changed = [i for i in (range(8) if rows is None else rows) if until[i] <= k]

@@ -41,6 +41,7 @@ class HostTimeline:
         self._shared = shared if shared is not None else SharedUsage()
         self._shared.timelines.append(self)
         self._points: list[_Point] = []
+        self.row = -1   # (its row among the table's hosts, set by the table)
 
     def detach(self) -> None:
         self._shared.timelines.remove(self)
@@ -193,24 +194,32 @@ class HostTimeline:
 
 
 def add_on_hosts(timelines: dict[str, HostTimeline], held: dict[str, Resources], ks: int, ke: int,
-                 start: datetime, end: datetime) -> None:
+                 start: datetime, end: datetime) -> list[int]:
     for timeline, amount in [(timelines[host], amount) for host, amount in held.items()]:
         timeline.add_keys(ks, ke, amount, start, end)
+    return [timelines[host].row for host in held]
 
 
-def remove_on_hosts(timelines: dict[str, HostTimeline], held: dict[str, Resources], ks: int, ke: int) -> None:
+def remove_on_hosts(timelines: dict[str, HostTimeline], held: dict[str, Resources], ks: int, ke: int) -> list[int]:
     for timeline, amount in [(timelines[host], amount) for host, amount in held.items()]:
         timeline.remove_keys(ks, ke, amount)
+    return [timelines[host].row for host in held]
 
 
-def mark_rows(hosts: Iterable[str], index: dict[str, int], into: set[int]) -> None:
-    for host in hosts:
-        into.add(index[host])
+def mark_rows(rows: list[int], marked: bytearray, into: list[int]) -> None:
+    for i in rows:
+        if not marked[i]:
+            marked[i] = 1
+            into.append(i)
 
 
-def narrow_windows(hosts: Iterable[str], index: dict[str, int], bound: np.ndarray, k: int, later: bool) -> None:
-    for host in hosts:
-        i = index[host]
+def unmark_rows(rows: list[int], marked: bytearray) -> None:
+    for i in rows:
+        marked[i] = 0
+
+
+def narrow_windows(rows: list[int], bound: np.ndarray, k: int, later: bool) -> None:
+    for i in rows:
         if later:
             bound[i] = min(bound[i], k)
         else:
@@ -299,7 +308,9 @@ def rows_alike(rows: list[int], ids: list[int], counts: list[int], groups: list[
 def recount_rows(rows: Iterable[int], code: list[int], groups: list[int], known: list[dict[int, int]],
                  per_row: list[int], array: np.ndarray, learn: Callable[[int, int, Resources, Resources], int],
                  used: list[Resources], capacities: list[Resources]) -> int:
-    """Each of `rows` counted afresh (from the memo of its capacity group, else `learn`); the change in their sum."""
+    """Each of `rows` (a row may come more than once) counted afresh (from the memo of its capacity group, else
+    `learn`); the change in their sum."""
+    rows = set(rows)
     before = sum(per_row[i] for i in rows)
     for i in rows:
         fit = known[groups[i]][code[i]] if code[i] in known[groups[i]] else learn(groups[i], code[i], used[i],

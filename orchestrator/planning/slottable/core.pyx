@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
-`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call (with
-`mark_rows` and `narrow_windows`, the host states' note of a change on many hosts); `refresh_rows`,
+`add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call, which answer the hosts'
+rows (with `mark_rows`, `unmark_rows` and `narrow_windows`, the host states' note of a change on those rows); `refresh_rows`,
 the host states' refresh of their rows from these timelines, with their per-row loops over those rows
 (`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the mapper's walk of alike
 nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
@@ -29,6 +29,7 @@ from libc.stdlib cimport free, realloc
 from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond, datetime_minute,
                               datetime_month, datetime_second, datetime_tzinfo, datetime_year, import_datetime)
 from libc.string cimport memmove
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.list cimport PyList_GET_ITEM, PyList_Insert
 from cpython.tuple cimport PyTuple_GET_ITEM
 
@@ -77,6 +78,29 @@ cdef inline Py_ssize_t _lower(const key_t *keys, Py_ssize_t lo, Py_ssize_t hi, k
     return lo
 
 
+# The last few transitions one change found (old usage code -> new), for its next breakpoints and hosts:
+# a big lease's hosts usually hold the same usage where its reservation goes, so the change's walk mostly
+# asks the same one or two codes again, and an integer compare here spares a dict lookup by a boxed integer.
+# Valid for one amount, added or taken off, and only until `SharedUsage.step` runs (a sweep may drop codes).
+cdef enum:
+    _STEPS = 4
+
+cdef struct _Steps:
+    int n, next
+    key_t old[_STEPS]
+    key_t new[_STEPS]
+
+
+# Whether the request fits next to the last few usage codes a walk of `_scan`s met, on hosts of one
+# capacity object (`cap`, compared by identity only): host after host, the mapper's walk meets the same
+# few usages, and a compare of integers here spares reading a vector's five floats. Valid for one request.
+cdef struct _Fits:
+    int n, next
+    void *cap
+    key_t code[_STEPS]
+    bint fit[_STEPS]
+
+
 cdef key_t *_grown(key_t *column, Py_ssize_t room) except NULL:
     cdef void *p = realloc(column, room * sizeof(key_t))
     if p == NULL:
@@ -108,6 +132,8 @@ cdef class HostTimeline:
 
     cdef public str name
     cdef public object capacity
+    #: the host's row in the table's hosts (the order of `SlotTable.timeline_rows`), set by the table
+    cdef public Py_ssize_t row
     cdef object _shared
     cdef dict _vectors
     cdef list _times
@@ -128,6 +154,7 @@ cdef class HostTimeline:
         self._vectors = self._shared.vectors
         self._times = []
         self._limits_of = None
+        self.row = -1
 
     def __dealloc__(self):
         free(self._keys)
@@ -240,24 +267,40 @@ cdef class HostTimeline:
         self._n -= 2
         return 0
 
-    cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo):
+    cdef dict _shift(self, Py_ssize_t i, Py_ssize_t j, object amount, bint adding, dict memo, _Steps *steps):
         """Add `amount` to (or take it off) the usage of breakpoints i to j - 1: each code becomes the
-        code of its usage plus or minus the amount, as remembered in `memo` (`SharedUsage.transitions`
-        of the amount, or None to look it up). Returns the memo, for the reservation's next host."""
+        code of its usage plus or minus the amount, as found in `steps` (the last few this change found),
+        else remembered in `memo` (`SharedUsage.transitions` of the amount, or None to look it up).
+        Returns the memo, for the reservation's next host."""
         cdef Py_ssize_t m
+        cdef int s
         cdef key_t one = 1 if adding else -1
+        cdef key_t old, new
         cdef object entry
         if i >= j:
             return memo
         shared = self._shared
-        if memo is None:
-            memo = shared.transitions(amount, adding)
         for m in range(i, j):
-            entry = memo.get(self._codes[m])
-            if entry is None:
-                entry = shared.step(self._codes[m], amount, adding)
-                memo = shared.transitions(amount, adding)   # (a sweep in `step` starts a new one)
-            self._codes[m] = (<tuple>entry)[1]
+            old = self._codes[m]
+            for s in range(steps.n):
+                if steps.old[s] == old:
+                    new = steps.new[s]
+                    break
+            else:
+                if memo is None:
+                    memo = shared.transitions(amount, adding)
+                entry = memo.get(old)
+                if entry is None:
+                    entry = shared.step(old, amount, adding)
+                    memo = shared.transitions(amount, adding)   # (a sweep in `step` starts a new one)
+                    steps.n = steps.next = 0                     # (and may have dropped codes)
+                new = (<tuple>entry)[1]
+                steps.old[steps.next] = old
+                steps.new[steps.next] = new
+                steps.next = (steps.next + 1) % _STEPS
+                if steps.n < _STEPS:
+                    steps.n += 1
+            self._codes[m] = new
             self._count[m] += one
         return memo
 
@@ -266,13 +309,17 @@ cdef class HostTimeline:
     # change all of them in one loop, looking up the amount's transitions once (each host's amount is
     # usually the same object).
     def add(self, start, end, amount):
-        self._add(time_key(start), time_key(end), amount, start, end, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._add(time_key(start), time_key(end), amount, start, end, None, &steps)
 
     def add_keys(self, key_t ks, key_t ke, amount, start, end):
         """`add` for times already converted to keys (ks < ke)."""
-        self._add(ks, ke, amount, start, end, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._add(ks, ke, amount, start, end, None, &steps)
 
-    cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo):
+    cdef dict _add(self, key_t ks, key_t ke, object amount, object start, object end, dict memo, _Steps *steps):
         cdef Py_ssize_t i, j, n = self._n
         cdef bint new_end, new_start
         j = _lower(self._keys, 0, n, ke)
@@ -292,16 +339,20 @@ cdef class HostTimeline:
                 j += 1
             else:
                 self._refs[i] += 1
-        return self._shift(i, j, amount, True, memo)
+        return self._shift(i, j, amount, True, memo, steps)
 
     def remove(self, start, end, amount):
-        self._remove(time_key(start), time_key(end), amount, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._remove(time_key(start), time_key(end), amount, None, &steps)
 
     def remove_keys(self, key_t ks, key_t ke, amount):
         """`remove` for times already converted to keys (ks < ke)."""
-        self._remove(ks, ke, amount, None)
+        cdef _Steps steps
+        steps.n = steps.next = 0
+        self._remove(ks, ke, amount, None, &steps)
 
-    cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo):
+    cdef dict _remove(self, key_t ks, key_t ke, object amount, dict memo, _Steps *steps):
         cdef Py_ssize_t i, j, n = self._n
         if n == 2 and self._refs[0] == 1 and self._refs[1] == 1:   # this reservation alone
             self._n = 0
@@ -311,7 +362,7 @@ cdef class HostTimeline:
         j = _lower(self._keys, i, n, ke)
         if j >= n or self._keys[i] != ks or self._keys[j] != ke:
             raise ValueError(f"no reservation from key {ks} to {ke} on {self.name}")
-        memo = self._shift(i, j, amount, False, memo)
+        memo = self._shift(i, j, amount, False, memo, steps)
         self._refs[j] -= 1
         self._refs[i] -= 1
         if not self._refs[i] and not self._refs[j]:
@@ -366,7 +417,7 @@ cdef class HostTimeline:
         for f in range(5):
             r[f] = request[f]
         if not relevant:
-            return self._scan(k1, end, r)
+            return self._scan(k1, end, r, NULL)
         self._set_limits()
         j = _upper(self._keys, 0, n, k1)
         used = self._vector(j)
@@ -386,18 +437,21 @@ cdef class HostTimeline:
             j += 1
         return None
 
-    cdef object _scan(self, key_t k1, key_t end, double *r):
+    cdef object _scan(self, key_t k1, key_t end, double *r, _Fits *seen):
         """`scan` with nothing treated as gone, the request already unpacked (the mapper's walk asks host
-        after host for the same node)."""
+        after host for the same node; `seen`, if not NULL, remembers its answers by usage code)."""
         cdef Py_ssize_t j, n = self._n
         self._set_limits()
+        if seen != NULL and seen.cap != <void *>self.capacity:
+            seen.n = seen.next = 0
+            seen.cap = <void *>self.capacity
         j = _upper(self._keys, 0, n, k1)
-        if not self._fits(self._vector(j), r):
+        if not self._fits_code(self._codes[j - 1] if j else NOTHING_CODE, r, seen):
             return AT_START
         while j < n:
             if self._keys[j] >= end:
                 return None
-            if not self._fits(self._vectors[self._codes[j]], r):
+            if not self._fits_code(self._codes[j], r, seen):
                 return self._times[j]
             j += 1
         return None
@@ -411,6 +465,24 @@ cdef class HostTimeline:
                 self._limits[f] = cap[f] + EPSILON
             self._limits_of = cap
         return 0
+
+    cdef inline bint _fits_code(self, key_t code, double *r, _Fits *seen) except -1:
+        """`_fits` of the usage under `code`, looked up in `seen` first (which `_scan` keeps to this host's
+        capacity), else worked out and remembered there."""
+        cdef int s
+        cdef bint fit
+        if seen != NULL:
+            for s in range(seen.n):
+                if seen.code[s] == code:
+                    return seen.fit[s]
+        fit = self._fits(self._vectors[code], r)
+        if seen != NULL:
+            seen.code[seen.next] = code
+            seen.fit[seen.next] = fit
+            seen.next = (seen.next + 1) % _STEPS
+            if seen.n < _STEPS:
+                seen.n += 1
+        return fit
 
     cdef inline bint _fits(self, object used, double *r) except -1:
         """resources.fits(used, request, capacity), with the capacity's sums worked out once."""
@@ -514,28 +586,44 @@ cdef class HostTimeline:
 
 def add_on_hosts(dict timelines, held, key_t ks, key_t ke, start, end):
     """`add_keys` of one reservation on each of its hosts (`held`: host -> amount there; `timelines`:
-    host -> its timeline)."""
-    _on_hosts(timelines, held, ks, ke, start, end, True)
+    host -> its timeline). Returns the hosts' rows (their timelines' `row`), in `held`'s order."""
+    return _on_hosts(timelines, held, ks, ke, start, end, True)
 
 
 def remove_on_hosts(dict timelines, held, key_t ks, key_t ke):
     """`remove_keys` of one reservation from each of its hosts (as `add_on_hosts`)."""
-    _on_hosts(timelines, held, ks, ke, None, None, False)
+    return _on_hosts(timelines, held, ks, ke, None, None, False)
 
 
-def mark_rows(hosts, dict index, set into):
-    """The host states' rows (`index`: host -> row) of these hosts, added to `into`."""
-    for host in hosts:
-        into.add(index[host])
+def mark_rows(list rows, bytearray marked, list into):
+    """The host states' note of rows to read again: each of `rows` not `marked` yet (a byte per row) is
+    marked and added to `into` (so `into` holds each row once, without hashing)."""
+    cdef Py_ssize_t i, n = len(marked)
+    cdef char *flags = PyByteArray_AS_STRING(marked)
+    for i in rows:
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range")
+        if not flags[i]:
+            flags[i] = 1
+            into.append(i)
 
 
-def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
-    """A reservation put in outside the time the host states are at: each of its hosts' window ends by
+def unmark_rows(list rows, bytearray marked):
+    """Take `mark_rows`'s mark off these rows."""
+    cdef Py_ssize_t i, n = len(marked)
+    cdef char *flags = PyByteArray_AS_STRING(marked)
+    for i in rows:
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} out of range")
+        flags[i] = 0
+
+
+def narrow_windows(list rows, key_t[::1] bound, key_t k, bint later):
+    """A reservation put in outside the time the host states are at: each of its rows' window ends by
     its start (`later`: `bound` is `until`, k the start) or begins at its end (`bound` is `since`, k the
     end), whichever is narrower."""
     cdef Py_ssize_t i
-    for host in hosts:
-        i = index[host]
+    for i in rows:
         if later:
             if k < bound[i]:
                 bound[i] = k
@@ -543,20 +631,27 @@ def narrow_windows(hosts, dict index, key_t[::1] bound, key_t k, bint later):
             bound[i] = k
 
 
-cdef int _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding) except -1:
+cdef list _on_hosts(dict timelines, held, key_t ks, key_t ke, start, end, bint adding):
     """One reservation put on (or taken off) each of its hosts, the amount's transitions looked up once
-    for a run of hosts given the same amount object. An unknown host changes none of them."""
+    for a run of hosts given the same amount object. An unknown host changes none of them. Returns the
+    hosts' rows."""
     cdef HostTimeline tl
     cdef dict memo = None
-    for host in held:
-        timelines[host]
+    cdef _Steps steps
+    cdef list rows = []
+    cdef list held_timelines = [timelines[host] for host in held]
+    cdef Py_ssize_t m = 0
     last = None
-    for host, amount in held.items():
-        tl = <HostTimeline>timelines[host]
+    for amount in held.values():
+        tl = <HostTimeline>held_timelines[m]
+        m += 1
         if amount is not last:
             memo, last = None, amount
-        memo = tl._add(ks, ke, amount, start, end, memo) if adding else tl._remove(ks, ke, amount, memo)
-    return 0
+            steps.n = steps.next = 0
+        memo = tl._add(ks, ke, amount, start, end, memo, &steps) if adding \
+            else tl._remove(ks, ke, amount, memo, &steps)
+        rows.append(tl.row)
+    return rows
 
 
 include "core_rows.pxi"   # the loops over many hosts' rows (refresh_rows ... steady_head)

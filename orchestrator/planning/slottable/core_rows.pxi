@@ -78,6 +78,9 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
     cdef const key_t[:] steady
     cdef double r[5]
     cdef Py_ssize_t f
+    cdef _Fits seen   # (the node's fit by usage code, for every host's `_scan` in this walk)
+    seen.n = seen.next = 0
+    seen.cap = NULL
     for f in range(5):
         r[f] = node[f]
     if has_steady:
@@ -98,7 +101,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 fit_end = end
             else:
                 if take == 1 and not excluding:
-                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r)
+                    fit_end = (<HostTimeline>timelines[row])._scan(start_key, end_key, r, &seen)
                     if fit_end is None:
                         fit_end = end
                     elif fit_end is AT_START:
@@ -133,7 +136,7 @@ def alike_walk(packing, list ranked, hosts, Py_ssize_t potential, list held):
                 if fit_end < end:
                     take = 0 if take == 1 else most_that_fit(host, take - 1)
             elif not excluding and take == 1:
-                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r) is None else 0
+                take = 1 if (<HostTimeline>timelines[row])._scan(start_key, end_key, r, &seen) is None else 0
             else:
                 take = most_that_fit(host, take)
             if take:
@@ -169,18 +172,25 @@ def rows_alike(list rows, list ids, list counts, list groups):
 def recount_rows(rows, list code, list groups, list known, list per_row, double[::1] array, learn,
                  list used, list capacities):
     """The host states' count of nodes of one size per row (`_Room`: `per_row` and its numpy `array`),
-    brought up to date for `rows` from each row's usage code, through the counts known per capacity group
+    brought up to date for `rows` (a row may come more than once: it is then counted once) from each row's usage code, through the counts known per capacity group
     and code (`known[group]`; else `learn(group, code, used[row], capacities[row])`). Returns the change in
     the rows' sum."""
-    cdef Py_ssize_t i, fit, delta = 0
+    cdef Py_ssize_t i, fit, delta = 0, group, last_group = -1
+    cdef key_t last_code = 0
     cdef dict memo
+    last = None
     for i in rows:
         c = code[i]
         g = groups[i]
-        memo = <dict>known[<Py_ssize_t>g]
-        f = memo.get(c)
-        if f is None:
-            f = learn(g, c, used[i], capacities[i])
+        group = g
+        if group == last_group and <key_t>c == last_code:   # (rows counted together often hold the same usage)
+            f = last
+        else:
+            memo = <dict>known[group]
+            f = memo.get(c)
+            if f is None:
+                f = learn(g, c, used[i], capacities[i])
+            last, last_group, last_code = f, group, c
         fit = f
         if fit != <Py_ssize_t>per_row[i]:
             delta += fit - <Py_ssize_t>per_row[i]
@@ -210,14 +220,22 @@ def room_later(list timelines, const key_t[::1] until, key_t k, list rows, Py_ss
                 which.append(i)
     if most >= 0 and len(which) > most:
         return None
+    cdef Py_ssize_t group, last_group = -1
+    cdef key_t last_code = 0
+    last = None
     for i in which:
         tl = <HostTimeline>timelines[i]
         j = _upper(tl._keys, 0, tl._n, k)
         c = tl._codes[j - 1] if j else NOTHING_CODE
         g = groups[i]
-        f = (<dict>known[<Py_ssize_t>g]).get(c)
-        if f is None:
-            f = learn(g, c, vectors[c], capacities[i])
+        group = g
+        if group == last_group and c == last_code:   # (as in recount_rows)
+            f = last
+        else:
+            f = (<dict>known[group]).get(c)
+            if f is None:
+                f = learn(g, c, vectors[c], capacities[i])
+            last, last_group, last_code = f, group, c
         delta += <Py_ssize_t>f - <Py_ssize_t>per_row[i]
     return delta
 

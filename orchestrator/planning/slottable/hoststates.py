@@ -93,7 +93,9 @@ class _Room:
         self.array = array               # per row, as numpy (the mapper's filter) ...
         self.per_row = array.astype(int).tolist()   # ... and as Python ints (row by row)
         self.total = sum(self.per_row)
-        self.stale: set[int] = set()   # rows changed since: brought up to date when next asked
+        # rows changed since, in the order refreshed (a row may come more than once: recounting it again
+        # changes nothing, and appending costs less than a set's hashing): brought up to date when next asked
+        self.stale: list[int] = []
         # per capacity group, usage code -> count: a plan has few distinct usage vectors (the slot table
         # shares them), so the count is worked out once per vector
         self.known: list[dict[int, int]] = [{} for _ in range(groups)]
@@ -110,7 +112,7 @@ class _Room:
         room = _Room(self.node, self.array.copy(), 0)   # (constructed: a compiled class has no bare __new__)
         room.per_row, room.total = list(self.per_row), self.total
         room.known = self.known   # (the memo of counts is shared)
-        room.stale = set(self.stale)
+        room.stale = list(self.stale)
         return room
 
 
@@ -161,18 +163,19 @@ class _Windows:
 
 class _ArrayCopy:
     """The rows' usage (rows x resources) and counts as numpy arrays, for the mapper's vector operations;
-    the rows in `pending` changed since and are copied in when the arrays are next read."""
+    the rows in `pending` changed since and are copied in when the arrays are next read (a row may be
+    listed more than once: copying it again changes nothing)."""
 
     __slots__ = ("used", "count", "pending")
 
     def __init__(self, n: int) -> None:
         self.used = np.zeros((n, 5))
         self.count = np.zeros(n, dtype=np.int64)
-        self.pending: set[int] = set()
+        self.pending: list[int] = []
 
     def copy(self) -> _ArrayCopy:
         arrays = _ArrayCopy(0)
-        arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), set(self.pending)
+        arrays.used, arrays.count, arrays.pending = self.used.copy(), self.count.copy(), list(self.pending)
         return arrays
 
 
@@ -199,12 +202,13 @@ class HostStates:
     the slot table's code -> usage vector (`SharedUsage`: a code names one vector for as long as it
     exists, so the memos here are keyed by it, an integer); `core` the table's core, whose `refresh_rows`
     and `room_later` read the rows from the hosts' timelines (`mark_rows`, `narrow_windows` note a
-    reservation's change on its hosts' rows; `recount_rows`, `rows_alike` are the loops over many rows)."""
+    reservation's change on its hosts' rows, `unmark_rows` clears those notes; `recount_rows`, `rows_alike`
+    are the loops over many rows)."""
 
     def __init__(self, vectors: dict[int, Resources], core: ModuleType) -> None:
         self._vectors = vectors
         self._refresh_rows = core.refresh_rows
-        self._mark_rows, self._narrow_windows = core.mark_rows, core.narrow_windows
+        self._mark_rows, self._unmark_rows, self._narrow_windows = core.mark_rows, core.unmark_rows, core.narrow_windows
         self._rows_alike, self._recount_rows, self._room_later = core.rows_alike, core.recount_rows, core.room_later
         self.names: list[str] = []
         self._index: dict[str, int] = {}
@@ -216,9 +220,11 @@ class HostStates:
         self.last: int | None = None   # the time last asked about (slot-table key)
         self.version = 0    # bumped whenever an entry changes: keys caches built on these arrays
         self._clean = False  # every entry valid at `last`
-        # rows invalidated since the last `bring_to`: a query at the same time recomputes just these, without
-        # comparing every row's window (the common case: the scheduler commits, then asks again)
-        self._dirty: set[int] = set()
+        # rows invalidated since the last `bring_to`, each once (`_marked` per row: whether it is in the list):
+        # a query at the same time recomputes just these, without comparing every row's window (the common
+        # case: the scheduler commits, then asks again)
+        self._dirty: list[int] = []
+        self._marked = bytearray()
         self._rooms: dict[Resources, _Room] = {}
         self._changed()
 
@@ -246,7 +252,8 @@ class HostStates:
         self._clean = False
         self.last = None
         self.version += 1
-        self._dirty.clear()
+        self._dirty = []
+        self._marked = bytearray(n)
         self._distinct = {}
         self._groups = [self._distinct.setdefault(c, len(self._distinct)) for c in self._capacities]
         self._palette = _Palette()
@@ -264,7 +271,8 @@ class HostStates:
         self._palette = other._palette.copy()
         self.last = other.last
         self._clean = other._clean
-        self._dirty = set(other._dirty)
+        self._dirty = list(other._dirty)
+        self._marked = bytearray(other._marked)
         if len(other._rooms) <= _MAX_ROOMS_COPIED:
             self._rooms = {node: room.copy() for node, room in other._rooms.items()}
         else:
@@ -305,8 +313,8 @@ class HostStates:
 
     def _catch_up(self) -> None:
         arrays = self._arrays
-        rows = list(arrays.pending)
-        arrays.pending.clear()
+        rows = arrays.pending
+        arrays.pending = []
         count_rows, ids, palette = self._values.count, self._values.vector_id, self._palette.rows
         if len(rows) <= _FEW_ROWS:
             used, count = arrays.used, arrays.count
@@ -355,7 +363,7 @@ class HostStates:
         """Per host, the key of its next breakpoint after the time last brought to (`bring_to`)."""
         return self._windows.until
 
-    def reservation_changed(self, hosts: Iterable[str], ks: int, ke: int, added: bool) -> None:
+    def reservation_changed(self, hosts: Iterable[str], rows: list[int], ks: int, ke: int, added: bool) -> None:
         """A reservation over the keys [ks, ke) was put on these hosts or taken off them. Only the rows
         it covers at the time they are at change usage: those are recomputed at the next `bring_to`.
         For the others the usage stays; a reservation put in only narrows their windows (its start or
@@ -365,17 +373,17 @@ class HostStates:
             return
         if ks <= k < ke:
             self._clean = False
-            self._mark_rows(hosts, self._index, self._dirty)
+            self._mark_rows(rows, self._marked, self._dirty)
         elif not added:
             return
         elif ks > k:
             windows = self._windows
-            self._narrow_windows(hosts, self._index, windows.until, ks, True)
+            self._narrow_windows(rows, windows.until, ks, True)
             if ks < windows.earliest_until:
                 windows.earliest_until = ks
         else:
             windows = self._windows
-            self._narrow_windows(hosts, self._index, windows.since, ke, False)
+            self._narrow_windows(rows, windows.since, ke, False)
             if ke > windows.latest_since:
                 windows.latest_since = ke
 
@@ -396,10 +404,12 @@ class HostStates:
             else:
                 stale = (windows.since > k) | (windows.until <= k)
                 if dirty:
-                    stale[list(dirty)] = True
+                    stale[dirty] = True
                 rows = stale.nonzero()[0].tolist()
                 exact = True
-        dirty.clear()
+        if dirty:
+            self._unmark_rows(dirty, self._marked)
+            self._dirty = []
         self._clean = True
         if rows:
             self._refresh(rows, k)
@@ -411,7 +421,6 @@ class HostStates:
     def _refresh(self, rows: list[int], k: int) -> None:
         self.version += 1
         values, windows = self._values, self._windows
-        self._arrays.pending.update(rows)
         freed, most, least = self._refresh_rows(
             self._timelines, rows, k, self._vectors, values.used, values.code, values.count, values.vector_id,
             self._palette.by_code, self._new_code, self._capacities, values.cpu_free, windows.since, windows.until)
@@ -420,8 +429,17 @@ class HostStates:
             windows.latest_since = most
         if least < windows.earliest_until:
             windows.earliest_until = least
+        # (what lags behind the rows is brought up to date at once when its list of rows to read again
+        # grows past twice the rows: the lists stay bounded)
+        bound = 2 * len(self.names) + _FEW_ROWS
+        pending = self._arrays.pending
+        pending.extend(rows)
+        if len(pending) > bound:
+            self._catch_up()
         for room in self._rooms.values():
-            room.stale.update(rows)
+            room.stale.extend(rows)
+            if len(room.stale) > bound:
+                self._bring_room(room)
 
     # -- kept per row (valid after `bring_to`) ---------------------------------------------------------------------
     def room(self, node: Resources) -> _Room:
@@ -462,7 +480,7 @@ class HostStates:
         values = self._values
         room.total += self._recount_rows(room.stale, values.code, self._groups, room.known, room.per_row,
                                          room.array, room.learn, values.used, self._capacities)
-        room.stale.clear()
+        room.stale = []
 
     def site_full(self) -> bool:
         """No CPU free on any host at the time last asked about."""

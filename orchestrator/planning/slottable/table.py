@@ -46,8 +46,9 @@ class TableListener(Protocol):
     """What hears of every change to a slot table: whatever is derived from the table's contents (the host
     states, the scheduler's memos) learns of a change this way and no other."""
 
-    def reservation_changed(self, hosts: Collection[str], ks: int, ke: int, added: bool) -> None:
-        """A reservation over the keys [ks, ke) was put on these hosts (`added`) or taken off them."""
+    def reservation_changed(self, hosts: Collection[str], rows: list[int], ks: int, ke: int, added: bool) -> None:
+        """A reservation over the keys [ks, ke) was put on these hosts (`added`) or taken off them (`rows`:
+        their rows, the order of `SlotTable.timeline_rows`, read only)."""
 
     def hosts_added(self, timelines: list[HostTimeline]) -> None: ...
 
@@ -141,11 +142,17 @@ class SlotTable:
         for timeline in added:
             self._hosts[timeline.name] = timeline
         self._names = tuple(self._hosts)
-        self.timeline_rows = tuple(self._hosts.values())
+        self._renumber()
         self._largest = None
         self._misfits.clear()
         for listener in self._listeners:
             listener.hosts_added(added)
+
+    def _renumber(self) -> None:
+        """The hosts' timelines in order, each told its row (the core answers a change's rows by them)."""
+        self.timeline_rows = tuple(self._hosts.values())
+        for i, timeline in enumerate(self.timeline_rows):
+            timeline.row = i
 
     def remove_host(self, name: str) -> None:
         timeline = self._timeline(name)
@@ -153,7 +160,7 @@ class SlotTable:
             raise InvalidRequest("host", f"{name!r} still has reservations")
         del self._hosts[name]
         self._names = tuple(self._hosts)
-        self.timeline_rows = tuple(self._hosts.values())
+        self._renumber()
         timeline.detach()
         self._largest = None
         self._misfits.clear()
@@ -244,9 +251,9 @@ class SlotTable:
         start, end = rr.start, rr.end
         if end > start:
             ks, ke = time_key(start), time_key(end)
-            self.core.add_on_hosts(self._hosts, rr.resources, ks, ke, start, end)
+            rows = self.core.add_on_hosts(self._hosts, rr.resources, ks, ke, start, end)
             for listener in self._listeners:
-                listener.reservation_changed(rr.resources, ks, ke, True)
+                listener.reservation_changed(rr.resources, rows, ks, ke, True)
         self._reservations[rr.id] = rr
         by_lease = self._by_lease
         held = by_lease.get(rr.lease_id)
@@ -266,9 +273,9 @@ class SlotTable:
         self._by_end.remove(rr)
         if rr.end > rr.start:
             ks, ke = time_key(rr.start), time_key(rr.end)
-            self.core.remove_on_hosts(self._hosts, rr.resources, ks, ke)
+            rows = self.core.remove_on_hosts(self._hosts, rr.resources, ks, ke)
             for listener in self._listeners:
-                listener.reservation_changed(rr.resources, ks, ke, False)
+                listener.reservation_changed(rr.resources, rows, ks, ke, False)
         del self._reservations[rr.id]
         held = self._by_lease[rr.lease_id]
         if not isinstance(held, dict):
