@@ -211,10 +211,14 @@ class EvacuationPlanner:
         names, used, cap, count, _ = table.state_arrays(start)
         ranking = self.host_selection.rank_indices(used, cap, count).tolist()
         allowed = self.images.restrict(lease, self.allowed_hosts(lease))
+        fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
+        uniform = lease.request.uniform
+        if uniform is not None:   # (VMs of one size: a host it does not fit at `start` is no candidate)
+            fits = fit_at_start[uniform] = fits_rows(used, uniform, cap).tolist()
+            ranking = [row for row in ranking if fits[row]]
         candidates = [(names[row], row) for row in ranking
                       if names[row] not in avoid and (allowed is None or names[row] in allowed)]
         spread = lease.request.placement is not None and lease.request.placement.spread
-        fit_at_start: dict[Resources, list[bool]] = {}   # request -> per row, whether it fits at `start`
         went_to: dict[Resources, int] = {}   # request -> the candidate the last VM of that size went to
         for v in sorted(moving, key=lambda v: requests[v], reverse=True):
             request = requests[v]
