@@ -337,10 +337,10 @@ def _enough_open_files(cfg: ServeConfig) -> None:
 def _freeze_startup_objects() -> None:
     """Leave what exists once the server is up (modules, the app, the scheduler as loaded, the hosts' state
     as the daemon's first step left it) out of the garbage collector's full passes: each pass stops every
-    thread, and would otherwise walk all of it again while requests wait. Objects made later are collected as usual; a cycle among the frozen ones that
-    becomes garbage stays (what the server was started with, once). The collector was off while they were
-    made (`Server(freeze_gc=True)`): its passes over a growing heap that frees nothing were a third of a
-    big site's start; one pass here, then it is on again."""
+    thread, and would otherwise walk all of it again while requests wait. Objects made later are collected
+    as usual; a cycle among the frozen ones that becomes garbage stays (what the server was started with,
+    once). The collector was off while they were made (`Server(freeze_gc=True)`): its passes over a growing
+    heap that frees nothing were a third of a big site's start; one pass here, then it is on again."""
     gc.collect()
     gc.freeze()
     gc.enable()
