@@ -1,10 +1,11 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True
 """The slot table's compiled core: `HostTimeline`, one host's usage over time as a step function;
 `add_on_hosts` and `remove_on_hosts`, the same for many hosts in one call, which answer the hosts'
-rows (with `mark_rows`, `unmark_rows` and `narrow_windows`, the host states' note of a change on those rows); `refresh_rows`,
-the host states' refresh of their rows from these timelines, with their per-row loops over those rows
-(`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the mapper's walk of alike
-nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every time the table is given.
+rows (with `mark_rows`, `unmark_rows` and `narrow_windows`, the host states' note of a change on those
+rows); `refresh_rows`, the host states' refresh of their rows from these timelines, with their per-row
+loops over those rows (`recount_rows`, `room_later`, `rows_alike`); `alike_walk` and `steady_head`, the
+mapper's walk of alike nodes over them; `time_key`, the key of a time (`keys.time_key`), asked for every
+time the table is given.
 
 This file and `core_rows.pxi`, which it includes (the loops over many hosts' rows), are their only
 source. A deliberately naive reference with the same interface, in plain Python

@@ -172,9 +172,9 @@ def rows_alike(list rows, list ids, list counts, list groups):
 def recount_rows(rows, list code, list groups, list known, list per_row, double[::1] array, learn,
                  list used, list capacities):
     """The host states' count of nodes of one size per row (`_Room`: `per_row` and its numpy `array`),
-    brought up to date for `rows` (a row may come more than once: it is then counted once) from each row's usage code, through the counts known per capacity group
-    and code (`known[group]`; else `learn(group, code, used[row], capacities[row])`). Returns the change in
-    the rows' sum."""
+    brought up to date for `rows` (a row may come more than once: it is then counted once) from each row's
+    usage code, through the counts known per capacity group and code (`known[group]`; else
+    `learn(group, code, used[row], capacities[row])`). Returns the change in the rows' sum."""
     cdef Py_ssize_t i, fit, delta = 0, group, last_group = -1
     cdef key_t last_code = 0
     cdef dict memo
