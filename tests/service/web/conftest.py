@@ -63,14 +63,20 @@ class WebSite:
         return client
 
 
-@pytest.fixture
-def site(tmp_path, unix_users) -> Iterator[WebSite]:
+def open_site(tmp_path, **serve) -> WebSite:
+    """A server on HTTPS loopback and its socket; `serve` adds keys of its `[serve]` table."""
     cert, key = self_signed_certificate(tmp_path)
     port = free_port()
     running = start_server(tmp_path, hosts=HOSTS,
-                           config={"serve": {"listen": f"127.0.0.1:{port}", "tls_cert": str(cert), "tls_key": str(key)}},
+                           config={"serve": {"listen": f"127.0.0.1:{port}", "tls_cert": str(cert), "tls_key": str(key),
+                                             **serve}},
                            token_check=lambda store: token_checker(store, ADMINS))
-    served = WebSite(running, f"https://127.0.0.1:{port}", str(cert))
+    return WebSite(running, f"https://127.0.0.1:{port}", str(cert))
+
+
+@pytest.fixture
+def site(tmp_path, unix_users) -> Iterator[WebSite]:
+    served = open_site(tmp_path)
     try:
         yield served
     finally:
