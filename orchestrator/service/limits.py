@@ -4,7 +4,9 @@ time before the API sees it, and each user's lease submissions are rate-limited.
 The body is read here, whole, before the app is called (every route takes JSON, read whole anyway): a
 `Content-Length` over the cap is answered 413 at once, a body sent without one is counted as it comes and
 answered 413 as soon as it passes the cap, and one that has not arrived within the body timeout is
-answered 408; each closes the connection, so the rest of the body is never read. The answers are the
+answered 408; each closes the connection. Before a 413 closes it, what the client is still sending is read
+and dropped for a moment (a lingering close, as nginx and Apache make): a TCP connection closed with data
+unread is reset, and the reset can destroy the answer before the client has read it. The answers are the
 API's errors (`{"error": {"code", "message"}}`), one line each.
 """
 
@@ -15,13 +17,16 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from orchestrator.model.errors import LeasewiseError
 
 #: exit codes the CLI gives these answers (orchestrator.service.api has the whole table)
 EXIT_BAD_INPUT, EXIT_BUSY = 2, 75
+#: how long, and how much, of a refused body is read and dropped after the 413 before the connection closes
+LINGER_S, LINGER_BYTES = 2.0, 64 << 20
 
 
 class RequestBodyLimit:
@@ -38,7 +43,7 @@ class RequestBodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._too_large(send)
+            await self._too_large(receive, send)
             return
         chunks: list[bytes] = []
         size = 0
@@ -51,7 +56,10 @@ class RequestBodyLimit:
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > self.max_bytes:
-                        await self._too_large(send)
+                        if message.get("more_body", False):
+                            await self._too_large(receive, send)
+                        else:
+                            await self._too_large(None, send)
                         return
                     chunks.append(chunk)
                     if not message.get("more_body", False):
@@ -62,9 +70,25 @@ class RequestBodyLimit:
             return
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
-    async def _too_large(self, send: Callable) -> None:
+    async def _too_large(self, receive: Callable | None, send: Callable) -> None:
+        """413; then, when more of the body is coming (`receive`), a lingering close."""
         await _answer(send, 413, EXIT_BAD_INPUT, f"request body: larger than the {_size(self.max_bytes)} the server "
-                                                 "takes ([serve] max_request_body); nothing was done")
+                                                 "takes ([serve] max_request_body); nothing was done",
+                      linger=None if receive is None else partial(_drop_body, receive, min(LINGER_S, self.timeout_s)))
+
+
+async def _drop_body(receive: Callable, seconds: float) -> None:
+    """Read what remains of the request's body and drop it, for at most `seconds` and `LINGER_BYTES`."""
+    left = LINGER_BYTES
+    try:
+        async with asyncio.timeout(seconds):
+            while left > 0:
+                message = await receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                    return
+                left -= len(message.get("body", b""))
+    except TimeoutError:
+        return
 
 
 def _content_length(scope: dict[str, Any]) -> int | None:
@@ -94,13 +118,18 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 
 async def _answer(send: Callable, status: int, code: int, message: str,
-                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    """An API error, closing the connection (what the client still sends is not read)."""
+                  headers: tuple[tuple[bytes, bytes], ...] = (),
+                  linger: Callable[[], Awaitable[None]] | None = None) -> None:
+    """An API error, closing the connection; `linger` is awaited once the whole answer is sent and before
+    the connection closes (what the client still sends is otherwise not read)."""
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close"), *headers]})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": linger is not None})
+    if linger is not None:
+        await linger()
+        await send({"type": "http.response.body", "body": b""})
 
 
 def _size(count: int) -> str:
