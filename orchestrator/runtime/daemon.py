@@ -144,17 +144,19 @@ class Daemon:
 
     def _write_recorded(self, cluster: Cluster) -> None:
         """The operations' reports into the event log; what the enacted ones teach of the model's rates into
-        the store and the cluster's planner (orchestrator.runtime.learner)."""
-        learned = False
+        the store and the cluster's planner (orchestrator.runtime.learner). Each in one write, however
+        many reports the step found (it holds the scheduler's lock)."""
+        events: list[tuple[datetime, str, int | None, dict]] = []
+        enacted: list[tuple[dict, float | None, datetime]] = []
         while self._recorded:
             at, kind, lease_id, detail = self._recorded.popleft()
-            self.store.append_event(at, kind, lease_id, **detail)
+            events.append((at, kind, lease_id, detail))
             if kind == "enacted":
-                learned |= learn(self.store, cluster.scheduling, cluster.scheduler.vm.overheads, detail,
-                                 _memory_of(cluster, lease_id, detail.get("vnode")), at)
+                enacted.append((detail, _memory_of(cluster, lease_id, detail.get("vnode")), at))
             what = " ".join(f"{k}={v}" for k, v in detail.items() if k in ("operation", "vm", "host", "error"))
             self._notes.append(f"{kind} lease {lease_id}: {what}")
-        if learned:
+        self.store.append_events(events)
+        if learn(self.store, cluster.scheduling, cluster.scheduler.vm.overheads, enacted):
             cluster.refresh_learned()
 
     # -- operations off the lock ----------------------------------------------------------------------------

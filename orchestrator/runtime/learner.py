@@ -15,14 +15,14 @@ Failed, aborted and forced migrations, and operations that took no measurable ti
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from orchestrator.config import SchedulingConfig
 from orchestrator.planning.learning import LIVE_MIGRATE, MOVE, RESUME, SUSPEND, equivalent_rate, pair_key
 from orchestrator.planning.overheads import Overheads
-from orchestrator.state.learned import record_observation
+from orchestrator.state.learned import record_observations
 from orchestrator.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -67,14 +67,14 @@ def observation(detail: Mapping[str, Any], memory_mib: float | None, scheduling:
     return None
 
 
-def learn(store: Store, scheduling: SchedulingConfig, overheads: Overheads, detail: Mapping[str, Any],
-          memory_mib: float | None, at: datetime) -> bool:
-    """Fold what one "enacted" event teaches into the stored rates; True when something was learned."""
-    found = observation(detail, memory_mib, scheduling, overheads)
-    if found is None:
-        return False
-    kind, key, prior, observed = found
-    estimate = record_observation(store, kind, key, prior, observed, at)
-    log.info("learned %s %s: observed %.1f MiB/s, estimate %.1f MiB/s (%d observations)", kind, key, observed,
-             estimate.rate_mib_s, estimate.samples)
-    return True
+def learn(store: Store, scheduling: SchedulingConfig, overheads: Overheads,
+          enacted: Iterable[tuple[Mapping[str, Any], float | None, datetime]]) -> int:
+    """Fold what "enacted" events teach into the stored rates, in one write however many they are. Each
+    event is (its detail, the VM's memory in MiB or None when unknown, when); returns how many taught
+    something."""
+    found = [(*lesson, at) for detail, memory_mib, at in enacted
+             if (lesson := observation(detail, memory_mib, scheduling, overheads)) is not None]
+    for (kind, key, _, observed, _), estimate in zip(found, record_observations(store, found)):
+        log.info("learned %s %s: observed %.1f MiB/s, estimate %.1f MiB/s (%d observations)", kind, key, observed,
+                 estimate.rate_mib_s, estimate.samples)
+    return len(found)

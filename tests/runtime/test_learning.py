@@ -23,6 +23,7 @@ from orchestrator.state.learned import (
     learned_estimates,
     learned_rates,
     record_observation,
+    record_observations,
     seed,
 )
 from orchestrator.state.store import Store
@@ -49,6 +50,25 @@ def test_observations_are_kept_per_pair_and_read_back_as_the_planner_s_rates(tmp
     assert stored["live-migrate"]["a>b"]["source"] == "operations"
     assert rates.live("a", "b", 12.5) == pytest.approx(25.0) and rates.live("b", "a", 12.5) == 12.5
     assert rates.host("suspend", "a", 32.0) == pytest.approx(48.0)
+
+
+def test_a_step_s_observations_are_folded_as_one_by_one_in_one_write(tmp_path):
+    """The daemon folds a step's observations together: the same estimates as one at a time (a second
+    observation of a key starts from the first's estimate, not from its prior), with the stored rates
+    written once (on a big site they are thousands of entries, rewritten under the scheduler's lock)."""
+    observations = [("suspend", "a", 32.0, 48.0, T0), ("suspend", "a", 32.0, 60.0, T0),
+                    ("live-migrate", "a>b", 12.5, 400.0, T0), ("resume", "b", 32.0, 16.0, T0)]
+    one_by_one, together = _store(tmp_path / "one", ("a", "b")), _store(tmp_path / "together", ("a", "b"))
+    with one_by_one, together:
+        singly = [record_observation(one_by_one, *o) for o in observations]
+        before = together._conn.total_changes
+        assert record_observations(together, observations) == singly
+        assert together._conn.total_changes - before == 1   # (one row: the stored rates)
+        assert together.get_meta(LEARNED_KEY) == one_by_one.get_meta(LEARNED_KEY)
+        assert singly[1].samples == 2 and record_observations(together, []) == []
+        with pytest.raises(ValueError, match="unknown kind"):
+            record_observations(together, [("suspend", "a", 1.0, 1.0, T0), ("bogus", "a", 1.0, 1.0, T0)])
+        assert together.get_meta(LEARNED_KEY) == one_by_one.get_meta(LEARNED_KEY)   # (nothing of it kept)
 
 
 def test_a_calibration_takes_precedence_over_what_was_learned_of_its_kind(tmp_path):
