@@ -54,6 +54,9 @@ class LoadResult:
     server_log: str = ""
     server_cpu_s: float | None = None   # the server's CPU time, start to the end of the load (Linux)
     server_peak_mib: float | None = None   # the server's peak resident memory (Linux: VmHWM)
+    #: the clients' CPU time over the steady load (their process, or their processes), beside the server's:
+    #: on a small machine the two share the cores, and a client's own work is inside its latencies
+    client_cpu_s: float | None = None
     startup_s: float = 0.0   # from starting the server to its first answer: loading the store, re-planning
     #: kind -> [(bucket bound s, requests at most that long)], from the server's own /metrics
     server_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -302,11 +305,14 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
         wait_until_serving(url, server, workdir / "serve.log")
         result.startup_s = time.monotonic() - started
         if processes <= 1:
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.process_time()
             _run_clients(url, range(clients), began + seconds, result, think, list_all)
             result.seconds = time.monotonic() - began
+            result.client_cpu_s = time.process_time() - cpu
         else:
+            cpu = _children_cpu_s()
             result.seconds = _run_client_processes(url, clients, processes, seconds, result, think, list_all)
+            result.client_cpu_s = _children_cpu_s() - cpu   # (the server is not waited for yet: not in it)
         result.server_buckets = _server_buckets(socket)   # (the steady load's, before the burst)
         if burst:
             _burst(url, burst, result)
@@ -350,6 +356,12 @@ def _server_buckets(socket: Path) -> dict[str, list[tuple[float, float]]]:
     return {kind: sorted(values) for kind, values in out.items()}
 
 
+def _children_cpu_s() -> float:
+    """User + system CPU time of this process's children that have ended and been waited for."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """A process's user + system CPU time (None where /proc does not say)."""
     try:
@@ -375,6 +387,8 @@ def summary(result: LoadResult) -> str:
     if result.server_peak_mib is not None:
         cpu += f", server peak RSS {result.server_peak_mib:.0f} MiB"
     cpu += f", server start (store loaded, plan rebuilt) {result.startup_s:.2f} s"
+    if result.client_cpu_s is not None:
+        cpu += f", clients' CPU {result.client_cpu_s:.1f} s"
     lines = [f"{result.requests()} requests in {result.seconds:.1f} s ({result.requests() / result.seconds:.1f}/s), "
              f"{result.leases} leases{cpu}"]
     for kind in ("submit", "list", "cancel", "burst"):
