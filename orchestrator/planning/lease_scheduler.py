@@ -535,7 +535,9 @@ class LeaseScheduler:
         kind = rr.kind
         vm = rr.vm
         if kind is ReservationKind.VM:
-            lease.accumulated += now - rr.start
+            # (its planned run: an end handled late, as the daemon's step after a pause, or a test's leap in
+            # time, must not count as work done, or a lease suspended there would owe less than nothing)
+            lease.accumulated += min(now, rr.end) - rr.start
         elif kind is ReservationKind.SHUTDOWN:
             self._finish(lease, now)
         elif kind is ReservationKind.SUSPEND:

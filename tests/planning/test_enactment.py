@@ -116,3 +116,32 @@ def test_a_lease_that_fails_mid_run_holds_its_host_until_it_failed_and_no_longer
     assert (vm.start, vm.end, vm.state) == (EPOCH, EPOCH + timedelta(minutes=1), ReservationState.DONE)
     assert after.state is LeaseState.ACTIVE and after.reservations[0].start == EPOCH + timedelta(minutes=1)
     assert _held([failed, after], "h1") == 400
+
+
+def test_a_suspension_handled_late_counts_the_planned_run_only():
+    """A daemon that was stopped for a while handles the end of a suspended lease's VM reservation long after
+    it: the lease has done the run its reservation planned, not the time since, and resumes for the rest
+    (counting the time since once made it owe less than nothing, and its resumption could not be planned)."""
+    config = SchedulingConfig(suspension="all", suspend_rate=32, resume_rate=32)
+    scheduler = LeaseScheduler(SlotTable({"h1": Resources.of(1, 1024)}), config, NullEnactor())
+    node = (Resources.of(1, 1024),)
+    best_effort = scheduler.submit(LeaseRequest(type=LeaseType.BEST_EFFORT, nodes=node,
+                                                duration=timedelta(minutes=30), submit_time=EPOCH), EPOCH)
+    scheduler.schedule(EPOCH)
+    scheduler.process_events(EPOCH)
+    reservation = scheduler.submit(LeaseRequest(type=LeaseType.ADVANCE_RESERVATION, nodes=node, preemptible=False,
+                                                duration=timedelta(minutes=10), submit_time=EPOCH,
+                                                start=EPOCH + timedelta(minutes=10)), EPOCH)
+    scheduler.schedule(EPOCH)
+    vm = best_effort.reservations[0]
+    assert vm.post and vm.end < EPOCH + timedelta(minutes=10)   # (suspended before the reservation)
+    planned_run = vm.end - vm.start
+    later = EPOCH + timedelta(minutes=45)   # (past the lease's whole duration)
+    while scheduler.process_events(later):
+        scheduler.schedule(later)
+    scheduler.schedule(later)
+    assert best_effort.accumulated == planned_run and best_effort.remaining == timedelta(minutes=30) - planned_run
+    assert scheduler.lease(reservation.id).state is LeaseState.DONE
+    resumed = best_effort.reservations[-1]
+    assert best_effort.state is not LeaseState.DONE and resumed.start >= later
+    assert resumed.end - resumed.start >= best_effort.remaining   # (the rest of its run, after its resumption)
