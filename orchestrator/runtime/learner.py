@@ -74,7 +74,7 @@ def learn(store: Store, scheduling: SchedulingConfig, overheads: Overheads,
     something."""
     found = [(*lesson, at) for detail, memory_mib, at in enacted
              if (lesson := observation(detail, memory_mib, scheduling, overheads)) is not None]
-    for (kind, key, _, observed, _), estimate in zip(found, record_observations(store, found)):
+    for (kind, key, _, observed, _), estimate in zip(found, record_observations(store, found), strict=True):
         log.info("learned %s %s: observed %.1f MiB/s, estimate %.1f MiB/s (%d observations)", kind, key, observed,
                  estimate.rate_mib_s, estimate.samples)
     return len(found)
