@@ -56,10 +56,7 @@ class RequestBodyLimit:
                     chunk = message.get("body", b"")
                     size += len(chunk)
                     if size > self.max_bytes:
-                        if message.get("more_body", False):
-                            await self._too_large(receive, send)
-                        else:
-                            await self._too_large(None, send)
+                        await self._too_large(receive if message.get("more_body", False) else None, send)
                         return
                     chunks.append(chunk)
                     if not message.get("more_body", False):
