@@ -77,7 +77,6 @@ class SimulatedDriver(Driver):
         self._rng = random.Random(self.config.seed)
         self._lock = OperationLock()
         self._state = HostsState()
-        self._grouped: dict[str, list[SimulatedVM]] | None = None   # `_on_hosts`, until the state changes
         self._powered_off: set[str] = set()   # the hosts of `power_lost` whose VMs were stopped already
         #: VM -> its last completed live migration (kept in memory only, as libvirtd keeps its statistics)
         self._completed: dict[str, MigrationReport] = {}
@@ -105,30 +104,30 @@ class SimulatedDriver(Driver):
 
     @contextmanager
     def _changing(self, what: str, *hosts: str) -> Iterator[None]:
-        """Around a change of VMs or save images on `hosts`: with a state file, write it after the change,
-        and undo the change in memory when the file cannot be written (the operation then did not happen).
-        An operation that waited on the clock (letting go of the lock) may find one of `hosts` removed
+        """Around a change of VMs or save images on `hosts`: with a state file, write what changed after the
+        change, and undo the change in memory when the file cannot be written (the operation then did not
+        happen). A change made inside another (a power cut noticed while a VM resumes) is part of the outer
+        one. An operation that waited on the clock (letting go of the lock) may find one of `hosts` removed
         meanwhile: `UnknownHost`, and it did not happen either."""
         for host in hosts:
             self._known(host)
-        if self._file is None:
-            try:
-                yield
-            finally:
-                self._grouped = None
+        state = self._state
+        if state.changing:
+            yield
             return
-        before = self._state.copy()
+        state.begin()
         try:
             yield
-            self._file.save(before, self._state)
+            if self._file is not None:
+                self._file.save(state.changes(), state)
         except BaseException as exc:
-            self._state = before
-            if isinstance(exc, OSError):
+            state.undo()
+            if isinstance(exc, OSError) and self._file is not None:
                 raise OperationFailed(f"{what}: cannot write the simulated state file {self.state_file}: "
                                       f"{exc.strerror or exc}") from exc
             raise
-        finally:
-            self._grouped = None
+        else:
+            state.keep()
 
     # -- hosts -----------------------------------------------------------------------------------
 
@@ -152,9 +151,9 @@ class SimulatedDriver(Driver):
                 for name in [name for name, vm in state.vms.items() if vm.host == host]:
                     del state.vms[name]
                     state.disks.pop(name, None)
-                state.images = {key: image for key, image in state.images.items() if key[0] != host}
-                state.left = {key: vm for key, vm in state.left.items() if key[0] != host}
-                state.base_copies = {key: sha for key, sha in state.base_copies.items() if key[0] != host}
+                for part in (state.images, state.left, state.base_copies):
+                    for key in [key for key in part if key[0] == host]:
+                        del part[key]
             del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
@@ -227,8 +226,7 @@ class SimulatedDriver(Driver):
 
     def _free(self, host: str) -> tuple[int, int]:
         cap = self._capacity[host]
-        used = [vm.spec for vm in [*self._state.vms.values(), *self._state.left.values()]
-                if vm.host == host and vm.state in ("running", "paused")]
+        used = [vm.spec for vm in self._state.on_host(host) if vm.state in ("running", "paused")]
         return cap.vcpus - sum(s.vcpus for s in used), cap.memory_mib - sum(s.memory_mib for s in used)
 
     def _fits(self, spec: VMSpec, host: str) -> str | None:
@@ -307,7 +305,6 @@ class SimulatedDriver(Driver):
         record = self._state.vms.pop(vm, None)
         if record is not None:
             self._state.left[(record.host, vm)] = record
-            self._grouped = None
 
     # -- what a person uses: disks, addresses, the console ----------------------------------------
 
@@ -437,20 +434,7 @@ class SimulatedDriver(Driver):
         with self._lock.held():
             self._up(host)
             return [VMInfo(vm.spec.name, vm.host, vm.state, vm.spec.vcpus, vm.spec.memory_mib, vm.spec.lease_id)
-                    for vm in self._on_hosts().get(host, ())]
-
-    def _on_hosts(self) -> dict[str, list[SimulatedVM]]:
-        """Each host's VMs (its live ones, then the copies it kept), grouped once per state: a look at every
-        host asks each for its list, and a scan of every VM per host made a look quadratic."""
-        groups = self._grouped
-        if groups is None:
-            groups = {}
-            for vm in self._state.vms.values():
-                groups.setdefault(vm.host, []).append(vm)
-            for (where, _), vm in self._state.left.items():
-                groups.setdefault(where, []).append(vm)
-            self._grouped = groups
-        return groups
+                    for vm in self._state.on_host(host)]
 
     def locate(self, vm: str) -> str | None:
         with self._lock.held():

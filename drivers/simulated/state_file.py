@@ -54,9 +54,125 @@ class SaveImage:
 ImageKey = tuple[str | None, str]
 
 
+_ABSENT = object()
+
+
+class UndoableDict(dict):
+    """A dict that, during a change (`begin` to `keep` or `undo`), remembers each key's entry from before the
+    key's first change: an operation's changes are then the keys it touched, and undoing it puts back those
+    entries alone (a copy of every VM before each operation, compared after it, cost each operation the
+    whole site)."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._before: dict | None = None
+
+    def _remember(self, key: Any) -> None:
+        before = self._before
+        if before is not None and key not in before:
+            before[key] = dict.get(self, key, _ABSENT)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._remember(key)
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._remember(key)
+        dict.__delitem__(self, key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._remember(key)
+        return dict.pop(self, key, *default)
+
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("the hosts' state changes one key at a time ([]=, del, pop)")
+
+    setdefault = update = popitem = clear = __ior__ = _unsupported
+
+    def begin(self) -> None:
+        self._before = {}
+
+    def changes(self) -> dict:
+        """The keys changed since `begin`: -> the new entry, or None when the key is gone."""
+        changed = {}
+        for key, old in (self._before or {}).items():
+            new = dict.get(self, key, _ABSENT)
+            if new is not old:
+                changed[key] = None if new is _ABSENT else new
+        return changed
+
+    def keep(self) -> None:
+        self._before = None
+
+    def undo(self) -> None:
+        """Put back every entry changed since `begin`; the change is over."""
+        before, self._before = self._before or {}, None
+        for key, old in before.items():
+            if old is _ABSENT:
+                dict.pop(self, key, None)
+            else:
+                dict.__setitem__(self, key, old)
+
+
+class VMsByHost(UndoableDict):
+    """VMs (or a host's kept copies) that also know which keys are on each host, so that a host's VMs are
+    found without a scan of the whole site."""
+
+    __slots__ = ("_on_host",)
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self._on_host: dict[str, dict[Any, None]] = {}
+        super().__init__()
+        for key, vm in dict(*args, **kwargs).items():
+            self[key] = vm
+
+    def __setitem__(self, key: Any, value: SimulatedVM) -> None:
+        old = dict.get(self, key)
+        if old is not None and old.host != value.host:   # (else it keeps its place in its host's list)
+            self._unindex(key)
+        UndoableDict.__setitem__(self, key, value)
+        self._on_host.setdefault(value.host, {})[key] = None
+
+    def __delitem__(self, key: Any) -> None:
+        self._unindex(key)
+        UndoableDict.__delitem__(self, key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._unindex(key)
+        return UndoableDict.pop(self, key, *default)
+
+    def undo(self) -> None:
+        before = dict(self._before or {})
+        for key in before:
+            self._unindex(key)
+        UndoableDict.undo(self)
+        for key in before:
+            vm = dict.get(self, key)
+            if vm is not None:
+                self._on_host.setdefault(vm.host, {})[key] = None
+
+    def _unindex(self, key: Any) -> None:
+        vm = dict.get(self, key)
+        if vm is not None:
+            keys = self._on_host.get(vm.host)
+            if keys is not None:
+                keys.pop(key, None)
+
+    def on_host(self, host: str) -> list[SimulatedVM]:
+        return [dict.__getitem__(self, key) for key in self._on_host.get(host, ())]
+
+
+#: the kinds of entry a state holds, as the file names them
+KINDS = ("vms", "images", "disks", "left", "base_copies")
+
+
 @dataclass
 class HostsState:
-    """Everything on the simulated hosts that an operation changes."""
+    """Everything on the simulated hosts that an operation changes. An operation begins a change (`begin`),
+    changes entries one key at a time, then keeps them (`changes` says which, `keep`) or puts everything
+    back (`undo`)."""
 
     vms: dict[str, SimulatedVM] = field(default_factory=dict)
     images: dict[ImageKey, SaveImage] = field(default_factory=dict)
@@ -67,17 +183,37 @@ class HostsState:
     #: (host, path) -> SHA-256 of a base image copied to that host's own storage (`upload_image`)
     base_copies: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def copy(self) -> HostsState:
-        """A copy an operation can be undone to, and compared with (`_changed`): the entries are immutable."""
-        return HostsState(dict(self.vms), dict(self.images), dict(self.disks), dict(self.left), dict(self.base_copies))
+    def __post_init__(self) -> None:
+        self.vms, self.left = VMsByHost(self.vms), VMsByHost(self.left)
+        self.images, self.disks = UndoableDict(self.images), UndoableDict(self.disks)
+        self.base_copies = UndoableDict(self.base_copies)
 
+    def _parts(self) -> list[UndoableDict]:
+        return [getattr(self, kind) for kind in KINDS]
 
-def _changed(before: Mapping, after: Mapping) -> dict:
-    """The keys whose entry is new or replaced in `after` (-> it), or gone from it (-> None)."""
-    missing = object()
-    changed = {key: value for key, value in after.items() if before.get(key, missing) is not value}
-    changed.update((key, None) for key in before if key not in after)
-    return changed
+    @property
+    def changing(self) -> bool:
+        return self.vms._before is not None   # type: ignore[attr-defined]
+
+    def begin(self) -> None:
+        for part in self._parts():
+            part.begin()
+
+    def changes(self) -> dict[str, dict]:
+        """{kind: {key: new entry, or None when gone}} of every entry changed since `begin`."""
+        return {kind: part.changes() for kind, part in zip(KINDS, self._parts())}
+
+    def keep(self) -> None:
+        for part in self._parts():
+            part.keep()
+
+    def undo(self) -> None:
+        for part in self._parts():
+            part.undo()
+
+    def on_host(self, host: str) -> list[SimulatedVM]:
+        """The VMs defined on `host`: its live ones, then the copies it kept."""
+        return self.vms.on_host(host) + self.left.on_host(host)   # type: ignore[attr-defined]
 
 
 def spec_from_json(data: object) -> VMSpec:
@@ -120,14 +256,14 @@ class StateFile:
             problem = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
             raise ValueError(f"simulated state file {path}: {problem}") from None
 
-    def save(self, before: HostsState, after: HostsState) -> None:
-        """Keep `after`, the state an operation made of `before`: its changes appended as one line, or the
-        state written whole (the first write of this object, once the journal outweighs the first line, or
-        when the file was removed). An error leaves the file as it was."""
+    def save(self, changes: Mapping[str, Mapping], after: HostsState) -> None:
+        """Keep `after`, the state an operation's `changes` (`HostsState.changes`) made: the changes
+        appended as one line, or the state written whole (the first write of this object, once the journal
+        outweighs the first line, or when the file was removed). An error leaves the file as it was."""
         if self._whole_bytes is None or self._journal_bytes > max(self._whole_bytes, _MIN_JOURNAL_BYTES):
             self.write_whole(after)
             return
-        line = (json.dumps(self._changes_json(before, after), sort_keys=True, separators=(",", ":"))
+        line = (json.dumps(self._changes_json(changes), sort_keys=True, separators=(",", ":"))
                 + "\n").encode()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -179,19 +315,16 @@ class StateFile:
                             for (host, path), digest in state.base_copies.items()],
         }
 
-    def _changes_json(self, before: HostsState, after: HostsState) -> dict[str, Any]:
+    def _changes_json(self, changes: Mapping[str, Mapping]) -> dict[str, Any]:
         """One operation's line: per kind, each changed entry's key and new JSON (null: removed)."""
         known = self._spec_json
         return {
-            "vms": {name: None if vm is None else self._vm(vm, known)
-                    for name, vm in _changed(before.vms, after.vms).items()},
-            "disks": _changed(before.disks, after.disks),
+            "vms": {name: None if vm is None else self._vm(vm, known) for name, vm in changes["vms"].items()},
+            "disks": dict(changes["disks"]),
             "images": [[list(key), None if image is None else self._image(key, image, known)]
-                       for key, image in _changed(before.images, after.images).items()],
-            "left": [[list(key), None if vm is None else self._vm(vm, known)]
-                     for key, vm in _changed(before.left, after.left).items()],
-            "base_copies": [[list(key), digest]
-                            for key, digest in _changed(before.base_copies, after.base_copies).items()],
+                       for key, image in changes["images"].items()],
+            "left": [[list(key), None if vm is None else self._vm(vm, known)] for key, vm in changes["left"].items()],
+            "base_copies": [[list(key), digest] for key, digest in changes["base_copies"].items()],
         }
 
 
