@@ -23,6 +23,7 @@ from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.resources import Resources
+from orchestrator.model.site import check_site_can_hold
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
 from orchestrator.model.placement import Placement, refusal, unknown_keys
 from orchestrator.model.states import RUNNING_STATES, LeaseState
@@ -36,7 +37,7 @@ from orchestrator.service.backend import catalogue
 from orchestrator.service.limits import SubmissionRate
 from orchestrator.service.models import EndChange, FreeQuery, LeaseSubmission, Shortening
 from orchestrator.state.answers import hosts_of
-from orchestrator.state.cluster import Cluster, check_site_can_hold
+from orchestrator.state.cluster import Cluster
 from orchestrator.state.session import ClusterSession
 from orchestrator.model.quota import check_subject, check_user
 from orchestrator.state.quotas import list_quotas, remove_quota, set_quota, show_quota
@@ -177,11 +178,11 @@ class LeaseService(HostUseCases):
         with store.snapshot():
             images = store.images()
             hosts = store.hosts()
-        capacities = [h.capacity for h in hosts]
+            site = store.site_shape()
         resolve = catalogue(lambda: images, "none; an admin adds them with `leasewise image add`")
         request = request_from_fields(submission.values(), self.now(), default_user=caller.user,
                                       guest=InlineGuest(), images=resolve,
-                                      site=lambda n, node: check_site_can_hold(capacities, n, node),
+                                      site=lambda n, node: check_site_can_hold(site, n, node),
                                       whole_host=lambda p: whole_host(p, hosts))
         if request.placement is not None:
             check_placement(request, {h.name: h.config.property_map for h in hosts},
@@ -403,10 +404,10 @@ class LeaseService(HostUseCases):
         store = self.reader()
         with store.snapshot():
             hosts = store.hosts()
-        capacities = [h.capacity for h in hosts]
+            site = store.site_shape()
         now = self.now()
         request = request_from_fields(query.values(), now, default_user=caller.user,
-                                      site=lambda n, node: check_site_can_hold(capacities, n, node),
+                                      site=lambda n, node: check_site_can_hold(site, n, node),
                                       whole_host=lambda p: whole_host(p, hosts))
         if request.placement is not None:
             check_placement(request, {h.name: h.config.property_map for h in hosts},

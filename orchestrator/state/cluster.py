@@ -12,7 +12,7 @@ before anything is written or an id is taken.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -23,9 +23,9 @@ from orchestrator.model.placement import refusal
 from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user, latest_start
 from orchestrator.model.reservations import Reservation
 from orchestrator.model.resources import Resources
+from orchestrator.model.site import check_site_can_hold, site_shape
 from orchestrator.model.states import FINAL_STATES, LeaseState
 from orchestrator.model.timeutil import FOREVER, UTC, iso, parse_time
-from orchestrator.model.tolerance import EPSILON
 from orchestrator.planning.enactment import Enactor
 from orchestrator.planning.free_slots import Window
 from orchestrator.planning.drain import DrainPlan
@@ -59,6 +59,7 @@ class Cluster:
         self.groups_of = groups_of
         hosts = store.hosts()
         self.hosts = {h.name: h for h in hosts}
+        self.site = site_shape(h.capacity for h in hosts)   # (a drain changes no host's capacity)
         self.table = SlotTable([(h.name, h.capacity) for h in hosts])
         self.table.skip_ids(store.max_reservation_id())
         # the model's parameters measured by `leasewise calibrate` take the place of the configured ones
@@ -129,7 +130,7 @@ class Cluster:
         """A lease request as a user makes it (`lease submit`, or through the server): refused at once when no
         set of hosts could hold it, its VMs given MAC addresses on the lab network, submitted; the
         submission's answer (its plan, and the leases it preempted or moved)."""
-        check_site_can_hold([h.capacity for h in self.hosts.values()], request.numnodes, request.nodes[0])
+        check_site_can_hold(self.site, request.numnodes, request.nodes[0])
         if request.guest is not None and request.guest.network:
             macs = self.store.allocate_macs(request.numnodes)
             request = replace(request, guest=replace(request.guest, macs=macs))
@@ -389,21 +390,3 @@ def _shown(lease: Lease) -> tuple:
 def _plan_of(lease: Lease) -> tuple:
     """What the lease's current plan says (kinds, times, hosts), to notice that it changed."""
     return tuple((rr.kind.value, rr.start, rr.end, tuple(sorted(rr.resources))) for rr in _current_parts(lease))
-
-
-def check_site_can_hold(capacities: Sequence[Resources], numnodes: int, node: Resources) -> None:
-    """Refuse, naming the field, `numnodes` VMs of size `node` that no set of these hosts could ever hold
-    (rather than queue them forever). It works on the numbers alone, so a request absurd for the site is
-    refused before its list of nodes is made."""
-    if not capacities:
-        raise InvalidRequest("hosts", "no hosts: add one with `leasewise host add` or `leasewise host import`")
-    largest = Resources(max(c.cpu for c in capacities), max(c.memory for c in capacities))
-    for field in ("cpu", "memory"):
-        if getattr(node, field) > getattr(largest, field) + EPSILON:
-            unit = "vCPUs" if field == "cpu" else "MiB"
-            asked = node.vcpus if field == "cpu" else node.memory
-            most = largest.vcpus if field == "cpu" else largest.memory
-            raise InvalidRequest(f"nodes[0].{'cpus' if field == 'cpu' else 'memory'}",
-                                 f"{asked:g} {unit} is more than any host has ({most:g} {unit})")
-    if numnodes > len(capacities) * max(1, int(largest.cpu // max(node.cpu, 1))):
-        raise InvalidRequest("nodes", f"{numnodes} nodes cannot fit on {len(capacities)} hosts")

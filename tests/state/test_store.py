@@ -780,3 +780,24 @@ def test_connections_sharing_their_decoded_hosts_decode_them_once_and_each_sees_
             assert [h.name for h in reader.hosts()] == ["h1"]      # (its snapshot: before h2)
         assert [h.name for h in reader.hosts()] == ["h1", "h2"]
         assert writer.hosts()[1] is reader.hosts()[1]
+
+
+def test_the_site_shape_follows_every_change_of_the_hosts_and_each_snapshot(path: Path) -> None:
+    """`site_shape` (what every submission is first checked against) is computed once per change of the
+    hosts, shared like the decoded hosts, and never older or newer than the connection's snapshot."""
+    with Store.open(path) as writer, Store.open(path, checked=True) as reader:
+        assert writer.site_shape().hosts == 0
+        writer.add_host(HostConfig(name="h1", uri="test:///default"), 4, 4096)
+        reader.share_decoded_hosts(writer)
+        shape = writer.site_shape()
+        assert (shape.hosts, shape.largest.vcpus, shape.largest.memory) == (1, 4, 4096)
+        assert reader.site_shape() is shape                    # (made once for both)
+        with reader.snapshot():
+            assert reader.site_shape() is shape                # (the snapshot begins at its first read)
+            writer.add_host(HostConfig(name="h2", uri="test:///default"), 8, 2048)
+            grown = writer.site_shape()
+            assert (grown.hosts, grown.largest.vcpus, grown.largest.memory) == (2, 8, 4096)
+            assert reader.site_shape().hosts == 1             # (its snapshot: before h2)
+        assert reader.site_shape().hosts == 2
+        writer.remove_host("h1")
+        assert (writer.site_shape().hosts, writer.site_shape().largest.memory) == (1, 2048)

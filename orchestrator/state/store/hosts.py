@@ -10,6 +10,7 @@ from functools import cached_property
 from drivers.inventory import HostConfig
 from orchestrator.model.errors import LeasewiseError
 from orchestrator.model.resources import Resources
+from orchestrator.model.site import SiteShape, site_shape
 from orchestrator.model.timeutil import UTC, as_utc
 from orchestrator.state.store.connection import StoreConnection
 from orchestrator.state.store.errors import StoreError
@@ -94,13 +95,25 @@ class HostRepository(StoreConnection):
         # (decoded once per connection until the hosts table changes, which its triggers count: every
         # submission is checked against every host, and decoding a thousand rows each time cost more than
         # the rest of the check)
+        return list(self._current_hosts()[1])
+
+    def site_shape(self) -> SiteShape:
+        """The hosts' count and largest capacity (what every submission is first checked against), computed
+        once per change of the hosts."""
+        seen = self._current_hosts()
+        decoded = self._decoded_hosts()
+        if decoded[1] is None or decoded[1][0] is not seen:
+            decoded[1] = (seen, site_shape(h.capacity for h in seen[1]))
+        return decoded[1][1]
+
+    def _current_hosts(self) -> tuple[int, tuple[HostRecord, ...]]:
         changes = self._conn.execute("SELECT count FROM hosts_changes").fetchone()[0]
         decoded = self._decoded_hosts()
         seen = decoded[0]
         if seen is None or seen[0] != changes:
             rows = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts ORDER BY rowid").fetchall()
             seen = decoded[0] = (changes, tuple(self._host(row) for row in rows))
-        return list(seen[1])
+        return seen
 
     def share_decoded_hosts(self, other: HostRepository) -> None:
         """Keep the hosts decoded once for this connection and `other`, connections of one process to one
@@ -110,8 +123,9 @@ class HostRepository(StoreConnection):
         self.__dict__["_decoded"] = other._decoded_hosts()
 
     def _decoded_hosts(self) -> list:
-        """[(hosts_changes count, hosts decoded at it)], or [None]: a box, which connections may share."""
-        return self.__dict__.setdefault("_decoded", [None])
+        """[(hosts_changes count, hosts decoded at it), (that pair, their SiteShape)], each None until made: a
+        box, which connections may share."""
+        return self.__dict__.setdefault("_decoded", [None, None])
 
     def host(self, name: str) -> HostRecord:
         row = self._conn.execute(f"SELECT {', '.join(_HOST_COLUMNS)} FROM hosts WHERE name = ?", (name,)).fetchone()
