@@ -117,13 +117,13 @@ class UndoableDict(dict):
 
 
 class VMsByHost(UndoableDict):
-    """VMs (or a host's kept copies) that also know which keys are on each host, so that a host's VMs are
-    found without a scan of the whole site."""
+    """VMs (or a host's kept copies) that are also kept by host, so that a host's VMs are listed without a
+    scan of the whole site."""
 
     __slots__ = ("_on_host",)
 
     def __init__(self, *args: Any, **kwargs: Any):
-        self._on_host: dict[str, dict[Any, None]] = {}
+        self._on_host: dict[str, dict[Any, SimulatedVM]] = {}
         super().__init__()
         for key, vm in dict(*args, **kwargs).items():
             self[key] = vm
@@ -133,7 +133,7 @@ class VMsByHost(UndoableDict):
         if old is not None and old.host != value.host:   # (else it keeps its place in its host's list)
             self._unindex(key)
         UndoableDict.__setitem__(self, key, value)
-        self._on_host.setdefault(value.host, {})[key] = None
+        self._on_host.setdefault(value.host, {})[key] = value
 
     def __delitem__(self, key: Any) -> None:
         self._unindex(key)
@@ -144,24 +144,21 @@ class VMsByHost(UndoableDict):
         return UndoableDict.pop(self, key, *default)
 
     def undo(self) -> None:
-        before = dict(self._before or {})
+        before = list(self._before or ())
         for key in before:
             self._unindex(key)
         UndoableDict.undo(self)
         for key in before:
             vm = dict.get(self, key)
             if vm is not None:
-                self._on_host.setdefault(vm.host, {})[key] = None
+                self._on_host.setdefault(vm.host, {})[key] = vm
 
     def _unindex(self, key: Any) -> None:
         vm = dict.get(self, key)
         if vm is not None:
-            keys = self._on_host.get(vm.host)
-            if keys is not None:
-                keys.pop(key, None)
-
-    def on_host(self, host: str) -> list[SimulatedVM]:
-        return [dict.__getitem__(self, key) for key in self._on_host.get(host, ())]
+            entries = self._on_host.get(vm.host)
+            if entries is not None:
+                entries.pop(key, None)
 
 
 #: the kinds of entry a state holds, as the file names them
@@ -213,7 +210,11 @@ class HostsState:
 
     def on_host(self, host: str) -> list[SimulatedVM]:
         """The VMs defined on `host`: its live ones, then the copies it kept."""
-        return self.vms.on_host(host) + self.left.on_host(host)   # type: ignore[attr-defined]
+        live = self.vms._on_host.get(host)   # type: ignore[attr-defined]
+        kept = self.left._on_host.get(host) if self.left else None   # type: ignore[attr-defined]
+        if kept:
+            return [*(live.values() if live else ()), *kept.values()]
+        return list(live.values()) if live else []
 
 
 def spec_from_json(data: object) -> VMSpec:
