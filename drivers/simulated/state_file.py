@@ -61,13 +61,21 @@ class UndoableDict(dict):
     """A dict that, during a change (`begin` to `keep` or `undo`), remembers each key's entry from before the
     key's first change: an operation's changes are then the keys it touched, and undoing it puts back those
     entries alone (a copy of every VM before each operation, compared after it, cost each operation the
-    whole site)."""
+    whole site). Every write, an undo's too, goes through `_put` and `_drop`."""
 
     __slots__ = ("_before",)
 
     def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        super().__init__()
         self._before: dict | None = None
+        for key, value in dict(*args, **kwargs).items():
+            self._put(key, value)
+
+    def _put(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+
+    def _drop(self, key: Any) -> None:
+        dict.__delitem__(self, key)
 
     def _remember(self, key: Any) -> None:
         before = self._before
@@ -76,15 +84,20 @@ class UndoableDict(dict):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         self._remember(key)
-        dict.__setitem__(self, key, value)
+        self._put(key, value)
 
     def __delitem__(self, key: Any) -> None:
         self._remember(key)
-        dict.__delitem__(self, key)
+        self._drop(key)
 
     def pop(self, key: Any, *default: Any) -> Any:
-        self._remember(key)
-        return dict.pop(self, key, *default)
+        if key not in self:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = dict.__getitem__(self, key)
+        del self[key]
+        return value
 
     def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("the hosts' state changes one key at a time ([]=, del, pop)")
@@ -110,10 +123,10 @@ class UndoableDict(dict):
         """Put back every entry changed since `begin`; the change is over."""
         before, self._before = self._before or {}, None
         for key, old in before.items():
-            if old is _ABSENT:
-                dict.pop(self, key, None)
-            else:
-                dict.__setitem__(self, key, old)
+            if old is not _ABSENT:
+                self._put(key, old)
+            elif key in self:
+                self._drop(key)
 
 
 class VMsByHost(UndoableDict):
@@ -124,41 +137,18 @@ class VMsByHost(UndoableDict):
 
     def __init__(self, *args: Any, **kwargs: Any):
         self._on_host: dict[str, dict[Any, SimulatedVM]] = {}
-        super().__init__()
-        for key, vm in dict(*args, **kwargs).items():
-            self[key] = vm
+        super().__init__(*args, **kwargs)
 
-    def __setitem__(self, key: Any, value: SimulatedVM) -> None:
+    def _put(self, key: Any, value: SimulatedVM) -> None:
         old = dict.get(self, key)
         if old is not None and old.host != value.host:   # (else it keeps its place in its host's list)
-            self._unindex(key)
-        UndoableDict.__setitem__(self, key, value)
+            del self._on_host[old.host][key]
+        dict.__setitem__(self, key, value)
         self._on_host.setdefault(value.host, {})[key] = value
 
-    def __delitem__(self, key: Any) -> None:
-        self._unindex(key)
-        UndoableDict.__delitem__(self, key)
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self._unindex(key)
-        return UndoableDict.pop(self, key, *default)
-
-    def undo(self) -> None:
-        before = list(self._before or ())
-        for key in before:
-            self._unindex(key)
-        UndoableDict.undo(self)
-        for key in before:
-            vm = dict.get(self, key)
-            if vm is not None:
-                self._on_host.setdefault(vm.host, {})[key] = vm
-
-    def _unindex(self, key: Any) -> None:
-        vm = dict.get(self, key)
-        if vm is not None:
-            entries = self._on_host.get(vm.host)
-            if entries is not None:
-                entries.pop(key, None)
+    def _drop(self, key: Any) -> None:
+        del self._on_host[dict.__getitem__(self, key).host][key]
+        dict.__delitem__(self, key)
 
 
 #: the kinds of entry a state holds, as the file names them
