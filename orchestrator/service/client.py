@@ -97,6 +97,8 @@ class Client:
         """`wait`: for how long a refused or reset connection is tried again (a server restarting)."""
         self.server = server
         self.wait = wait
+        #: the server's own time for the last answer, ms (its `Server-Timing` header; None: it gave none)
+        self.server_ms: float | None = None
         if server.startswith("unix:"):
             path = server[len("unix:"):]
             transport = httpx.HTTPTransport(uds=path)
@@ -158,6 +160,7 @@ class Client:
                                             "it may have been done; look before trying again") from None
                 raise ServerUnreachable(f"server {self.server}: {_reason(exc, kind)}: nothing was done, try again") \
                     from None
+        self.server_ms = server_ms(response.headers.get("server-timing", ""))
         data = self._answer(response)
         if answer is None:
             return data
@@ -369,6 +372,21 @@ class Client:
 
 def _segment(text: str) -> str:
     return quote(text, safe="@")
+
+
+def server_ms(header: str) -> float | None:
+    """The `app` duration of a `Server-Timing` header (`app;dur=12.5`), ms, or None."""
+    for metric in header.split(","):
+        name, *params = (part.strip() for part in metric.split(";"))
+        if name == "app":
+            for param in params:
+                key, _, value = param.partition("=")
+                if key == "dur":
+                    try:
+                        return float(value)
+                    except ValueError:
+                        return None
+    return None
 
 
 def _failure(exc: httpx.TransportError) -> str:

@@ -19,4 +19,8 @@ def test_concurrent_clients_are_all_answered_and_nothing_is_double_booked(tmp_pa
     # every submission got its lease, those of the burst too
     assert result.leases == len(result.latencies["submit"]) + len(result.latencies["burst"]), summary(result)
     assert result.overbooked == [], summary(result)
+    # the server said its own time for every answer (Server-Timing), each a share of what its client saw
+    for kind in ("submit", "list", "burst"):
+        assert len(result.server_times[kind]) == len(result.latencies[kind]), summary(result)
+        assert 0 < result.percentile(kind, 99, server=True) <= max(result.latencies[kind]), summary(result)
     assert "Traceback" not in result.server_log, result.server_log

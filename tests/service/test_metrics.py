@@ -4,12 +4,13 @@ its route's template and status, in buckets that tell the API's latency targets 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestrator.service.models import submission_of
-from orchestrator.service.client import RemoteError
+from orchestrator.service.client import RemoteError, server_ms
 
 
 def _samples(running) -> dict[tuple, float]:
@@ -52,6 +53,30 @@ def test_each_request_is_timed_under_its_route_and_status(running):
     labels = (("le", "+Inf"), ("method", "POST"), ("route", "/v1/leases"), ("status", "201"))
     assert after[("leasewise_api_request_seconds_bucket", labels)] == _count(after, "POST", "/v1/leases", "201")
     assert after[("leasewise_api_request_seconds_sum", labels[1:])] > 0
+
+
+def test_each_answer_says_the_servers_own_time(running):
+    """`Server-Timing: app;dur=MS` on every answer, a refusal's too: the time the client waited includes it."""
+    with running.client() as client:
+        began = time.perf_counter()
+        client.submit(submission_of({"cpus": 1, "memory": 512, "duration": "10m"}))
+        waited_ms = 1000 * (time.perf_counter() - began)
+        assert client.server_ms is not None and 0 < client.server_ms <= waited_ms
+        try:
+            client.cancel(999_999)
+        except RemoteError:
+            pass
+        assert client.server_ms is not None and client.server_ms > 0
+    transport = httpx.HTTPTransport(uds=str(running.socket))
+    with httpx.Client(transport=transport, base_url="http://leasewise") as http:
+        header = http.get("/v1/whoami").headers["server-timing"]
+    assert header.startswith("app;dur=") and server_ms(header) == float(header.removeprefix("app;dur="))
+
+
+def test_a_server_timing_header_is_read_for_its_app_duration_only():
+    assert server_ms("db;dur=3, app;desc=\"x\";dur=12.5") == 12.5
+    assert server_ms("app;dur=abc") is None
+    assert server_ms("db;dur=3") is None and server_ms("") is None
 
 
 def test_metrics_are_for_known_callers_only(running):

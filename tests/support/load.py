@@ -58,26 +58,16 @@ class LoadResult:
     #: on a small machine the two share the cores, and a client's own work is inside its latencies
     client_cpu_s: float | None = None
     startup_s: float = 0.0   # from starting the server to its first answer: loading the store, re-planning
-    #: kind -> [(bucket bound s, requests at most that long)], from the server's own /metrics
-    server_buckets: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: kind -> the server's own seconds for each of those requests (its Server-Timing header: from the
+    #: app's receiving the request to its answer's start), to tell its share of a latency from the client's
+    server_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
-    def percentile(self, kind: str, p: float) -> float | None:
-        values = sorted(self.latencies.get(kind, ()))
+    def percentile(self, kind: str, p: float, server: bool = False) -> float | None:
+        values = sorted((self.server_times if server else self.latencies).get(kind, ()))
         if not values:
             return None
         index = min(len(values) - 1, max(0, int(round(p / 100 * len(values) + 0.5)) - 1))
         return values[index]
-
-    def server_percentile(self, kind: str, p: float) -> float | None:
-        """The bound of the first bucket of the server's histogram holding `p` % of the kind's requests
-        (the server's time is at most this; its timer starts when the app is handed the request)."""
-        buckets = self.server_buckets.get(kind)
-        if not buckets or not buckets[-1][1]:
-            return None
-        for bound, count in buckets:
-            if count >= p / 100 * buckets[-1][1]:
-                return bound
-        return None
 
     def requests(self) -> int:
         """The steady load's requests (the burst's apart)."""
@@ -149,6 +139,8 @@ def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock:
             took = time.perf_counter() - began
             with lock:
                 result.latencies[kind].append(took)
+                if client.server_ms is not None:
+                    result.server_times[kind].append(client.server_ms / 1000)
             time.sleep(rng.uniform(*think))
 
 
@@ -185,6 +177,8 @@ def _burst(url: str, clients: int, result: LoadResult) -> None:
             took = time.perf_counter() - began
             with lock:
                 result.latencies["burst"].append(took)
+                if client.server_ms is not None:
+                    result.server_times["burst"].append(client.server_ms / 1000)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
     for t in threads:
@@ -241,7 +235,7 @@ def _client_process(url: str, indexes: range, seconds: float, think: tuple[float
     result = LoadResult()
     ready.wait()
     _run_clients(url, indexes, time.monotonic() + seconds, result, think, list_all)
-    results.put((dict(result.latencies), dict(result.errors)))
+    results.put((dict(result.latencies), dict(result.errors), dict(result.server_times)))
 
 
 def _run_client_processes(url: str, clients: int, processes: int, seconds: float, result: LoadResult,
@@ -259,9 +253,11 @@ def _run_client_processes(url: str, clients: int, processes: int, seconds: float
     ready.wait(timeout=120)
     began = time.monotonic()
     for _ in workers:
-        latencies, errors = results.get(timeout=seconds + 300)
+        latencies, errors, server_times = results.get(timeout=seconds + 300)
         for kind, values in latencies.items():
             result.latencies[kind].extend(values)
+        for kind, values in server_times.items():
+            result.server_times[kind].extend(values)
         for code, messages in errors.items():
             result.errors[code].extend(messages)
     took = time.monotonic() - began
@@ -313,7 +309,6 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
             cpu = _children_cpu_s()
             result.seconds = _run_client_processes(url, clients, processes, seconds, result, think, list_all)
             result.client_cpu_s = _children_cpu_s() - cpu   # (the server is not waited for yet: not in it)
-        result.server_buckets = _server_buckets(socket)   # (the steady load's, before the burst)
         if burst:
             _burst(url, burst, result)
     finally:
@@ -331,29 +326,6 @@ def run_load(workdir: Path, *, clients: int, seconds: float, hosts: int = 20,
     with Store.open(store_path) as store:
         result.leases = len(store.leases())
     return result
-
-
-#: the load's kinds of request as the server's /metrics names them (method, route template, status)
-_ROUTES = {"submit": ("POST", "/v1/leases", "201"), "list": ("GET", "/v1/leases", "200"),
-           "cancel": ("POST", "/v1/leases/{lease_id}/cancel", "200")}
-
-
-def _server_buckets(socket: Path) -> dict[str, list[tuple[float, float]]]:
-    """Each kind's cumulative histogram as the server measured it (its /metrics, Prometheus' format)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)), base_url="http://leasewise") as http:
-        text = http.get("/metrics").text
-    wanted = {route: kind for kind, route in _ROUTES.items()}
-    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            kind = wanted.get((labels.get("method"), labels.get("route"), labels.get("status")))
-            if sample.name.endswith("_bucket") and kind:
-                out[kind].append((float(labels["le"]), sample.value))
-    return {kind: sorted(values) for kind, values in out.items()}
 
 
 def _children_cpu_s() -> float:
@@ -397,15 +369,11 @@ def summary(result: LoadResult) -> str:
             lines.append(f"  {kind:6s} n={len(values):5d}  p50 {1000 * statistics.median(values):7.1f} ms  "
                          f"p90 {1000 * result.percentile(kind, 90):7.1f} ms  p99 {1000 * result.percentile(kind, 99):7.1f} ms  "
                          f"max {1000 * max(values):7.1f} ms")
-    server = [f"{kind} p50 <= {_ms(result.server_percentile(kind, 50))}, p99 <= {_ms(result.server_percentile(kind, 99))}"
-              for kind in ("submit", "list", "cancel") if result.server_percentile(kind, 50) is not None]
+    server = [f"{kind} {' / '.join(f'{1000 * result.percentile(kind, p, server=True):.1f}' for p in (50, 90, 99))}"
+              for kind in ("submit", "list", "cancel", "burst") if result.server_times.get(kind)]
     if server:
-        lines.append("  the server's own time (its /metrics buckets): " + "; ".join(server))
+        lines.append("  the server's own time, p50 / p90 / p99 ms (Server-Timing): " + "; ".join(server))
     for code, messages in sorted(result.errors.items()):
         lines.append(f"  exit {code}: {len(messages)} (e.g. {messages[0]})")
     lines.append(f"  over capacity: {len(result.overbooked)}")
     return "\n".join(lines)
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else ("inf" if seconds == float("inf") else f"{1000 * seconds:g} ms")
