@@ -133,6 +133,7 @@ class Client:
         data given back, `shaped`; with `many`, an answer of many leases or events: checked, and given back
         as it came, `conforming`)."""
         again = method == "GET" if again is None else again
+        self.server_ms = None
         deadline = time.monotonic() + self.wait
         pause = 0.1
         while True:

@@ -58,12 +58,19 @@ class LoadResult:
     #: on a small machine the two share the cores, and a client's own work is inside its latencies
     client_cpu_s: float | None = None
     startup_s: float = 0.0   # from starting the server to its first answer: loading the store, re-planning
-    #: kind -> the server's own seconds for each of those requests (its Server-Timing header: from the
-    #: app's receiving the request to its answer's start), to tell its share of a latency from the client's
-    server_times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    #: kind -> the server's own seconds for each of those requests, in the same order (its Server-Timing
+    #: header: from the app's receiving the request to its answer's start; None: no answer said it), to
+    #: tell the server's share of a latency from the rest (the server's event loop, the wire, the client)
+    server_times: dict[str, list[float | None]] = field(default_factory=lambda: defaultdict(list))
 
-    def percentile(self, kind: str, p: float, server: bool = False) -> float | None:
-        values = sorted((self.server_times if server else self.latencies).get(kind, ()))
+    def percentile(self, kind: str, p: float, of: str = "client") -> float | None:
+        """The p-th percentile of a kind's latencies as its clients saw them (`of` "client"), as the server
+        timed them ("server"), or of what each waited outside the server's app ("outside": the first
+        less the second)."""
+        seen, server = self.latencies.get(kind, []), self.server_times.get(kind, [])
+        values = sorted(seen if of == "client" else
+                        [t for t in server if t is not None] if of == "server" else
+                        [c - t for c, t in zip(seen, server) if t is not None])
         if not values:
             return None
         index = min(len(values) - 1, max(0, int(round(p / 100 * len(values) + 0.5)) - 1))
@@ -139,8 +146,7 @@ def _client_loop(url: str, index: int, stop_at: float, result: LoadResult, lock:
             took = time.perf_counter() - began
             with lock:
                 result.latencies[kind].append(took)
-                if client.server_ms is not None:
-                    result.server_times[kind].append(client.server_ms / 1000)
+                result.server_times[kind].append(None if client.server_ms is None else client.server_ms / 1000)
             time.sleep(rng.uniform(*think))
 
 
@@ -177,8 +183,7 @@ def _burst(url: str, clients: int, result: LoadResult) -> None:
             took = time.perf_counter() - began
             with lock:
                 result.latencies["burst"].append(took)
-                if client.server_ms is not None:
-                    result.server_times["burst"].append(client.server_ms / 1000)
+                result.server_times["burst"].append(None if client.server_ms is None else client.server_ms / 1000)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
     for t in threads:
@@ -369,10 +374,12 @@ def summary(result: LoadResult) -> str:
             lines.append(f"  {kind:6s} n={len(values):5d}  p50 {1000 * statistics.median(values):7.1f} ms  "
                          f"p90 {1000 * result.percentile(kind, 90):7.1f} ms  p99 {1000 * result.percentile(kind, 99):7.1f} ms  "
                          f"max {1000 * max(values):7.1f} ms")
-    server = [f"{kind} {' / '.join(f'{1000 * result.percentile(kind, p, server=True):.1f}' for p in (50, 90, 99))}"
-              for kind in ("submit", "list", "cancel", "burst") if result.server_times.get(kind)]
-    if server:
-        lines.append("  the server's own time, p50 / p90 / p99 ms (Server-Timing): " + "; ".join(server))
+    for of, title in (("server", "the server's own time (Server-Timing)"),
+                      ("outside", "outside the server's app (each latency less its server's own time)")):
+        shares = [f"{kind} {' / '.join(f'{1000 * result.percentile(kind, p, of):.1f}' for p in (50, 90, 99))}"
+                  for kind in ("submit", "list", "cancel", "burst") if result.percentile(kind, 50, of) is not None]
+        if shares:
+            lines.append(f"  {title}, p50 / p90 / p99 ms: " + "; ".join(shares))
     for code, messages in sorted(result.errors.items()):
         lines.append(f"  exit {code}: {len(messages)} (e.g. {messages[0]})")
     lines.append(f"  over capacity: {len(result.overbooked)}")
