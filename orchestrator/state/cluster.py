@@ -17,7 +17,6 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from orchestrator.config import Config
-from orchestrator.model.errors import InvalidRequest
 from orchestrator.model.lease import Lease, LeaseRequest
 from orchestrator.model.placement import refusal
 from orchestrator.model.quota import Holding, check_extension, check_request, holdings_by_user, latest_start
