@@ -106,8 +106,8 @@ class Client:
             if server.startswith("http://") and not server.startswith(("http://127.", "http://localhost")):
                 raise RemoteError(f"--server: {server}: tokens only go over https (or to loopback)", 2)
             headers = {"authorization": f"Bearer {token}"} if token else {}
-            try:
-                verify = ssl.create_default_context(cafile=ca) if ca else True
+            try:   # (no `ca`: the system's CAs, as OpenSSL finds them, not httpx's own bundle)
+                verify = ssl.create_default_context(cafile=ca or None)
             except (OSError, ssl.SSLError) as exc:
                 raise RemoteError(f"client.ca: {ca}: cannot be read as certificates ({exc})", 2) from None
             self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout, verify=verify)

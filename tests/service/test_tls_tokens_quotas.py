@@ -45,7 +45,7 @@ def _request(**fields):
     return submission_of({"cpus": 1, "memory": 512, "duration": "30m", **fields})   # (the caller's)
 
 
-def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
+def test_a_token_made_on_the_socket_logs_in_over_https(tls_server, monkeypatch):
     url = tls_server.url
     made = as_user("lwalice", lambda: Client(url).token_create(None, False, timedelta(days=1), "laptop"))
     assert made["user"] == "lwalice" and made["token"].startswith("lw_")
@@ -63,6 +63,11 @@ def test_a_token_made_on_the_socket_logs_in_over_https(tls_server):
         remote.whoami()
     # (a certificate that fails verification: permanent, exit 1, naming the cause; never "try again")
     assert caught.value.exit_code == 1 and "certificate failed verification" in str(caught.value)
+    # with no `ca`, the system's CAs: here the ones OpenSSL is told to trust instead of its default file
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_server.cert))
+    with Client(tls_server.https, token=made["token"]) as remote:
+        assert remote.whoami()["user"] == "lwalice"
     # the store keeps no token in clear
     import sqlite3
 
