@@ -44,7 +44,9 @@ from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from orchestrator.runtime.host_watch import LIVE, HostWatch, Listings, ListingsRead, minutes_text, read_listings
+from orchestrator.runtime.gil_sharing import sharing_the_gil
+from orchestrator.runtime.host_watch import (LEASES_PER_PAUSE, LIVE, HostWatch, Listings, ListingsRead, minutes_text,
+                                             read_listings)
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts
 from orchestrator.runtime.learner import learn
 from orchestrator.runtime.netprobe import PingProbe
@@ -357,7 +359,7 @@ class Daemon:
         if not self.dirty_rates.enabled:
             return []
         running = []
-        for lease in leases:
+        for lease in sharing_the_gil(leases, LEASES_PER_PAUSE):
             if lease.state is not LeaseState.ACTIVE:
                 continue
             vm = lease.last_vm

@@ -28,6 +28,7 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name, vm_name
+from orchestrator.runtime.gil_sharing import sharing_the_gil
 from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 
@@ -40,6 +41,9 @@ SILENT_HOSTS = "silent_hosts"
 Listings = dict[str, list[VMInfo] | DriverError]
 #: a lease whose VMs exist on hosts (running, or started and ready to resume)
 LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
+#: the look's stretches between two pauses for the request threads (see gil_sharing): hosts asked, leases read
+HOSTS_PER_PAUSE = 50
+LEASES_PER_PAUSE = 500
 
 
 class HostWatch:
@@ -63,7 +67,7 @@ class HostWatch:
     def list_hosts(self) -> Listings:
         """What each host runs: its list of VMs, or the error it gave."""
         listings: Listings = {}
-        for host in self.driver.hosts():
+        for host in sharing_the_gil(self.driver.hosts(), HOSTS_PER_PAUSE):
             try:
                 listings[host] = self.driver.list_vms(host)
             except DriverError as exc:
@@ -246,7 +250,7 @@ def read_listings(leases: Iterable[Lease], listings: Listings) -> ListingsRead:
                 if parsed is not None:
                     copies.setdefault(parsed[0], []).append((host, info.name))
     as_planned, on_their_hosts = set(), set()
-    for lease in leases:
+    for lease in sharing_the_gil(leases, LEASES_PER_PAUSE):
         try:
             if lease.state not in LIVE:
                 continue
