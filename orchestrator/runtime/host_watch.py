@@ -201,7 +201,8 @@ class HostWatch:
             return False
         where = ", ".join(f"{self.enactor.vm_name(lease.id, v)} on {h}" for v, h in sorted(found.items()))
         notes.append(f"lease {lease.id}: found {where}, not where the plan had them: the plan follows")
-        self.store.append_event(now, "reconciled", lease.id, outcome="adopted", moved={str(v): h for v, h in found.items()})
+        self.store.append_event(now, "reconciled", lease.id, outcome="adopted",
+                                moved={str(v): h for v, h in found.items()})
         return True
 
     def _vm_states(self, lease: Lease, listings: Listings) -> dict[str, str]:
