@@ -372,8 +372,8 @@ class Client:
 
 def socket_tls_context() -> ssl.SSLContext:
     """The TLS context of the Unix socket's transport, which speaks plain HTTP and never uses it: a verifying
-    context that trusts no authority, since httpx's default loads the whole CA bundle (about 20 ms of CPU
-    for every client made: each CLI command, each of a load test's clients at once)."""
+    context that trusts no authority, since httpx's default reads and parses a whole CA bundle for every
+    client made (each CLI command; each of a load test's clients, all at once)."""
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
