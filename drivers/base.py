@@ -282,6 +282,9 @@ class Driver(ABC):
     `remove_host` may be called from one thread while others run operations."""
 
     name: str = "abstract"
+    #: whether its calls go over the network to hosts that may not answer at all: a caller that asks every
+    #: host then asks them at once and waits no longer than a deadline (the daemon's look)
+    remote_hosts: bool = False
 
     @abstractmethod
     def hosts(self) -> list[str]:

@@ -65,7 +65,7 @@ class BlockMigration:
             disks = [d for d in local_disks(dom.XMLDesc(0), cfg.is_shared) if not d.readonly]
             return sum(int(dom.blockInfo(d.path, 0)[1]) for d in disks) if disks else None
 
-        return self._connections.call(host, f"disk allocation of {vm}", read, vm)
+        return self._connections.call(host, f"disk allocation of {vm}", read, vm, question=True)
 
     def prepare(self, vm: str, src: str, dst: str, disks: list[LocalDisk]) -> list[str]:
         """Each writable disk as an empty overlay on `dst` (its base must be there), each read-only one

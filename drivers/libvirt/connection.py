@@ -3,8 +3,16 @@
 * One cached connection per host, opened on first use, with keepalive and a close callback that marks it
   dropped so the next call re-opens it: a libvirtd restart or a network blip must not need a daemon
   restart. Caching also matters for `test:///` URIs, whose state lives and dies with the connection.
-* A connection is opened outside the lock, so a host that does not answer holds up only the calls to it,
-  and `close` never waits for it.
+* A connection is opened outside the lock, in a thread of its own, and waited for `connect_timeout_s` at
+  most: libvirt has no connect timeout, and a host that drops every packet (cut off, or powered off behind a
+  router) holds a connect for minutes (the kernel's SYN retries, then tenacity's). A caller that gives up
+  fails with `HostUnreachable`; the connect goes on, and a connection it makes is kept for the next call.
+  While it goes on, calls to that host fail at once instead of starting another one; `close` never waits.
+* A question (`call(..., question=True)`: a lookup, a listing, a statistic; never an operation) is waited
+  for `connect_timeout_s` at most as well, in a thread of its own: on a link that went silent, libvirt's
+  keepalive wakes one of the calls waiting on the connection and may leave the others waiting until the
+  kernel gives the link up (many minutes). One question a host may be left unanswered; while it is, the
+  next questions to that host fail at once, until it is answered or its connection is dropped.
 * Hosts are added and removed while calls run on other threads: the map of hosts is replaced whole, never
   changed in place, so a thread going through it sees it as it was before or after, never half-changed.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
@@ -22,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -125,13 +133,30 @@ class _Connection:
     dropped: bool = False
 
 
+@dataclass
+class _Opening:
+    """A connect under way in its own thread: what it came to, once `done` is set."""
+
+    started: float                         # time.monotonic() when it began
+    generation: int                        # `Connections.close` calls before it began
+    done: threading.Event = field(default_factory=threading.Event)
+    conn: Any = None
+    error: BaseException | None = None
+
+
+class _ConnectTimedOut(Exception):
+    """A connect did not answer within the connect timeout (`call` says which call it held up)."""
+
+
 class Connections:
     """The hosts of an inventory and one libvirt connection to each (see the module docstring)."""
 
     def __init__(self, libvirt: Any, hosts: Sequence[HostConfig], *, clock: Clock, retry: RetryPolicy,
-                 keepalive_interval_s: int = 5, keepalive_count: int = 3):
+                 keepalive_interval_s: int = 5, keepalive_count: int = 3, connect_timeout_s: float = 10.0):
         if not hosts:
             raise ValueError("hosts must name at least one host")
+        if not connect_timeout_s > 0:
+            raise ValueError(f"connect_timeout_s must be more than 0 (got {connect_timeout_s})")
         self._configs: dict[str, HostConfig] = {}
         for host in hosts:
             if host.name in self._configs:
@@ -141,8 +166,13 @@ class Connections:
         self.clock = clock
         self.retry = retry
         self._keepalive = (keepalive_interval_s, keepalive_count)
+        self.connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()
         self._open: dict[str, _Connection] = {}
+        self._opening: dict[str, _Opening] = {}   # host -> its connect under way
+        # host -> (the question, since when) that waits past its timeout
+        self._unanswered: dict[str, tuple[object, float]] = {}
+        self._generation = 0                       # `close` calls so far
         self._silent: set[str] = set()   # hosts whose last call ran out of retries on a transient error
         # libvirt prints every error to stderr by default; we report them ourselves.
         libvirt.registerErrorHandler(_log_libvirt_error, None)
@@ -194,7 +224,44 @@ class Connections:
         if entry is not None:
             log.info("re-opening the libvirt connection to %s (%s)", host, cfg.uri)
             _close_quietly(entry.conn)
-        return self._install(cfg, self._open_new(cfg))
+        return self._opened(cfg)
+
+    def _opened(self, cfg: HostConfig) -> Any:
+        """A new connection to the host, from the connect under way or a new one, waited for until
+        `connect_timeout_s` after that connect began (`_ConnectTimedOut` then)."""
+        with self._lock:
+            opening = self._opening.get(cfg.name)
+            if opening is None:
+                opening = self._opening[cfg.name] = _Opening(time.monotonic(), self._generation)
+                threading.Thread(target=self._open_in_background, args=(cfg, opening), daemon=True,
+                                 name=f"leasewise-connect-{cfg.name}").start()
+        waited = time.monotonic() - opening.started
+        if not opening.done.wait(max(0.0, self.connect_timeout_s - waited)):
+            raise _ConnectTimedOut(f"no answer from {cfg.uri} (connecting for {waited:.0f} s)"
+                                   if waited >= self.connect_timeout_s else
+                                   f"no answer from {cfg.uri} within {self.connect_timeout_s:g} s")
+        if opening.error is not None:
+            raise opening.error
+        return opening.conn
+
+    def _open_in_background(self, cfg: HostConfig, opening: _Opening) -> None:
+        """Open, cache and hand over a connection, however long the connect takes; its waiters may have
+        given up."""
+        try:
+            entry = self._open_new(cfg)
+            with self._lock:
+                closed = opening.generation != self._generation
+            if closed:
+                _close_quietly(entry.conn)
+                raise HostUnreachable(f"the connections were closed while connecting to {cfg.name}")
+            opening.conn = self._install(cfg, entry)
+        except BaseException as exc:   # (handed to whoever waits: a libvirt error, UnknownHost)
+            opening.error = exc
+        finally:
+            with self._lock:
+                if self._opening.get(cfg.name) is opening:
+                    del self._opening[cfg.name]
+            opening.done.set()
 
     def _open_new(self, cfg: HostConfig) -> _Connection:
         lv = self.libvirt
@@ -232,6 +299,8 @@ class Connections:
         log.warning("libvirt connection to %s closed (reason %s); it will be re-opened", entry.host, reason)
         with self._lock:
             entry.dropped = True
+            if self._open.get(entry.host) is entry:   # (a question left on it waits on a dead link: ask again)
+                self._unanswered.pop(entry.host, None)
 
     def mark_dropped(self, host: str) -> None:
         """Force a re-open on next use (after a transient error, or when told the link dropped)."""
@@ -239,9 +308,12 @@ class Connections:
             entry = self._open.get(host)
             if entry is not None:
                 entry.dropped = True
+                self._unanswered.pop(host, None)
 
     def close(self) -> None:
         with self._lock:
+            self._generation += 1   # (a connect still under way closes what it makes)
+            self._opening.clear()
             entries = list(self._open.values())
             self._open.clear()
         for entry in entries:
@@ -249,12 +321,50 @@ class Connections:
 
     # -- calls, retries, errors ------------------------------------------------------------------
 
-    def call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None = None) -> T:
+    def call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None = None,
+             question: bool = False) -> T:
         """Run `step(connection)` with bounded retries on transient errors; map libvirt errors.
 
         `what` names the step in logs and errors ("save vm1 to /x"); `vm` lets a missing domain be
-        reported by its name.
+        reported by its name; `question`: the step only reads, and is waited for `connect_timeout_s` at
+        most (see the module docstring).
         """
+        if question:
+            return self._asked(host, what, lambda: self._call(host, what, step, vm))
+        return self._call(host, what, step, vm)
+
+    def _asked(self, host: str, what: str, call: Callable[[], T]) -> T:
+        """`call()` in a thread of its own, waited for `connect_timeout_s` at most."""
+        with self._lock:
+            unanswered = self._unanswered.get(host)
+        if unanswered is not None:
+            raise HostUnreachable(f"{what} on {host}: an earlier question has had no answer for "
+                                  f"{time.monotonic() - unanswered[1]:.0f} s")
+        token, box, finished = object(), {}, threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as exc:   # (the caller's to raise)
+                box["error"] = exc
+            with self._lock:
+                if self._unanswered.get(host, (None,))[0] is token:
+                    del self._unanswered[host]
+                finished.set()
+
+        threading.Thread(target=run, name=f"leasewise-ask-{host}", daemon=True).start()
+        if not finished.wait(self.connect_timeout_s):
+            with self._lock:
+                gave_up = not finished.is_set()
+                if gave_up:
+                    self._unanswered[host] = (token, time.monotonic())
+            if gave_up:
+                raise HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None) -> T:
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -276,6 +386,10 @@ class Connections:
                 with self._lock:
                     self._silent.add(host)
             raise self._map_error(exc, host, what, vm) from exc
+        except _ConnectTimedOut as exc:   # (not tried again: the connect itself goes on)
+            with self._lock:
+                self._silent.add(host)
+            raise HostUnreachable(f"{what} on {host}: {exc}") from None
         if silent:
             with self._lock:
                 self._silent.discard(host)

@@ -47,10 +47,12 @@ class LibvirtDriver(Driver):
     The keywords tune the failure handling: `retry_*` how transient libvirt errors are retried,
     `keepalive_*` how soon a dead link is noticed, `poll_interval_s` how often a shutdown or a migration
     is looked at, `downtime_*` how the allowed migration downtime is raised (Nova's steps), `ssh_timeout_s`
-    how long an SSH connect may take.
+    how long an SSH connect may take, `connect_timeout_s` how long a libvirt connect may take before the
+    call that waits for it fails (the host is unreachable; the connect goes on).
     """
 
     name = "libvirt"
+    remote_hosts = True
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class LibvirtDriver(Driver):
         downtime_steps: int = 1,
         downtime_delay_s_per_gib: float = 75.0,
         ssh_timeout_s: float = 15.0,
+        connect_timeout_s: float = 10.0,
     ):
         libvirt = import_libvirt()
         clock = clock if clock is not None else RealClock()
@@ -73,6 +76,7 @@ class LibvirtDriver(Driver):
             libvirt, hosts, clock=clock,
             retry=RetryPolicy(retry_attempts, retry_wait_s, retry_wait_max_s),
             keepalive_interval_s=keepalive_interval_s, keepalive_count=keepalive_count,
+            connect_timeout_s=connect_timeout_s,
         )
         self._storage = Storage(self._connections)
         self._lifecycle = Lifecycle(self._connections, self._storage, clock, poll_interval_s)
@@ -124,7 +128,8 @@ class LibvirtDriver(Driver):
                                           ("MIGRATION_IN", 4, "migration-in"), ("MIGRATION_OUT", 5, "migration-out"))}
         for host in self._connections.hosts():
             try:
-                stats = self._connections.call(host, f"job of {vm}", lambda c: c.lookupByName(vm).jobStats(0), vm)
+                stats = self._connections.call(host, f"job of {vm}", lambda c: c.lookupByName(vm).jobStats(0), vm,
+                                                question=True)
             except DriverError:   # not there, or the host does not answer: nothing known of a job there
                 continue
             if stats and stats.get("type", lv.VIR_DOMAIN_JOB_NONE) != lv.VIR_DOMAIN_JOB_NONE:

@@ -41,8 +41,8 @@ def read_host_info(connections: Connections, host: str) -> HostInfo:
     cfg = connections.host_config(host)
     try:
         info, kind, hv, lib = connections.call(
-            host, "host info", lambda c: (c.getInfo(), c.getType(), c.getVersion(), c.getLibVersion())
-        )
+            host, "host info", lambda c: (c.getInfo(), c.getType(), c.getVersion(), c.getLibVersion()),
+            question=True)
     except DriverError as exc:
         return HostInfo(host, cfg.uri, 0, 0, cfg.domain_type, reachable=False, error=str(exc))
     return HostInfo(

@@ -47,7 +47,7 @@ class Lifecycle:
             return dom is not None and bool(dom.isActive())
 
         try:
-            return self._connections.call(host, f"state of {vm}", ask, vm)
+            return self._connections.call(host, f"state of {vm}", ask, vm, question=True)
         except DriverError as exc:
             log.warning("cannot tell whether %s runs on %s: %s", vm, host, exc)
             return None
@@ -68,7 +68,7 @@ class Lifecycle:
         unreachable: list[str] = []
         for host in hosts if hosts is not None else self._connections.hosts():
             try:
-                self._connections.call(host, f"look up {vm}", lambda c: c.lookupByName(vm), vm)
+                self._connections.call(host, f"look up {vm}", lambda c: c.lookupByName(vm), vm, question=True)
                 return host, unreachable
             except VMNotFound:
                 continue
@@ -125,7 +125,7 @@ class Lifecycle:
                         raise
             return found
 
-        return self._connections.call(host, "list domains", listing)
+        return self._connections.call(host, "list domains", listing, question=True)
 
     def domain_macs(self, host: str) -> set[str]:
         """The MAC addresses of every domain's NICs on `host`, leasewise's or not."""
@@ -141,7 +141,7 @@ class Lifecycle:
                 macs.update(m.get("address", "").lower() for m in root.findall("devices/interface/mac"))
             return macs - {""}
 
-        return self._connections.call(host, "read the domains' MAC addresses", reading)
+        return self._connections.call(host, "read the domains' MAC addresses", reading, question=True)
 
     # -- starting and stopping -------------------------------------------------------------------
 

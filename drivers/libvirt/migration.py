@@ -372,7 +372,7 @@ class Migrations:
             raise ValueError(f"dirty-rate measurement must last 1 to 60 whole seconds (got {seconds!r})")
         host = self._lifecycle.find(vm)
         self._connections.call(host, f"dirty rate of {vm}",
-                               lambda conn: conn.lookupByName(vm).startDirtyRateCalc(seconds, 0), vm)
+                               lambda conn: conn.lookupByName(vm).startDirtyRateCalc(seconds, 0), vm, question=True)
 
     def measured_dirty_rate(self, vm: str) -> float | None:
         """MiB/s from libvirt's last dirty-rate calculation, if one has finished (QEMU reports MiB/s as
@@ -384,7 +384,7 @@ class Migrations:
             stats = conn.domainListGetStats([conn.lookupByName(vm)], lv.VIR_DOMAIN_STATS_DIRTYRATE, 0)
             return stats[0][1] if stats else {}
 
-        stats = self._connections.call(host, f"dirty rate of {vm}", read, vm)
+        stats = self._connections.call(host, f"dirty rate of {vm}", read, vm, question=True)
         measured = stats.get("dirtyrate.calc_status") == lv.VIR_DOMAIN_DIRTYRATE_MEASURED
         if not measured or "dirtyrate.megabytes_per_second" not in stats:
             return None

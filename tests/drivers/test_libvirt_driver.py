@@ -14,6 +14,7 @@ import os
 import posixpath
 import socket
 import sys
+import threading
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -180,6 +181,31 @@ def test_a_host_that_does_not_answer_holds_up_neither_the_others_nor_close(hosts
         other = answer_within(lambda: drv.host_info("a"), 5)
         assert not other.timed_out and other.value.reachable
         assert not answer_within(drv.close, 5).timed_out
+
+
+def test_a_call_to_a_host_that_does_not_answer_fails_after_the_connect_timeout_and_then_at_once(hosts):
+    """libvirt has no connect timeout: without one, this call would wait for the silent host for ever (a
+    host that drops every packet: minutes of SYN retries, then tenacity's). The connect goes on in its own
+    thread; the calls after the first fail at once instead of starting another."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        drv = LibvirtDriver([HostConfig("silent", f"qemu+tcp://127.0.0.1:{silent.getsockname()[1]}/system"),
+                             hosts[0]], retry_attempts=4, retry_wait_s=0.0, connect_timeout_s=0.5)
+        try:
+            first = answer_within(lambda: drv.list_vms("silent"), 10)
+            assert isinstance(first.error, HostUnreachable), first
+            # (the listing, a question, and the connect under it give up at the same time: either says so)
+            assert str(first.error).startswith("list domains on silent: no answer")
+            assert str(first.error).endswith("within 0.5 s")
+            connects = [t for t in threading.enumerate() if t.name == "leasewise-connect-silent"]
+            assert len(connects) == 1
+            again = answer_within(lambda: drv.host_info("silent"), 0.4)   # (less than the connect timeout)
+            assert not again.timed_out and not again.value.reachable and "no answer" in again.value.error
+            assert [t for t in threading.enumerate() if t.name == "leasewise-connect-silent"] == connects
+            assert drv.list_vms("a") is not None   # the other host answers meanwhile
+        finally:
+            assert not answer_within(drv.close, 5).timed_out
 
 
 # -- host checks ------------------------------------------------------------------------------------
