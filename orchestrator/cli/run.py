@@ -101,7 +101,8 @@ def _run(opts: StoreOptions, dry_run: bool, fast: bool, until_idle: bool, until:
 
                 schedule = cfg.scheduling.downtime_schedule   # the steps the planner's model assumed
                 driver = make_driver(driver_name, [h.config for h in store.hosts()],
-                                     downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib)
+                                     downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib,
+                                     connect_timeout_s=cfg.daemon.answer_timeout.total_seconds())
             clock = SimulatedClock(fast_clock_start(store, common.now())) if (fast or dry_run) else RealClock()
             times.clock = clock
             daemon = Daemon(store, cfg, driver, clock, say=lambda line: console.print(line, soft_wrap=True))

@@ -23,6 +23,7 @@ class DaemonConfig:
     on_lost_vm: str = "fail"                 # a VM the plan says runs but is gone: fail the lease or requeue it
     graceful_timeout: timedelta = timedelta(seconds=30)   # shutdown before destroy
     host_timeout: timedelta = timedelta(minutes=5)   # a host silent this long loses its leases (on_lost_vm)
+    answer_timeout: timedelta = timedelta(seconds=10)   # a look or a connect waits no longer for a host
     state_dir: str = "/var/lib/libvirt/images/leasewise-state"  # where suspended VMs' memory images go
     dirty_rate_interval: timedelta = timedelta(minutes=5)   # how often a running VM's dirty rate is measured
     dirty_rate_sample: timedelta = timedelta(seconds=5)     # how long one measurement samples the guest
@@ -36,10 +37,13 @@ class DaemonConfig:
                 raise ConfigError(p + name, f"must be a file path (got {value_kind(value)})")
         set_field(self, "driver", read_choice(p + "driver", self.driver, DRIVERS))
         set_field(self, "on_lost_vm", read_choice(p + "on_lost_vm", self.on_lost_vm, ON_LOST_VM))
-        for name in ("poll_interval", "graceful_timeout", "host_timeout"):
+        for name in ("poll_interval", "graceful_timeout", "host_timeout", "answer_timeout"):
             set_field(self, name, read_duration(p + name, getattr(self, name)))
         if self.poll_interval.total_seconds() <= 0:
             raise ConfigError(p + "poll_interval", "must be greater than zero")
+        if not timedelta(seconds=1) <= self.answer_timeout <= timedelta(minutes=10):
+            raise ConfigError(p + "answer_timeout",
+                              f"must be 1 s to 10 min (got {self.answer_timeout.total_seconds():g} s)")
         for name in ("dirty_rate_interval", "dirty_rate_sample"):
             set_field(self, name, read_duration(p + name, getattr(self, name)))
         sample = self.dirty_rate_sample.total_seconds()

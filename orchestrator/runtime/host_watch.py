@@ -29,6 +29,7 @@ from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name, vm_name
 from orchestrator.runtime.gil_sharing import sharing_the_gil
+from orchestrator.runtime.host_questions import HostQuestions
 from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 
@@ -61,11 +62,20 @@ class HostWatch:
             h: parse_time(t, f"{DOWN_HOSTS}.{h}") for h, t in (store.get_meta(DOWN_HOSTS) or {}).items()}
         self._back: set[str] = set()                           # lost hosts that answer again
         self._forgotten: list[tuple[str, str, int, str]] = []   # (host, VM, lease, its state) discarded
+        self._questions = HostQuestions()
         enactor.lost_hosts = frozenset(self.down)
 
     # -- asking the hosts ---------------------------------------------------------------------------------
     def list_hosts(self) -> Listings:
-        """What each host runs: its list of VMs, or the error it gave."""
+        """What each host runs: its list of VMs, or the error it gave. Hosts reached over the network are
+        asked at once, and waited for `[daemon] answer_timeout` at most (see `HostQuestions`)."""
+        if self.driver.remote_hosts:
+            answers = self._questions.ask(self.driver.hosts(), self.driver.list_vms,
+                                          self.config.answer_timeout.total_seconds())
+            for answer in answers.values():
+                if isinstance(answer, Exception) and not isinstance(answer, DriverError):
+                    raise answer   # (a fault of the driver's, not of the host: as if asked here)
+            return answers   # type: ignore[return-value]
         listings: Listings = {}
         for host in sharing_the_gil(self.driver.hosts(), HOSTS_PER_PAUSE):
             try:

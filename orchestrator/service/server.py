@@ -366,4 +366,5 @@ def _driver_for(store: Store, config: Config) -> Driver:
 
     schedule = config.scheduling.downtime_schedule
     return make_driver(config.daemon.driver, [h.config for h in store.hosts()],
-                       downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib)
+                       downtime_steps=schedule.steps, downtime_delay_s_per_gib=schedule.delay_s_per_gib,
+                       connect_timeout_s=config.daemon.answer_timeout.total_seconds())
