@@ -38,6 +38,7 @@ PACKAGES=(
     python3-dev    # Python.h: pip install compiles the core of orchestrator/compiled.py (Cython)
     mmdebstrap e2fsprogs
     iproute2 util-linux procps
+    nftables       # the lab cuts a host off (deploy/lab/lab cut): every packet dropped in its namespace
     iputils-ping   # the daemon pings a VM through its live migration (the network outage users see)
     genisoimage    # isoinfo: the cloud-init seed tests read the ISO with it where iso9660 cannot be mounted
     dnsmasq-base

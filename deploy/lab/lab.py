@@ -10,6 +10,9 @@
                                  transport) and SSH reachability, running domains; the DHCP server
     deploy/lab/lab crash HOST    HOST loses its power: all its processes (QEMU, libvirtd, sshd) killed at once
     deploy/lab/lab boot HOST     HOST comes back after a crash, empty (its domain definitions kept)
+    deploy/lab/lab cut HOST      HOST is cut off: it drops every packet (no "connection refused"), its VMs
+                                 and daemons run on
+    deploy/lab/lab mend HOST     HOST answers again after a cut
     deploy/lab/lab down          stop and remove everything (idempotent; safe when nothing is up)
 
 Each host labN (N = 1..) is
@@ -117,6 +120,7 @@ from lablib.network import (
     shape_link,
     vm_bridge_ok,
 )
+from lablib.cut import cut, mend
 from lablib.power import boot, crash, host_number
 from lablib.reach import prewarm, ssh_cmd, virsh, wait_libvirt, wait_ssh
 from lablib.transports import (
@@ -342,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     p_crash.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
     p_boot = sub.add_parser("boot", help="a crashed host comes back, empty")
     p_boot.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
+    p_cut = sub.add_parser("cut", help="a host drops every packet (a partition, a firewall): nothing answers")
+    p_cut.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
+    p_mend = sub.add_parser("mend", help="a cut host answers again")
+    p_mend.add_argument("host", metavar="HOST", help="the host's name (lab1, lab2, ...)")
     args = ap.parse_args(argv)
     if args.cmd == "status":
         return status()
@@ -354,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "boot":
         boot(host_number(args.host, lab_host_numbers()), read_transport())
+        return 0
+    if args.cmd in ("cut", "mend"):
+        (cut if args.cmd == "cut" else mend)(host_number(args.host, lab_host_numbers()))
         return 0
     return down()
 

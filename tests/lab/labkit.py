@@ -178,6 +178,14 @@ class Lab:
         """Host `name` comes back after a crash, empty (`deploy/lab/lab boot`)."""
         lab_command("boot", name)
 
+    def cut(self, name: str) -> None:
+        """Host `name` drops every packet (`deploy/lab/lab cut`): nothing answers, its VMs run on."""
+        lab_command("cut", name)
+
+    def mend(self, name: str) -> None:
+        """Host `name` answers again (`deploy/lab/lab mend`)."""
+        lab_command("mend", name)
+
     def host_dir(self, name: str) -> Path:
         """Where host `name`'s private directories live in the root namespace (run/hostN)."""
         return self.run_dir / f"host{name.removeprefix('lab')}"
