@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.lab.labkit import CLI, GUEST_DIR, REPO, domain_state, imported_site, remove_lease_domains
+from tests.lab.labkit import (CLI, GUEST_DIR, REPO, domain_state, imported_site, remove_lease_domains,
+                             stop_processes)
 from tests.lab.labkit import leasewise as cli
 
 pytestmark = pytest.mark.lab
@@ -74,12 +75,7 @@ def test_a_host_cut_off_holds_up_the_others_by_the_answer_timeout_at_most(lab, c
     finally:
         if is_cut:
             lab.mend(cut)
-        if daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
+        stop_processes(None, daemon)
         out.close()
         print(log.read_text())
         remove_lease_domains(libvirt_mod, conns)
