@@ -9,6 +9,7 @@ already gave up on it.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -55,3 +56,64 @@ def answers_within(calls: Mapping[str, Callable[[], T]], timeout_s: float) -> di
 def answer_within(call: Callable[[], T], timeout_s: float) -> Answer[T]:
     """`answers_within` for one call."""
     return answers_within({"call": call}, timeout_s)["call"]
+
+
+class Workers:
+    """Daemon threads kept for calls that may hang, reused from call to call: starting a thread for each
+    call costs more than most calls to a host that answers. A call runs on an idle worker, or on a new one
+    when none is idle (so a call never waits behind one that hangs); the one who asked waits for it no
+    longer than its deadline (`run`)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers = 0
+        self._busy = 0
+
+    def run(self, call: Callable[[], T], timeout_s: float,
+            on_late: Callable[[Answer[T]], None] | None = None) -> Answer[T]:
+        """`call()` on a worker, waited for `timeout_s` at most: its `Answer` (timed out: nothing yet). A
+        call still running at the deadline goes on; `on_late` gets its answer when it comes."""
+        done = threading.Event()
+        box: dict[str, Answer[T]] = {}
+        lock = threading.Lock()
+        state = {"late": False}
+
+        def task() -> None:
+            try:
+                answer: Answer[T] = Answer(value=call())
+            except Exception as exc:   # the caller reads it as that call's answer
+                answer = Answer(error=exc)
+            with lock:
+                box["answer"] = answer
+                late = state["late"]
+                done.set()
+            if late and on_late is not None:
+                on_late(answer)
+
+        self.start(task)
+        done.wait(timeout_s)
+        with lock:
+            if "answer" in box:
+                return box["answer"]
+            state["late"] = True
+            return Answer(timed_out=True)
+
+    def start(self, task: Callable[[], None]) -> None:
+        """`task()` on an idle worker, or on a new one; not waited for."""
+        with self._lock:
+            if self._workers == self._busy:
+                self._workers += 1
+                threading.Thread(target=self._work_on, name=self._name, daemon=True).start()
+            self._busy += 1   # (counted here, not when picked up: the next task must not count on it)
+        self._work.put(task)
+
+    def _work_on(self) -> None:
+        while True:
+            task = self._work.get()
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._busy -= 1

@@ -9,10 +9,11 @@
   fails with `HostUnreachable`; the connect goes on, and a connection it makes is kept for the next call.
   While it goes on, calls to that host fail at once instead of starting another one; `close` never waits.
 * A question (`call(..., question=True)`: a lookup, a listing, a statistic; never an operation) is waited
-  for `connect_timeout_s` at most as well, in a thread of its own: on a link that went silent, libvirt's
-  keepalive wakes one of the calls waiting on the connection and may leave the others waiting until the
-  kernel gives the link up (many minutes). One question a host may be left unanswered; while it is, the
-  next questions to that host fail at once, until it is answered or its connection is dropped.
+  for `connect_timeout_s` at most as well, on a worker thread (`drivers.deadline.Workers`): on a link that
+  went silent, libvirt's keepalive wakes one of the calls waiting on the connection and may leave the
+  others waiting until the kernel gives the link up (many minutes). One question a host may be left
+  unanswered; while it is, the next questions to that host fail at once, until it is answered or its
+  connection is dropped.
 * Hosts are added and removed while calls run on other threads: the map of hosts is replaced whole, never
   changed in place, so a thread going through it sees it as it was before or after, never half-changed.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
@@ -37,6 +38,7 @@ from typing import Any, TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from drivers.clock import Clock
+from drivers.deadline import Answer, Workers
 from drivers.errors import (
     DriverError,
     DriverUnavailable,
@@ -173,6 +175,7 @@ class Connections:
         # host -> (the question, since when) that waits past its timeout
         self._unanswered: dict[str, tuple[object, float]] = {}
         self._generation = 0                       # `close` calls so far
+        self._askers = Workers("leasewise-ask")
         self._silent: set[str] = set()   # hosts whose last call ran out of retries on a transient error
         # libvirt prints every error to stderr by default; we report them ourselves.
         libvirt.registerErrorHandler(_log_libvirt_error, None)
@@ -334,35 +337,29 @@ class Connections:
         return self._call(host, what, step, vm)
 
     def _asked(self, host: str, what: str, call: Callable[[], T]) -> T:
-        """`call()` in a thread of its own, waited for `connect_timeout_s` at most."""
+        """`call()` on one of the question workers, waited for `connect_timeout_s` at most."""
         with self._lock:
             unanswered = self._unanswered.get(host)
         if unanswered is not None:
             raise HostUnreachable(f"{what} on {host}: an earlier question has had no answer for "
                                   f"{time.monotonic() - unanswered[1]:.0f} s")
-        token, box, finished = object(), {}, threading.Event()
+        token, answered = object(), threading.Event()
 
-        def run() -> None:
-            try:
-                box["value"] = call()
-            except BaseException as exc:   # (the caller's to raise)
-                box["error"] = exc
+        def late(_answer: Answer[T]) -> None:
             with self._lock:
+                answered.set()
                 if self._unanswered.get(host, (None,))[0] is token:
                     del self._unanswered[host]
-                finished.set()
 
-        threading.Thread(target=run, name=f"leasewise-ask-{host}", daemon=True).start()
-        if not finished.wait(self.connect_timeout_s):
+        answer = self._askers.run(call, self.connect_timeout_s, on_late=late)
+        if answer.timed_out:
             with self._lock:
-                gave_up = not finished.is_set()
-                if gave_up:
+                if not answered.is_set():
                     self._unanswered[host] = (token, time.monotonic())
-            if gave_up:
-                raise HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+            raise HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
+        if answer.error is not None:
+            raise answer.error
+        return answer.value   # type: ignore[return-value]
 
     def _call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None) -> T:
 

@@ -7,21 +7,20 @@ at once, each by a worker thread; a host that has not answered by the deadline c
 look (`HostUnreachable`), and its question stays open in its worker. Until it is answered the host is not
 asked again: at most one question per host is ever open, so a dead host holds at most one thread.
 
-Every question gets a worker at once (one kept idle from an earlier look, or a new one): a cap would queue
-the questions to hosts that answer behind those to hosts that never will. So there are at most as many
-workers as hosts. They are daemon threads: the interpreter must not wait at exit for a question no host
-will answer (as `drivers.deadline` explains).
+Every question gets a worker at once (`drivers.deadline.Workers`: one kept idle from an earlier look, or a
+new one): a cap would queue the questions to hosts that answer behind those to hosts that never will. So
+there are at most as many workers as hosts.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from drivers.deadline import Workers
 from drivers.errors import HostUnreachable
 
 T = TypeVar("T")
@@ -43,9 +42,7 @@ class HostQuestions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, float] = {}
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
-        self._workers = 0
-        self._busy = 0
+        self._workers = Workers("leasewise-host-question")
 
     def ask(self, hosts: Sequence[str], question: Callable[[str], T], timeout_s: float) -> dict[str, T | Exception]:
         """Each host's answer to `question(host)`, or the exception it raised, or `HostUnreachable` when it
@@ -63,12 +60,8 @@ class HostQuestions:
                     self._open[host] = started
                     asked.append(host)
             round_.waiting = len(asked)
-            more = max(0, len(asked) - (self._workers - self._busy))
-            self._workers += more
-        for _ in range(more):
-            threading.Thread(target=self._work_on, name="leasewise-host-question", daemon=True).start()
         for host in asked:
-            self._work.put((host, question, round_))
+            self._workers.start(lambda host=host: self._answer(host, question, round_))
         deadline = started + timeout_s
         with round_.changed:
             while round_.waiting and (left := deadline - time.monotonic()) > 0:
@@ -83,20 +76,15 @@ class HostQuestions:
         with self._lock:
             return dict(self._open)
 
-    def _work_on(self) -> None:
-        while True:
-            host, question, round_ = self._work.get()
-            with self._lock:
-                self._busy += 1
-            try:
-                answer = question(host)
-            except Exception as exc:   # (the host's answer: the caller reads it as such)
-                answer = exc
-            with self._lock:
-                self._open.pop(host, None)
-                self._busy -= 1
-            with round_.changed:
-                if not round_.over:
-                    round_.answers[host] = answer
-                    round_.waiting -= 1
-                    round_.changed.notify()
+    def _answer(self, host: str, question: Callable[[str], T], round_: _Round[T]) -> None:
+        try:
+            answer: T | Exception = question(host)
+        except Exception as exc:   # (the host's answer: the caller reads it as such)
+            answer = exc
+        with self._lock:
+            self._open.pop(host, None)
+        with round_.changed:
+            if not round_.over:
+                round_.answers[host] = answer
+                round_.waiting -= 1
+                round_.changed.notify()

@@ -3,7 +3,7 @@
 import threading
 import time
 
-from drivers.deadline import answer_within, answers_within
+from drivers.deadline import Workers, answer_within, answers_within
 
 
 def test_each_call_answers_with_its_value_its_error_or_nothing_in_time():
@@ -31,3 +31,26 @@ def test_the_calls_run_at_once_so_the_deadline_is_for_all_of_them():
 
 def test_answer_within_is_one_call():
     assert answer_within(lambda: "yes", 1).value == "yes"
+
+
+def test_workers_are_reused_and_a_hung_call_holds_up_only_its_own():
+    workers = Workers("test-worker")
+    first = workers.run(threading.get_ident, 5)
+    assert workers.run(threading.get_ident, 5).value == first.value   # (the idle worker took it)
+    release, late, hung_on = threading.Event(), [], []
+
+    def hang() -> str:
+        hung_on.append(threading.get_ident())
+        release.wait(10)
+        return "late"
+
+    assert workers.run(hang, 0.2, on_late=late.append).timed_out
+    other = workers.run(threading.get_ident, 5)   # (its worker is busy: another one answers at once)
+    assert not other.timed_out and other.value != hung_on[0]
+    assert isinstance(workers.run(lambda: 1 / 0, 5).error, ZeroDivisionError)
+    release.set()
+    for _ in range(100):
+        if late:
+            break
+        time.sleep(0.05)
+    assert [a.value for a in late] == ["late"]
