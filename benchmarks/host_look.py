@@ -1,6 +1,6 @@
 """The daemon's look at libvirt hosts: what asking every host for its VMs costs, the hosts asked at once
-(`HostQuestions`, as the daemon does) and one after another, each call a question waited for no longer than
-its deadline.
+(`list_every_host`, as the daemon does) and one after another (`list_vms`), each a question waited for no
+longer than its deadline.
 
 Run: `python benchmarks/host_look.py [--hosts 300] [--rounds 10]`. The hosts are libvirt's `test:///default`
 (in this process, no network: what is measured is leasewise's own cost around each call, which a real link
@@ -19,7 +19,6 @@ sys.path.insert(0, str(ROOT))
 
 from drivers.inventory import HostConfig  # noqa: E402
 from drivers.libvirt import LibvirtDriver  # noqa: E402
-from orchestrator.runtime.host_questions import HostQuestions  # noqa: E402
 
 
 def main() -> None:
@@ -31,8 +30,7 @@ def main() -> None:
         parser.error("--hosts and --rounds: must be at least 1")
     driver = LibvirtDriver([HostConfig(f"h{i}", "test:///default") for i in range(args.hosts)])
     hosts = driver.hosts()
-    questions = HostQuestions()
-    looks = {"at once (the daemon's look)": lambda: questions.ask(hosts, driver.list_vms, 10.0),
+    looks = {"at once (the daemon's look)": driver.list_every_host,
              "one host after another": lambda: [driver.list_vms(h) for h in hosts]}
     try:
         for look in looks.values():   # (connections opened, workers made)

@@ -11,6 +11,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
+from drivers.errors import DriverError
+from drivers.gil_sharing import sharing_the_gil
+
 if TYPE_CHECKING:  # pragma: no cover
     from drivers.cloudinit import SeedSpec
     from drivers.downtime import DowntimeSchedule
@@ -81,6 +84,8 @@ HOST_CHECKS = ("transport", "host key", "connect", "versions", "domain type", "i
 PAIR_CHECKS = ("peer link", "migration port", "cpu")
 #: clock skew above this fails the check (suspend/resume and reservations are planned to the second)
 MAX_CLOCK_SKEW_S = 2.0
+#: hosts listed between two pauses for the request threads in `Driver.list_every_host` (see gil_sharing)
+HOSTS_PER_PAUSE = 50
 
 #: PASS or FAIL; SKIP when a check does not apply (e.g. no ssh configured); "simulated" when there is no
 #: real host to check
@@ -282,9 +287,6 @@ class Driver(ABC):
     `remove_host` may be called from one thread while others run operations."""
 
     name: str = "abstract"
-    #: whether its calls go over the network to hosts that may not answer at all: a caller that asks every
-    #: host then asks them at once and waits no longer than a deadline (the daemon's look)
-    remote_hosts: bool = False
 
     @abstractmethod
     def hosts(self) -> list[str]:
@@ -346,6 +348,20 @@ class Driver(ABC):
     @abstractmethod
     def list_vms(self, host: str) -> list[VMInfo]:
         """What really exists on the host (for reconciliation after a restart)."""
+
+    def list_every_host(self) -> dict[str, list[VMInfo] | DriverError]:
+        """What every host runs (its `list_vms`), or the error it gave, in the order of `hosts()`: the
+        daemon's look, once a poll interval. Here one host after another, the GIL let go every few hosts
+        (`drivers.gil_sharing`): right for hosts that answer at once. A driver whose hosts are reached over
+        a network asks them all at once instead, and waits for them no longer than a deadline: one host that
+        never answers must not hold up the look at all the others."""
+        listings: dict[str, list[VMInfo] | DriverError] = {}
+        for host in sharing_the_gil(self.hosts(), HOSTS_PER_PAUSE):
+            try:
+                listings[host] = self.list_vms(host)
+            except DriverError as exc:
+                listings[host] = exc
+        return listings
 
     @abstractmethod
     def check_host(self, host: str, timeout_s: float = 10.0) -> HostCheck:

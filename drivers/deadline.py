@@ -14,9 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Workers:
     """Daemon threads kept for calls that may hang, reused from call to call: starting a thread for each
     call costs more than most calls to a host that answers. A call runs on an idle worker, or on a new one
     when none is idle (so a call never waits behind one that hangs); the one who asked waits for it no
-    longer than its deadline (`run`)."""
+    longer than its deadline (`run_all`)."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -71,34 +73,36 @@ class Workers:
         self._workers = 0
         self._busy = 0
 
-    def run(self, call: Callable[[], T], timeout_s: float,
-            on_late: Callable[[Answer[T]], None] | None = None) -> Answer[T]:
-        """`call()` on a worker, waited for `timeout_s` at most: its `Answer` (timed out: nothing yet). A
-        call still running at the deadline goes on; `on_late` gets its answer when it comes."""
-        done = threading.Event()
-        box: dict[str, Answer[T]] = {}
-        lock = threading.Lock()
-        state = {"late": False}
+    def run_all(self, calls: Mapping[K, Callable[[], T]], timeout_s: float,
+                on_late: Callable[[K, Answer[T]], None] | None = None) -> dict[K, Answer[T]]:
+        """Every call at once, each on a worker, all waited for `timeout_s` at most: their `Answer`s, in
+        the order of `calls`. Calls still running at the deadline go on; `on_late(name, answer)` gets the
+        answer of each when it comes."""
+        answers: dict[K, Answer[T]] = {}
+        changed = threading.Condition()
+        state = {"over": False}
 
-        def task() -> None:
+        def task(name: K, call: Callable[[], T]) -> None:
             try:
                 answer: Answer[T] = Answer(value=call())
             except Exception as exc:   # the caller reads it as that call's answer
                 answer = Answer(error=exc)
-            with lock:
-                box["answer"] = answer
-                late = state["late"]
-                done.set()
+            with changed:
+                late = state["over"]
+                if not late:
+                    answers[name] = answer
+                    changed.notify()
             if late and on_late is not None:
-                on_late(answer)
+                on_late(name, answer)
 
-        self.start(task)
-        done.wait(timeout_s)
-        with lock:
-            if "answer" in box:
-                return box["answer"]
-            state["late"] = True
-            return Answer(timed_out=True)
+        for name, call in calls.items():
+            self.start(partial(task, name, call))
+        deadline = time.monotonic() + timeout_s
+        with changed:
+            while len(answers) < len(calls) and (left := deadline - time.monotonic()) > 0:
+                changed.wait(left)
+            state["over"] = True
+            return {name: answers.get(name, Answer(timed_out=True)) for name in calls}
 
     def start(self, task: Callable[[], None]) -> None:
         """`task()` on an idle worker, or on a new one; not waited for."""

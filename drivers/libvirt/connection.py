@@ -13,7 +13,8 @@
   went silent, libvirt's keepalive wakes one of the calls waiting on the connection and may leave the
   others waiting until the kernel gives the link up (many minutes). One question a host may be left
   unanswered; while it is, the next questions to that host fail at once, until it is answered or its
-  connection is dropped.
+  connection is dropped. Questions to many hosts (`ask_each`: the daemon's look at every host) are asked
+  at once and share one deadline, so hosts that never answer hold up the others by that deadline, once.
 * Hosts are added and removed while calls run on other threads: the map of hosts is replaced whole, never
   changed in place, so a thread going through it sees it as it was before or after, never half-changed.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
@@ -30,9 +31,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -330,36 +332,55 @@ class Connections:
 
         `what` names the step in logs and errors ("save vm1 to /x"); `vm` lets a missing domain be
         reported by its name; `question`: the step only reads, and is waited for `connect_timeout_s` at
-        most (see the module docstring).
+        most (see the module docstring, and `ask_each`).
         """
-        if question:
-            return self._asked(host, what, lambda: self._call(host, what, step, vm))
-        return self._call(host, what, step, vm)
+        if not question:
+            return self._call(host, what, step, vm)
+        answer = self.ask_each(what, {host: step}, vm)[host]
+        if isinstance(answer, DriverError):
+            raise answer
+        return answer
 
-    def _asked(self, host: str, what: str, call: Callable[[], T]) -> T:
-        """`call()` on one of the question workers, waited for `connect_timeout_s` at most."""
+    def ask_each(self, what: str, steps: Mapping[str, Callable[[Any], T]],
+                 vm: str | None = None) -> dict[str, T | DriverError]:
+        """Questions to several hosts at once (host -> the step to run on its connection), all waited for
+        `connect_timeout_s` at most: each host's answer, or the `DriverError` it came to, in the order of
+        `steps` (`HostUnreachable` for a host that did not answer in time, or has not answered its earlier
+        question yet). An error that is no host's (a fault of the step's) is raised."""
+        began = time.monotonic()
+        answers: dict[str, T | DriverError] = {}
+        asked: dict[str, Callable[[], T]] = {}
+        tokens: dict[str, object] = {}
         with self._lock:
-            unanswered = self._unanswered.get(host)
-        if unanswered is not None:
-            raise HostUnreachable(f"{what} on {host}: an earlier question has had no answer for "
-                                  f"{time.monotonic() - unanswered[1]:.0f} s")
-        token, answered = object(), threading.Event()
+            for host, step in steps.items():
+                unanswered = self._unanswered.get(host)
+                if unanswered is not None:
+                    answers[host] = HostUnreachable(f"{what} on {host}: an earlier question has had no answer "
+                                                    f"for {began - unanswered[1]:.0f} s")
+                else:
+                    asked[host] = partial(self._call, host, what, step, vm)
+                    tokens[host] = object()
+        answered_late: set[str] = set()
 
-        def late(_answer: Answer[T]) -> None:
+        def late(host: str, _answer: Answer[T]) -> None:
             with self._lock:
-                answered.set()
-                if self._unanswered.get(host, (None,))[0] is token:
+                answered_late.add(host)
+                if self._unanswered.get(host, (None,))[0] is tokens[host]:
                     del self._unanswered[host]
 
-        answer = self._askers.run(call, self.connect_timeout_s, on_late=late)
-        if answer.timed_out:
-            with self._lock:
-                if not answered.is_set():
-                    self._unanswered[host] = (token, time.monotonic())
-            raise HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
-        if answer.error is not None:
-            raise answer.error
-        return answer.value   # type: ignore[return-value]
+        for host, answer in self._askers.run_all(asked, self.connect_timeout_s, on_late=late).items():
+            if answer.timed_out:
+                with self._lock:
+                    if host not in answered_late:
+                        self._unanswered[host] = (tokens[host], time.monotonic())
+                answers[host] = HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
+            elif answer.error is not None:
+                if not isinstance(answer.error, DriverError):
+                    raise answer.error
+                answers[host] = answer.error
+            else:
+                answers[host] = answer.value   # type: ignore[assignment]
+        return {host: answers[host] for host in steps}
 
     def _call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None) -> T:
 

@@ -52,7 +52,6 @@ class LibvirtDriver(Driver):
     """
 
     name = "libvirt"
-    remote_hosts = True
 
     def __init__(
         self,
@@ -114,6 +113,10 @@ class LibvirtDriver(Driver):
 
     def list_vms(self, host: str) -> list[VMInfo]:
         return self._lifecycle.list_vms(host)
+
+    def list_every_host(self) -> dict[str, list[VMInfo] | DriverError]:
+        """Every host asked at once, each waited for no longer than the connect timeout (`Connections.ask_each`)."""
+        return self._lifecycle.list_every_host()
 
     def domain_macs(self, host: str) -> set[str]:
         return self._lifecycle.domain_macs(host)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
 import xml.etree.ElementTree as ET
@@ -111,6 +111,14 @@ class Lifecycle:
         return "other"
 
     def list_vms(self, host: str) -> list[VMInfo]:
+        return self._connections.call(host, "list domains", self._listing(host), question=True)
+
+    def list_every_host(self) -> dict[str, list[VMInfo] | DriverError]:
+        return self._connections.ask_each("list domains", {host: self._listing(host)
+                                                           for host in self._connections.hosts()})
+
+    def _listing(self, host: str) -> Callable[[Any], list[VMInfo]]:
+        """The question `list_vms` asks `host`'s connection."""
         def listing(conn: Any) -> list[VMInfo]:
             found = []
             for dom in conn.listAllDomains(0):
@@ -125,7 +133,7 @@ class Lifecycle:
                         raise
             return found
 
-        return self._connections.call(host, "list domains", listing, question=True)
+        return listing
 
     def domain_macs(self, host: str) -> set[str]:
         """The MAC addresses of every domain's NICs on `host`, leasewise's or not."""

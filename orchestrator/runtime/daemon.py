@@ -44,7 +44,7 @@ from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from orchestrator.runtime.gil_sharing import sharing_the_gil
+from drivers.gil_sharing import sharing_the_gil
 from orchestrator.runtime.host_watch import (LEASES_PER_PAUSE, LIVE, HostWatch, Listings, ListingsRead, minutes_text,
                                              read_listings)
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts

@@ -28,8 +28,7 @@ from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name, vm_name
-from orchestrator.runtime.gil_sharing import sharing_the_gil
-from orchestrator.runtime.host_questions import HostQuestions
+from drivers.gil_sharing import sharing_the_gil
 from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 
@@ -42,8 +41,7 @@ SILENT_HOSTS = "silent_hosts"
 Listings = dict[str, list[VMInfo] | DriverError]
 #: a lease whose VMs exist on hosts (running, or started and ready to resume)
 LIVE = (LeaseState.ACTIVE, LeaseState.RESUMED_READY)
-#: the look's stretches between two pauses for the request threads (see gil_sharing): hosts asked, leases read
-HOSTS_PER_PAUSE = 50
+#: leases read between two pauses for the request threads (see drivers.gil_sharing)
 LEASES_PER_PAUSE = 500
 
 
@@ -62,27 +60,13 @@ class HostWatch:
             h: parse_time(t, f"{DOWN_HOSTS}.{h}") for h, t in (store.get_meta(DOWN_HOSTS) or {}).items()}
         self._back: set[str] = set()                           # lost hosts that answer again
         self._forgotten: list[tuple[str, str, int, str]] = []   # (host, VM, lease, its state) discarded
-        self._questions = HostQuestions()
         enactor.lost_hosts = frozenset(self.down)
 
     # -- asking the hosts ---------------------------------------------------------------------------------
     def list_hosts(self) -> Listings:
-        """What each host runs: its list of VMs, or the error it gave. Hosts reached over the network are
-        asked at once, and waited for `[daemon] answer_timeout` at most (see `HostQuestions`)."""
-        if self.driver.remote_hosts:
-            answers = self._questions.ask(self.driver.hosts(), self.driver.list_vms,
-                                          self.config.answer_timeout.total_seconds())
-            for answer in answers.values():
-                if isinstance(answer, Exception) and not isinstance(answer, DriverError):
-                    raise answer   # (a fault of the driver's, not of the host: as if asked here)
-            return answers   # type: ignore[return-value]
-        listings: Listings = {}
-        for host in sharing_the_gil(self.driver.hosts(), HOSTS_PER_PAUSE):
-            try:
-                listings[host] = self.driver.list_vms(host)
-            except DriverError as exc:
-                listings[host] = exc
-        return listings
+        """What each host runs: its list of VMs, or the error it gave (`Driver.list_every_host`: hosts
+        reached over a network are asked at once and waited for `[daemon] answer_timeout` at most)."""
+        return self.driver.list_every_host()
 
     def look(self, now: datetime, notes: list[str]) -> Listings:
         """Every host's listing, and when each host that does not answer went silent (a note when a host

@@ -201,6 +201,23 @@ class DriverContract:
         assert t.driver.locate(t.vm("again")) == new
         t.driver.stop(t.vm("again"), graceful_timeout=0)
 
+    def test_every_host_listed_at_once_is_each_hosts_own_listing(self, contract_driver: ContractTarget):
+        """The daemon's look (`list_every_host`) says what `list_vms` says of each host, in host order."""
+        t = contract_driver
+        t.driver.start(t.spec("on-a", lease_id="lease-a"), t.host_a)
+        t.driver.start(t.spec("on-b", lease_id="lease-b"), t.host_b)
+        every = t.driver.list_every_host()
+        assert list(every) == t.driver.hosts()
+
+        def ours(listing: object) -> list[tuple[str, str, str | None]]:
+            assert isinstance(listing, list), listing
+            return sorted((i.name, i.state, i.lease_id) for i in listing if i.name.startswith(t.prefix))
+
+        assert ours(every[t.host_a]) == [(t.vm("on-a"), "running", "lease-a")]
+        assert ours(every[t.host_b]) == [(t.vm("on-b"), "running", "lease-b")]
+        for host in t.driver.hosts():
+            assert ours(every[host]) == ours(t.driver.list_vms(host))
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     def test_started_vm_is_listed_running_with_its_lease(self, contract_driver: ContractTarget):

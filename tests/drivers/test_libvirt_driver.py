@@ -15,6 +15,7 @@ import posixpath
 import socket
 import sys
 import threading
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -204,6 +205,33 @@ def test_a_call_to_a_host_that_does_not_answer_fails_after_the_connect_timeout_a
             assert not again.timed_out and not again.value.reachable and "no answer" in again.value.error
             assert [t for t in threading.enumerate() if t.name == "leasewise-connect-silent"] == connects
             assert drv.list_vms("a") is not None   # the other host answers meanwhile
+        finally:
+            assert not answer_within(drv.close, 5).timed_out
+
+
+def test_every_host_is_asked_at_once_and_silent_hosts_hold_the_look_up_once(hosts):
+    """The daemon's look: three hosts that never answer cost the look one connect timeout, not three, and
+    the host that answers is listed; while their questions and connects are open, the next look does not
+    wait for them."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        mute = [HostConfig(f"mute{i}", f"qemu+tcp://127.0.0.1:{silent.getsockname()[1]}/system") for i in range(3)]
+        drv = LibvirtDriver([*mute, hosts[0]], retry_attempts=4, retry_wait_s=0.0, connect_timeout_s=0.5)
+        try:
+            vm = name()
+            for look in range(2):
+                began = time.monotonic()
+                every = drv.list_every_host()
+                took = time.monotonic() - began
+                assert list(every) == ["mute0", "mute1", "mute2", "a"]
+                assert [v.name for v in every["a"] if v.name == vm] == ([vm] if look else [])
+                for host in ("mute0", "mute1", "mute2"):
+                    assert isinstance(every[host], HostUnreachable), every[host]
+                    assert str(every[host]).startswith(f"list domains on {host}: ")
+                assert (0.5 <= took < 1.5) if look == 0 else took < 0.4, (look, took)
+                if look == 0:
+                    drv.start(VMSpec(vm, 1, 64), "a")   # (the silent hosts are not waited for here either)
         finally:
             assert not answer_within(drv.close, 5).timed_out
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from orchestrator.runtime.gil_sharing import sharing_the_gil
+from drivers.gil_sharing import sharing_the_gil
 
 
 @pytest.fixture
