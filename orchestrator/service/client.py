@@ -18,12 +18,12 @@ import socket
 import ssl
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from urllib.parse import quote
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -47,6 +47,7 @@ from orchestrator.service.models import responses as answers
 from orchestrator.service.models.responses import conforming, shaped
 from orchestrator.state.store import Event
 
+T = TypeVar("T")
 TIMEOUT_S = 60.0
 EXIT_FAILED, EXIT_BUSY = 1, 75
 #: the exit code of an answer that lacks the API's error body (a proxy's, say): "try again" for a request
@@ -130,7 +131,7 @@ class Client:
         restarting) and, when `again` (a read, or a submission with an idempotency key; default: GET), while
         the connection is reset before the answer. `answer`: the model the answer is read through (its JSON
         data given back, `shaped`; with `many`, an answer of many leases or events: checked, and given back
-        as it came, `conforming`)."""
+        as it came, `conforming`). Pages of leases and the plan are rebuilt instead (`_rebuilt`)."""
         again = method == "GET" if again is None else again
         self.server_ms = None
         deadline = time.monotonic() + self.wait
@@ -167,9 +168,28 @@ class Client:
         try:
             return conforming(answer, data) if many else shaped(answer, data)
         except ValidationError as exc:
-            field, problem = error_line(exc.errors())
-            raise RemoteError(f"server {self.server}: its answer is not the API's {answer.__name__} "
-                              f"({field}: {problem})", EXIT_FAILED) from None
+            raise self._not_the_apis(answer, exc) from None
+
+    def _rebuilt(self, answer: type[BaseModel], data: Any, rebuild: Callable[[Any], T]) -> T:
+        """`rebuild(data)` of an answer of many leases (a page of leases, the plan), which `_call` gives
+        back unread. The rebuild is the check: leases are rebuilt by the store's own reader, which refuses
+        what is not one, so reading the answer through its model as well would pay twice for the same
+        check, on every page a list asks for. Only when the rebuild fails is the answer read through its
+        model, for the line naming the field."""
+        try:
+            return rebuild(data)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, LeasewiseError) as exc:
+            try:
+                answer.model_validate(data, strict=True)
+            except ValidationError as invalid:
+                raise self._not_the_apis(answer, invalid) from None
+            raise RemoteError(f"server {self.server}: its answer is not the API's {answer.__name__} ({exc})",
+                              EXIT_FAILED) from None
+
+    def _not_the_apis(self, answer: type[BaseModel], exc: ValidationError) -> RemoteError:
+        field, problem = error_line(exc.errors())
+        return RemoteError(f"server {self.server}: its answer is not the API's {answer.__name__} "
+                           f"({field}: {problem})", EXIT_FAILED)
 
     def _answer(self, response: httpx.Response) -> Any:
         try:
@@ -215,8 +235,9 @@ class Client:
             params["after"] = after
         if limit is not None:
             params["limit"] = limit
-        page = self._call("GET", "/v1/leases", params=params, answer=LeasePage, many=True)
-        return [lease_from_json(d) for d in page["leases"]], page["next"]
+        page = self._call("GET", "/v1/leases", params=params)
+        return self._rebuilt(LeasePage, page, lambda page: ([lease_from_json(d) for d in page["leases"]],
+                                                            _next_id(page["next"])))
 
     def leases(self, states: list[str] | None = None, user: str | None = None,
                everyone: bool = False) -> list[Lease]:
@@ -232,6 +253,7 @@ class Client:
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
         data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms}, answer=answers.LeaseShown,
                           many=True)
+
         found = None if data["vms"] is None else [vm_access_from_json(v) for v in data["vms"]]
         return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], found
 
@@ -350,15 +372,18 @@ class Client:
 
     def plan(self, start: str | None, end: str | None) -> tuple[list, list[str], dict[int, str]]:
         """(lease, reservation) pairs of the plan in [start, end), the hosts, the leases' labels."""
-        data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v},
-                          answer=answers.Plan, many=True)
-        leases = {}
-        for record in data["leases"]:
-            lease = lease_from_json(record)
-            leases[lease.id] = lease
-        parts = {(l.id, rr.id): rr for l in leases.values() for vm in l.reservations for rr in vm.all_parts()}
-        pairs = [(leases[p["lease"]], parts[(p["lease"], p["reservation"])]) for p in data["pairs"]]
-        return pairs, data["hosts"], {int(k): v for k, v in data["labels"].items()}
+        data = self._call("GET", "/v1/plan", params={k: v for k, v in (("start", start), ("end", end)) if v})
+
+        def rebuild(data: Any) -> tuple[list, list[str], dict[int, str]]:
+            leases = {}
+            for record in data["leases"]:
+                lease = lease_from_json(record)
+                leases[lease.id] = lease
+            parts = {(one.id, rr.id): rr for one in leases.values() for vm in one.reservations for rr in vm.all_parts()}
+            pairs = [(leases[p["lease"]], parts[(p["lease"], p["reservation"])]) for p in data["pairs"]]
+            return pairs, _texts(data["hosts"]), {int(k): _text(v) for k, v in data["labels"].items()}
+
+        return self._rebuilt(answers.Plan, data, rebuild)
 
     def get(self, path: str, **params: Any) -> Any:
         return self._call("GET", path, params=params)
@@ -375,6 +400,25 @@ def socket_tls_context() -> ssl.SSLContext:
     context that trusts no authority, since httpx's default reads and parses a whole CA bundle for every
     client made (each CLI command; each of a load test's clients, all at once)."""
     return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+def _next_id(value: Any) -> int | None:
+    """A page's `next`: the id to ask for the next page after, or None."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"next: not a lease id ({value!r})")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"not text ({value!r})")
+    return value
+
+
+def _texts(values: Any) -> list[str]:
+    if not isinstance(values, list):
+        raise TypeError(f"not a list ({values!r})")
+    return [_text(v) for v in values]
 
 
 def _segment(text: str) -> str:

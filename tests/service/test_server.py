@@ -272,6 +272,43 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
         gc.unfreeze()
 
 
+@pytest.mark.parametrize("body, says", [
+    ({"leases": [{"id": 1, "state": "scheduled"}], "next": None}, "API's LeasePage (leases[0].history: is required)"),
+    ({"leases": [], "next": "later"}, "API's LeasePage (next: "),
+    ({"leases": "none", "next": None}, "API's LeasePage (leases: "),
+])
+def test_a_page_of_leases_that_is_not_the_apis_is_one_line_naming_the_field(body, says):
+    """A page of leases is checked by rebuilding its leases (not read through its model first, which would
+    check it twice): an answer that is not a page still fails as one line naming the model and the field."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Wrong(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(RemoteError) as caught, Client(f"http://127.0.0.1:{server.server_port}") as client:
+            client.lease_page()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert caught.value.exit_code == 1
+    message = str(caught.value)
+    assert message.startswith(f"server http://127.0.0.1:{server.server_port}: its answer is not the {says}"), message
+    assert "\n" not in message
+
+
 def test_an_answer_that_is_not_the_apis_is_one_line_exit_1():
     """The client reads every answer through its model: a server (or a proxy) answering with something
     else is one line naming the model and the field, exit 1, not a traceback or a wrong table."""
