@@ -120,7 +120,7 @@ from lablib.network import (
     shape_link,
     vm_bridge_ok,
 )
-from lablib.cut import cut, mend
+from lablib.cut import cut, is_cut, mend
 from lablib.power import boot, crash, host_number
 from lablib.reach import prewarm, ssh_cmd, virsh, wait_libvirt, wait_ssh
 from lablib.transports import (
@@ -291,7 +291,7 @@ def status() -> int:
         until = time.strftime("%H:%M:%S", time.localtime(int(expiry))) if expiry.isdigit() else expiry
         print(f"  lease {ip:15} {mac}  {hostname}  until {until}")
     print(f"{'host':6} {'address':11} {'link':10} {'netns':6} {VM_BRIDGE:4} {'holder':7} {'libvirtd':9} "
-          f"{'virtlogd':9} {'sshd':5} {'libvirt':9} {'ssh':4} domains")
+          f"{'virtlogd':9} {'sshd':5} {'cut':4} {'libvirt':9} {'ssh':4} domains")
     for n in nums:
         hd = host_dir(n)
         ns_ok = netns(n) in existing_netns()
@@ -300,20 +300,23 @@ def status() -> int:
         lv_ok = alive(read_pid(hd / "libvirtd.pid"))
         vl_ok = alive(read_pid(hd / "virtlogd.pid"))
         sshd_ok = alive(read_pid(hd / "sshd.pid"))
+        # a cut host (`lab cut`) answers nothing: it is not asked (each ask would wait out its timeout)
+        cut_off = ns_ok and is_cut(n)
         domains = "-"
         libvirt_ok = False
-        if ns_ok:
+        if ns_ok and not cut_off:
             proc = virsh(n, transport, "list", "--name", timeout=8)
             if proc is not None and proc.returncode == 0:
                 libvirt_ok = True
                 names = [d for d in proc.stdout.split() if d]
                 domains = ",".join(names) if names else "(none)"
         ssh_ok = False
-        if ns_ok and HEAD_KEY.exists():
+        if ns_ok and not cut_off and HEAD_KEY.exists():
             ssh_ok = quiet(ssh_cmd(n, "true", timeout=4), timeout=10)
+        unasked = "(cut)" if cut_off else None
         print(f"{host_name(n):6} {host_ip(n):11} {link_shape_text(n):10} {yn(ns_ok):6} {yn(br_ok):4} "
-              f"{yn(holder_ok):7} {yn(lv_ok):9} {yn(vl_ok):9} {yn(sshd_ok):5} {yn(libvirt_ok):9} {yn(ssh_ok):4} "
-              f"{domains}")
+              f"{yn(holder_ok):7} {yn(lv_ok):9} {yn(vl_ok):9} {yn(sshd_ok):5} {'YES' if cut_off else 'no':4} "
+              f"{unasked or yn(libvirt_ok):9} {unasked or yn(ssh_ok):4} {domains}")
         ok &= all((ns_ok, br_ok, holder_ok, lv_ok, vl_ok, sshd_ok, libvirt_ok, ssh_ok))
     inv = RUN / "inventory.toml"
     print(f"inventory: {inv if inv.exists() else 'MISSING'}")

@@ -54,7 +54,13 @@ def test_a_host_cut_off_holds_up_the_others_by_the_answer_timeout_at_most(lab, c
             {h: running_on(h) for h in lab.names}), 120)
         lab.cut(cut)
         is_cut = True
-        time.sleep(2)   # (the daemon's next looks ask the cut host on the connection it has open)
+        began = time.monotonic()
+        status = subprocess.run([str(REPO / "deploy/lab/lab"), "status"], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, timeout=120)
+        (line,) = [row for row in status.stdout.splitlines() if row.startswith(cut)]
+        assert status.returncode == 1 and "YES" in line.split() and "(cut)" in line, status.stdout
+        assert time.monotonic() - began < 60   # (the cut host is not asked: no ask waits out its timeout)
+        time.sleep(max(0.0, 2 - (time.monotonic() - began)))   # (the daemon's next looks ask the cut host)
         (on_other,) = placed[other]
         cli("lease", "cancel", on_other.split("-")[1], *common)
         began = time.monotonic()
