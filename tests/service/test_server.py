@@ -8,6 +8,8 @@ import threading
 import json
 import ssl
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -272,15 +274,9 @@ def test_a_server_alone_in_its_process_keeps_what_it_started_with_out_of_full_co
         gc.unfreeze()
 
 
-@pytest.mark.parametrize("body, says", [
-    ({"leases": [{"id": 1, "state": "scheduled"}], "next": None}, "API's LeasePage (leases[0].history: is required)"),
-    ({"leases": [], "next": "later"}, "API's LeasePage (next: "),
-    ({"leases": "none", "next": None}, "API's LeasePage (leases: "),
-])
-def test_a_page_of_leases_that_is_not_the_apis_is_one_line_naming_the_field(body, says):
-    """A page of leases is checked by rebuilding its leases (not read through its model first, which would
-    check it twice): an answer that is not a page still fails as one line naming the model and the field."""
-    import threading
+@contextmanager
+def _answering(body: object) -> Iterator[str]:
+    """A plain HTTP server on loopback (not leasewise's) answering every GET with `body` as JSON: its URL."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Wrong(BaseHTTPRequestHandler):
@@ -298,45 +294,36 @@ def test_a_page_of_leases_that_is_not_the_apis_is_one_line_naming_the_field(body
     server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(RemoteError) as caught, Client(f"http://127.0.0.1:{server.server_port}") as client:
-            client.lease_page()
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"leases": [{"id": 1, "state": "scheduled"}], "next": None}, "API's LeasePage (leases[0].history: is required)"),
+    ({"leases": [], "next": "later"}, "API's LeasePage (next: "),
+    ({"leases": "none", "next": None}, "API's LeasePage (leases: "),
+])
+def test_a_page_of_leases_that_is_not_the_apis_is_one_line_naming_the_field(body, says):
+    """A page of leases is checked by rebuilding its leases (not read through its model first, which would
+    check it twice): an answer that is not a page still fails as one line naming the model and the field."""
+    with _answering(body) as url, pytest.raises(RemoteError) as caught, Client(url) as client:
+        client.lease_page()
     assert caught.value.exit_code == 1
     message = str(caught.value)
-    assert message.startswith(f"server http://127.0.0.1:{server.server_port}: its answer is not the {says}"), message
+    assert message.startswith(f"server {url}: its answer is not the {says}"), message
     assert "\n" not in message
 
 
 def test_an_answer_that_is_not_the_apis_is_one_line_exit_1():
     """The client reads every answer through its model: a server (or a proxy) answering with something
     else is one line naming the model and the field, exit 1, not a traceback or a wrong table."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Wrong(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps({"user": 7, "admin": True, "groups": [], "via": "unix"}).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(RemoteError) as caught, Client(f"http://127.0.0.1:{server.server_port}") as client:
+    with _answering({"user": 7, "admin": True, "groups": [], "via": "unix"}) as url:
+        with pytest.raises(RemoteError) as caught, Client(url) as client:
             client.whoami()
-        result = _cli("whoami", "--server", f"http://127.0.0.1:{server.server_port}")
-    finally:
-        server.shutdown()
-        server.server_close()
+        result = _cli("whoami", "--server", url)
     assert caught.value.exit_code == 1
-    assert str(caught.value).startswith(f"server http://127.0.0.1:{server.server_port}: its answer is not the "
+    assert str(caught.value).startswith(f"server {url}: its answer is not the "
                                         "API's Whoami (user: must be text (got 7))"), str(caught.value)
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
