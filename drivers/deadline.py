@@ -30,6 +30,14 @@ class Answer(Generic[T]):
     timed_out: bool = False
 
 
+def _answer_of(call: Callable[[], T]) -> Answer[T]:
+    """What `call()` came to: its value, or the exception it raised (the caller reads it as its answer)."""
+    try:
+        return Answer(value=call())
+    except Exception as exc:
+        return Answer(error=exc)
+
+
 def answers_within(calls: Mapping[str, Callable[[], T]], timeout_s: float) -> dict[str, Answer[T]]:
     """Run every call at once, each in its own daemon thread, and collect what each answered within
     `timeout_s` seconds overall (name -> `Answer`, in the order of `calls`)."""
@@ -37,10 +45,7 @@ def answers_within(calls: Mapping[str, Callable[[], T]], timeout_s: float) -> di
     lock = threading.Lock()
 
     def run(name: str, call: Callable[[], T]) -> None:
-        try:
-            answer: Answer[T] = Answer(value=call())
-        except Exception as exc:   # the caller reads it as that call's answer
-            answer = Answer(error=exc)
+        answer = _answer_of(call)
         with lock:
             answers[name] = answer
 
@@ -83,10 +88,7 @@ class Workers:
         state = {"over": False}
 
         def task(name: K, call: Callable[[], T]) -> None:
-            try:
-                answer: Answer[T] = Answer(value=call())
-            except Exception as exc:   # the caller reads it as that call's answer
-                answer = Answer(error=exc)
+            answer = _answer_of(call)
             with changed:
                 late = state["over"]
                 if not late:
