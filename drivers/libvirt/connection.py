@@ -368,18 +368,21 @@ class Connections:
                 if self._unanswered.get(host, (None,))[0] is tokens[host]:
                     del self._unanswered[host]
 
+        fault: Exception | None = None
         for host, answer in self._askers.run_all(asked, self.connect_timeout_s, on_late=late).items():
             if answer.timed_out:
                 with self._lock:
                     if host not in answered_late:
                         self._unanswered[host] = (tokens[host], time.monotonic())
                 answers[host] = HostUnreachable(f"{what} on {host}: no answer within {self.connect_timeout_s:g} s")
-            elif answer.error is not None:
-                if not isinstance(answer.error, DriverError):
-                    raise answer.error
+            elif isinstance(answer.error, DriverError):
                 answers[host] = answer.error
+            elif answer.error is not None:
+                fault = fault or answer.error   # (raised once every host's question is accounted for)
             else:
                 answers[host] = answer.value   # type: ignore[assignment]
+        if fault is not None:
+            raise fault
         return {host: answers[host] for host in steps}
 
     def _call(self, host: str, what: str, step: Callable[[Any], T], vm: str | None) -> T:

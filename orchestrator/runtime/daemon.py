@@ -32,6 +32,7 @@ from pathlib import Path
 
 from drivers.base import Driver
 from drivers.errors import DriverError, VMNotFound
+from drivers.gil_sharing import sharing_the_gil
 from drivers.clock import Clock, SimulatedClock
 from orchestrator.config import Config, SchedulingConfig
 from orchestrator.model.errors import InconsistentSchedule
@@ -44,7 +45,6 @@ from orchestrator.runtime.dirty_rates import DirtyRateSampler, RunningVM
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.driver_factory import make_driver
 from orchestrator.runtime.eventloop import EventLoop, RunResult
-from drivers.gil_sharing import sharing_the_gil
 from orchestrator.runtime.host_watch import (LEASES_PER_PAUSE, LIVE, HostWatch, Listings, ListingsRead, minutes_text,
                                              read_listings)
 from orchestrator.runtime.intents import RELEASE, STRAY, Intent, IntentCollector, IntentTag, reservation_hosts

@@ -23,12 +23,12 @@ from datetime import datetime, timedelta
 
 from drivers.base import Driver, VMInfo
 from drivers.errors import DriverError
+from drivers.gil_sharing import sharing_the_gil
 from orchestrator.config import DaemonConfig
 from orchestrator.model.lease import Lease
 from orchestrator.model.states import LeaseState
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import ACTIVE_STATES, DriverEnactor, UnreachableHosts, parse_vm_name, vm_name
-from drivers.gil_sharing import sharing_the_gil
 from orchestrator.state.cluster import DOWN_HOSTS, Cluster
 from orchestrator.state.store import Store
 

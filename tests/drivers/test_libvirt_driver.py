@@ -209,6 +209,19 @@ def test_a_call_to_a_host_that_does_not_answer_fails_after_the_connect_timeout_a
             assert not answer_within(drv.close, 5).timed_out
 
 
+def test_questions_to_many_hosts_give_each_hosts_answer_and_raise_a_fault_that_is_no_hosts(driver):
+    """`Connections.ask_each`: a host's own error is its answer; an error of the question itself (a bug, not
+    the host) is raised, once every host's question is accounted for."""
+    connections = driver._connections
+    answers = connections.ask_each("read", {"a": lambda conn: conn.getHostname(),
+                                            "b": lambda conn: conn.lookupByName("lwt-no-such-vm")}, vm="lwt-no-such-vm")
+    assert list(answers) == ["a", "b"]
+    assert isinstance(answers["a"], str) and isinstance(answers["b"], VMNotFound)
+    with pytest.raises(ZeroDivisionError):
+        connections.ask_each("divide", {"a": lambda conn: 1 / 0, "b": lambda conn: conn.getHostname()})
+    assert connections.ask_each("read", {"b": lambda conn: conn.getHostname()})["b"]   # (nothing left open)
+
+
 def test_every_host_is_asked_at_once_and_silent_hosts_hold_the_look_up_once(hosts):
     """The daemon's look: three hosts that never answer cost the look one connect timeout, not three, and
     the host that answers is listed; while their questions and connects are open, the next look does not
