@@ -253,7 +253,6 @@ class Client:
     def lease(self, lease_id: int, vms: bool = True) -> tuple[Lease, list[Event], list[VMAccess] | None]:
         data = self._call("GET", f"/v1/leases/{lease_id}", params={"vms": vms}, answer=answers.LeaseShown,
                           many=True)
-
         found = None if data["vms"] is None else [vm_access_from_json(v) for v in data["vms"]]
         return lease_from_json(data["lease"]), [event_from_json(e) for e in data["events"]], found
 
