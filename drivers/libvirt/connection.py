@@ -15,6 +15,14 @@
   unanswered; while it is, the next questions to that host fail at once, until it is answered or its
   connection is dropped. Questions to many hosts (`ask_each`: the daemon's look at every host) are asked
   at once and share one deadline, so hosts that never answer hold up the others by that deadline, once.
+* An operation (a start, a stop, a save, a restore, a copy, a migration's own call: `operation()`) makes its
+  calls to a remote host over a connection no other call uses while it runs. On a link that went silent the
+  keepalive wakes one call waiting on a connection (libvirt 9.0's client), so each operation must be the
+  only one waiting on its connection, or it may wait until the kernel gives the link up (about 15 min).
+  Such a connection is kept for the next operation when it is done (a connect over ssh costs a handshake);
+  a new one is opened after the shared connection, so a host that does not answer fails an operation
+  within `connect_timeout_s` and shares one connect with every caller. Local hosts (`test:///`, whose state
+  lives and dies with its connection, and `qemu:///system`) keep the shared one.
 * Hosts are added and removed while calls run on other threads: the map of hosts is replaced whole, never
   changed in place, so a thread going through it sees it as it was before or after, never half-changed.
 * Transient errors (connection reset, RPC failure, timeout, no connection) are retried with tenacity,
@@ -31,7 +39,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -63,6 +72,8 @@ INSTALL_HINT = (
     "&& pip install 'leasewise[libvirt]'"
 )
 EVENT_LOOP_THREAD = "leasewise-libvirt-events"
+#: connections kept for later operations, per host (about as many as operations run on a host at once)
+_SPARES_PER_HOST = 4
 #: words of a system or internal error that mean the link, not the request, failed
 _CONNECTION_WORDS = (
     "connection reset", "broken pipe", "end of file", "cannot recv data", "cannot write data",
@@ -148,6 +159,14 @@ class _Opening:
     error: BaseException | None = None
 
 
+class _Operation:
+    """The connections one thread's operation holds, by host (`Connections.operation`)."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation   # `Connections.close` calls before it began
+        self.conns: dict[str, Any] = {}
+
+
 class _ConnectTimedOut(Exception):
     """A connect did not answer within the connect timeout (`call` says which call it held up)."""
 
@@ -178,6 +197,8 @@ class Connections:
         self._unanswered: dict[str, tuple[object, float]] = {}
         self._generation = 0                       # `close` calls so far
         self._askers = Workers("leasewise-ask")
+        self._local = threading.local()   # .operation: this thread's `_Operation` under way, if any
+        self._spares: dict[str, list[Any]] = {}   # host -> connections operations left, none in use
         self._silent: set[str] = set()   # hosts whose last call ran out of retries on a transient error
         # libvirt prints every error to stderr by default; we report them ourselves.
         libvirt.registerErrorHandler(_log_libvirt_error, None)
@@ -199,8 +220,11 @@ class Connections:
             self._configs = {name: cfg for name, cfg in self._configs.items() if name != host}
             entry = self._open.pop(host, None)
             self._silent.discard(host)
+            spares = self._spares.pop(host, [])
         if entry is not None:
             _close_quietly(entry.conn)
+        for conn in spares:
+            _close_quietly(conn)
 
     def host_config(self, host: str) -> HostConfig:
         try:
@@ -268,7 +292,8 @@ class Connections:
                     del self._opening[cfg.name]
             opening.done.set()
 
-    def _open_new(self, cfg: HostConfig) -> _Connection:
+    def _open_new(self, cfg: HostConfig, watched: bool = True) -> _Connection:
+        """A new connection with keepalive; `watched`: one to cache, marked dropped when libvirt closes it."""
         lv = self.libvirt
         if cfg.is_remote:
             ensure_event_loop(lv)
@@ -278,6 +303,8 @@ class Connections:
         except lv.libvirtError as exc:
             log.debug("no keepalive on %s: %s", cfg.uri, exc.get_error_message())
         entry = _Connection(cfg.name, conn)
+        if not watched:
+            return entry
         try:
             # The entry itself is the opaque: a late callback from a replaced connection marks only that one.
             conn.registerCloseCallback(self._on_close, entry)
@@ -321,8 +348,88 @@ class Connections:
             self._opening.clear()
             entries = list(self._open.values())
             self._open.clear()
+            spares = [conn for conns in self._spares.values() for conn in conns]
+            self._spares.clear()
         for entry in entries:
             _close_quietly(entry.conn)
+        for conn in spares:
+            _close_quietly(conn)
+
+    # -- operations on connections of their own ------------------------------------------------------
+
+    @contextmanager
+    def operation(self) -> Iterator[None]:
+        """Until the block ends, this thread's calls (not its questions) to a remote host run on a connection
+        that no other call uses meanwhile, one per host (see the module docstring). A block inside another
+        is part of it. At the end each connection that is still alive is kept for a later operation
+        (`_SPARES_PER_HOST` at most): opening one costs a connect, over ssh a handshake too."""
+        if getattr(self._local, "operation", None) is not None:
+            yield
+            return
+        operation = self._local.operation = _Operation(self._generation)
+        try:
+            yield
+        finally:
+            self._local.operation = None
+            for host, conn in operation.conns.items():
+                self._spare_or_close(host, conn, operation.generation)
+
+    def _operation_connection(self, host: str) -> Any:
+        """The connection this thread's operation has to `host`: its own, a spare one, or a new one
+        (opened within `connect_timeout_s`) when it has none or its link dropped."""
+        operation: _Operation = self._local.operation
+        conn = operation.conns.pop(host, None)
+        while conn is None or not self._alive(conn):
+            if conn is not None:
+                _close_quietly(conn)
+            with self._lock:
+                spares = self._spares.get(host)
+                conn = spares.pop() if spares else None
+            if conn is None:
+                conn = self._open_for_operation(host)
+        operation.conns[host] = conn
+        return conn
+
+    def _open_for_operation(self, host: str) -> Any:
+        cfg = self.host_config(host)
+        self.connection(host)   # (the shared one first: a host that does not answer fails here, one connect for all)
+
+        def late(_host: str, answer: Answer[_Connection]) -> None:
+            if answer.value is not None:   # (given up on: nobody will use it)
+                _close_quietly(answer.value.conn)
+
+        answer = self._askers.run_all({host: partial(self._open_new, cfg, False)}, self.connect_timeout_s,
+                                      on_late=late)[host]
+        if answer.timed_out:
+            raise _ConnectTimedOut(f"no answer from {cfg.uri} within {self.connect_timeout_s:g} s")
+        if answer.error is not None:
+            raise answer.error
+        assert answer.value is not None
+        return answer.value.conn
+
+    def _alive(self, conn: Any) -> bool:
+        try:
+            return bool(conn.isAlive())
+        except self.libvirt.libvirtError:
+            return False
+
+    def _spare_or_close(self, host: str, conn: Any, generation: int) -> None:
+        """Keep an operation's connection for the next one, unless it is dead, there are spares enough,
+        the host was removed, or the connections were closed since the operation began."""
+        if self._alive(conn):
+            with self._lock:
+                spares = self._spares.setdefault(host, [])
+                if (generation == self._generation and host in self._configs
+                        and len(spares) < _SPARES_PER_HOST):
+                    spares.append(conn)
+                    return
+        _close_quietly(conn)
+
+    def _drop_operation_connection(self, host: str) -> None:
+        operation: _Operation | None = getattr(self._local, "operation", None)
+        conn = None if operation is None else operation.conns.pop(host, None)
+        if conn is not None:
+            _close_quietly(conn)
 
     # -- calls, retries, errors ------------------------------------------------------------------
 
@@ -395,13 +502,17 @@ class Connections:
                 state.next_action.sleep if state.next_action else 0.0,
             )
             self.mark_dropped(host)
+            if own:
+                self._drop_operation_connection(host)
 
         with self._lock:
             silent = host in self._silent
         policy = RetryPolicy(attempts=1) if silent else self.retry
         retrying = policy.retrying(self.is_transient, self.clock, before_sleep)
+        own = getattr(self._local, "operation", None) is not None and self.host_config(host).is_remote
+        connection = self._operation_connection if own else self.connection
         try:
-            result = retrying(lambda: step(self.connection(host)))
+            result = retrying(lambda: step(connection(host)))
         except self.libvirt.libvirtError as exc:
             if self.is_transient(exc):
                 with self._lock:

@@ -139,11 +139,14 @@ class LibvirtDriver(Driver):
                 return kinds.get(stats.get("operation"), "other")
         return None
 
+    # (each operation makes its calls to a remote host over a connection of its own: `Connections.operation`)
     def start(self, spec: VMSpec, host: str) -> OperationReport:
-        return self._lifecycle.start(spec, host)
+        with self._connections.operation():
+            return self._lifecycle.start(spec, host)
 
     def stop(self, vm: str, graceful_timeout: float = 30.0, host: str | None = None) -> OperationReport:
-        return self._lifecycle.stop(vm, graceful_timeout, host)
+        with self._connections.operation():
+            return self._lifecycle.stop(vm, graceful_timeout, host)
 
     def image_info(self, host: str, path: str) -> ImageInfo:
         return self._storage.image_info(host, path)
@@ -159,13 +162,16 @@ class LibvirtDriver(Driver):
         return self._images.checksum(host, path)
 
     def upload_image(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
-        return self._images.upload(host, path, source, progress)
+        with self._connections.operation():
+            return self._images.upload(host, path, source, progress)
 
     def discard(self, vm: str, host: str) -> bool:
-        return self._lifecycle.discard(host, vm)
+        with self._connections.operation():
+            return self._lifecycle.discard(host, vm)
 
     def remove_vm_storage(self, vm: str, host: str, keep_disk: bool = False) -> list[str]:
-        return self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
+        with self._connections.operation():
+            return self._storage.remove_vm_volumes(host, vm, keep_disk=keep_disk)
 
     def vm_addresses(self, vm: str) -> list[VMAddress]:
         return vm_addresses(self._connections, self._lifecycle.find(vm), vm)
@@ -180,16 +186,20 @@ class LibvirtDriver(Driver):
     # -- memory images ---------------------------------------------------------------------------
 
     def suspend(self, vm: str, state_path: str, bypass_cache: bool = False) -> OperationReport:
-        return self._state.suspend(vm, state_path, bypass_cache)
+        with self._connections.operation():
+            return self._state.suspend(vm, state_path, bypass_cache)
 
     def resume(self, vm: str, state_path: str, host: str) -> OperationReport:
-        return self._state.resume(vm, state_path, host)
+        with self._connections.operation():
+            return self._state.resume(vm, state_path, host)
 
     def move_state(self, state_path: str, src_host: str, dst_host: str) -> OperationReport:
-        return self._state.move_state(state_path, src_host, dst_host)
+        with self._connections.operation():
+            return self._state.move_state(state_path, src_host, dst_host)
 
     def remove_state(self, state_path: str, host: str) -> None:
-        self._state.remove_state(state_path, host)
+        with self._connections.operation():
+            self._state.remove_state(state_path, host)
 
     # -- live migration --------------------------------------------------------------------------
 

@@ -287,16 +287,28 @@ class Lifecycle:
 
         return self._connections.call(host, f"discard {vm}", discard, vm)
 
-    def undefine_stale(self, host: str, vm: str) -> None:
-        """Drop the saved definition a VM leaves on the host it was suspended on (it now runs elsewhere)."""
+    def undefine_stale(self, vm: str, running_on: str) -> None:
+        """Drop the saved definitions a VM left on the hosts it was suspended on (it now runs on
+        `running_on`). Every other host is asked at once (a question each, waited for a while at most);
+        only a host that holds such a definition is then changed."""
+        connections = self._connections
+
+        def stale(conn: Any) -> bool:
+            dom = connections.domain_or_none(conn, vm)
+            return dom is not None and not dom.isActive() and dom.isPersistent()
 
         def undefine(conn: Any) -> None:
-            dom = self._connections.domain_or_none(conn, vm)
+            dom = connections.domain_or_none(conn, vm)
             if dom is not None and not dom.isActive() and dom.isPersistent():
-                log.info("removing the stale definition of %s on %s", vm, host)
                 dom.undefine()
 
-        try:
-            self._connections.call(host, f"undefine stale {vm}", undefine, vm)
-        except DriverError as exc:
-            log.warning("could not remove the stale definition of %s on %s: %s", vm, host, exc)
+        others = {other: stale for other in connections.hosts() if other != running_on}
+        for host, answer in connections.ask_each(f"look up {vm}", others, vm).items():
+            try:
+                if isinstance(answer, DriverError):
+                    raise answer
+                if answer:
+                    log.info("removing the stale definition of %s on %s", vm, host)
+                    connections.call(host, f"undefine stale {vm}", undefine, vm)
+            except DriverError as exc:
+                log.warning("could not remove the stale definition of %s on %s: %s", vm, host, exc)

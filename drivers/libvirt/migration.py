@@ -163,7 +163,7 @@ class Migrations:
         if not self._lifecycle.active_on(src_host, vm):
             raise attempt.failed(f"{vm} is not running on {src_host}")
         try:
-            dst_conn = self._connections.call(dst_host, "connect", lambda c: c)
+            self._connections.call(dst_host, "connect", lambda c: c)   # (the destination answers)
             src_conn = self._connections.call(src_host, "connect", lambda c: c)
             dom = src_conn.lookupByName(vm)
             memory_total = int(dom.info()[1]) * 1024
@@ -197,14 +197,19 @@ class Migrations:
         outcome: dict[str, Any] = {}
 
         def run() -> None:
+            call = self._connections.call
             try:
-                if flags & lv.VIR_MIGRATE_PEER2PEER:
-                    # virDomainMigrate3 refuses PEER2PEER; the peer-to-peer form of the same call takes
-                    # the destination's libvirt URI, which the source libvirtd connects to itself (over
-                    # the same transport, with the source host's own key or certificate: `peer_uri`)
-                    dom.migrateToURI3(peer_uri(dst_cfg), params, flags)
-                else:
-                    dom.migrate3(dst_conn, params, flags)
+                # the migration's own call waits on connections of its own, the monitor's calls below on the
+                # shared ones: on a link gone silent each is then the only call its connection wakes
+                with self._connections.operation():
+                    migrating = call(src_host, f"look up {vm}", lambda c: c.lookupByName(vm), vm)
+                    if flags & lv.VIR_MIGRATE_PEER2PEER:
+                        # virDomainMigrate3 refuses PEER2PEER; the peer-to-peer form of the same call takes
+                        # the destination's libvirt URI, which the source libvirtd connects to itself (over
+                        # the same transport, with the source host's own key or certificate: `peer_uri`)
+                        migrating.migrateToURI3(peer_uri(dst_cfg), params, flags)
+                    else:
+                        migrating.migrate3(call(dst_host, "connect", lambda c: c), params, flags)
                 outcome["returned"] = True
             except BaseException as exc:  # reported to the monitoring thread, which decides
                 outcome["error"] = exc

@@ -118,9 +118,7 @@ class StateTransfer:
                 conn.defineXML(dom.XMLDesc(lv.VIR_DOMAIN_XML_INACTIVE | lv.VIR_DOMAIN_XML_SECURE))
 
         call(host, f"define restored {vm}", persist, vm)
-        for other in self._connections.hosts():
-            if other != host:
-                self._lifecycle.undefine_stale(other, vm)
+        self._lifecycle.undefine_stale(vm, running_on=host)
         return OperationReport("resume", vm, host, seconds, self._file_size(host, state_path))
 
     def _file_size(self, host: str, path: str) -> int:

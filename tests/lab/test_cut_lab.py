@@ -8,6 +8,7 @@ the connect that went on meanwhile."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 import pytest
@@ -85,3 +86,70 @@ def test_a_host_cut_off_holds_up_the_others_by_the_answer_timeout_at_most(lab, c
         out.close()
         print(log.read_text())
         remove_lease_domains(libvirt_mod, conns)
+
+
+def test_operations_on_a_host_cut_off_each_end_within_the_keepalive_and_a_connect(lab, libvirt_mod):
+    """libvirt 9.0's client wakes one of the calls waiting on a connection when its keepalive gives the link
+    up, and leaves the others waiting until the kernel does (about 15 min). Each operation makes its calls
+    over a connection no other call uses meanwhile, so each is woken: three operations under way at the cut,
+    with a question beside them on the shared connection, and three begun after it, all end `HostUnreachable`
+    within the keepalive, a retry and a connect timeout."""
+    from drivers.clock import RealClock
+    from drivers.errors import HostUnreachable
+    from drivers.libvirt.connection import Connections, RetryPolicy
+
+    cut = lab.names[1]
+    connections = Connections(libvirt_mod, lab.hosts, clock=RealClock(), retry=RetryPolicy(attempts=2, wait_s=0.2),
+                              keepalive_interval_s=2, keepalive_count=2, connect_timeout_s=3)
+    ended: dict[str, tuple[str, float]] = {}
+
+    def operation(name: str, wait_s: float) -> None:
+        began = time.monotonic()
+
+        def step(conn):
+            time.sleep(wait_s)   # (under way, its connection open, when the host is cut off)
+            return conn.getHostname()
+
+        try:
+            with connections.operation():
+                connections.call(cut, name, step)
+            ended[name] = ("answered", time.monotonic() - began)
+        except HostUnreachable:
+            ended[name] = ("unreachable", time.monotonic() - began)
+
+    def run(names: list[str], wait_s: float) -> list[threading.Thread]:
+        threads = [threading.Thread(target=operation, args=(name, wait_s), daemon=True) for name in names]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    is_cut = False
+    try:
+        shared = connections.call(cut, "connect", lambda c: c)
+
+        def connection_of_an_operation():
+            with connections.operation():
+                return connections.call(cut, "connect", lambda c: c)
+
+        first = connection_of_an_operation()
+        # an operation's connection is not the shared one, and is kept for the next operation (a connect
+        # each time would cost a handshake over ssh)
+        assert first is not shared and connection_of_an_operation() is first
+        under_way = run(["under way 1", "under way 2", "under way 3"], 2.0)
+        time.sleep(1.0)
+        lab.cut(cut)
+        is_cut = True
+        question = threading.Thread(target=lambda: connections.ask_each("list", {cut: lambda c: c.listAllDomains(0)}),
+                                    daemon=True)
+        question.start()
+        time.sleep(1.5)
+        after = run(["after 1", "after 2", "after 3"], 0.0)
+        for thread in under_way + after:
+            thread.join(60)
+        # (the keepalive gives up after about 6 s, the retry waits 0.2 s, the connect 3 s: 30 s is ample)
+        assert set(ended) == {"under way 1", "under way 2", "under way 3", "after 1", "after 2", "after 3"}, ended
+        assert all(outcome == "unreachable" and took < 30 for outcome, took in ended.values()), ended
+    finally:
+        if is_cut:
+            lab.mend(cut)
+        connections.close()
