@@ -53,9 +53,9 @@ def main() -> None:
     first, second = hosts[0].name, hosts[1].name
     took: dict[str, list[float]] = {"start": [], "save": [], "restore elsewhere": [], "stop": []}
 
-    def timed(name: str, operation) -> None:
+    def timed(name: str, operation, *args, **kwargs) -> None:
         began = time.perf_counter()
-        operation()
+        operation(*args, **kwargs)
         took[name].append((time.perf_counter() - began) * 1000)
 
     try:
@@ -63,12 +63,12 @@ def main() -> None:
         for i in range(args.rounds):
             vm = f"lwbench-{os.getpid()}-{i}"
             state = f"{SHARED}/{vm}.save"
-            timed("start", lambda: driver.start(guest_spec(vm, mib=8), first))
+            timed("start", driver.start, guest_spec(vm, mib=8), first)
             time.sleep(2)   # (the guest boots a little: a save of a VM that has only begun is not typical)
-            timed("save", lambda: driver.suspend(vm, state))
-            timed("restore elsewhere", lambda: driver.resume(vm, state, second))
+            timed("save", driver.suspend, vm, state)
+            timed("restore elsewhere", driver.resume, vm, state, second)
             driver.remove_state(state, second)
-            timed("stop", lambda: driver.stop(vm, graceful_timeout=0, host=second))
+            timed("stop", driver.stop, vm, graceful_timeout=0, host=second)
     finally:
         driver.close()
     print(f"{args.rounds} rounds on {first} and {second} ({hosts[0].uri.split(':')[0]})")
