@@ -237,15 +237,10 @@ class Connections:
     def connection(self, host: str) -> Any:
         """The cached connection to `host`, re-opened when it was dropped."""
         cfg = self.host_config(host)
-        lv = self.libvirt
         with self._lock:
             entry = self._open.get(host)
             if entry is not None and not entry.dropped:
-                try:
-                    alive = entry.conn.isAlive()
-                except lv.libvirtError:
-                    alive = 0
-                if alive:
+                if self._alive(entry.conn):
                     return entry.conn
                 entry.dropped = True
             if entry is not None:
@@ -408,6 +403,7 @@ class Connections:
         return answer.value.conn
 
     def _alive(self, conn: Any) -> bool:
+        """Whether libvirt still counts the connection open (a local check: no call to the host)."""
         try:
             return bool(conn.isAlive())
         except self.libvirt.libvirtError:

@@ -139,7 +139,7 @@ class LibvirtDriver(Driver):
                 return kinds.get(stats.get("operation"), "other")
         return None
 
-    # (each operation makes its calls to a remote host over a connection of its own: `Connections.operation`)
+    # (each operation's calls to a remote host wait on a connection no other call uses: `Connections.operation`)
     def start(self, spec: VMSpec, host: str) -> OperationReport:
         with self._connections.operation():
             return self._lifecycle.start(spec, host)

@@ -176,7 +176,8 @@ class Migrations:
         if local:
             # a block migration: the overlay goes with the memory, on the base image the destination holds
             try:
-                made = self._block.prepare(vm, src_host, dst_host, local)
+                with self._connections.operation():   # (the disks' copies: see Connections.operation)
+                    made = self._block.prepare(vm, src_host, dst_host, local)
             except DriverError as exc:
                 raise attempt.failed(f"the destination cannot take {vm}'s disks: {exc}") from exc
 
@@ -257,10 +258,12 @@ class Migrations:
         stats = self._completed_stats(src_host, dst_host, vm, dom)
         ended = migration_outcome(on_dst, on_src, action)
         if ended in ("completed", "forced"):
-            self._block.remove(src_host, [d.path for d in local])   # (libvirt leaves the source's copies)
+            with self._connections.operation():
+                self._block.remove(src_host, [d.path for d in local])   # (libvirt leaves the source's copies)
             return attempt.report(ended, stats=stats, memory_total=memory_total, samples=tuple(samples))
         if on_dst is False:   # (not where it would run: what was made for it there goes)
-            self._block.remove(dst_host, made)
+            with self._connections.operation():
+                self._block.remove(dst_host, made)
 
         # Failed: make sure the guest runs where it was.
         self._resume_if_paused(src_host, vm)
