@@ -414,10 +414,10 @@ class Connections:
         the host was removed, or the connections were closed since the operation began."""
         if self._alive(conn):
             with self._lock:
-                spares = self._spares.setdefault(host, [])
-                if (generation == self._generation and host in self._configs
-                        and len(spares) < _SPARES_PER_HOST):
-                    spares.append(conn)
+                kept = generation == self._generation and host in self._configs \
+                    and len(self._spares.get(host, ())) < _SPARES_PER_HOST
+                if kept:
+                    self._spares.setdefault(host, []).append(conn)
                     return
         _close_quietly(conn)
 
