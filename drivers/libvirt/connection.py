@@ -164,7 +164,7 @@ class _Operation:
 
     def __init__(self, generation: int) -> None:
         self.generation = generation   # `Connections.close` calls before it began
-        self.conns: dict[str, Any] = {}
+        self.conns: dict[str, tuple[Any, HostConfig]] = {}   # host -> its connection, the config it was opened for
 
 
 class _ConnectTimedOut(Exception):
@@ -198,7 +198,8 @@ class Connections:
         self._generation = 0                       # `close` calls so far
         self._askers = Workers("leasewise-ask")
         self._local = threading.local()   # .operation: this thread's `_Operation` under way, if any
-        self._spares: dict[str, list[Any]] = {}   # host -> connections operations left, none in use
+        # host -> connections operations left, none in use, each with the config it was opened for
+        self._spares: dict[str, list[tuple[Any, HostConfig]]] = {}
         self._silent: set[str] = set()   # hosts whose last call ran out of retries on a transient error
         # libvirt prints every error to stderr by default; we report them ourselves.
         libvirt.registerErrorHandler(_log_libvirt_error, None)
@@ -223,7 +224,7 @@ class Connections:
             spares = self._spares.pop(host, [])
         if entry is not None:
             _close_quietly(entry.conn)
-        for conn in spares:
+        for conn, _cfg in spares:
             _close_quietly(conn)
 
     def host_config(self, host: str) -> HostConfig:
@@ -318,7 +319,7 @@ class Connections:
                 self._open[host] = entry
                 return entry.conn
         _close_quietly(entry.conn)
-        if not managed:
+        if not managed or current is None:
             raise UnknownHost(f"host {host!r} was removed while connecting to it")
         return current.conn
 
@@ -343,7 +344,7 @@ class Connections:
             self._opening.clear()
             entries = list(self._open.values())
             self._open.clear()
-            spares = [conn for conns in self._spares.values() for conn in conns]
+            spares = [conn for conns in self._spares.values() for conn, _cfg in conns]
             self._spares.clear()
         for entry in entries:
             _close_quietly(entry.conn)
@@ -366,27 +367,29 @@ class Connections:
             yield
         finally:
             self._local.operation = None
-            for host, conn in operation.conns.items():
-                self._spare_or_close(host, conn, operation.generation)
+            for host, (conn, cfg) in operation.conns.items():
+                self._spare_or_close(host, conn, cfg, operation.generation)
 
     def _operation_connection(self, host: str) -> Any:
         """The connection this thread's operation has to `host`: its own, a spare one, or a new one
-        (opened within `connect_timeout_s`) when it has none or its link dropped."""
+        (opened within `connect_timeout_s`) when it has none, its link dropped, or the host was removed
+        and added again since it was opened (its URI may have changed)."""
         operation: _Operation = self._local.operation
-        conn = operation.conns.pop(host, None)
-        while conn is None or not self._alive(conn):
-            if conn is not None:
-                _close_quietly(conn)
+        cfg = self.host_config(host)
+        held = operation.conns.pop(host, None)
+        while held is None or held[1] is not cfg or not self._alive(held[0]):
+            if held is not None:
+                _close_quietly(held[0])
             with self._lock:
                 spares = self._spares.get(host)
-                conn = spares.pop() if spares else None
-            if conn is None:
-                conn = self._open_for_operation(host)
-        operation.conns[host] = conn
-        return conn
+                held = spares.pop() if spares else None
+            if held is None:
+                held = self._open_for_operation(cfg), cfg
+        operation.conns[host] = held
+        return held[0]
 
-    def _open_for_operation(self, host: str) -> Any:
-        cfg = self.host_config(host)
+    def _open_for_operation(self, cfg: HostConfig) -> Any:
+        host = cfg.name
         self.connection(host)   # (the shared one first: a host that does not answer fails here, one connect for all)
 
         def late(_host: str, answer: Answer[_Connection]) -> None:
@@ -409,23 +412,24 @@ class Connections:
         except self.libvirt.libvirtError:
             return False
 
-    def _spare_or_close(self, host: str, conn: Any, generation: int) -> None:
+    def _spare_or_close(self, host: str, conn: Any, cfg: HostConfig, generation: int) -> None:
         """Keep an operation's connection for the next one, unless it is dead, there are spares enough,
-        the host was removed, or the connections were closed since the operation began."""
+        the host was removed (and perhaps added again) since it was opened, or the connections were closed
+        since the operation began."""
         if self._alive(conn):
             with self._lock:
-                kept = generation == self._generation and host in self._configs \
+                kept = generation == self._generation and self._configs.get(host) is cfg \
                     and len(self._spares.get(host, ())) < _SPARES_PER_HOST
                 if kept:
-                    self._spares.setdefault(host, []).append(conn)
+                    self._spares.setdefault(host, []).append((conn, cfg))
                     return
         _close_quietly(conn)
 
     def _drop_operation_connection(self, host: str) -> None:
         operation: _Operation | None = getattr(self._local, "operation", None)
-        conn = None if operation is None else operation.conns.pop(host, None)
-        if conn is not None:
-            _close_quietly(conn)
+        held = None if operation is None else operation.conns.pop(host, None)
+        if held is not None:
+            _close_quietly(held[0])
 
     # -- calls, retries, errors ------------------------------------------------------------------
 

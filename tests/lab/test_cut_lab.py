@@ -3,7 +3,8 @@ or a firewall; nothing answers, not even "connection refused"). The daemon's con
 keepalive gives up and a connect to it would wait minutes, yet each step waits for it `[daemon] answer_timeout`
 at most: a lease on another host is cancelled and the next one starts there while the cut host is silent. Its
 own lease runs on through the cut (QEMU does not need the network), and once mended it answers again through
-the connect that went on meanwhile."""
+the connect that went on meanwhile. The libvirt driver's operations each wait on a connection of their own,
+so a cut wakes every one; a host removed and added again meanwhile gets new ones."""
 
 from __future__ import annotations
 
@@ -152,4 +153,33 @@ def test_operations_on_a_host_cut_off_each_end_within_the_keepalive_and_a_connec
     finally:
         if is_cut:
             lab.mend(cut)
+        connections.close()
+
+
+def test_an_operations_connection_to_a_host_removed_and_added_again_is_not_used_again(lab, libvirt_mod):
+    """A host removed and added again (its URI may have changed) while an operation holds a connection to it:
+    the operation's next call to it opens a connection for the host as it is now, and the old one is not
+    kept for a later operation; the new one is."""
+    import dataclasses
+
+    from drivers.clock import RealClock
+    from drivers.libvirt.connection import Connections, RetryPolicy
+
+    host = lab.names[0]
+    (cfg,) = [h for h in lab.hosts if h.name == host]
+    connections = Connections(libvirt_mod, lab.hosts, clock=RealClock(), retry=RetryPolicy(attempts=2, wait_s=0.2))
+
+    def own():
+        return connections.call(host, "connect", lambda c: c)
+
+    try:
+        with connections.operation():
+            before = own()
+            connections.remove(host)
+            connections.add(dataclasses.replace(cfg))
+            during = own()
+        with connections.operation():
+            after = own()
+        assert during is not before and after is during
+    finally:
         connections.close()
