@@ -108,9 +108,8 @@ def lease_id_from_xml(domain_xml: str) -> str | None:
     except ET.ParseError as exc:
         raise ValueError(f"not valid domain XML: {exc}") from None
     node = root.find(f"metadata/{{{LEASEWISE_NS}}}lease/{{{LEASEWISE_NS}}}id")
-    if node is None or not (node.text or "").strip():
-        return None
-    return node.text.strip()
+    text = (node.text or "").strip() if node is not None else ""
+    return text or None
 
 
 def keeps_disk(domain_xml: str) -> bool:

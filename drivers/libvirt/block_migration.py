@@ -100,7 +100,7 @@ class BlockMigration:
 
     def _volume(self, conn: Any, path: str) -> Any | None:
         directory, name = posixpath.split(path)
-        pool = self._storage.directory_pool(conn, directory, build=False)
+        pool = self._storage.directory_pool(conn, directory)
         return None if pool is None else self._storage.lookup(pool, name)
 
     def _source_volume(self, conn: Any, vm: str, src: str, path: str) -> Any:
@@ -132,7 +132,7 @@ class BlockMigration:
             ET.SubElement(store, "format", {"type": backing_format})
 
         def create(conn: Any) -> None:
-            pool = self._storage.directory_pool(conn, posixpath.dirname(path), build=True)
+            pool = self._storage.made_directory_pool(conn, posixpath.dirname(path))
             existing = self._storage.lookup(pool, posixpath.basename(path))
             if existing is not None:
                 existing.delete(0)   # (left by an earlier attempt: the source's is the VM's disk)
@@ -153,7 +153,7 @@ class BlockMigration:
         data = self._connections.call(src, f"read {path}", read, vm)
 
         def write(conn: Any) -> None:
-            pool = self._storage.directory_pool(conn, posixpath.dirname(path), build=True)
+            pool = self._storage.made_directory_pool(conn, posixpath.dirname(path))
             existing = self._storage.lookup(pool, posixpath.basename(path))
             if existing is not None:
                 existing.delete(0)

@@ -75,7 +75,7 @@ class ImageCopies:
 
     def _checksum_read_back(self, host: str, path: str) -> str | None:
         def read(conn: Any) -> str | None:
-            vol = self._volume(conn, host, path, build=False)
+            vol = self._volume(conn, host, path)
             if vol is None:
                 return None
             digest = hashlib.sha256()
@@ -87,9 +87,9 @@ class ImageCopies:
 
         return self._connections.call(host, f"read back {path}", read)
 
-    def _volume(self, conn: Any, host: str, path: str, build: bool) -> Any | None:
+    def _volume(self, conn: Any, host: str, path: str) -> Any | None:
         directory, filename = posixpath.split(posixpath.normpath(path))
-        pool = self._storage.directory_pool(conn, directory, build)
+        pool = self._storage.directory_pool(conn, directory)
         return None if pool is None else self._storage.lookup(pool, filename)
 
     def upload(self, host: str, path: str, source: str, progress: ByteProgress | None = None) -> str:
@@ -104,8 +104,7 @@ class ImageCopies:
 
         def send(conn: Any) -> None:
             digest = hashlib.sha256()   # (a retried attempt starts over)
-            pool = self._storage.directory_pool(conn, directory, build=True)
-            assert pool is not None
+            pool = self._storage.made_directory_pool(conn, directory)
             existing = self._storage.lookup(pool, filename)
             if existing is not None:
                 existing.delete(0)
@@ -143,7 +142,7 @@ class ImageCopies:
 
     def _delete(self, host: str, path: str) -> None:
         def delete(conn: Any) -> None:
-            vol = self._volume(conn, host, path, build=False)
+            vol = self._volume(conn, host, path)
             if vol is not None:
                 vol.delete(0)
 

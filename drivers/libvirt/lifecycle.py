@@ -54,7 +54,7 @@ class Lifecycle:
 
     def where_active(self, vm: str) -> tuple[str | None, list[str]]:
         """(host `vm` runs on or None, hosts that could not be asked)."""
-        unreachable = []
+        unreachable: list[str] = []
         for host in self._connections.hosts():
             active = self.active_on(host, vm)
             if active:

@@ -20,6 +20,7 @@ import getpass
 import os
 import socket
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 from drivers.base import CheckItem
@@ -223,7 +224,7 @@ def _tls_link(link: Link, timeout_s: float) -> CheckItem:
         return CheckItem("transport", "FAIL", f"{where}: port: libvirtd does not answer on TLS ({exc.strerror or exc})")
     if confirmed != b"\x01":
         return CheckItem("transport", "FAIL", f"{where}: certificate: libvirtd refused our client certificate {cert}")
-    subject = dict(item for entry in server.get("subject", ()) for item in entry).get("commonName", "?")
+    subject = _common_name(server)
     return CheckItem("transport", "PASS", f"{where}: CA {ca}, client {client.subject.rfc4514_string()} "
                                           f"(until {end:%Y-%m-%d}), server CN={subject} verified")
 
@@ -237,3 +238,13 @@ def _tcp_link(link: Link, timeout_s: float) -> CheckItem:
         return CheckItem("transport", "FAIL", f"{where}: port: libvirtd does not answer ({exc.strerror or exc})")
     return CheckItem("transport", "PASS", f"{where}: no authentication, no encryption (anyone who reaches this "
                                           "port manages the host: a lab's transport)")
+
+
+def _common_name(peer_cert: Mapping[str, Any]) -> str:
+    """The commonName in a certificate's subject as `SSLSocket.getpeercert` gives it (a tuple of relative
+    names, each a tuple of (name, value) pairs), or "?"."""
+    for relative_name in peer_cert.get("subject", ()):
+        for pair in relative_name:
+            if pair[0] == "commonName":
+                return str(pair[1])
+    return "?"

@@ -402,4 +402,4 @@ class Migrations:
 def disk_sources(domain_xml: str) -> list[str]:
     """The files a domain's disks open (its overlay, its seed, a disk image), in the XML's order."""
     root = ET.fromstring(domain_xml)
-    return [src.get("file") for src in root.findall("devices/disk/source") if src.get("file")]
+    return [file for src in root.findall("devices/disk/source") if (file := src.get("file"))]

@@ -163,7 +163,10 @@ def _cpu(connections: Connections, src: HostConfig, dst: HostConfig) -> CheckIte
                 return CheckItem("cpu", "FAIL", f"{pair}: {src.name} offers no host-model CPU for KVM guests")
         else:
             caps = connections.call(src.name, "capabilities", lambda c: c.getCapabilities())
-            cpu = ET.tostring(ET.fromstring(caps).find("host/cpu"), encoding="unicode")
+            host_cpu = ET.fromstring(caps).find("host/cpu")
+            if host_cpu is None:
+                return CheckItem("cpu", "FAIL", f"{pair}: {src.name}'s capabilities describe no host CPU")
+            cpu = ET.tostring(host_cpu, encoding="unicode")
         result = connections.call(dst.name, "compare CPU", lambda c: c.compareCPU(cpu, 0))
     except DriverError as exc:
         if "not supported by this hypervisor driver" in str(exc):   # (test:///)

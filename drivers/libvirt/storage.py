@@ -60,6 +60,10 @@ def seed_xml(vm: str, size: int) -> str:
     return ET.tostring(_volume(seed_volume_name(vm), size, "raw", "0644"), encoding="unicode")
 
 
+def _directory_pool_name(directory: str) -> str:
+    return IMAGE_POOL_PREFIX + hashlib.sha1(directory.encode()).hexdigest()[:12]
+
+
 def _pool_over(conn: Any, directory: str) -> Any | None:
     """A pool the host has over `directory` already, or None."""
     wanted = posixpath.normpath(directory)
@@ -107,17 +111,16 @@ class Storage:
     def vm_pool(self, conn: Any, host: str) -> Any:
         return self._pool(conn, VM_POOL, self._connections.host_config(host).vm_disk_dir, build=True)
 
-    def directory_pool(self, conn: Any, directory: str, build: bool) -> Any | None:
-        """The pool over a base image's `directory` (made, with the directory, when `build`); None when the
-        directory is missing and not to be made."""
-        name = IMAGE_POOL_PREFIX + hashlib.sha1(directory.encode()).hexdigest()[:12]
-        lv = self._connections.libvirt
+    def directory_pool(self, conn: Any, directory: str) -> Any | None:
+        """The pool over a base image's `directory`, or None when the directory is missing."""
         try:
-            return self._pool(conn, name, directory, build=build)
-        except lv.libvirtError:
-            if build:
-                raise
+            return self._pool(conn, _directory_pool_name(directory), directory, build=False)
+        except self._connections.libvirt.libvirtError:
             return None
+
+    def made_directory_pool(self, conn: Any, directory: str) -> Any:
+        """The pool over `directory`, the directory made when missing (a libvirt error when it cannot be)."""
+        return self._pool(conn, _directory_pool_name(directory), directory, build=True)
 
     def lookup(self, pool: Any, name: str) -> Any | None:
         """The volume `name` of `pool`, or None."""
@@ -140,7 +143,7 @@ class Storage:
         if not posixpath.isabs(path):
             raise OperationFailed(f"image {path!r}: not an absolute path")
         directory, filename = posixpath.split(posixpath.normpath(path))
-        pool_name = IMAGE_POOL_PREFIX + hashlib.sha1(directory.encode()).hexdigest()[:12]
+        pool_name = _directory_pool_name(directory)
 
         def read(conn: Any) -> ImageInfo:
             lv = self._connections.libvirt
@@ -155,7 +158,8 @@ class Storage:
             root = ET.fromstring(vol.XMLDesc(0))
             fmt = root.find("target/format")
             _, capacity, _ = vol.info()
-            return ImageInfo(path=path, format=fmt.get("type") if fmt is not None else "raw",
+            # (a volume without a format is read as raw, as libvirt's directory pools do)
+            return ImageInfo(path=path, format=(fmt.get("type") if fmt is not None else None) or "raw",
                              virtual_size=int(capacity))
 
         return self._connections.call(host, f"read image {path}", read)

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from drivers.base import (
     ByteProgress,
@@ -151,9 +152,9 @@ class SimulatedDriver(Driver):
                 for name in [name for name, vm in state.vms.items() if vm.host == host]:
                     del state.vms[name]
                     state.disks.pop(name, None)
-                for part in (state.images, state.left, state.base_copies):
-                    for key in [key for key in part if key[0] == host]:
-                        del part[key]
+                _forget_host(state.images, host)
+                _forget_host(state.left, host)
+                _forget_host(state.base_copies, host)
             del self._capacity[host]
 
     def _known(self, host: str) -> HostCapacity:
@@ -176,10 +177,8 @@ class SimulatedDriver(Driver):
         """The VMs running on `host` stop where they are (noticed at the first look after the power cut)."""
         self._powered_off.add(host)
         with self._changing(f"power cut on {host}"):
-            for entries in (self._state.vms, self._state.left):
-                for key, vm in entries.items():
-                    if vm.host == host and vm.state in ("running", "paused"):
-                        entries[key] = replace(vm, state="shutoff")
+            _stop_on(self._state.vms, host)
+            _stop_on(self._state.left, host)
 
     def _up(self, host: str) -> HostCapacity:
         cap = self._known(host)
@@ -602,3 +601,23 @@ def simulated_address(mac: str) -> str:
     (10.0.0.1 for n = 0, never the network's or the broadcast address), as DHCP with a host per MAC gives."""
     n = int(mac.replace(":", "")[-6:], 16) % ((1 << 24) - 2) + 1
     return f"10.{n >> 16}.{n >> 8 & 0xFF}.{n & 0xFF}"
+
+
+
+
+_Name = TypeVar("_Name")                          # a VM's name, or (host, name)
+_Key = TypeVar("_Key", bound=tuple[Any, ...])     # (host, ...)
+_Entry = TypeVar("_Entry")
+
+
+def _forget_host(entries: dict[_Key, _Entry], host: str) -> None:
+    """Every entry kept by (host, ...) for `host` goes (the host was removed)."""
+    for key in [key for key in entries if key[0] == host]:
+        del entries[key]
+
+
+def _stop_on(vms: dict[_Name, SimulatedVM], host: str) -> None:
+    """The running and paused VMs of `vms` on `host` are shut off where they are (a power cut)."""
+    for name, vm in vms.items():
+        if vm.host == host and vm.state in ("running", "paused"):
+            vms[name] = replace(vm, state="shutoff")

@@ -327,11 +327,11 @@ def read_state(path: Path) -> dict[str, Any]:
 def _merged(text: str) -> dict[str, Any]:
     lines = text.split("\n")
     data = json.loads(lines[0])
-    if not isinstance(data, dict) or len(lines) <= 2:
-        return data
+    vms = data.get("vms") if isinstance(data, dict) else None
+    if not isinstance(vms, dict) or len(lines) <= 2:
+        return data   # (nothing to apply the journal to: `_parse` says what is wrong, if anything)
     complete = lines[1:-1] if not text.endswith("\n") else lines[1:]
     # (a file not ending in a new line ends in a line cut short: that operation did not happen)
-    vms = data.get("vms")
     images = {(e.get("host"), e.get("path")): e for e in data.get("images", [])}
     left = {(e.get("host"), e.get("spec", {}).get("name")): e for e in data.get("left", [])}
     copies = {(e.get("host"), e.get("path")): e for e in data.get("base_copies", [])}
