@@ -125,7 +125,7 @@ def _build(data: Mapping[str, Any]) -> Config:
         if "." not in name and name in data:
             tables[name] = _table(name, data[name])
 
-    built: dict[str, object] = {}
+    built: dict[str, Any] = {}   # (each table's own config class)
     for name, cls in _TABLES.items():
         body = dict(tables.get(name, {}))
         for member, member_cls in _SUBTABLES.get(name, {}).items():
@@ -169,8 +169,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}", "not valid UTF-8") from None
+        bad_line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{bad_line}", "not valid UTF-8") from None
     try:
         data = tomllib.loads(text)
     except RecursionError:   # (arrays nested thousands deep: no configuration is)

@@ -75,9 +75,9 @@ class SchedulingConfig:
 
     def __post_init__(self) -> None:
         p = "scheduling."
-        bf = self.backfilling
-        if isinstance(bf, str) and ascii_whole(bf) is not None:
-            bf = ascii_whole(bf)
+        bf: object = self.backfilling   # (as the file gave it: checked here)
+        if isinstance(bf, str) and (whole := ascii_whole(bf)) is not None:
+            bf = whole
         if isinstance(bf, int) and not isinstance(bf, bool):
             if bf < 0:
                 raise ConfigError(p + "backfilling", f'must be "off", "aggressive", "conservative" or an integer >= 0 (got {bf})')

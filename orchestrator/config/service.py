@@ -86,8 +86,8 @@ class ServeConfig:
             raise ConfigError(p + "listen", f"must be host:port (got {value_kind(self.listen)})")
         if self.listen:
             host, _, port = self.listen.rpartition(":")
-            number = ascii_whole(port)
-            if not host or number is None or not 0 < number < 65536:
+            port_number = ascii_whole(port)
+            if not host or port_number is None or not 0 < port_number < 65536:
                 raise ConfigError(p + "listen", f"must be host:port with a port from 1 to 65535 (got {self.listen!r})")
             if not self.tls_cert or not self.tls_key:
                 raise ConfigError(p + "listen", "needs tls_cert and tls_key: callers on TCP present tokens, "

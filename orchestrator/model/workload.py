@@ -8,6 +8,7 @@ run uses is `orchestrator.config.simulation.resolve_site(workload, config)`: the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from orchestrator.model.errors import WorkloadError
 from orchestrator.model.lease import LeaseRequest
@@ -40,7 +41,7 @@ def check_fits_site(request: LeaseRequest, hosts: list[tuple[str, Resources]], w
     """Refuse a lease with more nodes than the site has hosts, or a node no single host can hold."""
     if request.numnodes > len(hosts):
         raise WorkloadError("nodes", f"asks for {request.numnodes} nodes but the site has {len(hosts)} hosts", where=where)
-    seen: dict = _cache if _cache is not None else {}
+    seen: dict[Resources, Literal[True] | tuple[str, str]] = _cache if _cache is not None else {}
     for i, node in enumerate(request.nodes):
         verdict = seen.get(node)
         if verdict is None:
@@ -51,7 +52,8 @@ def check_fits_site(request: LeaseRequest, hosts: list[tuple[str, Resources]], w
             raise WorkloadError(f"nodes[{i}].{resource}" if resource else f"nodes[{i}]", problem, where=where)
 
 
-def _node_verdict(node: Resources, hosts: list[tuple[str, Resources]]) -> "bool | tuple[str, str]":
+def _node_verdict(node: Resources, hosts: list[tuple[str, Resources]]) -> Literal[True] | tuple[str, str]:
+    """True when some host can hold `node`, else (the resource no host has enough of, or "", the reason)."""
     if any(within(node, capacity) for _, capacity in hosts):
         return True
     for index, name in enumerate(Resources._fields):

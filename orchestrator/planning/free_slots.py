@@ -160,8 +160,8 @@ class _Profile:
         n = len(rows)
         row = np.array(rows + rows, dtype=np.int64)
         key = np.array(starts + ends, dtype=np.int64)
-        held = np.array(amounts, dtype=float).reshape(n, 5)
-        change = np.concatenate([held, -held]) if n else np.zeros((0, 5))
+        amount = np.array(amounts, dtype=float).reshape(n, 5)
+        change = np.concatenate([amount, -amount]) if n else np.zeros((0, 5))
         order = np.lexsort((key, row))
         self.row, self.key = row[order], key[order]
         # each host's usage from each of its steps on: a running sum restarted per host

@@ -162,12 +162,12 @@ class Overheads:
             t = time
             for vnode in vnodes:
                 memory = requests[vnode].memory
-                op = times.get(memory) if same_everywhere else None
-                if op is None:
-                    op = per_vm(memory, host)
+                known = times.get(memory) if same_everywhere else None
+                if known is None:
+                    known = per_vm(memory, host)
                     if same_everywhere:
-                        times[memory] = op
-                span = (t - op, t) if backward else (t, t + op)
+                        times[memory] = known
+                span = (t - known, t) if backward else (t, t + known)
                 t = span[0] if backward else span[1]
                 grouped.setdefault(span, {}).setdefault(host, []).append(vnode)
         for (start, end), mapping in grouped.items():

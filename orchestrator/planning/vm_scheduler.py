@@ -84,9 +84,10 @@ class VMScheduler:
             if start < nexttime:
                 raise NotSchedulable(f"start {start.isoformat()} is in the past (now {nexttime.isoformat()})")
             end = start + request.duration
-            mapping = self.map_exact(lease, start, end)
-            if mapping is None:
+            exact = self.map_exact(lease, start, end)
+            if exact is None:
                 raise NotSchedulable("not enough resources in the requested interval")
+            mapping = exact
         vm = self._vm_reservation(lease, start, end, mapping)
         self.plan_shutdown(lease, vm)
         return Placement(vm=vm, victims=mapping.victims)

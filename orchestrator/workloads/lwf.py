@@ -157,15 +157,19 @@ class _Reader:
             if child.tail and child.tail.strip():
                 raise self.fail(path or elem.tag, f"unexpected text {child.tail.strip()[:30]!r} in <{elem.tag}>", child)
 
-    def one(self, elem: ET.Element, tag: str, path: str, optional: bool = False) -> ET.Element | None:
+    def one(self, elem: ET.Element, tag: str, path: str) -> ET.Element:
+        """The one <tag> child `elem` must have."""
+        found = self.optional_one(elem, tag, path)
+        if found is None:
+            raise self.fail(_join(path, tag), f"<{elem.tag}> needs a <{tag}> element", elem)
+        return found
+
+    def optional_one(self, elem: ET.Element, tag: str, path: str) -> ET.Element | None:
+        """The <tag> child `elem` may have (one at most), or None."""
         found = elem.findall(tag)
         if len(found) > 1:
             raise self.fail(_join(path, tag), f"appears {len(found)} times in <{elem.tag}> (only one is allowed)", found[1])
-        if not found:
-            if optional:
-                return None
-            raise self.fail(_join(path, tag), f"<{elem.tag}> needs a <{tag}> element", elem)
-        return found[0]
+        return found[0] if found else None
 
     def time(self, elem: ET.Element, attr: str, field: str) -> tuple[timedelta, bool]:
         try:
@@ -207,8 +211,8 @@ class _Reader:
             numnodes = self.count(node_set.get("numnodes", ""), f"{sp}.numnodes", node_set)
             if properties is not None:
                 try:
-                    props = dict(properties_of([tuple(p.split("=", 1)) if "=" in p else (p, None)
-                                                for p in node_set.get("properties", "").split()],
+                    props = dict(properties_of([(key, value) if sep else (key, None) for key, sep, value
+                                                in (p.partition("=") for p in node_set.get("properties", "").split())],
                                                f"{sp}.properties"))
                 except InvalidRequest as exc:
                     raise self.fail(exc.field, exc.problem, node_set) from None
@@ -239,10 +243,10 @@ class _Reader:
         if root.tag != "lease-workload":
             raise self.fail("lease-workload", f"the root element must be <lease-workload> (got <{root.tag}>)", root)
         self.check(root, "lease-workload", attrs=("name",), children=("description", "site", "lease-requests"))
-        description = self.one(root, "description", "lease-workload", optional=True)
+        description = self.optional_one(root, "description", "lease-workload")
         if description is not None:
             self.check(description, "description", text=True)
-        site_elem = self.one(root, "site", "lease-workload", optional=True)
+        site_elem = self.optional_one(root, "site", "lease-workload")
         properties: list[dict[str, str]] = []
         site, declared = (None, None) if site_elem is None else self.site(site_elem, properties)
         requests_elem = self.one(root, "lease-requests", "lease-workload")
@@ -290,7 +294,7 @@ class _Reader:
             -> tuple[list[tuple[str, Resources]], dict[str, str] | None]:
         self.check(elem, "site", children=("resource-types", "nodes"))
         declared: dict[str, str] | None = None
-        types_elem = self.one(elem, "resource-types", "site", optional=True)
+        types_elem = self.optional_one(elem, "resource-types", "site")
         if types_elem is not None:
             self.check(types_elem, "site.resource-types", attrs=("names",), required=("names",))
             names = types_elem.get("names", "").split()
@@ -299,7 +303,7 @@ class _Reader:
                     raise self.fail("site.resource-types.names",
                                     f"unknown resource type {name!r} (expected {', '.join(_RES_NAMES)})", types_elem)
             declared = {n.lower(): n for n in names}  # lower-case -> as written
-        nodes = self.nodes(self.one(elem, "nodes", "site"), "site.nodes", declared, properties)  # type: ignore[arg-type]
+        nodes = self.nodes(self.one(elem, "nodes", "site"), "site.nodes", declared, properties)
         for capacity in nodes:
             try:
                 capacity.validate("site.nodes")
@@ -326,7 +330,7 @@ class _Reader:
         arrival, _ = self.time(req, "arrival", "arrival")
         submit = self.start + arrival
         real_duration = None
-        real_elem = self.one(req, "realduration", "lease-request", optional=True)
+        real_elem = self.optional_one(req, "realduration", "lease-request")
         if real_elem is not None:
             self.check(real_elem, "realduration", attrs=("time",), required=("time",))
             real_duration, _ = self.time(real_elem, "time", "realduration")
@@ -342,7 +346,7 @@ class _Reader:
                 raise self.fail("preemptible", f"must be true or false (got {lease.get('preemptible')!r})", lease)
             preemptible = text == "true"
 
-        nodes = self.nodes(self.one(lease, "nodes", ""), "nodes", declared)  # type: ignore[arg-type]
+        nodes = self.nodes(self.one(lease, "nodes", ""), "nodes", declared)
 
         duration_elem = self.one(lease, "duration", "")
         assert duration_elem is not None
@@ -354,19 +358,19 @@ class _Reader:
         lease_type, start = self.start_of(start_elem, submit)
 
         image = None
-        software = self.one(lease, "software", "", optional=True)
+        software = self.optional_one(lease, "software", "")
         if software is not None:
             image = self.software(software)
 
         try:
             flags = {}
             for key in ("spread", "pack", "exclusive"):
-                text = lease.get(key)
-                if text is not None and text.strip().lower() not in ("true", "false"):
-                    raise InvalidRequest(key, f"must be true or false (got {text!r})")
-                flags[key] = None if text is None else text.strip().lower() == "true"
-            where = lease.get("where")
-            placement = placement_of(None if where is None else where.split(), **flags)
+                given = lease.get(key)
+                if given is not None and given.strip().lower() not in ("true", "false"):
+                    raise InvalidRequest(key, f"must be true or false (got {given!r})")
+                flags[key] = None if given is None else given.strip().lower() == "true"
+            hosts_named = lease.get("where")
+            placement = placement_of(None if hosts_named is None else hosts_named.split(), **flags)
             request = LeaseRequest(
                 type=lease_type, nodes=tuple(nodes), duration=duration, submit_time=submit, start=start,
                 preemptible=preemptible, real_duration=real_duration, image=image, placement=placement,
