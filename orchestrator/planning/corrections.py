@@ -30,7 +30,7 @@ def enactment_error(s: Planner, operation: Operation, lease: Lease, rr: Reservat
         log.warning("lease %s: live migration failed (%s): falling back", lease.id, exc)
         # (a migration that ran until it was aborted ended after the step began: plan from then,
         # in whole seconds like the rest of the plan)
-        failed_at = getattr(exc, "at", None) or now
+        failed_at = exc.at or now
         migration_failed(s, lease, rr, max(now, ceil_time(failed_at)))
         return
     if s.config.on_enactment_error == "stop":
@@ -55,7 +55,7 @@ def cut_at_failure(s: Planner, lease: Lease, at: datetime) -> None:
                 rr.end = max(rr.start, min(rr.end, cut))
                 rr.state = ReservationState.DONE
 
-def enactment_failed(s: Planner, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
+def enactment_failed(s: Planner, operation: Operation, lease_id: int, reservation_id: int | None, exc: EnactmentError,
                      now: datetime) -> bool:
     """An operation that ran after the step that asked for it (off the store's lock) failed: the same
     outcome as if it had failed in the step, unless the lease has moved on (finished, or that part of
@@ -71,10 +71,11 @@ def enactment_failed(s: Planner, operation: Operation, lease_id: int, reservatio
     enactment_error(s, operation, lease, rr, exc, now)
     return True
 
-def find_part(s: Planner, lease_id: int, reservation_id: int) -> Reservation | None:
-    """The reservation with this id in the lease's plan (None if the lease or the part is gone)."""
+def find_part(s: Planner, lease_id: int, reservation_id: int | None) -> Reservation | None:
+    """The reservation with this id in the lease's plan (None if the lease or the part is gone, or no part
+    is named)."""
     lease = s.leases.get(lease_id)
-    if lease is None:
+    if lease is None or reservation_id is None:
         return None
     return next((p for vm in lease.reservations for p in vm.all_parts() if p.id == reservation_id), None)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from datetime import datetime
 from typing import Protocol
 
 from orchestrator.model.errors import LeasewiseError
@@ -17,7 +18,10 @@ from orchestrator.model.reservations import Reservation
 
 
 class EnactmentError(LeasewiseError):
-    """An enactment operation (start, stop, suspend, resume, migrate) failed."""
+    """An enactment operation (start, stop, suspend, resume, migrate) failed; `at`, when known, is when it
+    gave up (what follows it is planned from then)."""
+
+    at: datetime | None = None
 
 
 class Enactor(Protocol):

@@ -681,11 +681,11 @@ class LeaseScheduler:
     def planned_end(self, lease_id: int) -> datetime:
         return corrections.planned_end(self, lease_id)
 
-    def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int, exc: EnactmentError,
+    def enactment_failed(self, operation: Operation, lease_id: int, reservation_id: int | None, exc: EnactmentError,
                          now: datetime) -> bool:
         return corrections.enactment_failed(self, operation, lease_id, reservation_id, exc, now)
 
-    def find_part(self, lease_id: int, reservation_id: int) -> Reservation | None:
+    def find_part(self, lease_id: int, reservation_id: int | None) -> Reservation | None:
         return corrections.find_part(self, lease_id, reservation_id)
 
     # -- introspection -----------------------------------------------------------------------------------------

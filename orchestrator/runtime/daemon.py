@@ -223,6 +223,7 @@ class Daemon:
                 self._notes.append(f"lease {tag.lease_id}: removed {', '.join(removed)}")
             return False
         if tag.operation == STRAY:
+            assert tag.where is not None   # (a stray's job names its (host, VM))
             self._strays.discard(tag.where)
             self.store.finish_operation(tag.record, now, "failed" if error else "done", str(error) if error else None)
             host, vm = tag.where
@@ -283,7 +284,7 @@ class Daemon:
         if looking:
             self._looked_at = now
         busy, listings = self._look_at_hosts(now) if looking else (set(), {})
-        busy |= {job.lease_id for job, _ in self._waiting.values()}
+        busy |= {job.lease_id for job, _ in self._waiting.values() if job.lease_id is not None}
         # (what the listings say, read before the lock from the leases as the last step left them)
         read = read_listings(self._leases, listings) if looking else ListingsRead()
         read_from = self._leases_of
@@ -310,8 +311,9 @@ class Daemon:
                 jobs = self.make_jobs(self.collector.take(), now)
                 # (strays judged by the plan as this step leaves it: a lease this step or a request
                 # since the hosts were listed gave an operation is not judged by that listing)
-                strays = self._stray_jobs(cluster, now, busy | self.runner.busy_leases()
-                                          | {job.lease_id for job in jobs}, read) if first and looking else []
+                running = {job.lease_id for job in jobs if job.lease_id is not None}
+                strays = (self._stray_jobs(cluster, now, busy | self.runner.busy_leases() | running, read)
+                          if first and looking else [])
                 jobs = cleanups_first(jobs, self._release_jobs(now)) + strays
                 if first:   # (a cleanup that failed, or an operation a silent host held up, is tried again
                     # at the next step, not at once; the latter before this step's, in their order)

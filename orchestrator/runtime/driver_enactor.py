@@ -373,7 +373,8 @@ class DriverEnactor:
             except DriverError as exc:
                 errors.append(self._error(lease.id, operation, name, vnode, planned, exc, rr=rr))
                 continue
-            self._enacted(lease.id, vnode, report, rr=rr, **({"killed": True} if operation == "kill" else {}))
+            killed: dict[str, Any] = {"killed": True} if operation == "kill" else {}
+            self._enacted(lease.id, vnode, report, rr=rr, **killed)
         if errors:
             if all(isinstance(e, UnreachableHosts) for e in errors):
                 raise _together(errors)
@@ -612,17 +613,17 @@ class DriverEnactor:
                 if vnode is not None and info.state in ACTIVE_STATES:
                     found[vnode] = host
         if unreachable:
-            hosts = sorted(unreachable)
+            silent = sorted(unreachable)
             raise UnreachableHosts(
                 f"lease {lease.id}: cannot tell which VMs run: "
-                + "; ".join(f"{h}: {unreachable[h]}" for h in hosts), hosts)
+                + "; ".join(f"{h}: {unreachable[h]}" for h in silent), silent)
         return found
 
     def unknown_domains(self, known_names: Iterable[str]) -> list[tuple[str, str]]:
         """(host, name) of every domain named lw-* that no lease accounts for; reported, never touched.
         Hosts that cannot be asked are skipped (and logged)."""
         known = set(known_names)
-        strays = []
+        strays: list[tuple[str, str]] = []
         for host in self.driver.hosts():
             try:
                 infos = self.driver.list_vms(host)

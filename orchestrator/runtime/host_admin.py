@@ -9,6 +9,7 @@ and refusals raise leasewise's own errors (one line, exit code 2), which the CLI
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def capacities(configs: list[HostConfig], driver: str, cpus: int | None, memory:
         raise InvalidRequest(missing, f"required with the {driver} driver (it cannot ask a host its capacity; "
                                       f"[daemon] driver = \"libvirt\" reads it from libvirt)")
     infos = probe_hosts(configs, timeout)
-    out = {}
+    out: dict[str, tuple[int, int, HostInfo | None]] = {}
     for cfg in configs:
         info = infos[cfg.name]
         if not info.reachable:
@@ -195,7 +196,7 @@ def run_checks(record: HostRecord, driver: str, timeout: float,
 
 
 def run_pair_checks(records: list[HostRecord], driver: str, timeout: float,
-                    host: str | None = None) -> list[dict[str, str]]:
+                    host: str | None = None) -> list[dict[str, Any]]:
     """The rows of every ordered pair of hosts (source, destination), or of those with `host` on either side:
     source, destination, check (peer link, migration port, cpu), status, detail. The pairs are checked side
     by side, each within a few times `timeout` (a probe migration is several contacts)."""
@@ -206,11 +207,11 @@ def run_pair_checks(records: list[HostRecord], driver: str, timeout: float,
     checker = hosts_driver(records, driver)
     limit = 3 * timeout
     try:
-        answers = answers_within({f"{s}\0{d}": (lambda s=s, d=d: checker.check_pair(s, d, limit)) for s, d in pairs},
+        answers = answers_within({f"{s}\0{d}": partial(checker.check_pair, s, d, limit) for s, d in pairs},
                                  limit + timeout)
     finally:
         checker.close()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (source, destination), answer in zip(pairs, answers.values()):
         pair = {"source": source, "destination": destination}
         if answer.value is None:

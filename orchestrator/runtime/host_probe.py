@@ -5,6 +5,7 @@ build the same rows."""
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from drivers.base import HostInfo
@@ -26,11 +27,11 @@ def _libvirt_host_info(cfg: HostConfig) -> HostInfo:
 
 def probe_hosts(configs: list[HostConfig], timeout: float) -> dict[str, HostInfo]:
     """Capacity and versions of each host through the libvirt driver, in parallel, within `timeout`."""
-    answers = answers_within({c.name: (lambda c=c: _libvirt_host_info(c)) for c in configs}, timeout)
-    infos = {}
+    answers = answers_within({c.name: partial(_libvirt_host_info, c) for c in configs}, timeout)
+    infos: dict[str, HostInfo] = {}
     for cfg in configs:
         answer = answers[cfg.name]
-        if not answer.timed_out and answer.error is None:
+        if answer.value is not None:
             infos[cfg.name] = answer.value
         else:
             error = (f"no answer within {timeout:g} s" if answer.timed_out

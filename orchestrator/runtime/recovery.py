@@ -14,6 +14,7 @@ from typing import Protocol
 
 from orchestrator.config import Config
 from orchestrator.model.lease import Lease
+from orchestrator.model.reservations import Reservation
 from orchestrator.model.timeutil import iso, parse_time
 from orchestrator.runtime.driver_enactor import DriverEnactor, UnreachableHosts
 from orchestrator.runtime.host_watch import LIVE, HostWatch, Listings, stop_due
@@ -34,7 +35,7 @@ class Daemon(Protocol):
     watch: HostWatch
     collector: IntentCollector
     runner: OperationRunner
-    operations: dict[str, Callable[..., object]]
+    operations: dict[str, Callable[[Lease, Reservation], None]]   # the enactor's, by operation name
 
     def make_jobs(self, intents: list[Intent], now: datetime) -> list[Job]: ...
 
@@ -115,7 +116,7 @@ def resume_operations(daemon: Daemon, cluster: Cluster, now: datetime, notes: li
             # a finished lease's unfinished stops are its cleanup's, run at this point of the order
             if unreleased is None:
                 unreleased = {l.id: l for l in store.unreleased_leases()}
-            finished = unreleased.pop(record.lease_id, None)
+            finished = unreleased.pop(record.lease_id, None) if record.lease_id is not None else None
             if record.operation != RELEASE or finished is None:
                 store.finish_operation(record.id, now, "abandoned")
             if finished is not None:

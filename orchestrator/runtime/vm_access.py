@@ -35,7 +35,8 @@ class VMAccess:
     @property
     def address(self) -> str | None:
         ipv4 = [a.address for a in self.addresses if a.family == "ipv4"]
-        return (ipv4 or [a.address for a in self.addresses] or [None])[0]
+        found = ipv4 or [a.address for a in self.addresses]
+        return found[0] if found else None
 
     def to_json(self) -> dict:
         command = self.ssh_command()
@@ -59,7 +60,8 @@ def lease_vms(lease: Lease, driver: Driver) -> list[VMAccess]:
     found = []
     for vnode in range(lease.numnodes):
         name = vm_name(lease.id, vnode)
-        host, state, addresses = planned.get(vnode), "not running", ()
+        host, state = planned.get(vnode), "not running"
+        addresses: tuple[VMAddress, ...] = ()
         try:
             where = driver.locate(name)
             if where is not None:

@@ -42,8 +42,10 @@ def open_setup(hosts: list[str], sizes: list[int], dry_run: bool, inventory: Pat
     use_libvirt = not dry_run and (inventory is not None or cfg.daemon.driver == "libvirt")
     if not use_libvirt:
         return _simulated(hosts, sizes, dry_run, inventory, store_path, cfg, now, local_disks)
-    if inventory is not None or cfg.daemon.inventory:
-        configs = load_inventory(inventory if inventory is not None else Path(cfg.daemon.inventory))
+    if inventory is None and cfg.daemon.inventory:
+        inventory = Path(cfg.daemon.inventory)
+    if inventory is not None:
+        configs = load_inventory(inventory)
     else:
         if not store_path.exists():
             raise InvalidRequest("--state", f"no store at {store_path} (give --inventory FILE, or add hosts with "
