@@ -27,10 +27,17 @@ TIMED_KINDS = (K.LIVE_MIGRATE.value, K.SUSPEND.value, K.RESUME.value, K.MIGRATE.
 
 
 class RowLike(Protocol):
-    kind: str
-    failed: bool
-    predicted_seconds: float | None
-    measured_seconds: float | None
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def predicted_seconds(self) -> float | None: ...
+
+    @property
+    def measured_seconds(self) -> float | None: ...
 
     @property
     def planned_seconds(self) -> float | None: ...

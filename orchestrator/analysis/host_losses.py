@@ -18,10 +18,17 @@ from orchestrator.model.timeutil import iso, parse_time
 
 
 class EventLike(Protocol):
-    time: datetime
-    kind: str
-    lease_id: int | None
-    detail: dict[str, Any]
+    @property
+    def time(self) -> datetime: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def lease_id(self) -> int | None: ...
+
+    @property
+    def detail(self) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -76,11 +76,20 @@ ALL = "all"
 
 
 class EventLike(Protocol):
-    id: int
-    time: datetime
-    kind: str
-    lease_id: int | None
-    detail: dict[str, Any]
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def time(self) -> datetime: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def lease_id(self) -> int | None: ...
+
+    @property
+    def detail(self) -> dict[str, Any]: ...
 
 
 # -- the model -------------------------------------------------------------------------------------------------
@@ -398,8 +407,9 @@ class _Group:
                 values.append(number)
         compared = [_number(detail.get(key)) for key in ("predicted_seconds", "total_seconds", "predicted_downtime_ms",
                                                           "downtime_ms", "max_downtime_ms")]
-        if all(value is not None for value in compared):
-            self.comparisons.append(Comparison(*compared))
+        known = [value for value in compared if value is not None]
+        if len(known) == len(compared):
+            self.comparisons.append(Comparison(*known))
         if detail.get("outcome") is not None and str(detail["outcome"]) not in self.outcomes:
             self.outcomes.append(str(detail["outcome"]))
 
@@ -596,11 +606,8 @@ def _intervals(row: ReportRow) -> tuple[tuple[datetime, datetime] | None, tuple[
         planned = (row.planned_start, row.planned_end or row.planned_start) if row.planned_start else None
     else:
         planned = (row.planned_end, row.planned_end) if row.planned_end else None
-    enacted = None
-    if row.enacted_start is not None or row.enacted_end is not None:
-        lo = row.enacted_start or row.enacted_end
-        hi = row.enacted_end or row.enacted_start
-        enacted = (lo, max(lo, hi))
+    ends = [t for t in (row.enacted_start, row.enacted_end) if t is not None]
+    enacted = (ends[0], max(ends)) if ends else None
     return planned, enacted
 
 
@@ -661,8 +668,8 @@ def render_png(report: Report, path: str | os.PathLike[str], title: str | None =
     ax.tick_params(axis="y", length=0)
     style_time_axis(ax)
 
-    handles = [Patch(facecolor="0.5", alpha=0.35, edgecolor="0.5", label="planned (upper)"),
-               Patch(facecolor="0.5", edgecolor="0.5", label="enacted (lower)")]
+    handles: list[Patch | Line2D] = [Patch(facecolor="0.5", alpha=0.35, edgecolor="0.5", label="planned (upper)"),
+                                     Patch(facecolor="0.5", edgecolor="0.5", label="enacted (lower)")]
     handles += [Patch(facecolor=_colour(k), label=k) for k in kinds]
     if report.failed:
         handles.append(Line2D([], [], color=_FAILED_COLOUR, marker="x", linestyle="", markeredgewidth=2,

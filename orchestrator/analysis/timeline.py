@@ -390,7 +390,7 @@ class _Canvas:
         """Write the lease label in the middle of the longest run of cells the bar still holds."""
         best, run_start = (0, 0), None
         for c in range(c0, c1 + 1):
-            mine = c < c1 and line[c] is not None and line[c].bar is bar
+            mine = c < c1 and (cell := line[c]) is not None and cell.bar is bar
             if mine and run_start is None:
                 run_start = c
             elif not mine and run_start is not None:
@@ -412,7 +412,8 @@ def _text(cells: Sequence[_Cell | None], blank: Mapping[int, str] | None = None)
     from rich.text import Text
 
     text = Text()
-    run, run_style = [], None
+    run: list[str] = []
+    run_style: str | None = None
     for c, cell in enumerate(cells):
         char, style = (cell.char, cell.style) if cell else ((blank or {}).get(c, " "), "dim")
         if style != run_style and run:
@@ -593,7 +594,8 @@ def render_png(timeline: Timeline, path: str | os.PathLike[str], title: str | No
     ax.tick_params(axis="y", length=0)
     style_time_axis(ax)
 
-    handles = [Patch(facecolor=KIND_COLOURS[k], label=k.value) for k in timeline.kinds if k is not K.SHUTDOWN]
+    handles: list[Patch | Line2D] = [Patch(facecolor=KIND_COLOURS[k], label=k.value) for k in timeline.kinds
+                                     if k is not K.SHUTDOWN]
     if K.SHUTDOWN in timeline.kinds:
         handles.append(Line2D([], [], color=KIND_COLOURS[K.SHUTDOWN], linewidth=2, label=K.SHUTDOWN.value))
     if timeline.now is not None and timeline.start <= timeline.now <= timeline.end:

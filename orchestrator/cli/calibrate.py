@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import overload
 
 import typer
 from rich.console import Console
@@ -134,6 +135,10 @@ def _grid(option: str, text: str) -> tuple[list[int], list[int]]:
             _int_list(option, parts[1], minimum=0, what="dirty rates in pages/s"))
 
 
+@overload
+def _number(option: str, text: str, *, zero_ok: bool, unit: str, maximum: float) -> float: ...
+@overload
+def _number(option: str, text: str | None, *, zero_ok: bool, unit: str, maximum: float) -> float | None: ...
 def _number(option: str, text: str | None, *, zero_ok: bool, unit: str, maximum: float) -> float | None:
     if text is None:
         return None

@@ -260,15 +260,15 @@ def _print_checks(name: str, uri: str, rows: list[dict], pairs: list[dict], fail
     """The host's table, the pairs' table (each pair's rows one after the other), and a one-line verdict."""
     console = make_console()
     table = Table(title=f"host check {escape(name)} ({escape(uri)})")
-    for column, overflow in (("check", None), ("result", None), ("detail", "fold")):
-        table.add_column(column, overflow=overflow)
+    for column in ("check", "result", "detail"):
+        table.add_column(column, overflow="fold")   # (long text wraps, as rich does a cell with no overflow set)
     for r in rows:
         table.add_row(r["check"], f"[{_CHECK_STYLE.get(r['status'], '')}]{r['status']}[/]", escape(r["detail"]))
     console.print(table)
     if pairs:
         between = Table(title=f"host pairs with {escape(name)} (a live migration from the first to the second)")
-        for column, overflow in (("pair", None), ("check", None), ("result", None), ("detail", "fold")):
-            between.add_column(column, overflow=overflow)
+        for column in ("pair", "check", "result", "detail"):
+            between.add_column(column, overflow="fold")
         for p in pairs:
             between.add_row(escape(f"{p['source']} -> {p['destination']}"), p["check"],
                             f"[{_CHECK_STYLE.get(p['status'], '')}]{p['status']}[/]", escape(p["detail"]))

@@ -16,6 +16,7 @@ or an extension does not fit), so scripts can tell "fix your input" from "try ot
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -140,19 +141,20 @@ def submit(
         if given:
             raise fail(f"{flag_label(given[0])}: give a lease FILE or flags, not both")
         submission = load_lease_file(file)
-        label, where = str, str(file)
+        label: Callable[[str], str] = str
+        source: str | None = str(file)
     else:
         if not given:
             raise fail("lease: give a lease FILE.yaml or at least --cpus, --memory and --duration")
         submission = submission_from_fields(flags, label=flag_label)
-        label, where = flag_label, None
+        label, source = flag_label, None
     try:
         with opts.backend() as backend:
             answer = backend.submit(submission)
     except InvalidRequest as exc:   # (the service's check, naming the key: named as the user gave it)
         if exc.field not in KEYS or exc.where is not None:
             raise
-        raise InvalidRequest(label(exc.field), exc.problem, where=where) from None
+        raise InvalidRequest(label(exc.field), exc.problem, where=source) from None
     if json_out:
         emit_json(answer)
     else:

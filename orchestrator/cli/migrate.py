@@ -64,6 +64,14 @@ def _read_options(texts: dict[str, str | None], on_timeout: str) -> dict[str, fl
     return values
 
 
+def _given(values: dict[str, float | None], option: str) -> float:
+    """The value of an option that has a default (so always one)."""
+    value = values[option]
+    if value is None:
+        raise fail(f"{option}: give a value")
+    return value
+
+
 def _libvirt_driver(inventory: Path | None):
     """The libvirt driver over the resolved inventory, or one error line saying what is missing."""
     from orchestrator.service.local import inventory_driver
@@ -195,9 +203,9 @@ def migrate_command(
     values = _read_options({"--max-downtime": max_downtime_text, "--timeout": timeout_text, "--bandwidth": bandwidth_text,
                             "--memory": memory_text, "--dirty-rate": dirty_rate_text, "--overhead": overhead_text,
                             "--dirty-factor": dirty_factor_text}, on_timeout)
-    max_downtime, timeout = values["--max-downtime"], values["--timeout"]
+    max_downtime, timeout = _given(values, "--max-downtime"), _given(values, "--timeout")
     bandwidth, memory, dirty_rate = values["--bandwidth"], values["--memory"], values["--dirty-rate"]
-    overhead, dirty_factor = values["--overhead"], values["--dirty-factor"]
+    overhead, dirty_factor = _given(values, "--overhead"), _given(values, "--dirty-factor")
     console = make_console(stderr=json_out)
     if dry_run:
         if opts.server_url is not None and (memory is None or dirty_rate is None):

@@ -192,10 +192,10 @@ class _Spools:
             self._csv.add(lease.id, _csv_line(_csv_row(lease, workload_id)))
 
     def json_records(self) -> Iterator[bytes]:
-        return self._json.records()
+        return self._json.records() if self._json is not None else iter(())
 
     def csv_records(self) -> Iterator[bytes]:
-        return self._csv.records()
+        return self._csv.records() if self._csv is not None else iter(())
 
     def close(self) -> None:
         for spool in (self._json, self._csv):

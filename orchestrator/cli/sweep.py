@@ -89,7 +89,7 @@ def run(
 
         def on_run(run: Run, done: int, total: int, seconds: float, error: str | None) -> None:
             what = f"failed: {error}" if error else f"done in {seconds:.1f} s"
-            if progress is not None:
+            if progress is not None and bar is not None:
                 progress.update(bar, completed=done)
                 if error:
                     progress.console.print(f"run {run.id} {_describe(run)} {what}", markup=False, soft_wrap=True)

@@ -17,5 +17,5 @@ def print_vms(console, vms: list[VMAccess]) -> None:
                 [[v.name, v.host or "-", escape(v.state), v.mac or "-",
                   "-" if v.dirty_rate_mib_s is None else f"{v.dirty_rate_mib_s:.1f}",
                   ", ".join(f"{a.address}/{a.prefix} ({a.source})" for a in v.addresses) or "-",
-                  escape(shlex.join(v.ssh_command())) if v.ssh_command() else "-"] for v in vms],
+                  escape(shlex.join(ssh)) if (ssh := v.ssh_command()) else "-"] for v in vms],
                 title="VMs")

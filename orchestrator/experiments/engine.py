@@ -159,7 +159,7 @@ def token_refused(address: str) -> str | None:
     if "://" in address or ":" not in address:
         return None
     try:
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # (Ray's stubs leave its GCS client out)
         from ray.exceptions import AuthenticationError
     except ImportError:
         return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.resources import Resources
@@ -50,7 +51,7 @@ def check_property_value(value: object, field: str) -> str:
     return value
 
 
-def properties_of(values: Mapping[object, object] | Iterable[tuple[object, object]], field: str) -> Properties:
+def properties_of(values: Mapping[Any, object] | Iterable[tuple[object, object]], field: str) -> Properties:
     """Checked properties, sorted by key (the form a host keeps them in)."""
     if isinstance(values, Mapping):
         pairs = list(values.items())

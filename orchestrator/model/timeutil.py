@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta, timezone
+from typing import overload
 
 from orchestrator.model.errors import InvalidRequest, shown
 from orchestrator.model.tolerance import EPSILON
@@ -70,6 +71,12 @@ def end_of(start: datetime, duration: timedelta, field: str) -> datetime:
     return start + duration
 
 
+@overload
+def iso(value: datetime) -> str: ...
+@overload
+def iso(value: None) -> None: ...
+@overload
+def iso(value: datetime | None) -> str | None: ...
 def iso(value: datetime | None) -> str | None:
     """ISO 8601 in UTC with a trailing Z, as written in JSON output."""
     if value is None:

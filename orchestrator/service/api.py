@@ -101,8 +101,9 @@ def exit_code_of(exc: BaseException) -> int:
         return EXIT_NOT_ALLOWED
     if isinstance(exc, StoreBusy):
         return EXIT_BUSY
-    if getattr(exc, "exit_code", None) is not None:   # (errors that carry their own: over quota is 3)
-        return int(exc.exit_code)
+    own = getattr(exc, "exit_code", None)
+    if own is not None:   # (errors that carry their own: over quota is 3)
+        return int(own)
     return EXIT_BAD_INPUT
 
 
@@ -186,7 +187,8 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         the next page `after`, or null when this page is the last."""
         # (encoded by the store, under the service's listing gate: sent as it is, without FastAPI's
         # validation of every value)
-        body = service.listed(lambda: service.lease_page_json(who, status, user, everyone, after, limit))
+        states = None if status is None else [s.value for s in status]
+        body = service.listed(lambda: service.lease_page_json(who, states, user, everyone, after, limit))
         return Response(body, media_type="application/json")
 
     @app.get("/v1/leases/{lease_id}", response_model=answers.LeaseShown)
@@ -253,7 +255,7 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
 
     @app.post("/v1/hosts/import", status_code=201, response_model=answers.HostsImported)
     def host_import(body: HostImport, who: Caller = Who) -> dict[str, Any]:
-        configs = [host_config(h.values(), lambda field, i=i: f"hosts[{i}].{field}") for i, h in enumerate(body.hosts)]
+        configs = [host_config(h.values(), _in_hosts(i)) for i, h in enumerate(body.hosts)]
         return service.host_import(who, configs, body.cpus, body.memory, float(body.timeout), body.source)
 
     @app.patch("/v1/hosts/{host}/properties", response_model=answers.HostPropertiesSet)
@@ -346,6 +348,11 @@ def make_app(service: LeaseService, admin_group: str, check_token: TokenCheck | 
         return Response(content=measured.render(), media_type=METRICS_CONTENT_TYPE)
 
     return app
+
+
+def _in_hosts(i: int) -> Callable[[str], str]:
+    """How an import's host `i` names its fields in errors (`hosts[i].uri`)."""
+    return lambda field: f"hosts[{i}].{field}"
 
 
 def _without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:

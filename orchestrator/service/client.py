@@ -98,6 +98,7 @@ class Client:
         """`wait`: for how long a refused or reset connection is tried again (a server restarting)."""
         self.server = server
         self.wait = wait
+        self._timeout_s = timeout   # (a call that waits on the hosts adds their time to it)
         #: the server's own time for the last answer, ms (its `Server-Timing` header; None: it gave none)
         self.server_ms: float | None = None
         if server.startswith("unix:"):
@@ -290,14 +291,14 @@ class Client:
 
     def host_add(self, config: HostConfig, cpus: int | None, memory: int | None, timeout: float) -> dict[str, Any]:
         return self._call("POST", "/v1/hosts", json={"config": _host_json(config), "cpus": cpus, "memory": memory,
-                                                     "timeout": timeout}, timeout=self._http.timeout.read + timeout,
+                                                     "timeout": timeout}, timeout=self._timeout_s + timeout,
                           answer=answers.HostAdded)
 
     def host_import(self, configs: list[HostConfig], cpus: int | None, memory: int | None, timeout: float,
                     source: str) -> dict[str, Any]:
         return self._call("POST", "/v1/hosts/import", json={"hosts": [_host_json(c) for c in configs], "cpus": cpus,
                                                             "memory": memory, "timeout": timeout, "source": source},
-                          timeout=self._http.timeout.read + timeout, answer=answers.HostsImported)
+                          timeout=self._timeout_s + timeout, answer=answers.HostsImported)
 
     def host_set(self, host: str, properties: dict[str, str], unset: list[str]) -> dict[str, Any]:
         return self._call("PATCH", f"/v1/hosts/{_segment(host)}/properties", json={"set": properties, "unset": unset},
@@ -309,7 +310,7 @@ class Client:
     def host_check(self, host: str, timeout: float) -> dict[str, Any]:
         # (each contact may take the timeout: the link, connect, ssh, every image; then the pairs, side by side)
         return self._call("GET", f"/v1/hosts/{_segment(host)}/check", params={"timeout": timeout},
-                          timeout=self._http.timeout.read + 16 * timeout, answer=answers.HostChecked)
+                          timeout=self._timeout_s + 16 * timeout, answer=answers.HostChecked)
 
     def image_add(self, values: Mapping[str, Any], progress: CopyProgress | None = None) -> dict[str, Any]:
         """(The server copies the image to the hosts: no progress reaches this client but the answer.)"""
@@ -325,7 +326,7 @@ class Client:
         data = self._call("POST", f"/v1/vms/{_segment(vm)}/migrate",
                           json={"to": to, "max_downtime_ms": max_downtime_ms, "bandwidth_mib_s": bandwidth_mib_s,
                                 "timeout_s": timeout_s, "on_timeout": on_timeout},
-                          timeout=self._http.timeout.read + timeout_s, answer=answers.Migrated)
+                          timeout=self._timeout_s + timeout_s, answer=answers.Migrated)
         return migration_report_from_json(data["report"]), data["error"]
 
     def images(self) -> list[dict[str, Any]]:
@@ -442,7 +443,7 @@ def server_ms(header: str) -> float | None:
 def _failure(exc: httpx.TransportError) -> str:
     """What kind of failure a transport error is: `refused` (nothing listens: not yet, or no longer),
     `reset` (the connection went away), `certificate`, `unknown host`, `denied`, `timeout`, or `other`."""
-    causes = []
+    causes: list[BaseException] = []
     seen: BaseException | None = exc
     while seen is not None and len(causes) < 8:
         causes.append(seen)

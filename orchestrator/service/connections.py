@@ -139,7 +139,9 @@ class GuardedH11Protocol(H11Protocol):
                  _loop: asyncio.AbstractEventLoop | None = None, *, deadlines: Deadlines,
                  release: Callable[[], None], quiet: ThrottledLog):
         super().__init__(config, server_state, app_state, _loop)
-        self.logger = quiet   # (a malformed request is a warning; a client may send thousands)
+        # (a malformed request is a warning; a client may send thousands: the lines uvicorn's protocol logs
+        # go through a ThrottledLog, which takes the calls it makes of its logger)
+        self.logger = quiet   # type: ignore[assignment]
         self.deadlines = deadlines
         self._release = release
         self._headers_timer: asyncio.TimerHandle | None = None

@@ -299,6 +299,8 @@ class HostUseCases:
         takes room on the destination that the plan may have given to other leases. For the same reason the
         VMs of leases the plan still holds are refused: `host drain` moves those, and the plan with them."""
         self._admin_check(caller, "migrating a VM by hand")
+        if self.driver is None:
+            raise LeasewiseError("migrate: this service has no driver (`leasewise serve` has one)")
         owner = parse_vm_name(vm)
         if owner is not None:
             try:

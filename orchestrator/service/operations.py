@@ -21,7 +21,7 @@ from drivers.clock import Clock
 from drivers.errors import DriverError
 from orchestrator.config import Config
 from orchestrator.model.errors import InvalidRequest
-from orchestrator.model.lease import Lease, LeaseRequest
+from orchestrator.model.lease import Lease, LeaseRequest, VMImage
 from orchestrator.model.resources import Resources
 from orchestrator.model.site import check_site_can_hold
 from orchestrator.model.lease_fields import InlineGuest, request_from_fields
@@ -219,7 +219,7 @@ class LeaseService(HostUseCases):
                     return answered
             wanted = request
             if wanted.image is not None and wanted.image.name is not None:
-                wanted = replace(wanted, image=self._catalogued(wanted, cluster.store))
+                wanted = replace(wanted, image=self._catalogued(wanted.image.name, cluster.store))
             answer = cluster.admit(wanted, now)
             cluster.save(now)
             if key is not None:
@@ -231,9 +231,8 @@ class LeaseService(HostUseCases):
         return answer
 
     @staticmethod
-    def _catalogued(request: LeaseRequest, store: Store):
+    def _catalogued(name: str, store: Store) -> VMImage:
         """The server's own catalogue entry for the image the client named (its paths, not the client's)."""
-        name = request.image.name
         for image in store.images():
             if image.name == name:
                 return image.vm_image()
@@ -309,7 +308,11 @@ class LeaseService(HostUseCases):
         to = None if change.to is None else parse_time(change.to, "to")
 
         def shorter(cluster: Cluster, now: datetime) -> Lease:
-            amount = by if by is not None else self._end_of(cluster, lease_id, "to") - to
+            if by is not None:
+                amount = by
+            else:
+                assert to is not None   # (a Shortening has --by or --to)
+                amount = self._end_of(cluster, lease_id, "to") - to
             if amount <= ZERO:
                 raise InvalidRequest("to", f"{iso(to)} is not before the planned end "
                                            f"({iso(self._end_of(cluster, lease_id, 'to'))}): `lease update --end` "

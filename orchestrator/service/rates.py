@@ -33,11 +33,13 @@ def planner_rates(cfg: Config, calibration: dict[str, Any]) -> list[dict[str, An
     for kind in KINDS:
         measured_by, setting, unit = _SOURCES[kind]
         section = calibration.get(measured_by[0]) if measured_by else None
-        value = section.get(measured_by[1]) if isinstance(section, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            rows.append({"kind": kind, "rate": float(value), "unit": "MiB/s", "source": f"calibrate {measured_by[0]}",
-                         "at": section.get("at"), "hosts": list(section.get("hosts") or [])})
-            continue
+        if measured_by and isinstance(section, dict):
+            value = section.get(measured_by[1])
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                rows.append({"kind": kind, "rate": float(value), "unit": "MiB/s",
+                             "source": f"calibrate {measured_by[0]}", "at": section.get("at"),
+                             "hosts": list(section.get("hosts") or [])})
+                continue
         configured = getattr(scheduling, setting)
         if configured is None:   # (live migrations with no bandwidth of their own: the image moves' one)
             setting, configured = "migration_bandwidth", scheduling.migration_bandwidth

@@ -109,13 +109,17 @@ class _QuietServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         config = self.config
 
-        def make_protocol(release: Callable[[], None]) -> GuardedH11Protocol:
-            return config.http_protocol_class(config=config, server_state=self.server_state,
-                                              app_state=self.lifespan.state, deadlines=self.deadlines,
-                                              release=release, quiet=self.quiet)
+        # (`http` is GuardedH11Protocol or its subclass: uvicorn's own type for it is any asyncio protocol)
+        protocol: type[GuardedH11Protocol] = config.http_protocol_class   # type: ignore[assignment]
 
-        self.servers = [self.listen(sock, make_protocol, tls=config.ssl) for sock in sockets or ()]
-        for listener in self.servers:
+        def make_protocol(release: Callable[[], None]) -> GuardedH11Protocol:
+            return protocol(config=config, server_state=self.server_state, app_state=self.lifespan.state,
+                            deadlines=self.deadlines, release=release, quiet=self.quiet)
+
+        listeners = [self.listen(sock, make_protocol, tls=config.ssl) for sock in sockets or ()]
+        # (uvicorn closes and waits for each of `servers` at shutdown, as a CappedListener lets it)
+        self.servers = listeners   # type: ignore[assignment]
+        for listener in listeners:
             listener.start()
         self.started = True
 
@@ -259,8 +263,9 @@ class Server:
             listen = functools.partial(CappedListener, name=name, limit=limit, per_peer=cfg.peer_max_connections,
                                        peer_of=peer_of, handshake_s=deadlines.header_s,
                                        tls_shutdown_s=deadlines.keepalive_s)
+            # (uvicorn's type says whole seconds; it takes any number, and a deadline may be a fraction)
             config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                    timeout_keep_alive=deadlines.keepalive_s, **options)
+                                    timeout_keep_alive=deadlines.keepalive_s, **options)   # type: ignore[arg-type]
             return _QuietServer(config, listen=listen, deadlines=deadlines)
 
         unix = unix_listener(cfg.socket, cfg.socket_group, cfg.socket_mode)

@@ -73,7 +73,7 @@ class Cluster:
         self._workload_ids = store.workload_ids()
         # (as last written: `save` writes them again only when they change)
         self._future_written: list[int] = store.get_meta("future_leases", []) or []
-        self._counters_written: dict[str, int] = store.get_meta("counters", {}) or {}
+        self._counters_written: dict[str, float] = store.get_meta("counters", {}) or {}
         self.scheduler.restore(leases, future=self._future_written, counters=self._counters_written)
         for host in hosts:
             if not host.available:   # drained: nothing may be planned there from then on
@@ -89,7 +89,8 @@ class Cluster:
         # last written: what a submission's answer compares to name the leases it moved
         self._shown: dict[int, tuple] = {l.id: _shown(l) for l in leases if not l.is_final}
         # the leases the scheduler changes from now on (the table's, and those it notes itself)
-        self.table.changed_leases = set()
+        self._changed: set[int] = set()
+        self.table.changed_leases = self._changed
 
     def refresh_learned(self) -> None:
         """The rates the daemon learned from its operations read again from the store (orchestrator.state.
@@ -173,8 +174,10 @@ class Cluster:
         out = set()
         for rr in self.table.reservations_overlapping(_EPOCH, FOREVER, {host}):
             lease = self.scheduler.leases.get(rr.lease_id)
-            placement = None if lease is None else lease.request.placement
-            if placement is not None and not lease.is_final and not placement.admits(properties):
+            if lease is None or lease.is_final:
+                continue
+            placement = lease.request.placement
+            if placement is not None and not placement.admits(properties):
                 out.add(lease.id)
         site = {name: dict(record.config.property_map) for name, record in self.hosts.items()}
         site[host] = properties
@@ -290,7 +293,7 @@ class Cluster:
         """The live leases that may differ from what was last written, in id order: those whose
         reservations or state the scheduler changed. (A cluster kept in memory across transactions holds
         many leases, few of which a step changes: the others are not looked at.)"""
-        return sorted(self._live.intersection(self.table.changed_leases))
+        return sorted(self._live.intersection(self._changed))
 
     def moved(self, skip: int) -> list[dict]:
         """The leases other than `skip` whose state or plan changed since the last write (a submission
@@ -335,7 +338,7 @@ class Cluster:
                 self._written.pop(lease_id, None)
                 self._shown.pop(lease_id, None)
         self.store.append_events(events)
-        self.table.changed_leases.clear()
+        self._changed.clear()
         future, counters = sorted(self.scheduler.vm.future_leases), dict(self.scheduler.counters)
         if future != self._future_written:
             self.store.set_meta("future_leases", future)

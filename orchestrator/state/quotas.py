@@ -53,7 +53,7 @@ def _seconds(value: timedelta | None) -> float | None:
 
 
 # -- changing ----------------------------------------------------------------------------------------------------
-def set_quota(store: Store, subject: str, changes: Mapping[str, int | timedelta | None], now: datetime) -> dict[str, Any]:
+def set_quota(store: Store, subject: str, changes: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """Change the limits named in `changes` of `subject`'s quota (a value None removes that limit) and keep
     the others; a subject without a quota starts unlimited. Returns the quota as set."""
     check_subject(subject)

@@ -87,7 +87,7 @@ def authenticate(store: Store, text: str, now: datetime) -> TokenRecord:
     if record.expires_at is not None and now >= record.expires_at:
         raise InvalidToken(f"token {record.id} has expired")
     store.touch_token(record.id, now)
-    return store.token(record.id)
+    return store.existing_token(record.id)
 
 
 def revoke_token(store: Store, token_id: int, now: datetime) -> dict[str, Any]:

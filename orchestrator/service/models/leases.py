@@ -5,7 +5,7 @@ field holds. Times are ISO 8601 UTC text; durations are seconds.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -17,14 +17,18 @@ from orchestrator.service.models.requests import TIME
 
 Number = int | float
 Time = Annotated[str, Field(pattern=TIME, description="ISO 8601, UTC")]
-LeaseStateValue = Literal[tuple(s.value for s in LeaseState)]   # type: ignore[valid-type]
-LeaseTypeValue = Literal[tuple(t.value for t in LeaseType)]   # type: ignore[valid-type]
-
-
-#: the fields of `Resources`, so the two cannot drift apart
-ResourcesRecord = create_model("ResourcesRecord", __doc__="An amount of each resource: cpu in percent of one "
-                               "vCPU (200 = 2 vCPUs), memory and disk in MiB",
-                               **{name: (Number, 0) for name in Resources._fields})   # type: ignore[call-overload]
+# These three are made from the model's enums and `Resources`, so they cannot drift apart; a type checker,
+# which cannot run that, reads them as what they hold.
+if TYPE_CHECKING:
+    LeaseStateValue = str
+    LeaseTypeValue = str
+    ResourcesRecord = Any
+else:
+    LeaseStateValue = Literal[tuple(s.value for s in LeaseState)]
+    LeaseTypeValue = Literal[tuple(t.value for t in LeaseType)]
+    ResourcesRecord = create_model("ResourcesRecord", __doc__="An amount of each resource: cpu in percent of one "
+                                   "vCPU (200 = 2 vCPUs), memory and disk in MiB",
+                                   **{name: (Number, 0) for name in Resources._fields})
 
 
 class ImageRecord(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timedelta
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
@@ -288,7 +288,7 @@ def error_parts(error: Mapping[str, Any]) -> tuple[str, str]:
     return field, f"{message[:1].lower()}{message[1:]} (got {shown(got)})"
 
 
-def error_line(errors: list[Mapping[str, Any]]) -> tuple[str, str]:
+def error_line(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """The (field, problem) to answer a request pydantic refused with: its first field's error, and of a
     union's (a duration is seconds or text), the error of the member of the value's own type."""
     if not errors:

@@ -102,7 +102,7 @@ def calendar_data(window: Window, found: CalendarWindow, me: str) -> dict[str, A
     state_index = {s: i for i, s in enumerate(_STATES)}
     role_index = {r: i for i, r in enumerate(_ROLES)}
     bars: list[int] = []
-    used: list[list[int]] = [[0, 0] for _ in found.hosts]   # (vCPUs, MiB) held now, per host
+    used: list[list[float]] = [[0, 0] for _ in found.hosts]   # (vCPUs, MiB) held now, per host
     now = int(found.now.timestamp())
     for host, kind, lease_id, start, end, state, role, _rr, vcpus, mib in found.bars:
         row = host_index.get(host)
@@ -274,7 +274,7 @@ def host_properties(row: dict[str, Any]) -> dict[str, Any]:
 
 def host_rows(rows: list[dict[str, Any]], found: CalendarWindow) -> list[dict[str, Any]]:
     """`host list`'s rows with what the calendar knows now: drained since, silent since, vCPUs and MiB held."""
-    held: dict[str, list[int]] = {}
+    held: dict[str, list[float]] = {}
     now = int(found.now.timestamp())
     for host, _kind, _lease, start, end, _state, _role, _rr, vcpus, mib in found.bars:
         if start <= now < end:
@@ -284,10 +284,10 @@ def host_rows(rows: list[dict[str, Any]], found: CalendarWindow) -> list[dict[st
     known = {h.name: h for h in found.hosts}
     out = []
     for row in rows:
-        host = known.get(row["name"])
+        record = known.get(row["name"])
         vcpus, mib = held.get(row["name"], (0, 0))
-        silent = host.silent_since if host is not None else None
-        drained = host.unavailable_from if host is not None else None
+        silent = record.silent_since if record is not None else None
+        drained = record.unavailable_from if record is not None else None
         if row.get("reachable") is False:
             seen = f"does not answer: {row.get('error') or 'unreachable'}"
         elif silent is not None:

@@ -156,6 +156,7 @@ def _intact(conn: sqlite3.Connection, path: Path) -> None:
     key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
     if key in _FOUND_INTACT:
         return
+    problem: str | None
     try:
         rows = conn.execute("PRAGMA quick_check(1)").fetchall()
     except sqlite3.DatabaseError as exc:
@@ -391,6 +392,13 @@ class StoreConnection:
     def _one_statement(columns: tuple[str, ...], rows: Sequence[tuple]) -> bool:
         """Whether `_insert_rows` writes these rows in one statement (which needs no savepoint)."""
         return len(rows) * len(columns) <= _MAX_PARAMETERS
+
+    @staticmethod
+    def _inserted_id(cur: sqlite3.Cursor) -> int:
+        """The id SQLite gave the row `cur` just inserted."""
+        if cur.lastrowid is None:
+            raise StoreError("SQLite gave the inserted row no id")
+        return cur.lastrowid
 
     def _insert_rows(self, table: str, columns: tuple[str, ...], rows: Sequence[tuple]) -> None:
         """Rows into `table` with as few statements as SQLite's limit on parameters allows: each statement

@@ -45,7 +45,7 @@ class EventLog(StoreConnection):
         row = _event_row(time, kind, lease_id, detail)
         with self.statement():
             cur = self._conn.execute("INSERT INTO events (time, lease_id, kind, detail) VALUES (?, ?, ?, ?)", row)
-        return cur.lastrowid
+        return self._inserted_id(cur)
 
     def append_events(self, events: Iterable[tuple[datetime, str, int | None, Mapping[str, Any]]]) -> None:
         """Append several events (time, kind, lease id, detail) in this order, in as few statements as
@@ -59,7 +59,8 @@ class EventLog(StoreConnection):
                after_id: int | None = None) -> list[Event]:
         """Events in the order they were appended; `since` keeps those at or after a time, `after_id`
         those appended after the event with that id (for following the log)."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if lease_id is not None:
             clauses.append("lease_id = ?")
             params.append(lease_id)

@@ -48,7 +48,8 @@ def _lease_filter(state: Iterable[str] | None, user: str | None, prefix: str = "
                   after: int | None = None) -> tuple[str, list]:
     """The WHERE clause (and its parameters) picking leases in these states, of this user, with ids after
     `after`."""
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[Any] = []
     if after is not None:
         clauses.append(f"{prefix}id > ?")
         params.append(after)
@@ -149,7 +150,8 @@ class LeaseRepository(StoreConnection):
                user: str | None = None, after: int | None = None, limit: int | None = None) -> list[Lease]:
         """Leases in `state` (one or several) and/or of `user`, by id; a page of them with `after` (ids
         above it) and `limit` (at most that many)."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if after is not None:
             clauses.append("id > ?")
             params.append(after)

@@ -38,7 +38,7 @@ class OperationLog(StoreConnection):
                 "INSERT INTO operations (lease_id, operation, reservation_id, hosts, created_at) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (lease_id, operation, reservation_id, encode_json(sorted(hosts)), encode_time(at)))
-        return cur.lastrowid
+        return self._inserted_id(cur)
 
     def finish_operation(self, operation_id: int, at: datetime, outcome: str, error: str | None = None) -> None:
         if outcome not in ("done", "failed", "abandoned"):

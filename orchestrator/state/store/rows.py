@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from orchestrator.model.guest import GuestSetup
 from orchestrator.model.placement import Placement
@@ -26,6 +26,12 @@ from orchestrator.state.store.errors import StoreError
 
 
 # -- values ----------------------------------------------------------------------------------------------------
+@overload
+def encode_time(value: datetime) -> str: ...
+@overload
+def encode_time(value: None) -> None: ...
+@overload
+def encode_time(value: datetime | None) -> str | None: ...
 def encode_time(value: datetime | None) -> str | None:
     """Fixed-width ISO 8601 UTC text: always microseconds, so comparing the text compares the times."""
     if value is None:
@@ -33,9 +39,16 @@ def encode_time(value: datetime | None) -> str | None:
     return as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@overload
+def decode_time(text: str) -> datetime: ...
+@overload
+def decode_time(text: None) -> None: ...
+@overload
+def decode_time(text: str | None) -> datetime | None: ...
 def decode_time(text: str | None) -> datetime | None:
     """A time as `encode_time` wrote it (fixed width, `Z`): read straight by `fromisoformat`; anything else
-    is checked in full by `parse_time`."""
+    is checked in full by `parse_time`. (A column that is never NULL gives a time, one that may be, a time
+    or None.)"""
     if text is None:
         return None
     if len(text) == 27 and text[26] == "Z":
@@ -52,6 +65,12 @@ def encode_seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
+@overload
+def decode_seconds(value: float) -> timedelta: ...
+@overload
+def decode_seconds(value: None) -> None: ...
+@overload
+def decode_seconds(value: float | None) -> timedelta | None: ...
 def decode_seconds(value: float | None) -> timedelta | None:
     return None if value is None else timedelta(seconds=value)
 
@@ -208,7 +227,7 @@ def _named(columns: Sequence[str], row: Sequence, json_columns: Sequence[str], f
 
 
 def lease_record(row: Sequence, history: Sequence[Sequence[str]], plan: Sequence[Sequence],
-                 dirty_rates: Mapping[int | str, float]) -> dict[str, Any]:
+                 dirty_rates: Mapping[int, float] | Mapping[str, float]) -> dict[str, Any]:
     """A lease's rows as one record of named fields: its columns (the JSON ones as JSON values, flags as
     booleans), `history` [{time, state}], `plan` (the reservations' columns, in plan order) and `dirty_rates`
     {vnode: MiB/s}. `lease_from_record` reads it back."""

@@ -55,7 +55,14 @@ class TokenRepository(StoreConnection):
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (user, int(bool(admin)), bytes(salt), bytes(hash), encode_time(created), encode_time(expires),
                  note))
-        return self.token(cur.lastrowid)
+        return self.existing_token(self._inserted_id(cur))
+
+    def existing_token(self, token_id: int) -> TokenRecord:
+        """The token with this id, which must exist (a `StoreError` otherwise)."""
+        record = self.token(token_id)
+        if record is None:
+            raise StoreError(f"no token with id {token_id}")
+        return record
 
     def token(self, token_id: int) -> TokenRecord | None:
         row = self._conn.execute(f"SELECT {', '.join(_TOKEN_COLUMNS)} FROM tokens WHERE id = ?",
@@ -75,7 +82,7 @@ class TokenRepository(StoreConnection):
             if self._conn.execute("UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
                                   (encode_time(as_utc(at, "at")), token_id)).rowcount == 0:
                 raise StoreError(f"no token with id {token_id}")
-            return self.token(token_id)
+            return self.existing_token(token_id)
 
     def touch_token(self, token_id: int, at: datetime) -> None:
         """Record that the token was just used."""
