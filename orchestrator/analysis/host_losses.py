@@ -18,6 +18,8 @@ from orchestrator.model.timeutil import iso, parse_time
 
 
 class EventLike(Protocol):
+    """An event of the log (`orchestrator.state.store.events.Event`), as far as host losses read it."""
+
     @property
     def time(self) -> datetime: ...
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.analysis.error_trend import Trend, error_trend
 from orchestrator.analysis.fidelity import Comparison, Fidelity, fidelity
-from orchestrator.analysis.host_losses import HostLossRow, host_losses
+from orchestrator.analysis.host_losses import EventLike as LoggedEvent, HostLossRow, host_losses
 from orchestrator.analysis.timeline import (
     KIND_COLOURS,
     KIND_ORDER,
@@ -75,21 +75,11 @@ KIND_NAMES = tuple(k.value for k in KIND_ORDER)
 ALL = "all"
 
 
-class EventLike(Protocol):
+class EventLike(LoggedEvent, Protocol):
+    """An event of the log as the report reads it: a host loss's fields, and its id."""
+
     @property
     def id(self) -> int: ...
-
-    @property
-    def time(self) -> datetime: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def lease_id(self) -> int | None: ...
-
-    @property
-    def detail(self) -> dict[str, Any]: ...
 
 
 # -- the model -------------------------------------------------------------------------------------------------
