@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:   # (drivers.base imports this module)
-    from drivers.base import MigrationReport
-
 
 class DriverError(Exception):
     """Base of every error a driver raises."""
@@ -39,7 +34,7 @@ class OperationFailed(DriverError):
 class MigrationFailed(DriverError):
     """A live migration did not complete; the VM is still running on the source (the report says more)."""
 
-    def __init__(self, message: str, report: MigrationReport | None = None):
+    def __init__(self, message: str, report: object | None = None):
         super().__init__(message)
         self.report = report
 

@@ -149,7 +149,7 @@ def _migrate_point(setup: Setup, plan: MigrationPlan, point: GridPoint, name: st
                                           timeout_s=plan.timeout_s, on_timeout="abort")
             survived = still_alive(setup, name)
         except MigrationFailed as exc:
-            outcome = exc.report.outcome if exc.report is not None else "failed"
+            outcome = exc.report.outcome if isinstance(exc.report, MigrationReport) else "failed"
             point.failures.append(outcome)
             progress.migration_failed(which, outcome, exc)
             if setup.driver.locate(name) is None:
